@@ -1,0 +1,88 @@
+"""User-facing errors.
+
+Library code raises these with a message that names the problem (file, key, commit, flag) and the
+fix; it never prints or exits. ``perfbisect.cli`` is the one place that turns them into
+``Error: ...`` on stderr and an exit status.
+"""
+
+from __future__ import annotations
+
+# Documented exit codes (README, `perfbisect --help`).
+EXIT_OK = 0
+EXIT_REGRESSION = 1  # a regression was found and the caller asked to fail on one (--fail-on-regression)
+EXIT_USAGE = 2  # bad input: config, revisions, flags
+EXIT_INCONCLUSIVE = 3  # the evidence was not enough within the budget
+EXIT_RUNTIME = 4  # something broke while measuring (server crash with no way to continue, ...)
+
+
+class PerfbisectError(Exception):
+    """Base class: ``str(err)`` is a one-paragraph message for the user."""
+
+    exit_code = EXIT_RUNTIME
+
+
+class ConfigError(PerfbisectError):
+    """The config file is missing, malformed, or has an unknown key / wrong type."""
+
+    exit_code = EXIT_USAGE
+
+
+class UsageError(PerfbisectError):
+    """A command-line argument is wrong (unknown revision, good == bad, ...)."""
+
+    exit_code = EXIT_USAGE
+
+
+class GitError(PerfbisectError):
+    """The target repository cannot do what was asked (bad revision, ancestry, worktree)."""
+
+    exit_code = EXIT_USAGE
+
+
+class PatchError(PerfbisectError):
+    """The patch stack does not apply at a commit; the commit is skipped, never blamed."""
+
+    def __init__(self, message: str, *, patch: str = "", files: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.patch = patch
+        self.files = files
+
+
+class BuildError(PerfbisectError):
+    """A build step failed at a commit; the commit is skipped, never blamed."""
+
+    def __init__(self, message: str, *, log_path: str | None = None, log_tail: str = ""):
+        super().__init__(message)
+        self.log_path = log_path
+        self.log_tail = log_tail
+
+
+class ServerError(PerfbisectError):
+    """The server did not start, never became ready, or died."""
+
+    def __init__(self, message: str, *, log_path: str | None = None, log_tail: str = ""):
+        super().__init__(message)
+        self.log_path = log_path
+        self.log_tail = log_tail
+
+
+class ServerNotReady(ServerError):
+    """The server never answered its readiness probe in time: the commit is skipped."""
+
+
+class ServerDied(ServerError):
+    """The server exited while runs were in flight: the trial is failed, its runs are kept."""
+
+
+class WorkloadError(PerfbisectError):
+    """A request could not be made or its response could not be understood."""
+
+
+class MachineBusy(PerfbisectError):
+    """Another process holds the GPUs: benchmarking now would measure the neighbour."""
+
+
+class StoreError(PerfbisectError):
+    """The results database cannot be opened or migrated."""
+
+    exit_code = EXIT_USAGE

@@ -1,0 +1,296 @@
+"""Frozen values passed between perfbisect's layers.
+
+Nothing here imports a third-party library: the git layer, the server layer, the store and the
+statistics all speak in these types, so each can be tested alone.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+
+def content_hash(*parts: Any) -> str:
+    """A short, stable sha256 of JSON-serialisable parts (used for config, mode and stack identity)."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class Verdict(str, enum.Enum):
+    """Outcome of comparing two sets of trials, or of a whole bisection."""
+
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    SAME = "same"
+    INCONCLUSIVE = "inconclusive"
+    SKIPPED = "skipped"
+
+
+class TrialStatus(str, enum.Enum):
+    """Whether a trial produced evidence.
+
+    ``skipped`` means the commit cannot be tested (patch conflict, build failure, server never
+    ready): like ``git bisect`` exit 125 it is never blamed. ``failed`` means the trial started but
+    broke part-way (server died mid-run): its stored runs are kept but it carries no summary.
+    """
+
+    OK = "ok"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit of the target repository, as the search sees it."""
+
+    sha: str
+    subject: str = ""
+    parents: tuple[str, ...] = ()
+    author_date: str = ""  # ISO 8601
+
+    @property
+    def short(self) -> str:
+        return self.sha[:10]
+
+    @property
+    def is_merge(self) -> bool:
+        return len(self.parents) > 1
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One measured (or warm-up) request: fixed prompt, fixed output length, streamed."""
+
+    index: int
+    warmup: bool
+    requested_tokens: int
+    output_tokens: int
+    prompt_tokens: int | None = None
+    ttft_s: float | None = None
+    decode_tok_s: float | None = None  # (tokens - 1) / (t_last - t_first)
+    e2e_tok_s: float | None = None  # tokens / (t_last - t_request)
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    spec_verify_ct: int | None = None
+    spec_accept_length: float | None = None
+    spec_accept_rate: float | None = None
+    server_decode_tok_s: float | None = None  # what the server itself reports, when it does
+    metric_value: float | None = None  # for `command` workloads: the metric the command printed
+    error: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """True when the run returned every token it was asked for and did not error."""
+        return self.error is None and self.output_tokens >= self.requested_tokens
+
+    @property
+    def usable(self) -> bool:
+        """Counts towards statistics: measured (not warm-up), complete, with a metric."""
+        return (not self.warmup) and self.complete and self.value is not None and self.value > 0
+
+    @property
+    def value(self) -> float | None:
+        """The primary metric of this run (decode tok/s, or a command workload's metric)."""
+        return self.metric_value if self.metric_value is not None else self.decode_tok_s
+
+    @property
+    def cycle_time_ms(self) -> float | None:
+        """Speculative verify-cycle time: decode time / spec_verify_ct."""
+        if not self.spec_verify_ct or not self.decode_tok_s or self.output_tokens < 2:
+            return None
+        decode_time = (self.output_tokens - 1) / self.decode_tok_s
+        return 1000.0 * decode_time / self.spec_verify_ct
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One reading of one GPU."""
+
+    index: int
+    name: str = ""
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    mem_clock_max_mhz: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    pstate: str | None = None
+    throttle_reasons: int | None = None  # NVML clock-event reasons bitmask
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    utilization_pct: float | None = None
+    ecc_errors: int | None = None
+    processes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class SystemSnapshot:
+    """What the machine was doing at one moment: GPUs, CPU load and frequency."""
+
+    t: float  # unix time
+    gpus: tuple[GpuSample, ...] = ()
+    load_avg_1m: float | None = None
+    cpu_mhz: float | None = None
+    source: str = ""  # "nvml", "nvidia-smi", "proc", ...
+
+
+@dataclass(frozen=True)
+class SystemSummary:
+    """A trial's system state reduced to the numbers the statistics and reports use."""
+
+    samples: int = 0
+    sm_clock_mean_mhz: float | None = None
+    sm_clock_min_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    temperature_mean_c: float | None = None
+    temperature_max_c: float | None = None
+    power_mean_w: float | None = None
+    throttled_fraction: float | None = None  # share of samples with a non-idle throttle reason
+    throttle_reasons_seen: int = 0  # OR of every reason bitmask seen
+    load_avg_1m: float | None = None
+    other_gpu_processes: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def as_covariates(self) -> dict[str, float]:
+        """Numeric state variables that the statistics may try to attribute noise to."""
+        out = {
+            "sm_clock_mean_mhz": self.sm_clock_mean_mhz,
+            "temperature_mean_c": self.temperature_mean_c,
+            "throttled_fraction": self.throttled_fraction,
+            "power_mean_w": self.power_mean_w,
+        }
+        return {k: float(v) for k, v in out.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class EnvCheck:
+    """Which configured environment variables reached which server process."""
+
+    pid: int
+    cmdline: str
+    missing: tuple[str, ...] = ()
+    mismatched: tuple[tuple[str, str, str], ...] = ()  # (name, wanted, actual)
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing and not self.mismatched
+
+
+@dataclass(frozen=True)
+class TrialIdentity:
+    """What must be equal for two trials to be pooled as repeats of one build (pyperf-style)."""
+
+    commit: str
+    patch_hash: str
+    build_hash: str
+    mode: str
+    mode_hash: str
+    workload_hash: str
+    host: str  # host fingerprint: GPU model, count, driver
+
+    @property
+    def build_key(self) -> tuple[str, str, str, str, str, str, str]:
+        return (
+            self.commit,
+            self.patch_hash,
+            self.build_hash,
+            self.mode,
+            self.mode_hash,
+            self.workload_hash,
+            self.host,
+        )
+
+    @property
+    def noise_key(self) -> tuple[str, str, str, str]:
+        """Trials sharing this key share one noise model (host, mode, workload)."""
+        return (self.host, self.mode, self.mode_hash, self.workload_hash)
+
+
+def trial_summary(runs: Sequence[RunResult]) -> float | None:
+    """Median of log(metric) over usable runs: the unit of evidence of one trial."""
+    logs = sorted(math.log(r.value) for r in runs if r.usable and r.value)
+    if not logs:
+        return None
+    mid = len(logs) // 2
+    return logs[mid] if len(logs) % 2 else 0.5 * (logs[mid - 1] + logs[mid])
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One server session for (commit, mode): build, launch, ready, warm-up, runs, teardown."""
+
+    identity: TrialIdentity
+    status: TrialStatus
+    runs: tuple[RunResult, ...] = ()
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    system: SystemSummary = field(default_factory=SystemSummary)
+    env_checks: tuple[EnvCheck, ...] = ()
+    server_info: Mapping[str, Any] = field(default_factory=dict)
+    versions: Mapping[str, str] = field(default_factory=dict)
+    error: str | None = None
+    log_path: str | None = None
+    id: int | None = None  # database id once stored
+
+    @property
+    def summary(self) -> float | None:
+        """log-scale trial summary, or None when the trial carries no evidence."""
+        if self.status is not TrialStatus.OK:
+            return None
+        return trial_summary(self.runs)
+
+    @property
+    def usable_runs(self) -> tuple[RunResult, ...]:
+        return tuple(r for r in self.runs if r.usable)
+
+    @property
+    def flagged_runs(self) -> tuple[RunResult, ...]:
+        """Measured runs kept out of statistics (early EOS, errors)."""
+        return tuple(r for r in self.runs if not r.warmup and not r.usable)
+
+    def with_id(self, trial_id: int) -> "TrialResult":
+        return replace(self, id=trial_id)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A vs B on trial summaries: effect in percent (B relative to A) with its interval."""
+
+    verdict: Verdict
+    effect_pct: float
+    ci_low_pct: float
+    ci_high_pct: float
+    sigma_b_pct: float
+    sigma_source: str  # "measured (N trials, dof D)" or "prior"
+    n_a: int
+    n_b: int
+    p_value: float | None = None
+    min_effect_pct: float = 0.0
+    explanation: str = ""
+    covariate_note: str | None = None
+
+
+@dataclass(frozen=True)
+class BisectOutcome:
+    """The result of a whole search, with the evidence that carries it."""
+
+    verdict: Verdict
+    good: str
+    bad: str
+    culprit: str | None = None  # first bad commit, when exactly one
+    culprit_set: tuple[str, ...] = ()  # when skipped neighbours or a merge make it a set
+    effect_pct: float | None = None
+    endpoint_comparison: Comparison | None = None
+    culprit_comparison: Comparison | None = None
+    extra_changes: tuple[str, ...] = ()  # further change points found (more than one change)
+    skipped: tuple[str, ...] = ()
+    trials_used: int = 0
+    drift_note: str | None = None
+    explanation: str = ""

@@ -1,0 +1,355 @@
+"""The embedded demo target: a throwaway git repository shaped like SGLang, with a planted slowdown.
+
+``make_demo_target`` writes a repository whose history mixes docs-only, test-only and Python
+commits, upstream edits to the files the user's patch stack touches, a decoy commit named like the
+one the user suspected ("Fix PCG MoE Error"), and one commit that makes the speculative verify
+cycle ~17% slower (speculative tok/s −15%). It also writes the patch stack (EAGLE-3 support, the
+deepseek_v2 hidden-state fix, NCCL env propagation) as ``git format-patch`` files and a
+``perfbisect.toml`` that serves every commit with the demo emulator
+(``perfbisect.demo.emulator``), the one stand-in for the GPU server.
+
+Only git (through argument lists) and the standard library are used, so this module also serves
+tests that need a realistic repository.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+VERIFY_GOOD_MS = 4.0
+VERIFY_BAD_MS = 4.7  # 4.0 / 4.7 = 0.851: the speculative mode loses ~15%
+
+_AUTHOR_ENV = {
+    "GIT_AUTHOR_NAME": "Demo Upstream",
+    "GIT_AUTHOR_EMAIL": "upstream@example.invalid",
+    "GIT_COMMITTER_NAME": "Demo Upstream",
+    "GIT_COMMITTER_EMAIL": "upstream@example.invalid",
+}
+
+
+@dataclass(frozen=True)
+class DemoTarget:
+    """What ``perfbisect demo`` built: where things are and what it planted."""
+
+    root: Path
+    repo: Path
+    patches: Path
+    config: Path
+    good: str
+    bad: str
+    planted: str | None  # sha of the planted slowdown; None for the drift-only variant
+    commits: int
+
+
+def _git(repo: Path, *args: str, env_extra: dict[str, str] | None = None) -> str:
+    env = {**os.environ, **_AUTHOR_ENV, **(env_extra or {})}
+    out = subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    )
+    return out.stdout.strip()
+
+
+_FILES: dict[str, str] = {
+    "README.md": "# sglang (demo)\n\nA throwaway repository shaped like SGLang for perfbisect's demo.\n",
+    "docs/index.md": "# Docs\n\nServing guide.\n",
+    "docs/speculative.md": "# Speculative decoding\n\nEAGLE-3 notes.\n",
+    "test/test_generate.py": "def test_generate():\n    assert True\n",
+    "benchmark/bench_latency.py": "print('latency benchmark')\n",
+    ".github/workflows/ci.yml": "name: ci\non: [push]\n",
+    "python/pyproject.toml": '[project]\nname = "sglang"\nversion = "0.0.0"\n',
+    "python/sglang/__init__.py": '__version__ = "0.0.0.demo"\n',
+    "python/sglang/srt/__init__.py": "",
+    "python/sglang/srt/model_executor/__init__.py": "",
+    "python/sglang/srt/model_executor/decode.py": (
+        '"""Decode step timing of the demo engine (read by the demo emulator)."""\n\n'
+        "DECODE_STEP_MS = 2.0\n\n\n"
+        "def decode_step(batch):\n"
+        "    return batch\n"
+    ),
+    "python/sglang/srt/model_executor/model_runner.py": (
+        '"""Model runner."""\n\n\n'
+        "def init_model(config):\n"
+        "    layers = getattr(config, 'eagle_aux_hidden_state_layer_ids', None)\n"
+        "    return layers\n"
+    ),
+    "python/sglang/srt/speculative/__init__.py": "",
+    "python/sglang/srt/speculative/eagle_worker.py": (
+        '"""EAGLE speculative worker of the demo engine."""\n\n'
+        f"VERIFY_CYCLE_MS = {VERIFY_GOOD_MS}\n"
+        "SPEC_ACCEPT_LENGTH = 2.4\n\n\n"
+        "def verify(draft_tokens):\n"
+        "    return draft_tokens\n"
+    ),
+    "python/sglang/srt/models/__init__.py": "",
+    "python/sglang/srt/models/deepseek_v2.py": (
+        '"""DeepseekV2ForCausalLM (demo)."""\n\n'
+        "# Whether the hidden states the EAGLE-3 drafter needs are captured at the right layers.\n"
+        "EAGLE3_CAPTURE_FIX = False\n\n\n"
+        "class DeepseekV2ForCausalLM:\n"
+        "    def __init__(self, n_layers=61):\n"
+        "        self.n_layers = n_layers\n"
+        "        self.layers_to_capture = []\n\n"
+        "    def set_eagle3_layers_to_capture(self, layer_ids=None):\n"
+        "        n = self.n_layers\n"
+        "        self.layers_to_capture = [2, n // 2, n - 3]\n"
+    ),
+    "python/sglang/srt/entrypoints/__init__.py": "",
+    "python/sglang/srt/entrypoints/engine.py": (
+        '"""Engine entry point (demo)."""\n\nimport os\n\n\n'
+        "def _set_envs_and_config(server_args):\n"
+        '    os.environ.setdefault("NCCL_CUMEM_ENABLE", "0")\n'
+        "    return server_args\n"
+    ),
+    "python/sglang/srt/managers/__init__.py": "",
+    "python/sglang/srt/managers/scheduler.py": '"""Scheduler (demo)."""\n\n\ndef run_scheduler_process():\n    pass\n',
+    "python/sglang/srt/distributed/__init__.py": "",
+    "python/sglang/srt/distributed/parallel_state.py": '"""Parallel state (demo)."""\n\nWORLD = None\n',
+    "python/sglang/srt/distributed/device_communicators/__init__.py": "",
+    "python/sglang/srt/distributed/device_communicators/pynccl.py": '"""PyNccl (demo)."""\n\nNCCL_READY = True\n',
+}
+
+# (subject, {path: appended text}) for ordinary upstream history; none of them changes speed.
+_HISTORY: list[tuple[str, dict[str, str]]] = [
+    ("Update serving guide", {"docs/index.md": "\nMore on serving.\n"}),
+    ("Add scheduler metrics hook", {"python/sglang/srt/managers/scheduler.py": "\n\ndef metrics():\n    return {}\n"}),
+    ("Fix typo in README", {"README.md": "\nFixed a typo.\n"}),
+    ("Test: cover streaming", {"test/test_generate.py": "\n\ndef test_stream():\n    assert True\n"}),
+    ("Refactor decode batch handling", {"python/sglang/srt/model_executor/decode.py": "\n\ndef merge_batches(a, b):\n    return a + b\n"}),
+    ("CI: bump runner", {".github/workflows/ci.yml": "# runner v2\n"}),
+    ("Document EAGLE-3 flags", {"docs/speculative.md": "\n--speculative-num-steps 2\n"}),
+    ("Clean up model runner imports", {"python/sglang/srt/model_executor/model_runner.py": "\n\ndef warmup():\n    pass\n"}),
+    ("deepseek_v2: add MLA helper", {"python/sglang/srt/models/deepseek_v2.py": "\n\ndef mla_absorb(x):\n    return x\n"}),
+    ("Benchmark: add latency sweep", {"benchmark/bench_latency.py": "print('sweep')\n"}),
+    ("Engine: log server args", {"python/sglang/srt/entrypoints/engine.py": "\n\ndef log_args(args):\n    return str(args)\n"}),
+    ("Fix PCG MoE Error", {
+        "python/sglang/srt/distributed/device_communicators/pynccl.py": "\n\ndef pcg_moe_guard():\n    return NCCL_READY\n",
+        "python/sglang/srt/distributed/parallel_state.py": "\n\ndef moe_group():\n    return WORLD\n",
+    }),
+    ("Speculative: tidy verify signature", {"python/sglang/srt/speculative/eagle_worker.py": "\n\ndef tidy():\n    pass\n"}),
+    ("Docs: FAQ entry", {"docs/index.md": "\nFAQ: clocks matter.\n"}),
+    ("Scheduler: handle empty queue", {"python/sglang/srt/managers/scheduler.py": "\n\ndef empty():\n    return []\n"}),
+    ("Tests: speculative smoke test", {"test/test_generate.py": "\n\ndef test_spec():\n    assert True\n"}),
+]
+
+_PATCHES: list[tuple[str, str, str, str]] = [
+    # (subject, path, old line, new line) — each applied at the tip, exported with format-patch.
+    (
+        "EAGLE-3 speculative decoding support",
+        "python/sglang/srt/model_executor/model_runner.py",
+        "    layers = getattr(config, 'eagle_aux_hidden_state_layer_ids', None)\n",
+        "    layers = getattr(config, 'eagle_aux_hidden_state_layer_ids', None)\n"
+        "    if layers is not None:\n"
+        "        layers = [i + 1 for i in layers]  # EAGLE-3: capture after the layer\n",
+    ),
+    (
+        "deepseek_v2: capture the right hidden states for the EAGLE-3 drafter",
+        "python/sglang/srt/models/deepseek_v2.py",
+        "EAGLE3_CAPTURE_FIX = False\n",
+        "EAGLE3_CAPTURE_FIX = True\n",
+    ),
+    (
+        "engine: push NCCL tuning variables into spawned workers",
+        "python/sglang/srt/entrypoints/engine.py",
+        '    os.environ.setdefault("NCCL_CUMEM_ENABLE", "0")\n',
+        '    os.environ.setdefault("NCCL_CUMEM_ENABLE", "0")\n'
+        '    for name in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL"):\n'
+        "        os.environ.setdefault(name, os.environ.get(name, \"\"))\n",
+    ),
+]
+
+NCCL_ENV = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
+
+
+def _write(repo: Path, rel: str, text: str, append: bool = False) -> None:
+    path = repo / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w") as fh:
+        fh.write(text)
+
+
+def _commit(repo: Path, subject: str, when: int) -> str:
+    _git(repo, "add", "-A")
+    date = f"{when} +0000"
+    _git(repo, "commit", "-q", "-m", subject, env_extra={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def make_demo_target(
+    root: Path,
+    *,
+    commits: int = 36,
+    planted_at: int | None = None,
+    drift_only: bool = False,
+    seed: int = 7,
+    session_sigma: float = 0.02,
+    run_sigma: float = 0.01,
+    drift_per_session: float = 0.0,
+    max_tokens: int = 96,
+    runs: int = 5,
+    warmup: int = 1,
+) -> DemoTarget:
+    """Build the demo repository, its patch stack and a perfbisect.toml under ``root``."""
+    root = Path(root).resolve()
+    if root.exists():
+        shutil.rmtree(root)
+    repo = root / "sglang"
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "config", "user.name", "Demo Upstream")
+    _git(repo, "config", "user.email", "upstream@example.invalid")
+    _git(repo, "config", "commit.gpgsign", "false")
+
+    rng = random.Random(seed)
+    when = 1_764_000_000  # fixed dates: the demo's history is the same on every machine
+    for rel, text in _FILES.items():
+        _write(repo, rel, text)
+    good = _commit(repo, "Initial import of the serving engine", when)
+
+    n_after = max(commits - 1, 8)
+    planted_index = None if drift_only else (planted_at if planted_at is not None else (2 * n_after) // 3)
+    planted = None
+    for i in range(1, n_after + 1):
+        when += 3600
+        if planted_index is not None and i == planted_index:
+            path = repo / "python/sglang/srt/speculative/eagle_worker.py"
+            path.write_text(path.read_text().replace(f"VERIFY_CYCLE_MS = {VERIFY_GOOD_MS}", f"VERIFY_CYCLE_MS = {VERIFY_BAD_MS}"))
+            _write(repo, "python/sglang/srt/speculative/eagle_worker.py", "\n\ndef reuse_draft_buffer():\n    return None\n", append=True)
+            planted = _commit(repo, "Speculative: reuse the draft buffer across verify steps", when)
+            continue
+        subject, edits = _HISTORY[(i - 1) % len(_HISTORY)]
+        for rel, text in edits.items():
+            _write(repo, rel, text.replace("\n\ndef ", f"\n\ndef v{i}_") if "def " in text else text, append=True)
+        if rng.random() < 0.15:  # some upstream commits also touch docs, as real ones do
+            _write(repo, "docs/index.md", f"\nNote {i}.\n", append=True)
+        _commit(repo, f"{subject} (#{1000 + i})", when)
+    bad = _git(repo, "rev-parse", "HEAD")
+
+    patches = root / "patches"
+    _make_patch_stack(repo, patches, bad)
+    config = root / "perfbisect.toml"
+    config.write_text(
+        demo_config_text(
+            repo=repo,
+            patches=patches,
+            seed=seed,
+            session_sigma=session_sigma,
+            run_sigma=run_sigma,
+            drift_per_session=drift_per_session,
+            drift_file=root / "drift-counter",
+            max_tokens=max_tokens,
+            runs=runs,
+            warmup=warmup,
+        )
+    )
+    return DemoTarget(
+        root=root,
+        repo=repo,
+        patches=patches,
+        config=config,
+        good=good,
+        bad=bad,
+        planted=planted,
+        commits=n_after + 1,
+    )
+
+
+def _make_patch_stack(repo: Path, out: Path, tip: str) -> None:
+    """Commit the user's local patches on a scratch branch at ``tip`` and export them."""
+    _git(repo, "checkout", "-q", "-b", "local-patches", tip)
+    for subject, rel, old, new in _PATCHES:
+        path = repo / rel
+        text = path.read_text()
+        if old not in text:
+            raise RuntimeError(f"demo patch '{subject}' lost its context in {rel}")
+        path.write_text(text.replace(old, new, 1))
+        _git(repo, "commit", "-q", "-am", subject)
+    out.mkdir(parents=True, exist_ok=True)
+    _git(repo, "format-patch", "-q", "-o", str(out), f"{tip}..local-patches")
+    _git(repo, "checkout", "-q", "main")
+    _git(repo, "branch", "-q", "-D", "local-patches")
+
+
+def _toml_str(value: str) -> str:
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def demo_config_text(
+    *,
+    repo: Path,
+    patches: Path,
+    seed: int,
+    session_sigma: float,
+    run_sigma: float,
+    drift_per_session: float,
+    drift_file: Path,
+    max_tokens: int,
+    runs: int,
+    warmup: int,
+) -> str:
+    """The perfbisect.toml the demo runs with: SGLang's shape, the emulator in place of the GPU server."""
+    nccl = "\n".join(f"{k} = {_toml_str(v)}" for k, v in NCCL_ENV.items())
+    return f"""\
+# perfbisect.toml written by `perfbisect demo`.
+# The server is perfbisect's SGLang emulator (a stand-in for the GPU server); everything else is real.
+
+[target]
+repo = {_toml_str(repo)}
+python = {_toml_str(sys.executable)}
+
+[patches]
+dir = {_toml_str(patches)}
+
+[[build.steps]]
+name = "python"
+# SGLang's Python-only build is `pip install -e python --no-deps`; the demo byte-compiles instead.
+command = ["{{python}}", "-m", "compileall", "-q", "python"]
+paths = ["python/**"]
+python_only = true
+
+[server]
+command = ["{{python}}", "-m", "perfbisect.demo.emulator", "--model-path", "demo/Kimi-K2.5-INT4",
+           "--tp", "8", "--host", "{{host}}", "--port", "{{port}}", "--worktree", "{{worktree}}",
+           "--workers", "2"]
+ready_timeout_s = 60
+ready_poll_s = 0.1
+shutdown_grace_s = 5
+
+[server.env]
+{nccl}
+PERFBISECT_DEMO_SEED = "{seed}"
+PERFBISECT_DEMO_SESSION_SIGMA = "{session_sigma}"
+PERFBISECT_DEMO_RUN_SIGMA = "{run_sigma}"
+PERFBISECT_DEMO_DRIFT_PER_SESSION = "{drift_per_session}"
+PERFBISECT_DEMO_DRIFT_FILE = {_toml_str(drift_file)}
+
+[modes.baseline]
+args = []
+
+[modes.eagle3]
+args = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "demo/Kimi-K2.5-EAGLE3",
+        "--speculative-num-steps", "2", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]
+speculative = true
+
+[workload]
+kind = "sglang"
+max_tokens = {max_tokens}
+warmup = {warmup}
+runs = {runs}
+
+[stats]
+metric = "eagle3"
+min_effect_pct = 3.0
+"""

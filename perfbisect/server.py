@@ -353,7 +353,8 @@ class ServerSession:
         passes. Connection refused while the server is loading is expected, not an error.
         """
         proc = self._require_started()
-        url = self.base_url + self.server.ready_path
+        path = self.server.ready_path
+        url = self.base_url + (path if path.startswith("/") else "/" + path)
         timeout_s = self.server.ready_timeout_s
         poll_s = self.server.ready_poll_s
         t0 = time.monotonic()

@@ -1,0 +1,41 @@
+"""The results store: SQLite through SQLAlchemy 2.0, schema managed by Alembic migrations in db/.
+
+SQLAlchemy is imported only inside this package. ``open_store`` is the app layer's entry point;
+``perfbisect.store.queries`` holds the session-taking query functions behind it.
+"""
+
+from .database import (
+    DB_FILENAME,
+    Store,
+    default_db_path,
+    make_engine,
+    open_store,
+    owner_alive,
+    process_owner,
+)
+from .records import (
+    INTERRUPTED_ERROR,
+    UNFINISHED_ERROR,
+    BisectionRecord,
+    ComparisonRecord,
+    ObservationRecord,
+    TrialPurpose,
+    is_unfinished,
+)
+
+__all__ = [
+    "DB_FILENAME",
+    "INTERRUPTED_ERROR",
+    "UNFINISHED_ERROR",
+    "BisectionRecord",
+    "ComparisonRecord",
+    "ObservationRecord",
+    "Store",
+    "TrialPurpose",
+    "default_db_path",
+    "is_unfinished",
+    "make_engine",
+    "open_store",
+    "owner_alive",
+    "process_owner",
+]

@@ -1,0 +1,438 @@
+"""The results database: one SQLite file, opened through SQLAlchemy, migrated by Alembic.
+
+``open_store(path)`` gives a ``Store`` that owns the engine and runs each call in its own short
+transaction, so every run is committed the moment it lands and a crash loses nothing stored. The
+query functions it calls (``perfbisect.store.queries``) take a ``Session`` and can be used directly
+by code that wants several steps in one transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import URL, Engine, create_engine, event
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from ..errors import StoreError
+from ..model import (
+    BisectOutcome,
+    Comparison,
+    EnvCheck,
+    RunResult,
+    SystemSummary,
+    TrialIdentity,
+    TrialResult,
+    TrialStatus,
+)
+from . import queries
+from .migrations import upgrade_to_head
+from .queries import NoiseKey, TrialDetails
+from .records import BisectionRecord, ComparisonRecord, ObservationRecord, TrialPurpose
+
+DB_FILENAME = "results.sqlite"
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_BEGIN_MODES = {"DEFERRED", "IMMEDIATE", "EXCLUSIVE"}
+
+
+def default_db_path(repo: Path) -> Path:
+    """``<repo>/.git/perfbisect/results.sqlite`` (following a ``.git`` file of a linked worktree)."""
+    dot_git = Path(repo) / ".git"
+    if dot_git.is_file():
+        # A linked worktree or submodule: ".git" holds "gitdir: <path>".
+        text = dot_git.read_text(encoding="utf-8", errors="replace").strip()
+        if text.startswith("gitdir:"):
+            target = Path(text[len("gitdir:") :].strip())
+            dot_git = target if target.is_absolute() else (Path(repo) / target).resolve()
+    return dot_git / "perfbisect" / DB_FILENAME
+
+
+def process_owner() -> str:
+    """``host:pid:start`` of this process; recovery uses it to tell live trials from dead ones."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_process_start(pid)}"
+
+
+def owner_alive(owner: str) -> bool:
+    """Whether the process that wrote ``owner`` (see ``process_owner``) is still running here.
+
+    An owner from another host name counts as gone: SQLite files are not shared across machines,
+    and a container restart changes the host name, so waiting for it would wait forever.
+    """
+    host, _, rest = owner.partition(":")
+    pid_text, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    # The pid may have been reused by an unrelated process since: compare start times.
+    return not start or start == "?" or _process_start(pid) in (start, "?")
+
+
+def _process_start(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "?"
+    # Field 22 (starttime); the command name (field 2) may contain spaces, so split after ')'.
+    fields = stat.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else "?"
+
+
+def make_engine(db_path: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
+    """A SQLAlchemy engine on ``db_path`` with WAL, foreign keys and a busy timeout on every connection."""
+    engine = create_engine(
+        URL.create("sqlite", database=str(db_path)),
+        connect_args={"timeout": busy_timeout_s},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event emit BEGIN itself (pysqlite's implicit BEGIN is deferred
+        # and would make two writers deadlock-fail instead of waiting for each other).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
+        if mode not in _BEGIN_MODES:
+            raise ValueError(f"sqlite_begin must be one of {sorted(_BEGIN_MODES)}, not {mode!r}")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def open_store(
+    db_path: Path,
+    *,
+    recover: bool = True,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+) -> "Store":
+    """Open (creating parent directories, creating or upgrading the schema) the results database.
+
+    With ``recover`` (the default), trials and bisections left running by a dead process are
+    marked failed / interrupted (see ``Store.recover_interrupted``); ``Store.recovered`` says which.
+    """
+    db_path = Path(db_path).expanduser().absolute()
+    _check_file(db_path)
+    engine = make_engine(db_path, busy_timeout_s)
+    try:
+        upgrade_to_head(engine, db_path)
+    except StoreError:
+        engine.dispose()
+        raise
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise StoreError(
+            f"Cannot open the results database {db_path}: {_reason(exc)}. If the file is damaged or "
+            "not a perfbisect database, move it aside (perfbisect starts a new one) or pass "
+            "--db PATH; if it is locked, wait for the other perfbisect process to finish."
+        ) from exc
+    store = Store(db_path, engine)
+    if recover:
+        store.recovered = store.recover_interrupted()
+    return store
+
+
+def _check_file(db_path: Path) -> None:
+    if db_path.is_dir():
+        raise StoreError(
+            f"The results database path {db_path} is a directory; pass a file path such as "
+            f"{db_path / DB_FILENAME}."
+        )
+    try:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(
+            f"Cannot create the directory {db_path.parent} for the results database: "
+            f"{exc.strerror or exc}. Choose a writable location with --db PATH."
+        ) from exc
+    if db_path.is_file():
+        try:
+            with db_path.open("rb") as fh:
+                header = fh.read(len(_SQLITE_MAGIC))
+        except OSError as exc:
+            raise StoreError(
+                f"Cannot read the results database {db_path}: {exc.strerror or exc}. Fix its "
+                "permissions or pass another file with --db PATH."
+            ) from exc
+        # An empty file is what a crashed first open can leave: SQLite treats it as a new database.
+        if header and header != _SQLITE_MAGIC:
+            raise StoreError(
+                f"{db_path} is not a SQLite database (it starts with {header[:8]!r}). perfbisect "
+                "keeps its results there; move that file aside (perfbisect then starts a new "
+                "database) or pass another path with --db PATH."
+            )
+
+
+def _reason(exc: SQLAlchemyError) -> str:
+    orig = getattr(exc, "orig", None)
+    text = str(orig) if orig is not None else str(exc).splitlines()[0]
+    return text.rstrip(". ")
+
+
+class Store:
+    """The results database for the app layer; each call is its own committed transaction."""
+
+    def __init__(self, path: Path, engine: Engine):
+        self.path = path
+        self.engine = engine
+        # Writers take the write lock at BEGIN, so two processes queue instead of failing.
+        self._write_engine = engine.execution_options(sqlite_begin="IMMEDIATE")
+        self.owner = process_owner()
+        self.recovered: tuple[list[int], list[int]] = ([], [])
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the engine's connections."""
+        self.engine.dispose()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def session(self, *, write: bool = False) -> Iterator[Session]:
+        """A session inside one transaction, committed on exit (for several query calls at once)."""
+        try:
+            with Session(self._write_engine if write else self.engine) as s, s.begin():
+                yield s
+        except SQLAlchemyError as exc:
+            raise StoreError(
+                f"The results database {self.path} failed: {_reason(exc)}. Results stored before "
+                "this point are kept. If it is locked, another perfbisect process is writing: let "
+                "it finish; otherwise check that the file is writable and the disk has space."
+            ) from exc
+
+    # --- trials --------------------------------------------------------------------------------
+
+    def begin_trial(
+        self,
+        identity: TrialIdentity,
+        purpose: TrialPurpose | str,
+        bisection_id: int | None = None,
+        log_path: str | Path | None = None,
+        *,
+        started_at: float | None = None,
+    ) -> int:
+        """Store a new running trial and return its id."""
+        with self.session(write=True) as s:
+            return queries.insert_trial(
+                s,
+                identity,
+                purpose,
+                owner=self.owner,
+                bisection_id=bisection_id,
+                log_path=None if log_path is None else str(log_path),
+                started_at=started_at,
+            )
+
+    def add_run(self, trial_id: int, run: RunResult) -> None:
+        """Store one run, committed before this returns."""
+        with self.session(write=True) as s:
+            queries.insert_run(s, trial_id, run)
+
+    def finish_trial(
+        self,
+        trial_id: int,
+        status: TrialStatus,
+        system: SystemSummary | None = None,
+        system_samples: Mapping[str, Any] | None = None,
+        env_checks: Sequence[EnvCheck] = (),
+        server_info: Mapping[str, Any] | None = None,
+        versions: Mapping[str, str] | None = None,
+        error: str | None = None,
+        *,
+        finished_at: float | None = None,
+    ) -> TrialResult:
+        """Close a trial with its status and state; its runs stay as stored whatever happens here."""
+        # Encode first: a value that cannot be stored fails before any row is touched.
+        details = TrialDetails.encode(system, system_samples, env_checks, server_info, versions)
+        with self.session(write=True) as s:
+            return queries.finish_trial(
+                s, trial_id, status, details, error=error, finished_at=finished_at
+            )
+
+    def trial(self, trial_id: int) -> TrialResult:
+        """One stored trial with its runs."""
+        with self.session() as s:
+            return queries.load_trial(s, trial_id)
+
+    def trial_samples(self, trial_id: int) -> dict[str, Any] | None:
+        """The compact system-state samples stored with a trial."""
+        with self.session() as s:
+            return queries.trial_samples(s, trial_id)
+
+    def trials(
+        self,
+        commit: str | None = None,
+        mode: str | None = None,
+        noise_key: NoiseKey | None = None,
+        status: TrialStatus | None = TrialStatus.OK,
+        since: float | None = None,
+        *,
+        purpose: TrialPurpose | str | None = None,
+        bisection_id: int | None = None,
+    ) -> list[TrialResult]:
+        """Stored trials matching the filters, oldest first, with their runs."""
+        with self.session() as s:
+            return queries.select_trials(
+                s,
+                commit=commit,
+                mode=mode,
+                noise_key=noise_key,
+                status=status,
+                since=since,
+                purpose=purpose,
+                bisection_id=bisection_id,
+            )
+
+    def identical_build_groups(
+        self, noise_key: NoiseKey, *, min_size: int = 2
+    ) -> list[list[TrialResult]]:
+        """Repeated OK trials of identical builds under one noise key: A/A data for σ_b."""
+        with self.session() as s:
+            return queries.identical_build_groups(s, noise_key, min_size=min_size)
+
+    def unfinished_trials(self) -> list[TrialResult]:
+        """Trials still marked running (see ``records.is_unfinished``)."""
+        with self.session() as s:
+            return queries.unfinished_trials(s)
+
+    def recover_interrupted(self, *, force: bool = False) -> tuple[list[int], list[int]]:
+        """Mark trials/bisections left running by a dead process failed ("interrupted") / interrupted.
+
+        Their runs and observations are kept. ``force`` also takes those whose process looks alive.
+        Returns (trial ids, bisection ids).
+        """
+        alive = (lambda _owner: False) if force else owner_alive
+        with self.session(write=True) as s:
+            return queries.recover_interrupted(s, alive)
+
+    # --- bisections ----------------------------------------------------------------------------
+
+    def begin_bisection(
+        self,
+        good: str,
+        bad: str,
+        commits: Sequence[str],
+        metric: str,
+        config_hash: str,
+        repo: str | Path,
+        settings: Mapping[str, Any] | None = None,
+        *,
+        started_at: float | None = None,
+    ) -> int:
+        """Store a new running bisection over ``commits`` (oldest first) and return its id."""
+        with self.session(write=True) as s:
+            return queries.insert_bisection(
+                s,
+                good=good,
+                bad=bad,
+                commits=commits,
+                metric=metric,
+                config_hash=config_hash,
+                repo=str(repo),
+                settings=settings or {},
+                owner=self.owner,
+                started_at=started_at,
+            )
+
+    def add_observation(
+        self,
+        bisection_id: int,
+        seq: int,
+        commit: str,
+        value: float | None,
+        trial_ids: Iterable[int] = (),
+        covariates: Mapping[str, float] | None = None,
+    ) -> None:
+        """Append one observation (committed before this returns)."""
+        with self.session(write=True) as s:
+            queries.insert_observation(s, bisection_id, seq, commit, value, trial_ids, covariates)
+
+    def observations(self, bisection_id: int) -> list[ObservationRecord]:
+        """A bisection's observations in replay order."""
+        with self.session() as s:
+            return queries.load_observations(s, bisection_id)
+
+    def finish_bisection(self, bisection_id: int, outcome: BisectOutcome) -> BisectionRecord:
+        """Store the outcome and mark the bisection done."""
+        with self.session(write=True) as s:
+            return queries.finish_bisection(s, bisection_id, outcome)
+
+    def bisection(self, bisection_id: int) -> BisectionRecord:
+        """One stored bisection."""
+        with self.session() as s:
+            return queries.load_bisection(s, bisection_id)
+
+    def bisections(self, limit: int = 20) -> list[BisectionRecord]:
+        """The most recent bisections, newest first."""
+        with self.session() as s:
+            return queries.list_bisections(s, limit)
+
+    def latest_unfinished_bisection(self) -> BisectionRecord | None:
+        """The newest bisection that was interrupted (what `perfbisect resume` continues)."""
+        with self.session() as s:
+            return queries.latest_unfinished_bisection(s, owner_alive)
+
+    def resume_bisection(self, bisection_id: int) -> BisectionRecord:
+        """Mark an interrupted bisection running again, owned by this process."""
+        with self.session(write=True) as s:
+            return queries.set_bisection_running(s, bisection_id, self.owner)
+
+    # --- comparisons ---------------------------------------------------------------------------
+
+    def record_comparison(
+        self,
+        a: str,
+        b: str,
+        mode: str,
+        comparison: Comparison,
+        *,
+        metric: str = "decode_tok_s",
+        trial_ids_a: Iterable[int] = (),
+        trial_ids_b: Iterable[int] = (),
+        bisection_id: int | None = None,
+    ) -> int:
+        """Store one comparison and return its id."""
+        with self.session(write=True) as s:
+            return queries.insert_comparison(
+                s,
+                a=a,
+                b=b,
+                mode=mode,
+                comparison=comparison,
+                metric=metric,
+                trial_ids_a=trial_ids_a,
+                trial_ids_b=trial_ids_b,
+                bisection_id=bisection_id,
+            )
+
+    def comparisons(
+        self, limit: int = 20, *, bisection_id: int | None = None
+    ) -> list[ComparisonRecord]:
+        """The most recent comparisons, newest first."""
+        with self.session() as s:
+            return queries.list_comparisons(s, limit, bisection_id=bisection_id)

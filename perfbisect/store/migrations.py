@@ -1,0 +1,134 @@
+"""Alembic, driven from code: the results schema is created and upgraded only by ``db/versions``.
+
+No ``alembic.ini``: the script location comes from ``perfbisect.resources.data_dir("db")`` (a
+checkout or an installed wheel) and the connection is handed to ``db/env.py`` through
+``config.attributes["connection"]``.
+
+Developers add a migration after changing ``schema.py`` with::
+
+    python -m perfbisect.store.migrations revision "add trials.foo"
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, inspect
+
+from ..errors import StoreError
+from ..resources import data_dir
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An in-memory Alembic config pointing at perfbisect's db/ migrations."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(data_dir("db")))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest schema revision this perfbisect knows."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "db/versions has no migrations"
+    return head
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The schema revision stamped in the database (None for an empty file)."""
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade_to_head(engine: Engine, db_path: Path) -> tuple[str | None, str]:
+    """Bring the database to the head revision; return (revision before, revision after).
+
+    At head this only reads. Otherwise the upgrade runs in one write transaction with foreign keys
+    off: SQLite batch migrations drop and recreate tables, and with foreign keys on a DROP TABLE
+    would first delete the rows that reference it (or refuse), which must never happen to results.
+    """
+    script = ScriptDirectory.from_config(alembic_config())
+    head = script.get_current_head()
+    known = {rev.revision for rev in script.walk_revisions()}
+    with engine.connect() as conn:
+        before = current_revision(conn)
+        _check_known(conn, before, known, head, db_path)
+        conn.rollback()
+        if before == head:
+            return before, head
+        # PRAGMA foreign_keys is ignored inside a transaction: set it on the raw connection, which
+        # (isolation_level None) is in autocommit between SQLAlchemy transactions.
+        raw = conn.connection.dbapi_connection
+        raw.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with conn.execution_options(sqlite_begin="IMMEDIATE").begin():
+                # Re-read under the write lock: another process may have migrated meanwhile.
+                before = current_revision(conn)
+                _check_known(conn, before, known, head, db_path)
+                if before != head:
+                    command.upgrade(alembic_config(conn), "head")
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise StoreError(
+                        f"Upgrading the results database {db_path} to schema {head} left "
+                        f"{len(broken)} rows pointing at missing rows ({broken[:3]}); nothing was "
+                        "changed. Report this as a perfbisect bug and keep the file."
+                    )
+        finally:
+            raw.execute("PRAGMA foreign_keys = ON")
+    return before, head
+
+
+def _check_known(
+    conn: Connection, revision: str | None, known: set[str], head: str | None, db_path: Path
+) -> None:
+    if revision is None:
+        tables = [t for t in inspect(conn).get_table_names() if not t.startswith("sqlite_")]
+        if tables:
+            raise StoreError(
+                f"{db_path} is a SQLite database but not a perfbisect results database (it has "
+                f"tables {', '.join(sorted(tables)[:5])} and no schema version). Point perfbisect at "
+                "another file (--db PATH) or move this one aside."
+            )
+    elif revision not in known:
+        raise StoreError(
+            f"The results database {db_path} was written by a newer perfbisect (schema revision "
+            f"{revision}; this version knows up to {head}). Upgrade perfbisect "
+            "(pip install -U perfbisect), or use another file with --db PATH."
+        )
+
+
+def make_revision(message: str) -> None:
+    """Autogenerate a new migration in db/versions from the difference between head and schema.py."""
+    versions = data_dir("db") / "versions"
+    number = len(list(versions.glob("[0-9][0-9][0-9][0-9]_*.py"))) + 1
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = create_engine(f"sqlite:///{Path(tmp) / 'head.sqlite'}")
+        with engine.begin() as conn:
+            command.upgrade(alembic_config(conn), "head")
+            command.revision(
+                alembic_config(conn),
+                message=message,
+                autogenerate=True,
+                rev_id=f"{number:04d}",
+            )
+        engine.dispose()
+
+
+def main(argv: list[str]) -> int:
+    """Developer entry point: ``revision MESSAGE``."""
+    if len(argv) != 2 or argv[0] != "revision":
+        sys.stderr.write('usage: python -m perfbisect.store.migrations revision "MESSAGE"\n')
+        return 2
+    make_revision(argv[1])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,612 @@
+"""Query functions over the results database.
+
+Each takes a ``Session`` that the caller owns (``with Session(engine) as s, s.begin():``) and returns
+plain values from ``perfbisect.model`` or ``perfbisect.store.records``, fully loaded, so nothing
+touches the database after the session closes. They raise ``StoreError`` for what a user can cause
+(an unknown trial id, a duplicate observation) and let SQLAlchemy errors through otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from ..errors import StoreError
+from ..model import (
+    BisectOutcome,
+    Comparison,
+    EnvCheck,
+    RunResult,
+    SystemSummary,
+    TrialIdentity,
+    TrialResult,
+    TrialStatus,
+    Verdict,
+    trial_summary,
+)
+from . import codec
+from .records import (
+    INTERRUPTED_ERROR,
+    UNFINISHED_ERROR,
+    BisectionRecord,
+    ComparisonRecord,
+    ObservationRecord,
+    TrialPurpose,
+)
+from .schema import (
+    BISECTION_DONE,
+    BISECTION_INTERRUPTED,
+    BISECTION_RUNNING,
+    TRIAL_RUNNING,
+    BisectionRow,
+    ComparisonRow,
+    ObservationRow,
+    RunRow,
+    TrialRow,
+)
+
+NoiseKey = tuple[str, str, str, str]  # TrialIdentity.noise_key: (host, mode, mode_hash, workload_hash)
+
+# RunResult field name -> runs column name ("index" would shadow SQL's INDEX keyword).
+_RUN_COLUMNS = {
+    f.name: ("idx" if f.name == "index" else f.name) for f in dataclasses.fields(RunResult)
+}
+
+
+# --- trials and runs -------------------------------------------------------------------------
+
+
+def insert_trial(
+    session: Session,
+    identity: TrialIdentity,
+    purpose: TrialPurpose | str,
+    *,
+    owner: str,
+    bisection_id: int | None = None,
+    log_path: str | None = None,
+    started_at: float | None = None,
+) -> int:
+    """Store a new trial in state "running" and return its id."""
+    purpose = _purpose(purpose)
+    row = TrialRow(
+        commit_sha=identity.commit,
+        patch_hash=identity.patch_hash,
+        build_hash=identity.build_hash,
+        mode=identity.mode,
+        mode_hash=identity.mode_hash,
+        workload_hash=identity.workload_hash,
+        host=identity.host,
+        purpose=purpose.value,
+        status=TRIAL_RUNNING,
+        owner=owner,
+        started_at=time.time() if started_at is None else started_at,
+        log_path=log_path,
+        bisection_id=bisection_id,
+    )
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def insert_run(
+    session: Session, trial_id: int, run: RunResult, *, recorded_at: float | None = None
+) -> int:
+    """Store one run of a running trial and return its row id."""
+    trial = _trial_row(session, trial_id)
+    if trial.status != TRIAL_RUNNING:
+        raise StoreError(
+            f"Trial {trial_id} is already finished ({trial.status}); a run cannot be added to it. "
+            "Start a new trial with begin_trial() for further runs."
+        )
+    values = {column: getattr(run, name) for name, column in _RUN_COLUMNS.items()}
+    row = RunRow(trial_id=trial_id, recorded_at=recorded_at or time.time(), **values)
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialDetails:
+    """What finish_trial writes, already reduced to JSON-able values (so encoding errors happen
+    before any row is touched)."""
+
+    system: Any
+    system_samples: Any
+    env_checks: Any
+    server_info: Any
+    versions: Any
+
+    @classmethod
+    def encode(
+        cls,
+        system: SystemSummary | None,
+        system_samples: Mapping[str, Any] | None,
+        env_checks: Sequence[EnvCheck],
+        server_info: Mapping[str, Any] | None,
+        versions: Mapping[str, str] | None,
+    ) -> "TrialDetails":
+        """Encode each part, naming the part that cannot be stored as JSON."""
+        parts = {
+            "system": system,
+            "system_samples": system_samples,
+            "env_checks": tuple(env_checks or ()),
+            "server_info": server_info,
+            "versions": versions,
+        }
+        out = {}
+        for name, value in parts.items():
+            try:
+                out[name] = codec.encode(value)
+            except TypeError as exc:
+                raise StoreError(
+                    f"The trial's {name} cannot be stored: {exc}. Convert it to plain JSON values "
+                    "(str, int, float, bool, None, lists, dicts) before finish_trial(); the trial's "
+                    "runs are already stored and were not touched."
+                ) from exc
+        return cls(**out)
+
+
+def finish_trial(
+    session: Session,
+    trial_id: int,
+    status: TrialStatus,
+    details: TrialDetails,
+    *,
+    error: str | None = None,
+    finished_at: float | None = None,
+) -> TrialResult:
+    """Close a running trial with its status, state and summary; return it as stored."""
+    status = TrialStatus(status)
+    row = _trial_row(session, trial_id, with_runs=True)
+    if row.status != TRIAL_RUNNING:
+        raise StoreError(
+            f"Trial {trial_id} is already finished ({row.status}, error {row.error!r}); it cannot be "
+            "finished twice. A trial marked 'interrupted' was recovered after its process died: "
+            "start a new trial instead."
+        )
+    runs = tuple(_run_result(r) for r in row.runs)
+    row.status = status.value
+    row.summary = trial_summary(runs) if status is TrialStatus.OK else None
+    row.finished_at = time.time() if finished_at is None else finished_at
+    row.error = error
+    row.system = details.system
+    row.system_samples = details.system_samples
+    row.env_checks = details.env_checks
+    row.server_info = details.server_info
+    row.versions = details.versions
+    session.flush()
+    return _trial_result(row)
+
+
+def load_trial(session: Session, trial_id: int) -> TrialResult:
+    """One stored trial with its runs in order."""
+    return _trial_result(_trial_row(session, trial_id, with_runs=True))
+
+
+def trial_samples(session: Session, trial_id: int) -> dict[str, Any] | None:
+    """The compact system-state time series of one trial (the sampler's form), if recorded."""
+    _trial_row(session, trial_id)
+    return session.scalar(select(TrialRow.system_samples).where(TrialRow.id == trial_id))
+
+
+def select_trials(
+    session: Session,
+    *,
+    commit: str | None = None,
+    mode: str | None = None,
+    noise_key: NoiseKey | None = None,
+    status: TrialStatus | None = TrialStatus.OK,
+    since: float | None = None,
+    purpose: TrialPurpose | str | None = None,
+    bisection_id: int | None = None,
+) -> list[TrialResult]:
+    """Stored trials matching every filter given, oldest first, runs loaded.
+
+    ``status=None`` includes every trial, unfinished ones too (see ``records.is_unfinished``).
+    ``commit`` matches a full sha or a prefix of at least 4 characters.
+    """
+    query = select(TrialRow).options(selectinload(TrialRow.runs))
+    if commit is not None:
+        if len(commit) < 40:
+            if len(commit) < 4:
+                raise StoreError(
+                    f"Commit '{commit}' is too short to look up trials by; give at least 4 hex "
+                    "characters of the sha."
+                )
+            query = query.where(TrialRow.commit_sha.startswith(commit, autoescape=True))
+        else:
+            query = query.where(TrialRow.commit_sha == commit)
+    if mode is not None:
+        query = query.where(TrialRow.mode == mode)
+    if noise_key is not None:
+        host, key_mode, mode_hash, workload_hash = noise_key
+        query = query.where(
+            TrialRow.host == host,
+            TrialRow.mode == key_mode,
+            TrialRow.mode_hash == mode_hash,
+            TrialRow.workload_hash == workload_hash,
+        )
+    if status is not None:
+        query = query.where(TrialRow.status == TrialStatus(status).value)
+    if since is not None:
+        query = query.where(TrialRow.started_at >= since)
+    if purpose is not None:
+        query = query.where(TrialRow.purpose == _purpose(purpose).value)
+    if bisection_id is not None:
+        query = query.where(TrialRow.bisection_id == bisection_id)
+    query = query.order_by(TrialRow.started_at, TrialRow.id)
+    return [_trial_result(row) for row in session.scalars(query)]
+
+
+def identical_build_groups(
+    session: Session, noise_key: NoiseKey, *, min_size: int = 2
+) -> list[list[TrialResult]]:
+    """OK trials of one noise key grouped by identical build (A/A data), groups of >= min_size."""
+    groups: dict[tuple[str, ...], list[TrialResult]] = {}
+    for trial in select_trials(session, noise_key=noise_key, status=TrialStatus.OK):
+        groups.setdefault(trial.identity.build_key, []).append(trial)
+    return [g for g in groups.values() if len(g) >= min_size]
+
+
+def unfinished_trials(session: Session) -> list[TrialResult]:
+    """Trials still marked running: in progress elsewhere, or left by a killed process."""
+    rows = session.scalars(
+        select(TrialRow)
+        .options(selectinload(TrialRow.runs))
+        .where(TrialRow.status == TRIAL_RUNNING)
+        .order_by(TrialRow.id)
+    )
+    return [_trial_result(row) for row in rows]
+
+
+def recover_interrupted(
+    session: Session, owner_alive: Callable[[str], bool], *, now: float | None = None
+) -> tuple[list[int], list[int]]:
+    """Mark running trials and bisections whose process is gone as failed / interrupted.
+
+    Runs are kept. A recovered trial's finished_at is its last sign of life (its last run, or its
+    start). Returns (trial ids, bisection ids) recovered.
+    """
+    trial_ids: list[int] = []
+    running = session.scalars(
+        select(TrialRow).options(selectinload(TrialRow.runs)).where(TrialRow.status == TRIAL_RUNNING)
+    )
+    for row in running:
+        if owner_alive(row.owner):
+            continue
+        row.status = TrialStatus.FAILED.value
+        row.error = INTERRUPTED_ERROR
+        row.summary = None
+        row.finished_at = max([row.started_at] + [r.recorded_at for r in row.runs])
+        trial_ids.append(row.id)
+    bisection_ids: list[int] = []
+    for row in session.scalars(select(BisectionRow).where(BisectionRow.status == BISECTION_RUNNING)):
+        if owner_alive(row.owner):
+            continue
+        row.status = BISECTION_INTERRUPTED
+        bisection_ids.append(row.id)
+    session.flush()
+    return trial_ids, bisection_ids
+
+
+# --- bisections and observations ---------------------------------------------------------------
+
+
+def insert_bisection(
+    session: Session,
+    *,
+    good: str,
+    bad: str,
+    commits: Sequence[str],
+    metric: str,
+    config_hash: str,
+    repo: str,
+    settings: Mapping[str, Any],
+    owner: str,
+    started_at: float | None = None,
+) -> int:
+    """Store a new running bisection and return its id."""
+    row = BisectionRow(
+        good=good,
+        bad=bad,
+        commits=list(commits),
+        metric=metric,
+        config_hash=config_hash,
+        repo=repo,
+        settings=_json_part("settings", settings),
+        status=BISECTION_RUNNING,
+        owner=owner,
+        started_at=time.time() if started_at is None else started_at,
+    )
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def insert_observation(
+    session: Session,
+    bisection_id: int,
+    seq: int,
+    commit: str,
+    value: float | None,
+    trial_ids: Iterable[int] = (),
+    covariates: Mapping[str, float] | None = None,
+    *,
+    recorded_at: float | None = None,
+) -> None:
+    """Append one observation of a bisection; seq must be new for that bisection."""
+    _bisection_row(session, bisection_id)
+    clash = session.scalar(
+        select(ObservationRow.commit_sha).where(
+            ObservationRow.bisection_id == bisection_id, ObservationRow.seq == seq
+        )
+    )
+    if clash is not None:
+        raise StoreError(
+            f"Bisection {bisection_id} already has observation #{seq} (commit {clash[:10]}); "
+            "observations are append-only. Use the next sequence number "
+            "(len(store.observations(id))) when resuming."
+        )
+    session.add(
+        ObservationRow(
+            bisection_id=bisection_id,
+            seq=seq,
+            commit_sha=commit,
+            value=value,
+            trial_ids=[int(t) for t in trial_ids],
+            covariates={str(k): float(v) for k, v in (covariates or {}).items()},
+            recorded_at=time.time() if recorded_at is None else recorded_at,
+        )
+    )
+    session.flush()
+
+
+def load_observations(session: Session, bisection_id: int) -> list[ObservationRecord]:
+    """A bisection's observations in replay order (seq)."""
+    _bisection_row(session, bisection_id)
+    rows = session.scalars(
+        select(ObservationRow)
+        .where(ObservationRow.bisection_id == bisection_id)
+        .order_by(ObservationRow.seq)
+    )
+    return [
+        ObservationRecord(
+            bisection_id=row.bisection_id,
+            seq=row.seq,
+            commit=row.commit_sha,
+            value=row.value,
+            trial_ids=tuple(row.trial_ids),
+            covariates=dict(row.covariates),
+            recorded_at=row.recorded_at,
+        )
+        for row in rows
+    ]
+
+
+def finish_bisection(
+    session: Session,
+    bisection_id: int,
+    outcome: BisectOutcome,
+    *,
+    finished_at: float | None = None,
+) -> BisectionRecord:
+    """Store a bisection's outcome and mark it done."""
+    encoded = _json_part("outcome", outcome)
+    row = _bisection_row(session, bisection_id)
+    row.status = BISECTION_DONE
+    row.verdict = Verdict(outcome.verdict).value
+    row.culprit = outcome.culprit
+    row.outcome = encoded
+    row.finished_at = time.time() if finished_at is None else finished_at
+    session.flush()
+    return _bisection_record(session, row)
+
+
+def set_bisection_running(session: Session, bisection_id: int, owner: str) -> BisectionRecord:
+    """Take over an interrupted bisection (for `perfbisect resume`)."""
+    row = _bisection_row(session, bisection_id)
+    if row.status == BISECTION_DONE:
+        raise StoreError(
+            f"Bisection {bisection_id} ({row.good[:10]}..{row.bad[:10]}) is already done "
+            f"(verdict {row.verdict}); there is nothing to resume. Start a new run instead."
+        )
+    row.status = BISECTION_RUNNING
+    row.owner = owner
+    session.flush()
+    return _bisection_record(session, row)
+
+
+def load_bisection(session: Session, bisection_id: int) -> BisectionRecord:
+    """One stored bisection."""
+    return _bisection_record(session, _bisection_row(session, bisection_id))
+
+
+def list_bisections(session: Session, limit: int = 20) -> list[BisectionRecord]:
+    """The most recent bisections, newest first."""
+    rows = session.scalars(
+        select(BisectionRow).order_by(BisectionRow.started_at.desc(), BisectionRow.id.desc()).limit(limit)
+    )
+    return [_bisection_record(session, row) for row in rows]
+
+
+def latest_unfinished_bisection(
+    session: Session, owner_alive: Callable[[str], bool]
+) -> BisectionRecord | None:
+    """The newest bisection that is not done and whose process is gone (what resume continues)."""
+    rows = session.scalars(
+        select(BisectionRow)
+        .where(BisectionRow.status.in_((BISECTION_RUNNING, BISECTION_INTERRUPTED)))
+        .order_by(BisectionRow.started_at.desc(), BisectionRow.id.desc())
+    )
+    for row in rows:
+        if row.status == BISECTION_INTERRUPTED or not owner_alive(row.owner):
+            return _bisection_record(session, row)
+    return None
+
+
+# --- comparisons -----------------------------------------------------------------------------
+
+
+def insert_comparison(
+    session: Session,
+    *,
+    a: str,
+    b: str,
+    mode: str,
+    comparison: Comparison,
+    metric: str = "decode_tok_s",
+    trial_ids_a: Iterable[int] = (),
+    trial_ids_b: Iterable[int] = (),
+    bisection_id: int | None = None,
+    created_at: float | None = None,
+) -> int:
+    """Store one comparison and return its id."""
+    row = ComparisonRow(
+        a=a,
+        b=b,
+        mode=mode,
+        metric=metric,
+        verdict=Verdict(comparison.verdict).value,
+        effect_pct=comparison.effect_pct,
+        ci_low_pct=comparison.ci_low_pct,
+        ci_high_pct=comparison.ci_high_pct,
+        comparison=_json_part("comparison", comparison),
+        trial_ids_a=[int(t) for t in trial_ids_a],
+        trial_ids_b=[int(t) for t in trial_ids_b],
+        bisection_id=bisection_id,
+        created_at=time.time() if created_at is None else created_at,
+    )
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def list_comparisons(
+    session: Session, limit: int = 20, *, bisection_id: int | None = None
+) -> list[ComparisonRecord]:
+    """The most recent comparisons, newest first."""
+    query = select(ComparisonRow)
+    if bisection_id is not None:
+        query = query.where(ComparisonRow.bisection_id == bisection_id)
+    query = query.order_by(ComparisonRow.created_at.desc(), ComparisonRow.id.desc()).limit(limit)
+    return [
+        ComparisonRecord(
+            id=row.id,
+            a=row.a,
+            b=row.b,
+            mode=row.mode,
+            metric=row.metric,
+            comparison=codec.load(Comparison, row.comparison),
+            trial_ids_a=tuple(row.trial_ids_a),
+            trial_ids_b=tuple(row.trial_ids_b),
+            bisection_id=row.bisection_id,
+            created_at=row.created_at,
+        )
+        for row in session.scalars(query)
+    ]
+
+
+# --- row <-> model ---------------------------------------------------------------------------
+
+
+def _purpose(purpose: TrialPurpose | str) -> TrialPurpose:
+    try:
+        return TrialPurpose(purpose)
+    except ValueError:
+        allowed = ", ".join(p.value for p in TrialPurpose)
+        raise StoreError(
+            f"Unknown trial purpose {purpose!r}; use one of: {allowed}."
+        ) from None
+
+
+def _json_part(name: str, value: Any) -> Any:
+    try:
+        return codec.encode(value)
+    except TypeError as exc:
+        raise StoreError(
+            f"The {name} cannot be stored: {exc}. Pass plain JSON values (str, int, float, bool, "
+            "None, lists, dicts) or perfbisect.model dataclasses."
+        ) from exc
+
+
+def _trial_row(session: Session, trial_id: int, *, with_runs: bool = False) -> TrialRow:
+    options = (selectinload(TrialRow.runs),) if with_runs else ()
+    row = session.get(TrialRow, trial_id, options=options)
+    if row is None:
+        raise StoreError(
+            f"There is no trial {trial_id} in the results database; list stored trials with "
+            "`perfbisect history` and use one of their ids."
+        )
+    return row
+
+
+def _bisection_row(session: Session, bisection_id: int) -> BisectionRow:
+    row = session.get(BisectionRow, bisection_id)
+    if row is None:
+        raise StoreError(
+            f"There is no bisection {bisection_id} in the results database; list stored "
+            "bisections with `perfbisect history` and use one of their ids."
+        )
+    return row
+
+
+def _run_result(row: RunRow) -> RunResult:
+    return RunResult(**{name: getattr(row, column) for name, column in _RUN_COLUMNS.items()})
+
+
+def _trial_result(row: TrialRow) -> TrialResult:
+    running = row.status == TRIAL_RUNNING
+    return TrialResult(
+        identity=TrialIdentity(
+            commit=row.commit_sha,
+            patch_hash=row.patch_hash,
+            build_hash=row.build_hash,
+            mode=row.mode,
+            mode_hash=row.mode_hash,
+            workload_hash=row.workload_hash,
+            host=row.host,
+        ),
+        status=TrialStatus.FAILED if running else TrialStatus(row.status),
+        runs=tuple(_run_result(r) for r in row.runs),
+        started_at=row.started_at,
+        finished_at=row.finished_at or 0.0,
+        system=codec.load(SystemSummary, row.system) if row.system else SystemSummary(),
+        env_checks=tuple(codec.load(EnvCheck, e) for e in row.env_checks or ()),
+        server_info=dict(row.server_info or {}),
+        versions=dict(row.versions or {}),
+        error=UNFINISHED_ERROR if running else row.error,
+        log_path=row.log_path,
+        id=row.id,
+    )
+
+
+def _bisection_record(session: Session, row: BisectionRow) -> BisectionRecord:
+    trial_count = session.scalar(
+        select(func.count()).select_from(TrialRow).where(TrialRow.bisection_id == row.id)
+    )
+    observation_count = session.scalar(
+        select(func.count()).select_from(ObservationRow).where(ObservationRow.bisection_id == row.id)
+    )
+    return BisectionRecord(
+        id=row.id,
+        good=row.good,
+        bad=row.bad,
+        metric=row.metric,
+        config_hash=row.config_hash,
+        repo=row.repo,
+        commits=tuple(row.commits),
+        settings=dict(row.settings),
+        status=row.status,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        verdict=Verdict(row.verdict) if row.verdict else None,
+        culprit=row.culprit,
+        outcome=codec.load(BisectOutcome, row.outcome) if row.outcome else None,
+        trial_count=trial_count or 0,
+        observation_count=observation_count or 0,
+    )

@@ -1,0 +1,197 @@
+"""SQLAlchemy 2.0 models of the results database.
+
+The schema is created and changed only by the Alembic migrations in ``db/versions``; a test proves
+that ``upgrade head`` from an empty file yields exactly what these models declare. Change a model,
+then add a migration (``python -m perfbisect.store.migrations revision "why"``).
+
+Times are unix seconds (REAL), as in ``perfbisect.model``: an 8-byte float round-trips exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, deferred, mapped_column, relationship
+
+# Deterministic constraint names: SQLite batch migrations recreate tables and must find them by name.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# Trial and bisection states as stored. A trial is "running" from begin_trial until finish_trial;
+# one left "running" by a dead process is what recover_interrupted() turns into "failed".
+TRIAL_RUNNING = "running"
+BISECTION_RUNNING = "running"
+BISECTION_DONE = "done"
+BISECTION_INTERRUPTED = "interrupted"
+
+# SQL NULL (not the JSON text 'null') for absent JSON values, so "IS NULL" means "not recorded".
+NullableJSON = JSON(none_as_null=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class BisectionRow(Base):
+    """One `perfbisect run good..bad` search; its observations replay the policy's whole state."""
+
+    __tablename__ = "bisections"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    good: Mapped[str] = mapped_column(String(64))
+    bad: Mapped[str] = mapped_column(String(64))
+    metric: Mapped[str] = mapped_column(String(64))
+    config_hash: Mapped[str] = mapped_column(String(64))
+    repo: Mapped[str] = mapped_column(Text)
+    commits: Mapped[list[str]] = mapped_column(JSON)  # the candidate list, oldest first
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))
+    owner: Mapped[str] = mapped_column(String(255))  # "host:pid" of the process running it
+    started_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    verdict: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    culprit: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    outcome: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
+
+    observations: Mapped[list[ObservationRow]] = relationship(
+        back_populates="bisection", order_by="ObservationRow.seq"
+    )
+
+    __table_args__ = (Index(None, "status", "started_at"),)
+
+
+class TrialRow(Base):
+    """One server session for (commit, mode)."""
+
+    __tablename__ = "trials"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    commit_sha: Mapped[str] = mapped_column(String(64))
+    patch_hash: Mapped[str] = mapped_column(String(64))
+    build_hash: Mapped[str] = mapped_column(String(64))
+    mode: Mapped[str] = mapped_column(String(64))
+    mode_hash: Mapped[str] = mapped_column(String(64))
+    workload_hash: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(255))
+    purpose: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    owner: Mapped[str] = mapped_column(String(255))  # "host:pid": lets recovery skip live trials
+    summary: Mapped[float | None] = mapped_column(Float, nullable=True)  # log-scale trial summary
+    started_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    system: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
+    # The sampler's compact time series can approach 1 MB: deferred so that listing trials for the
+    # noise model never drags it in; only a report of one trial asks for it.
+    system_samples: Mapped[dict[str, Any] | None] = deferred(
+        mapped_column(NullableJSON, nullable=True)
+    )
+    env_checks: Mapped[list[Any] | None] = mapped_column(NullableJSON, nullable=True)
+    server_info: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
+    versions: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
+    bisection_id: Mapped[int | None] = mapped_column(
+        ForeignKey("bisections.id"), nullable=True
+    )
+
+    runs: Mapped[list[RunRow]] = relationship(back_populates="trial", order_by="RunRow.id")
+
+    __table_args__ = (
+        Index(None, "commit_sha", "mode"),
+        Index(None, "host", "mode", "mode_hash", "workload_hash", "status"),
+        Index(None, "status"),
+        Index(None, "started_at"),
+        Index(None, "bisection_id"),
+    )
+
+
+class RunRow(Base):
+    """One measured (or warm-up) request of a trial; committed the moment it lands."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)  # insertion order = run order
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"))
+    idx: Mapped[int] = mapped_column(Integer)
+    warmup: Mapped[bool] = mapped_column(Boolean)
+    requested_tokens: Mapped[int] = mapped_column(Integer)
+    output_tokens: Mapped[int] = mapped_column(Integer)
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    decode_tok_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    e2e_tok_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    itl_p50_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    itl_p99_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    spec_verify_ct: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    spec_accept_length: Mapped[float | None] = mapped_column(Float, nullable=True)
+    spec_accept_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    server_decode_tok_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    metric_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    recorded_at: Mapped[float] = mapped_column(Float)
+
+    trial: Mapped[TrialRow] = relationship(back_populates="runs")
+
+    __table_args__ = (Index(None, "trial_id"),)
+
+
+class ObservationRow(Base):
+    """One answer the search policy got: (commit, log summary or None when untestable)."""
+
+    __tablename__ = "observations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    bisection_id: Mapped[int] = mapped_column(ForeignKey("bisections.id"))
+    seq: Mapped[int] = mapped_column(Integer)
+    commit_sha: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    trial_ids: Mapped[list[int]] = mapped_column(JSON)
+    covariates: Mapped[dict[str, float]] = mapped_column(JSON)
+    recorded_at: Mapped[float] = mapped_column(Float)
+
+    bisection: Mapped[BisectionRow] = relationship(back_populates="observations")
+
+    # The replay order is seq; a duplicate seq would make the replay ambiguous.
+    __table_args__ = (UniqueConstraint("bisection_id", "seq"),)
+
+
+class ComparisonRow(Base):
+    """One A-vs-B comparison (`perfbisect compare`, endpoint and culprit checks)."""
+
+    __tablename__ = "comparisons"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    a: Mapped[str] = mapped_column(String(64))
+    b: Mapped[str] = mapped_column(String(64))
+    mode: Mapped[str] = mapped_column(String(64))
+    metric: Mapped[str] = mapped_column(String(64))
+    verdict: Mapped[str] = mapped_column(String(16))
+    effect_pct: Mapped[float] = mapped_column(Float)
+    ci_low_pct: Mapped[float] = mapped_column(Float)
+    ci_high_pct: Mapped[float] = mapped_column(Float)
+    comparison: Mapped[dict[str, Any]] = mapped_column(JSON)  # the whole model.Comparison
+    trial_ids_a: Mapped[list[int]] = mapped_column(JSON)
+    trial_ids_b: Mapped[list[int]] = mapped_column(JSON)
+    bisection_id: Mapped[int | None] = mapped_column(
+        ForeignKey("bisections.id"), nullable=True
+    )
+    created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index(None, "a", "b", "mode"), Index(None, "created_at"))

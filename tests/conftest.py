@@ -1,0 +1,122 @@
+"""Shared fixtures: the demo emulator as a real subprocess on 127.0.0.1.
+
+``emulator_worktree(name, DECODE_STEP_MS=1.0, ...)`` makes a minimal checkout whose
+``python/sglang`` code sets the emulator's speed; ``start_emulator(worktree, *flags, env=...)``
+launches ``python -m perfbisect.demo.emulator`` in its own process group on a free port, waits for
+``/health_generate`` (unless ``wait_ready=False``) and kills the whole group at teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import httpx
+import pytest
+
+# Quiet, deterministic-enough defaults: tests that want drift or jitter set them explicitly.
+EMULATOR_TEST_ENV = {
+    "PERFBISECT_DEMO_SESSION_SIGMA": "0",
+    "PERFBISECT_DEMO_RUN_SIGMA": "0",
+}
+
+
+def free_port() -> int:
+    """A port that was free a moment ago on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class EmulatorProcess:
+    """A running emulator subprocess (its own process group)."""
+
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"emulator exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.base_url + "/health_generate", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"emulator not ready after {timeout} s:\n{self.log()}")
+
+    def kill_group(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def write_emulator_code(worktree: Path, **knobs: object) -> Path:
+    """Write the speed knobs (DECODE_STEP_MS=..., EAGLE3_CAPTURE_FIX=False, ...) into the worktree's code."""
+    path = worktree / "python" / "sglang" / "srt" / "emulated_speed.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{name} = {value!r}\n" for name, value in knobs.items()))
+    return worktree
+
+
+@pytest.fixture
+def emulator_worktree(tmp_path: Path) -> Callable[..., Path]:
+    """Factory: a minimal checkout whose code sets the emulator's speed (STARTUP_S defaults to 0.05)."""
+
+    def make(name: str = "wt", **knobs: object) -> Path:
+        knobs.setdefault("STARTUP_S", 0.05)
+        return write_emulator_code(tmp_path / name, **knobs)
+
+    return make
+
+
+@pytest.fixture
+def start_emulator(tmp_path: Path) -> Callable[..., EmulatorProcess]:
+    """Factory: launch the emulator on a free port; every one started is killed (whole group) at teardown."""
+    started: list[EmulatorProcess] = []
+
+    def start(worktree: Path, *flags: str, env: dict[str, str] | None = None, wait_ready: bool = True) -> EmulatorProcess:
+        port = free_port()
+        log_path = tmp_path / f"emulator-{port}.log"
+        full_env = {**os.environ, **EMULATOR_TEST_ENV, **(env or {})}
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "perfbisect.demo.emulator", "--port", str(port), "--worktree", str(worktree), *flags],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=full_env,
+                start_new_session=True,
+            )
+        emulator = EmulatorProcess(proc=proc, port=port, log_path=log_path)
+        started.append(emulator)
+        if wait_ready:
+            emulator.wait_ready()
+        return emulator
+
+    yield start
+    for emulator in started:
+        emulator.kill_group()

@@ -414,3 +414,87 @@ s.close(); time.sleep(60)
     finally:
         for pid in holders:
             os.kill(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------------------------
+# With the demo emulator (the SGLang stand-in the demo and the integration tests use)
+
+
+def emulator_config(*flags: str, env=None, timeout: float = 20.0, grace: float = 3.0) -> ServerConfig:
+    return ServerConfig(
+        command=(
+            "{python}", "-m", "perfbisect.demo.emulator", "--host", "{host}", "--port", "{port}",
+            "--worktree", "{worktree}", *flags,
+        ),
+        env=dict(env or {}),
+        ready_timeout_s=timeout,
+        ready_poll_s=0.1,
+        shutdown_grace_s=grace,
+    )
+
+
+def wait_for_group(s: ServerSession, size: int) -> list[int]:
+    deadline = time.monotonic() + 5
+    while len(s.group_pids()) < size and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return s.group_pids()
+
+
+def test_emulator_session_with_workers_env_check_and_teardown(tmp_path):
+    server = emulator_config("--workers", "2", env={"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"})
+    mode = ModeConfig(name="baseline", args=("--drop-env", "NCCL_P2P_LEVEL"), env={"NCCL_ALGO": "Ring"})
+    with session(tmp_path, server, mode) as s:
+        s.wait_ready()
+        info = httpx.get(s.base_url + "/get_server_info", trust_env=False, timeout=5).json()
+        assert info  # the emulator answers like SGLang once ready
+        pids = wait_for_group(s, 3)
+        assert len(pids) == 3
+        checks = {c.pid: c for c in s.check_env()}
+    assert checks[s.pid].ok
+    workers = [c for pid, c in checks.items() if pid != s.pid]
+    assert len(workers) == 2
+    assert all(c.missing == ("NCCL_P2P_LEVEL",) and c.mismatched == () for c in workers)
+    assert all("worker" in c.cmdline for c in workers)
+    assert s.teardown.how == "term" and s.teardown.port_free
+    assert [p for p in pids if process_alive(p)] == []
+
+
+def test_emulator_never_ready(tmp_path):
+    with session(tmp_path, emulator_config("--never-ready", timeout=1.5)) as s:
+        with pytest.raises(ServerNotReady) as info:
+            s.wait_ready()
+    assert "last answer: HTTP 503" in str(info.value)
+    assert "emulator" in info.value.log_tail
+    assert s.teardown.how == "term"
+
+
+def test_emulator_ignoring_sigterm_is_killed_with_its_workers(tmp_path):
+    with session(tmp_path, emulator_config("--ignore-sigterm", "--workers", "2", grace=0.5)) as s:
+        s.wait_ready()
+        pids = wait_for_group(s, 3)
+        port = s.port
+    assert len(pids) == 3
+    assert s.teardown.how == "kill" and s.returncode == -signal.SIGKILL
+    assert [p for p in pids if process_alive(p)] == []
+    assert not port_in_use("127.0.0.1", port)
+
+
+def test_emulator_dying_mid_run_is_server_died(tmp_path):
+    with session(tmp_path, emulator_config("--die-after-requests", "1")) as s:
+        s.wait_ready()
+        s.check_alive()
+        body = {"text": "hello", "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}, "stream": True}
+        with pytest.raises(httpx.HTTPError):
+            with httpx.stream("POST", s.base_url + "/generate", json=body, trust_env=False, timeout=10) as r:
+                for _ in r.iter_bytes():
+                    pass
+        deadline = time.monotonic() + 5
+        while s.alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with pytest.raises(ServerDied) as info:
+            s.check_alive()
+    assert "exit code 3" in str(info.value)
+    assert "dying mid-stream" in info.value.log_tail
+    # The leader is gone; its workers notice within 0.2 s, so teardown may still find them.
+    assert s.teardown.how in ("already-exited", "term") and s.teardown.leftover_pids == ()
+    assert s.teardown.returncode == 3

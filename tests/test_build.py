@@ -1,0 +1,172 @@
+"""Build steps and the content-addressed cache, on real worktrees and real subprocesses."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfbisect.build import BuildCache, run_build
+from perfbisect.config import BuildStep
+from perfbisect.errors import BuildError
+from perfbisect.gitrepo import TargetRepo, WorktreePool
+from tests.repo_factory import RepoFactory
+
+KERNEL_SRC = "sgl-kernel/csrc/moe.cu"
+KERNEL_OUT = "sgl-kernel/build/kernel.so"
+
+# A stand-in compiler: derives the "binary" from the source and counts its runs in a file outside
+# the worktree, so the tests can see whether the step really ran.
+COMPILE = (
+    "import pathlib, sys\n"
+    "src = pathlib.Path('sgl-kernel/csrc/moe.cu').read_text()\n"
+    "out = pathlib.Path('sgl-kernel/build'); out.mkdir(parents=True, exist_ok=True)\n"
+    "(out / 'kernel.so').write_text('compiled:' + src)\n"
+    "with open(sys.argv[1], 'a') as fh: fh.write('run\\n')\n"
+    "print('compiled', len(src), 'bytes')\n"
+)
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    r = RepoFactory(tmp_path / "sglang")
+    shas = {
+        "c0": r.commit("base", {KERNEL_SRC: "kernel v1\n", "python/sglang/srt/engine.py": "a = 1\n", ".gitignore": "build/\n"}),
+    }
+    shas["py"] = r.commit("python only", {"python/sglang/srt/engine.py": "a = 2\n"})
+    shas["kernel"] = r.commit("kernel change", {KERNEL_SRC: "kernel v2\n"})
+    repo = TargetRepo(r.path)
+    pool = WorktreePool(repo, tmp_path / "cache")
+    counter = tmp_path / "kernel-runs.txt"
+    steps = (
+        BuildStep(
+            name="sgl-kernel",
+            command=("{python}", "-c", COMPILE, str(counter)),
+            paths=("sgl-kernel/**",),
+            artifacts=(KERNEL_OUT,),
+        ),
+        BuildStep(name="python", command=("{python}", "-c", "print('pip install -e python --no-deps')"), python_only=True),
+    )
+    cache = BuildCache(tmp_path / "cache" / "builds", max_bytes=10**6)
+    return r, shas, pool, steps, cache, counter, tmp_path / "logs"
+
+
+def _runs(counter: Path) -> int:
+    return len(counter.read_text().splitlines()) if counter.exists() else 0
+
+
+def test_cache_miss_then_hit_restores_artefacts(setup):
+    r, shas, pool, steps, cache, counter, logs = setup
+    wt = pool.checkout(shas["c0"])
+    first = run_build(steps, wt, shas["c0"], "stack1", cache, sys.executable, logs)
+    assert [s.cached for s in first.steps] == [False, False]
+    assert first.steps[0].stored and _runs(counter) == 1
+    assert first.steps[1].python_only and not first.steps[1].stored
+
+    # A Python-only commit: the kernel key is unchanged, its artefact comes back after the clean.
+    wt = pool.checkout(shas["py"])
+    assert not (wt / KERNEL_OUT).exists()
+    second = run_build(steps, wt, shas["py"], "stack1", cache, sys.executable, logs)
+    assert second.steps[0].cached and second.steps[0].key == first.steps[0].key
+    assert not second.steps[1].cached  # python-only steps without artefacts always run (cheap)
+    assert _runs(counter) == 1
+    assert (wt / KERNEL_OUT).read_text() == "compiled:kernel v1\n"
+    assert second.hash != first.hash or second.steps[1].key != first.steps[1].key
+    assert "cache hit" in Path(second.steps[0].log_path).read_text()
+
+    # A kernel change is a miss and builds the new source.
+    wt = pool.checkout(shas["kernel"])
+    third = run_build(steps, wt, shas["kernel"], "stack1", cache, sys.executable, logs)
+    assert not third.steps[0].cached and _runs(counter) == 2
+    assert (wt / KERNEL_OUT).read_text() == "compiled:kernel v2\n"
+
+
+def test_patch_stack_is_part_of_the_key(setup):
+    r, shas, pool, steps, cache, counter, logs = setup
+    wt = pool.checkout(shas["c0"])
+    a = run_build(steps, wt, shas["c0"], "stack1", cache, sys.executable, logs)
+    wt = pool.checkout(shas["c0"])
+    b = run_build(steps, wt, shas["c0"], "stack2", cache, sys.executable, logs)
+    assert a.steps[0].key != b.steps[0].key and not b.steps[0].cached and _runs(counter) == 2
+    # A patch changing the kernel source changes the key even under the same stack hash: the key
+    # is computed from the patched index, not the commit's tree.
+    wt = pool.checkout(shas["c0"])
+    (wt / KERNEL_SRC).write_text("kernel v1 patched\n")
+    r.git("add", KERNEL_SRC, cwd=wt)
+    c = run_build(steps, wt, shas["c0"], "stack1", cache, sys.executable, logs)
+    assert c.steps[0].key != a.steps[0].key and not c.steps[0].cached
+
+
+def test_logs_one_file_per_step_per_commit(setup):
+    r, shas, pool, steps, cache, counter, logs = setup
+    for name in ("c0", "py"):
+        wt = pool.checkout(shas[name])
+        run_build(steps, wt, shas[name], "s", cache, sys.executable, logs)
+    files = sorted(str(p.relative_to(logs)) for p in logs.rglob("*.log"))
+    assert files == sorted(
+        [f"{shas['c0'][:12]}/01-sgl-kernel.log", f"{shas['c0'][:12]}/02-python.log", f"{shas['py'][:12]}/01-sgl-kernel.log", f"{shas['py'][:12]}/02-python.log"]
+    )
+    assert "compiled 10 bytes" in (logs / f"{shas['c0'][:12]}/01-sgl-kernel.log").read_text()
+
+
+def test_failing_step_raises_with_log_tail(setup):
+    r, shas, pool, steps, cache, counter, logs = setup
+    wt = pool.checkout(shas["c0"])
+    script = "import sys\nfor i in range(50): print(f'compile line {i}')\nsys.exit(3)"
+    failing = (BuildStep(name="broken", command=("{python}", "-c", script), artifacts=("x",)),)
+    with pytest.raises(BuildError) as err:
+        run_build(failing, wt, shas["c0"], "s", cache, sys.executable, logs)
+    e = err.value
+    assert "exit status 3" in str(e) and "broken" in str(e) and shas["c0"][:10] in str(e)
+    assert Path(e.log_path).is_file() and e.log_path in str(e)
+    assert e.log_tail.splitlines()[-1] == "compile line 49"
+    assert "compile line 19" not in e.log_tail and "compile line 20" in e.log_tail and len(e.log_tail.splitlines()) == 30
+
+
+def test_command_not_found(setup):
+    r, shas, pool, steps, cache, counter, logs = setup
+    wt = pool.checkout(shas["c0"])
+    missing = (BuildStep(name="cmake", command=("no-such-compiler-xyz", "--build")),)
+    with pytest.raises(BuildError, match="command not found: 'no-such-compiler-xyz'"):
+        run_build(missing, wt, shas["c0"], "s", cache, sys.executable, logs)
+
+
+def test_timeout_stops_the_step(setup):
+    r, shas, pool, steps, cache, counter, logs = setup
+    wt = pool.checkout(shas["c0"])
+    slow = (BuildStep(name="slow", command=("{python}", "-c", "import time; time.sleep(30)"), timeout_s=0.5),)
+    start = time.monotonic()
+    with pytest.raises(BuildError, match="timeout"):
+        run_build(slow, wt, shas["c0"], "s", cache, sys.executable, logs)
+    assert time.monotonic() - start < 10
+
+
+def test_missing_declared_artefact(setup):
+    r, shas, pool, steps, cache, counter, logs = setup
+    wt = pool.checkout(shas["c0"])
+    step = (BuildStep(name="noop", command=("{python}", "-c", "pass"), artifacts=("out/lib.so",)),)
+    with pytest.raises(BuildError, match="did not produce the artefact 'out/lib.so'"):
+        run_build(step, wt, shas["c0"], "s", cache, sys.executable, logs)
+
+
+def test_cache_evicts_least_recently_used(tmp_path):
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    cache = BuildCache(tmp_path / "builds", max_bytes=2500)
+    for key in ("a", "b"):
+        (wt / "lib.so").write_bytes(key.encode() * 1000)
+        cache.put(key, wt, ["lib.so"], None, {})
+        time.sleep(0.02)
+    assert cache.get("a") is not None  # 'a' is now the most recently used
+    time.sleep(0.02)
+    (wt / "lib.so").write_bytes(b"c" * 1000)
+    cache.put("c", wt, ["lib.so"], None, {})
+    assert cache.get("b") is None and cache.get("a") is not None and cache.get("c") is not None
+    assert cache.total_bytes() == 2000
+    # Restoring brings back the exact bytes, also under a directory that does not exist yet.
+    target = tmp_path / "other"
+    target.mkdir()
+    assert cache.restore(cache.get("a"), target) == ["lib.so"]
+    assert (target / "lib.so").read_bytes() == b"a" * 1000

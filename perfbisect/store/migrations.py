@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from alembic import command
+from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -23,6 +24,7 @@ from sqlalchemy import Connection, Engine, create_engine, inspect
 
 from ..errors import StoreError
 from ..resources import data_dir
+from .schema import Base
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -83,6 +85,13 @@ def upgrade_to_head(engine: Engine, db_path: Path) -> tuple[str | None, str]:
         finally:
             raw.execute("PRAGMA foreign_keys = ON")
     return before, head
+
+
+def schema_diffs(engine: Engine) -> list:
+    """Differences between the database's actual schema and what schema.py declares ([] = in sync)."""
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        return compare_metadata(context, Base.metadata)
 
 
 def _check_known(

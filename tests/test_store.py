@@ -8,12 +8,15 @@ import math
 import sqlite3
 import subprocess
 import sys
+import socket
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from perfbisect.config import StatsConfig
 from perfbisect.errors import StoreError
 from perfbisect.model import (
     BisectOutcome,
@@ -32,6 +35,8 @@ from perfbisect.store import (
     default_db_path,
     is_unfinished,
     open_store,
+    owner_alive,
+    process_owner,
 )
 from perfbisect.store import codec
 from perfbisect.store.migrations import head_revision, schema_diffs
@@ -385,6 +390,27 @@ def test_recovery_leaves_a_live_process_trial_alone_unless_forced(store, db: Pat
     assert store.trial(trial_id).error == INTERRUPTED_ERROR
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_owner_alive_tells_live_processes_from_dead_zombie_and_reused_ones():
+    host = socket.gethostname()
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        start = Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[19]
+        assert owner_alive(f"{host}:{child.pid}:{start}")
+        assert not owner_alive(f"{host}:{child.pid}:{int(start) + 1}")  # same pid, another process
+        assert not owner_alive(f"another-host:{child.pid}:{start}")
+        child.stdin.close()
+        for _ in range(200):  # exited but not reaped: a zombie still answers kill(pid, 0)
+            if Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                break
+            time.sleep(0.01)
+        assert not owner_alive(f"{host}:{child.pid}:{start}")
+    finally:
+        child.wait(timeout=10)
+    assert not owner_alive(f"{host}:{child.pid}:{start}")
+    assert owner_alive(process_owner())
+
+
 def test_trial_filters(store):
     a, b = "a" * 40, "b" * 40
     store_trial(store, ok_trial(identity(a), [80.0], started_at=100.0))
@@ -464,7 +490,8 @@ def outcome() -> BisectOutcome:
 def test_bisection_and_observations_round_trip_in_replay_order(store):
     commits = [c * 40 for c in "abcdef"]
     bisection_id = store.begin_bisection(
-        commits[0], commits[-1], commits, "decode_tok_s", "cfg-1", "/src/sglang", {"alpha": 0.01, "modes": ["baseline", "eagle3"]}
+        commits[0], commits[-1], commits, "decode_tok_s",
+        settings={"alpha": 0.01, "modes": ["baseline", "eagle3"]}, target="/src/sglang", config_hash="cfg-1",
     )
     trial_ids = [store_trial(store, ok_trial(identity(c), [80.0]), "bisect", bisection_id) for c in commits[:3]]
     steps = [
@@ -486,6 +513,7 @@ def test_bisection_and_observations_round_trip_in_replay_order(store):
     record = store.bisection(bisection_id)
     assert record.status == "running" and record.commits == tuple(commits) and record.outcome is None
     assert record.settings == {"alpha": 0.01, "modes": ["baseline", "eagle3"]}
+    assert record.target == "/src/sglang" and record.config_hash == "cfg-1"
     assert record.trial_count == 3 and record.observation_count == 4
     assert [t.id for t in store.trials(bisection_id=bisection_id)] == trial_ids
     # Running and owned by this live process: nothing to resume.
@@ -497,14 +525,23 @@ def test_bisection_and_observations_round_trip_in_replay_order(store):
     assert store.bisections(limit=5)[0] == done
 
 
+def test_bisection_settings_may_be_a_config_dataclass(store):
+    stats = StatsConfig(metric="ratio:eagle3/baseline", min_effect_pct=2.5)
+    first = store.bisection(store.begin_bisection("a" * 40, "b" * 40, ["a" * 40, "b" * 40], "ratio", settings=stats))
+    assert codec.load(StatsConfig, first.settings) == stats
+    same = store.bisection(store.begin_bisection("a" * 40, "b" * 40, ["a" * 40, "b" * 40], "ratio", settings=stats))
+    other = store.bisection(store.begin_bisection("a" * 40, "b" * 40, ["a" * 40, "b" * 40], "ratio", settings=StatsConfig()))
+    assert first.config_hash == same.config_hash != other.config_hash
+
+
 def test_an_interrupted_bisection_is_found_and_resumed(db: Path):
     with open_store(db) as store:
-        finished_id = store.begin_bisection("a" * 40, "b" * 40, ["a" * 40, "b" * 40], "decode_tok_s", "cfg", "/r")
+        finished_id = store.begin_bisection("a" * 40, "b" * 40, ["a" * 40, "b" * 40], "decode_tok_s")
         store.finish_bisection(finished_id, dataclasses.replace(outcome(), verdict=Verdict.SAME, culprit=None))
     child = run_in_child(
         """
         commits = [c * 40 for c in "abcd"]
-        bid = store.begin_bisection(commits[0], commits[-1], commits, "decode_tok_s", "cfg", "/r")
+        bid = store.begin_bisection(good=commits[0], bad=commits[-1], commits=commits, metric="decode_tok_s")
         tid = store.begin_trial(TrialIdentity(commits[0], "p", "b", "baseline", "m", "w", "h"), "bisect", bid)
         store.add_run(tid, RunResult(0, False, 2048, 2048, decode_tok_s=82.0))
         store.add_observation(bid, 0, commits[0], 4.40)

@@ -29,7 +29,7 @@ def upgrade() -> None:
         sa.Column("bad", sa.String(length=64), nullable=False),
         sa.Column("metric", sa.String(length=64), nullable=False),
         sa.Column("config_hash", sa.String(length=64), nullable=False),
-        sa.Column("repo", sa.Text(), nullable=False),
+        sa.Column("target", sa.Text(), nullable=False),
         sa.Column("commits", sa.JSON(), nullable=False),
         sa.Column("settings", sa.JSON(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),

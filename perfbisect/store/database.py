@@ -29,6 +29,7 @@ from ..model import (
     TrialIdentity,
     TrialResult,
     TrialStatus,
+    content_hash,
 )
 from . import queries
 from .migrations import upgrade_to_head
@@ -76,18 +77,28 @@ def owner_alive(owner: str) -> bool:
         return False
     except PermissionError:
         pass  # exists, owned by someone else
+    state, now_start = _process_state(pid)
+    if state == "Z":  # killed but not yet reaped by its parent: gone for our purposes
+        return False
     # The pid may have been reused by an unrelated process since: compare start times.
-    return not start or start == "?" or _process_start(pid) in (start, "?")
+    return start in ("", "?") or now_start in (start, "?")
 
 
 def _process_start(pid: int) -> str:
+    return _process_state(pid)[1]
+
+
+def _process_state(pid: int) -> tuple[str, str]:
+    """(state letter, start time in clock ticks) from /proc, or ("?", "?") where there is none."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return "?"
-    # Field 22 (starttime); the command name (field 2) may contain spaces, so split after ')'.
+        return "?", "?"
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
     fields = stat.rpartition(")")[2].split()
-    return fields[19] if len(fields) > 19 else "?"
+    if len(fields) < 20:
+        return "?", "?"
+    return fields[0], fields[19]  # fields 3 (state) and 22 (starttime) of proc(5)
 
 
 def make_engine(db_path: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
@@ -327,6 +338,10 @@ class Store:
         Returns (trial ids, bisection ids).
         """
         alive = (lambda _owner: False) if force else owner_alive
+        with self.session() as s:
+            # Most opens find nothing to recover: look before taking the write lock.
+            if not queries.has_running(s):
+                return [], []
         with self.session(write=True) as s:
             return queries.recover_interrupted(s, alive)
 
@@ -338,13 +353,20 @@ class Store:
         bad: str,
         commits: Sequence[str],
         metric: str,
-        config_hash: str,
-        repo: str | Path,
-        settings: Mapping[str, Any] | None = None,
+        settings: Any = None,
+        target: str | Path = "",
+        config_hash: str | None = None,
         *,
         started_at: float | None = None,
     ) -> int:
-        """Store a new running bisection over ``commits`` (oldest first) and return its id."""
+        """Store a new running bisection over ``commits`` (oldest first) and return its id.
+
+        ``settings`` is a mapping or a config dataclass (e.g. ``StatsConfig``), stored as JSON;
+        ``config_hash`` defaults to the content hash of those settings.
+        """
+        encoded = queries.json_part("settings", settings if settings is not None else {})
+        if config_hash is None:
+            config_hash = content_hash(encoded)
         with self.session(write=True) as s:
             return queries.insert_bisection(
                 s,
@@ -353,8 +375,8 @@ class Store:
                 commits=commits,
                 metric=metric,
                 config_hash=config_hash,
-                repo=str(repo),
-                settings=settings or {},
+                target=str(target),
+                settings=encoded,
                 owner=self.owner,
                 started_at=started_at,
             )

@@ -208,11 +208,11 @@ def select_trials(
     """Stored trials matching every filter given, oldest first, runs loaded.
 
     ``status=None`` includes every trial, unfinished ones too (see ``records.is_unfinished``).
-    ``commit`` matches a full sha or a prefix of at least 4 characters.
+    ``commit`` matches a full sha (40 or 64 hex digits) or a prefix of at least 4 characters.
     """
     query = select(TrialRow).options(selectinload(TrialRow.runs))
     if commit is not None:
-        if len(commit) < 40:
+        if len(commit) not in (40, 64):
             if len(commit) < 4:
                 raise StoreError(
                     f"Commit '{commit}' is too short to look up trials by; give at least 4 hex "
@@ -264,6 +264,15 @@ def unfinished_trials(session: Session) -> list[TrialResult]:
     return [_trial_result(row) for row in rows]
 
 
+def has_running(session: Session) -> bool:
+    """Whether any trial or bisection is marked running."""
+    trial = session.scalar(select(TrialRow.id).where(TrialRow.status == TRIAL_RUNNING).limit(1))
+    bisection = session.scalar(
+        select(BisectionRow.id).where(BisectionRow.status == BISECTION_RUNNING).limit(1)
+    )
+    return trial is not None or bisection is not None
+
+
 def recover_interrupted(
     session: Session, owner_alive: Callable[[str], bool], *, now: float | None = None
 ) -> tuple[list[int], list[int]]:
@@ -305,8 +314,8 @@ def insert_bisection(
     commits: Sequence[str],
     metric: str,
     config_hash: str,
-    repo: str,
-    settings: Mapping[str, Any],
+    target: str,
+    settings: Any,
     owner: str,
     started_at: float | None = None,
 ) -> int:
@@ -317,8 +326,8 @@ def insert_bisection(
         commits=list(commits),
         metric=metric,
         config_hash=config_hash,
-        repo=repo,
-        settings=_json_part("settings", settings),
+        target=target,
+        settings=json_part("settings", settings),
         status=BISECTION_RUNNING,
         owner=owner,
         started_at=time.time() if started_at is None else started_at,
@@ -396,7 +405,7 @@ def finish_bisection(
     finished_at: float | None = None,
 ) -> BisectionRecord:
     """Store a bisection's outcome and mark it done."""
-    encoded = _json_part("outcome", outcome)
+    encoded = json_part("outcome", outcome)
     row = _bisection_row(session, bisection_id)
     row.status = BISECTION_DONE
     row.verdict = Verdict(outcome.verdict).value
@@ -475,7 +484,7 @@ def insert_comparison(
         effect_pct=comparison.effect_pct,
         ci_low_pct=comparison.ci_low_pct,
         ci_high_pct=comparison.ci_high_pct,
-        comparison=_json_part("comparison", comparison),
+        comparison=json_part("comparison", comparison),
         trial_ids_a=[int(t) for t in trial_ids_a],
         trial_ids_b=[int(t) for t in trial_ids_b],
         bisection_id=bisection_id,
@@ -524,7 +533,8 @@ def _purpose(purpose: TrialPurpose | str) -> TrialPurpose:
         ) from None
 
 
-def _json_part(name: str, value: Any) -> Any:
+def json_part(name: str, value: Any) -> Any:
+    """``codec.encode(value)``, or a StoreError naming ``name`` when it cannot be stored."""
     try:
         return codec.encode(value)
     except TypeError as exc:
@@ -598,7 +608,7 @@ def _bisection_record(session: Session, row: BisectionRow) -> BisectionRecord:
         bad=row.bad,
         metric=row.metric,
         config_hash=row.config_hash,
-        repo=row.repo,
+        target=row.target,
         commits=tuple(row.commits),
         settings=dict(row.settings),
         status=row.status,

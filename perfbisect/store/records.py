@@ -55,7 +55,7 @@ class BisectionRecord:
     bad: str
     metric: str
     config_hash: str
-    repo: str
+    target: str  # path of the target repository
     commits: tuple[str, ...]
     settings: Mapping[str, Any]
     status: str  # "running", "done" or "interrupted"

@@ -59,7 +59,7 @@ class BisectionRow(Base):
     bad: Mapped[str] = mapped_column(String(64))
     metric: Mapped[str] = mapped_column(String(64))
     config_hash: Mapped[str] = mapped_column(String(64))
-    repo: Mapped[str] = mapped_column(Text)
+    target: Mapped[str] = mapped_column(Text)  # the target repository's path
     commits: Mapped[list[str]] = mapped_column(JSON)  # the candidate list, oldest first
     settings: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16))

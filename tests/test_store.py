@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import socket
 import sqlite3
 import subprocess
 import sys
-import socket
 import textwrap
 import threading
 import time
@@ -32,19 +32,21 @@ from perfbisect.model import (
 from perfbisect.store import (
     INTERRUPTED_ERROR,
     TrialPurpose,
+    codec,
     default_db_path,
     is_unfinished,
     open_store,
     owner_alive,
     process_owner,
 )
-from perfbisect.store import codec
 from perfbisect.store.migrations import head_revision, schema_diffs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def identity(commit: str = "a" * 40, build: str = "build-a", mode: str = "baseline", host: str = "h200x1") -> TrialIdentity:
+def identity(
+    commit: str = "a" * 40, build: str = "build-a", mode: str = "baseline", host: str = "h200x1"
+) -> TrialIdentity:
     return TrialIdentity(
         commit=commit,
         patch_hash="patch-1",
@@ -141,15 +143,19 @@ def sqlite_rows(db: Path, sql: str, params=()) -> list[tuple]:
 
 def run_in_child(code: str, db: Path) -> subprocess.CompletedProcess:
     """Run store code in a separate Python process that then dies by SIGKILL (no cleanup at all)."""
-    script = textwrap.dedent(
-        """
+    script = (
+        textwrap.dedent(
+            """
         import os, signal, sys
         from pathlib import Path
         from perfbisect.store import open_store
         from perfbisect.model import RunResult, TrialIdentity
         store = open_store(Path(sys.argv[1]))
         """
-    ) + textwrap.dedent(code) + "\nos.kill(os.getpid(), signal.SIGKILL)\n"
+        )
+        + textwrap.dedent(code)
+        + "\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     return subprocess.run(
         [sys.executable, "-c", script, str(db)],
         cwd=REPO_ROOT,
@@ -178,12 +184,26 @@ def test_migrations_from_empty_create_exactly_the_declared_schema(db: Path):
     with open_store(db) as store:
         assert schema_diffs(store.engine) == []
     assert db.is_file()  # parent directories were created
-    tables = {name for (name,) in sqlite_rows(db, "SELECT name FROM sqlite_master WHERE type='table'")}
-    assert tables == {"alembic_version", "trials", "runs", "bisections", "observations", "comparisons"}
+    tables = {
+        name for (name,) in sqlite_rows(db, "SELECT name FROM sqlite_master WHERE type='table'")
+    }
+    assert tables == {
+        "alembic_version",
+        "trials",
+        "runs",
+        "bisections",
+        "observations",
+        "comparisons",
+    }
     assert sqlite_rows(db, "SELECT version_num FROM alembic_version") == [(head_revision(),)]
     assert sqlite_rows(db, "PRAGMA journal_mode") == [("wal",)]
-    indexes = {name for (name,) in sqlite_rows(db, "SELECT name FROM sqlite_master WHERE type='index'")}
-    assert {"ix_trials_commit_sha_mode", "ix_trials_host_mode_mode_hash_workload_hash_status"} <= indexes
+    indexes = {
+        name for (name,) in sqlite_rows(db, "SELECT name FROM sqlite_master WHERE type='index'")
+    }
+    assert {
+        "ix_trials_commit_sha_mode",
+        "ix_trials_host_mode_mode_hash_workload_hash_status",
+    } <= indexes
 
 
 def test_reopening_a_database_at_head_changes_nothing(db: Path):
@@ -194,7 +214,9 @@ def test_reopening_a_database_at_head_changes_nothing(db: Path):
     with open_store(db) as store:
         assert store.recovered == ([], [])
         assert [r.decode_tok_s for r in store.trial(trial_id).runs] == [82.1, 82.3, 82.2]
-    assert sqlite_rows(db, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema_before
+    assert (
+        sqlite_rows(db, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema_before
+    )
     assert sqlite_rows(db, "PRAGMA schema_version") == version_before
     assert sqlite_rows(db, "SELECT version_num FROM alembic_version") == [(head_revision(),)]
 
@@ -285,7 +307,10 @@ def test_a_trial_with_runs_round_trips_to_an_equal_trial_result(store):
                 pid=101,
                 cmdline="sglang::scheduler_TP0",
                 missing=("NCCL_PROTO",),
-                mismatched=(("NCCL_ALGO", "Ring", "Tree"), ("NCCL_BUFFSIZE", "16777216", "4194304")),
+                mismatched=(
+                    ("NCCL_ALGO", "Ring", "Tree"),
+                    ("NCCL_BUFFSIZE", "16777216", "4194304"),
+                ),
             ),
         ),
         server_info={"internal_states": [{"avg_spec_accept_length": 2.03}], "version": "0.5.6"},
@@ -297,7 +322,10 @@ def test_a_trial_with_runs_round_trips_to_an_equal_trial_result(store):
     loaded = store.trial(trial_id)
     assert loaded == trial.with_id(trial_id)
     assert [r.index for r in loaded.runs] == [0, 1, 0, 1, 2, 3, 4, 5]  # insertion order kept
-    assert [r.output_tokens for r in loaded.flagged_runs] == [1687, every_field_run(4).output_tokens]
+    assert [r.output_tokens for r in loaded.flagged_runs] == [
+        1687,
+        every_field_run(4).output_tokens,
+    ]
     assert loaded.summary == trial.summary == pytest.approx(math.log(82.5))
     stored_summary = sqlite_rows(store.path, "SELECT summary FROM trials WHERE id = ?", (trial_id,))
     assert stored_summary == [(trial.summary,)]
@@ -308,7 +336,9 @@ def test_add_run_is_committed_before_it_returns(store, db: Path):
     store.add_run(trial_id, run(0, 81.0, warmup=True))
     store.add_run(trial_id, run(0, 82.0))
     # A second, independent reader (plain sqlite3) and a second store both see the runs now.
-    rows = sqlite_rows(db, "SELECT idx, warmup, decode_tok_s FROM runs WHERE trial_id = ? ORDER BY id", (trial_id,))
+    rows = sqlite_rows(
+        db, "SELECT idx, warmup, decode_tok_s FROM runs WHERE trial_id = ? ORDER BY id", (trial_id,)
+    )
     assert rows == [(0, 1, 81.0), (0, 0, 82.0)]
     with open_store(db) as other:
         seen = other.trials(status=None)
@@ -377,7 +407,9 @@ def test_trials_killed_mid_run_are_shown_as_unfinished_then_recovered_with_their
         assert recovered.status is TrialStatus.FAILED and recovered.error == INTERRUPTED_ERROR
         assert not is_unfinished(recovered) and recovered.summary is None
         assert [r.decode_tok_s for r in recovered.runs] == [55.0, 53.6]
-        last_run_at = sqlite_rows(db, "SELECT MAX(recorded_at) FROM runs WHERE trial_id = ?", (trial_id,))
+        last_run_at = sqlite_rows(
+            db, "SELECT MAX(recorded_at) FROM runs WHERE trial_id = ?", (trial_id,)
+        )
         assert recovered.finished_at == last_run_at[0][0]
         assert store.unfinished_trials() == []
         assert [t.id for t in store.trials(status=TrialStatus.FAILED)] == [trial_id]
@@ -393,7 +425,9 @@ def test_recovery_leaves_a_live_process_trial_alone_unless_forced(store, db: Pat
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_owner_alive_tells_live_processes_from_dead_zombie_and_reused_ones():
     host = socket.gethostname()
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
     try:
         start = Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[19]
         assert owner_alive(f"{host}:{child.pid}:{start}")
@@ -416,9 +450,17 @@ def test_trial_filters(store):
     store_trial(store, ok_trial(identity(a), [80.0], started_at=100.0))
     store_trial(store, ok_trial(identity(a, mode="eagle3"), [60.0], started_at=200.0))
     store_trial(store, ok_trial(identity(b), [81.0], started_at=300.0), purpose="calibrate")
-    failed = dataclasses.replace(ok_trial(identity(b), [70.0], started_at=400.0), status=TrialStatus.FAILED, error="server died")
+    failed = dataclasses.replace(
+        ok_trial(identity(b), [70.0], started_at=400.0),
+        status=TrialStatus.FAILED,
+        error="server died",
+    )
     store_trial(store, failed)
-    skipped = dataclasses.replace(ok_trial(identity(b), [], started_at=500.0), status=TrialStatus.SKIPPED, error="patch conflict")
+    skipped = dataclasses.replace(
+        ok_trial(identity(b), [], started_at=500.0),
+        status=TrialStatus.SKIPPED,
+        error="patch conflict",
+    )
     store_trial(store, skipped)
 
     def starts(trials):
@@ -490,10 +532,18 @@ def outcome() -> BisectOutcome:
 def test_bisection_and_observations_round_trip_in_replay_order(store):
     commits = [c * 40 for c in "abcdef"]
     bisection_id = store.begin_bisection(
-        commits[0], commits[-1], commits, "decode_tok_s",
-        settings={"alpha": 0.01, "modes": ["baseline", "eagle3"]}, target="/src/sglang", config_hash="cfg-1",
+        commits[0],
+        commits[-1],
+        commits,
+        "decode_tok_s",
+        settings={"alpha": 0.01, "modes": ["baseline", "eagle3"]},
+        target="/src/sglang",
+        config_hash="cfg-1",
     )
-    trial_ids = [store_trial(store, ok_trial(identity(c), [80.0]), "bisect", bisection_id) for c in commits[:3]]
+    trial_ids = [
+        store_trial(store, ok_trial(identity(c), [80.0]), "bisect", bisection_id)
+        for c in commits[:3]
+    ]
     steps = [
         (0, commits[0], math.log(82.4), [trial_ids[0]], {"sm_clock_mean_mhz": 1410.5}),
         (1, commits[-1], math.log(60.1), [trial_ids[1]], {}),
@@ -511,7 +561,9 @@ def test_bisection_and_observations_round_trip_in_replay_order(store):
         store.add_observation(bisection_id, 2, commits[4], 1.0)
 
     record = store.bisection(bisection_id)
-    assert record.status == "running" and record.commits == tuple(commits) and record.outcome is None
+    assert (
+        record.status == "running" and record.commits == tuple(commits) and record.outcome is None
+    )
     assert record.settings == {"alpha": 0.01, "modes": ["baseline", "eagle3"]}
     assert record.target == "/src/sglang" and record.config_hash == "cfg-1"
     assert record.trial_count == 3 and record.observation_count == 4
@@ -521,23 +573,37 @@ def test_bisection_and_observations_round_trip_in_replay_order(store):
 
     done = store.finish_bisection(bisection_id, outcome())
     assert done.status == "done" and done.finished
-    assert done.outcome == outcome() and done.verdict is Verdict.REGRESSED and done.culprit == "c" * 40
+    assert (
+        done.outcome == outcome() and done.verdict is Verdict.REGRESSED and done.culprit == "c" * 40
+    )
     assert store.bisections(limit=5)[0] == done
 
 
 def test_bisection_settings_may_be_a_config_dataclass(store):
     stats = StatsConfig(metric="ratio:eagle3/baseline", min_effect_pct=2.5)
-    first = store.bisection(store.begin_bisection("a" * 40, "b" * 40, ["a" * 40, "b" * 40], "ratio", settings=stats))
+    first = store.bisection(
+        store.begin_bisection("a" * 40, "b" * 40, ["a" * 40, "b" * 40], "ratio", settings=stats)
+    )
     assert codec.load(StatsConfig, first.settings) == stats
-    same = store.bisection(store.begin_bisection("a" * 40, "b" * 40, ["a" * 40, "b" * 40], "ratio", settings=stats))
-    other = store.bisection(store.begin_bisection("a" * 40, "b" * 40, ["a" * 40, "b" * 40], "ratio", settings=StatsConfig()))
+    same = store.bisection(
+        store.begin_bisection("a" * 40, "b" * 40, ["a" * 40, "b" * 40], "ratio", settings=stats)
+    )
+    other = store.bisection(
+        store.begin_bisection(
+            "a" * 40, "b" * 40, ["a" * 40, "b" * 40], "ratio", settings=StatsConfig()
+        )
+    )
     assert first.config_hash == same.config_hash != other.config_hash
 
 
 def test_an_interrupted_bisection_is_found_and_resumed(db: Path):
     with open_store(db) as store:
-        finished_id = store.begin_bisection("a" * 40, "b" * 40, ["a" * 40, "b" * 40], "decode_tok_s")
-        store.finish_bisection(finished_id, dataclasses.replace(outcome(), verdict=Verdict.SAME, culprit=None))
+        finished_id = store.begin_bisection(
+            "a" * 40, "b" * 40, ["a" * 40, "b" * 40], "decode_tok_s"
+        )
+        store.finish_bisection(
+            finished_id, dataclasses.replace(outcome(), verdict=Verdict.SAME, culprit=None)
+        )
     child = run_in_child(
         """
         commits = [c * 40 for c in "abcd"]
@@ -556,7 +622,9 @@ def test_an_interrupted_bisection_is_found_and_resumed(db: Path):
     with open_store(db) as store:
         assert store.recovered == ([trial_id], [bisection_id])
         pending = store.latest_unfinished_bisection()
-        assert pending is not None and pending.id == bisection_id and pending.status == "interrupted"
+        assert (
+            pending is not None and pending.id == bisection_id and pending.status == "interrupted"
+        )
         assert [o.value for o in store.observations(bisection_id)] == [4.40, 4.10]
         resumed = store.resume_bisection(bisection_id)
         assert resumed.status == "running" and resumed.observation_count == 2
@@ -567,14 +635,23 @@ def test_an_interrupted_bisection_is_found_and_resumed(db: Path):
 
 
 def test_comparisons_are_recorded_newest_first(store):
-    first = store.record_comparison("a" * 40, "b" * 40, "baseline", comparison(Verdict.SAME, 0.4), trial_ids_a=[1, 2], trial_ids_b=[3])
+    first = store.record_comparison(
+        "a" * 40,
+        "b" * 40,
+        "baseline",
+        comparison(Verdict.SAME, 0.4),
+        trial_ids_a=[1, 2],
+        trial_ids_b=[3],
+    )
     second = store.record_comparison("a" * 40, "b" * 40, "eagle3", comparison(), metric="ratio")
     records = store.comparisons(limit=10)
     assert [r.id for r in records] == [second, first]
     assert records[1].comparison == comparison(Verdict.SAME, 0.4)
     assert records[1].trial_ids_a == (1, 2) and records[1].trial_ids_b == (3,)
     assert records[0].metric == "ratio" and records[0].mode == "eagle3"
-    assert sqlite_rows(store.path, "SELECT verdict, effect_pct FROM comparisons WHERE id = ?", (second,)) == [("regressed", -7.25)]
+    assert sqlite_rows(
+        store.path, "SELECT verdict, effect_pct FROM comparisons WHERE id = ?", (second,)
+    ) == [("regressed", -7.25)]
 
 
 # --- JSON codec --------------------------------------------------------------------------------
@@ -584,12 +661,20 @@ def test_comparisons_are_recorded_newest_first(store):
     "value",
     [
         SystemSummary(
-            samples=3, sm_clock_mean_mhz=1410.123456789, throttle_reasons_seen=5,
-            other_gpu_processes=(1, 2), notes=("a", "b"),
+            samples=3,
+            sm_clock_mean_mhz=1410.123456789,
+            throttle_reasons_seen=5,
+            other_gpu_processes=(1, 2),
+            notes=("a", "b"),
         ),
         EnvCheck(pid=7, cmdline="w", missing=("X",), mismatched=(("A", "1", "2"),)),
         comparison(),
-        dataclasses.replace(comparison(Verdict.INCONCLUSIVE), p_value=None, ci_high_pct=math.inf, covariate_note="clock"),
+        dataclasses.replace(
+            comparison(Verdict.INCONCLUSIVE),
+            p_value=None,
+            ci_high_pct=math.inf,
+            covariate_note="clock",
+        ),
         outcome(),
         BisectOutcome(verdict=Verdict.SKIPPED, good="a", bad="b"),
         Verdict.IMPROVED,

@@ -41,9 +41,7 @@ def upgrade() -> None:
         sa.Column("outcome", sa.JSON(none_as_null=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_bisections")),
     )
-    op.create_index(
-        op.f("ix_bisections_status_started_at"), "bisections", ["status", "started_at"]
-    )
+    op.create_index(op.f("ix_bisections_status_started_at"), "bisections", ["status", "started_at"])
 
     op.create_table(
         "comparisons",
@@ -87,9 +85,7 @@ def upgrade() -> None:
             name=op.f("fk_observations_bisection_id_bisections"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_observations")),
-        sa.UniqueConstraint(
-            "bisection_id", "seq", name=op.f("uq_observations_bisection_id_seq")
-        ),
+        sa.UniqueConstraint("bisection_id", "seq", name=op.f("uq_observations_bisection_id_seq")),
     )
 
     op.create_table(
@@ -154,9 +150,7 @@ def upgrade() -> None:
         sa.Column("metric_value", sa.Float(), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("recorded_at", sa.Float(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["trial_id"], ["trials.id"], name=op.f("fk_runs_trial_id_trials")
-        ),
+        sa.ForeignKeyConstraint(["trial_id"], ["trials.id"], name=op.f("fk_runs_trial_id_trials")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_runs")),
     )
     op.create_index(op.f("ix_runs_trial_id"), "runs", ["trial_id"])

@@ -40,7 +40,7 @@ def encode(value: Any) -> Any:
 
 
 def decode(tp: Any, data: Any) -> Any:
-    """Rebuild a value of type ``tp`` (a model dataclass, enum or typing form) from ``encode``'s output."""
+    """Rebuild a ``tp`` (model dataclass, enum or typing form) from ``encode``'s output."""
     if isinstance(data, dict) and set(data) == {"__float__"}:
         return float(data["__float__"])
     if tp is Any or tp is object:
@@ -65,7 +65,7 @@ def decode(tp: Any, data: Any) -> Any:
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(decode(args[0], v) for v in data)
         if args:
-            return tuple(decode(a, v) for a, v in zip(args, data))
+            return tuple(decode(a, v) for a, v in zip(args, data, strict=True))
         return tuple(data)
     if origin in (list, Sequence):
         return [decode(args[0] if args else Any, v) for v in data]

@@ -43,7 +43,7 @@ _BEGIN_MODES = {"DEFERRED", "IMMEDIATE", "EXCLUSIVE"}
 
 
 def default_db_path(repo: Path) -> Path:
-    """``<repo>/.git/perfbisect/results.sqlite`` (following a ``.git`` file of a linked worktree)."""
+    """``<repo>/.git/perfbisect/results.sqlite``, following the ``.git`` file of a worktree."""
     dot_git = Path(repo) / ".git"
     if dot_git.is_file():
         # A linked worktree or submodule: ".git" holds "gitdir: <path>".
@@ -102,7 +102,7 @@ def _process_state(pid: int) -> tuple[str, str]:
 
 
 def make_engine(db_path: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
-    """A SQLAlchemy engine on ``db_path`` with WAL, foreign keys and a busy timeout on every connection."""
+    """An engine on ``db_path``: WAL, foreign keys and a busy timeout on every connection."""
     engine = create_engine(
         URL.create("sqlite", database=str(db_path)),
         connect_args={"timeout": busy_timeout_s},

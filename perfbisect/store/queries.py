@@ -50,7 +50,9 @@ from .schema import (
     TrialRow,
 )
 
-NoiseKey = tuple[str, str, str, str]  # TrialIdentity.noise_key: (host, mode, mode_hash, workload_hash)
+NoiseKey = tuple[
+    str, str, str, str
+]  # TrialIdentity.noise_key: (host, mode, mode_hash, workload_hash)
 
 # RunResult field name -> runs column name ("index" would shadow SQL's INDEX keyword).
 _RUN_COLUMNS = {
@@ -283,7 +285,9 @@ def recover_interrupted(
     """
     trial_ids: list[int] = []
     running = session.scalars(
-        select(TrialRow).options(selectinload(TrialRow.runs)).where(TrialRow.status == TRIAL_RUNNING)
+        select(TrialRow)
+        .options(selectinload(TrialRow.runs))
+        .where(TrialRow.status == TRIAL_RUNNING)
     )
     for row in running:
         if owner_alive(row.owner):
@@ -294,7 +298,9 @@ def recover_interrupted(
         row.finished_at = max([row.started_at] + [r.recorded_at for r in row.runs])
         trial_ids.append(row.id)
     bisection_ids: list[int] = []
-    for row in session.scalars(select(BisectionRow).where(BisectionRow.status == BISECTION_RUNNING)):
+    for row in session.scalars(
+        select(BisectionRow).where(BisectionRow.status == BISECTION_RUNNING)
+    ):
         if owner_alive(row.owner):
             continue
         row.status = BISECTION_INTERRUPTED
@@ -438,7 +444,9 @@ def load_bisection(session: Session, bisection_id: int) -> BisectionRecord:
 def list_bisections(session: Session, limit: int = 20) -> list[BisectionRecord]:
     """The most recent bisections, newest first."""
     rows = session.scalars(
-        select(BisectionRow).order_by(BisectionRow.started_at.desc(), BisectionRow.id.desc()).limit(limit)
+        select(BisectionRow)
+        .order_by(BisectionRow.started_at.desc(), BisectionRow.id.desc())
+        .limit(limit)
     )
     return [_bisection_record(session, row) for row in rows]
 
@@ -528,9 +536,7 @@ def _purpose(purpose: TrialPurpose | str) -> TrialPurpose:
         return TrialPurpose(purpose)
     except ValueError:
         allowed = ", ".join(p.value for p in TrialPurpose)
-        raise StoreError(
-            f"Unknown trial purpose {purpose!r}; use one of: {allowed}."
-        ) from None
+        raise StoreError(f"Unknown trial purpose {purpose!r}; use one of: {allowed}.") from None
 
 
 def json_part(name: str, value: Any) -> Any:
@@ -600,7 +606,9 @@ def _bisection_record(session: Session, row: BisectionRow) -> BisectionRecord:
         select(func.count()).select_from(TrialRow).where(TrialRow.bisection_id == row.id)
     )
     observation_count = session.scalar(
-        select(func.count()).select_from(ObservationRow).where(ObservationRow.bisection_id == row.id)
+        select(func.count())
+        .select_from(ObservationRow)
+        .where(ObservationRow.bisection_id == row.id)
     )
     return BisectionRecord(
         id=row.id,

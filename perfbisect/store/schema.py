@@ -107,9 +107,7 @@ class TrialRow(Base):
     env_checks: Mapped[list[Any] | None] = mapped_column(NullableJSON, nullable=True)
     server_info: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
     versions: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
-    bisection_id: Mapped[int | None] = mapped_column(
-        ForeignKey("bisections.id"), nullable=True
-    )
+    bisection_id: Mapped[int | None] = mapped_column(ForeignKey("bisections.id"), nullable=True)
 
     runs: Mapped[list[RunRow]] = relationship(back_populates="trial", order_by="RunRow.id")
 
@@ -189,9 +187,7 @@ class ComparisonRow(Base):
     comparison: Mapped[dict[str, Any]] = mapped_column(JSON)  # the whole model.Comparison
     trial_ids_a: Mapped[list[int]] = mapped_column(JSON)
     trial_ids_b: Mapped[list[int]] = mapped_column(JSON)
-    bisection_id: Mapped[int | None] = mapped_column(
-        ForeignKey("bisections.id"), nullable=True
-    )
+    bisection_id: Mapped[int | None] = mapped_column(ForeignKey("bisections.id"), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
 
     __table_args__ = (Index(None, "a", "b", "mode"), Index(None, "created_at"))

@@ -159,7 +159,11 @@ def open_store(
         ) from exc
     store = Store(db_path, engine)
     if recover:
-        store.recovered = store.recover_interrupted()
+        try:
+            store.recovered = store.recover_interrupted()
+        except StoreError:
+            store.close()
+            raise
     return store
 
 

@@ -612,21 +612,74 @@ class PatchStack:
     def check_range(self, commits: Sequence[Commit]) -> list[PatchCheck]:
         """Whether the stack applies at each commit of a first-parent range, cheaply.
 
-        Applying depends only on the content of the files the stack touches, so a commit that
-        changes none of them inherits its parent's answer; only the first commit and commits
-        touching those files are checked (each in a temporary index, nothing checked out).
+        Applying depends only on the content of the files the stack touches. One ``git log --raw``
+        over the range gives the blob of each such file at every commit; a commit whose blobs
+        were already seen (its parent's, or an earlier state after a revert) reuses that answer.
+        A new state is checked in a temporary index holding only the touched files (no checkout,
+        no full-tree index), so a check costs a few small git calls.
         """
-        touched = self.touched_paths
+        if not commits:
+            return []
+        touched = sorted(self.touched_paths)
+        state = self._blobs_at(commits[0].sha, touched)
+        changes = self._blob_changes(commits[0].sha, commits[-1].sha, touched) if len(commits) > 1 else {}
+        memo: dict[tuple, tuple[AppliedStack | None, PatchConflict | None]] = {}
         results: list[PatchCheck] = []
-        prev: PatchCheck | None = None
-        for c in commits:
-            if prev is not None and not touched.intersection(self.repo.changed_paths(c)):
-                check = PatchCheck(c, prev.applied, _retarget(prev.conflict, c.sha), False)
-            else:
-                check = self.check_at(c)
-            results.append(check)
-            prev = check
+        with tempfile.TemporaryDirectory(prefix="perfbisect-index-") as tmp:
+            for i, c in enumerate(commits):
+                if i > 0:
+                    for path, entry in changes.get(c.sha, ()):
+                        state[path] = entry
+                key = tuple(sorted((p, e) for p, e in state.items() if e is not None))
+                if key in memo:
+                    applied, conflict = memo[key]
+                    results.append(PatchCheck(c, applied, _retarget(conflict, c.sha), False))
+                    continue
+                target = _SmallIndexTarget(self.repo, Path(tmp) / f"index-{i}", key)
+                try:
+                    applied, conflict = self._apply_all(target, c.sha), None
+                except PatchConflictError as exc:
+                    applied, conflict = None, exc.conflict
+                finally:
+                    target.index.unlink(missing_ok=True)
+                memo[key] = (applied, conflict)
+                results.append(PatchCheck(c, applied, conflict, True))
         return results
+
+    def _blobs_at(self, sha: str, paths: Sequence[str]) -> dict[str, tuple[str, str] | None]:
+        state: dict[str, tuple[str, str] | None] = {p: None for p in paths}
+        if not paths:
+            return state
+        out = self.repo.git("ls-tree", "-r", "-z", "--full-tree", sha, "--", *paths)
+        for line in out.split("\x00"):
+            if line:
+                meta, path = line.split("\t", 1)
+                mode, _kind, blob = meta.split()
+                state[path] = (mode, blob)
+        return state
+
+    def _blob_changes(self, good: str, bad: str, paths: Sequence[str]) -> dict[str, list[tuple[str, tuple[str, str] | None]]]:
+        """Per commit of good..bad (first parent): new (mode, blob) of each touched file it changed."""
+        if not paths:
+            return {}
+        out = self.repo.git(
+            "log", "-z", "--first-parent", "--diff-merges=first-parent", "--no-renames", "--raw", "--no-abbrev",
+            "--format=%x01%H", f"{good}..{bad}", "--", *paths,
+        )
+        changes: dict[str, list[tuple[str, tuple[str, str] | None]]] = {}
+        for chunk in out.split("\x01"):
+            fields = chunk.split("\x00")
+            sha = fields[0].strip()
+            if not sha:
+                continue
+            rows = changes.setdefault(sha, [])
+            for j in range(1, len(fields) - 1, 2):
+                meta = fields[j].lstrip("\n")
+                if not meta.startswith(":"):
+                    continue
+                _old_mode, new_mode, _old, new_blob, _status = meta[1:].split()
+                rows.append((fields[j + 1], None if set(new_blob) == {"0"} else (new_mode, new_blob)))
+        return changes
 
     def cleanup(self) -> None:
         """Remove the temporary files of a stack exported from a branch."""
@@ -721,6 +774,22 @@ class _IndexTarget(_ApplyTarget):
 
     def check_hunks(self, patch: Path) -> str:
         return self.repo.run("apply", "--cached", "--check", str(patch), env=self.env)[2]
+
+
+class _SmallIndexTarget(_IndexTarget):
+    """A temporary index holding only the files the stack touches: each apply reads and writes
+    a few entries instead of the whole tree. (A patch adding a file where the tree has a
+    directory of that name would pass here and fail in the worktree; the build step then reports it.)"""
+
+    def __init__(self, repo: TargetRepo, index: Path, entries: Sequence[tuple[str, tuple[str, str]]]):
+        self.repo = repo
+        self.index = index
+        self.env = {"GIT_INDEX_FILE": str(index)}
+        if entries:
+            args = [a for path, (mode, blob) in entries for a in ("--cacheinfo", f"{mode},{blob},{path}")]
+            repo.git("update-index", "--add", *args, env=self.env, what="building a temporary index")
+        else:
+            repo.git("read-tree", "--empty", env=self.env, what="building a temporary index")
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ import git
 from .errors import ConfigError, GitError, PatchError
 from .model import Commit, content_hash
 
+from .config import SGLANG_IGNORE_PATHS
+
 if TYPE_CHECKING:
     from .config import PatchesConfig
 
@@ -127,8 +129,11 @@ class PathFilter:
     tree equals its parent's, so measuring it would measure the parent's build again.
     """
 
-    def __init__(self, patterns: Iterable[str]):
+    def __init__(self, patterns: Iterable[str], builtin: Iterable[str] = SGLANG_IGNORE_PATHS):
         self.patterns = tuple(p for p in patterns if p.strip())
+        # Built-in defaults are not the user's input: one that matches nothing in a range (say
+        # `sgl-router/**` after its rename) is expected and not worth a warning.
+        self.builtin = frozenset(builtin)
         self._each = [re.compile(glob_regex(p)) for p in self.patterns]
         self._any = re.compile("|".join(f"(?:{glob_regex(p)})" for p in self.patterns)) if self.patterns else None
 
@@ -141,8 +146,8 @@ class PathFilter:
         return all(self.matches(p) for p in paths)
 
     def unused_patterns(self, paths: Iterable[str]) -> tuple[str, ...]:
-        """Patterns that match none of ``paths`` (likely typos, or names from another era)."""
-        left = dict(zip(self.patterns, self._each))
+        """User patterns (not built-in defaults) that match none of ``paths``: likely typos."""
+        left = {p: rx for p, rx in zip(self.patterns, self._each) if p not in self.builtin}
         for path in paths:
             if not left:
                 break
@@ -551,11 +556,13 @@ class PatchStack:
 
     # -- applying ---------------------------------------------------------------------------
 
-    def apply(self, worktree: Path | str, commit: str = "") -> AppliedStack:
+    def apply(self, worktree: Path | str, commit: Commit | str = "") -> AppliedStack:
         """Apply the stack to a clean worktree with ``git apply --3way --index``; PatchConflictError if not."""
         worktree = Path(worktree)
-        commit = commit or _check_git(worktree, ["rev-parse", "HEAD"], "reading HEAD").strip()
-        return self._apply_all(_WorktreeTarget(worktree), commit)
+        subject = commit.subject if isinstance(commit, Commit) else ""
+        sha = commit.sha if isinstance(commit, Commit) else str(commit)
+        sha = sha or _check_git(worktree, ["rev-parse", "HEAD"], "reading HEAD").strip()
+        return self._apply_all(_WorktreeTarget(worktree), sha, subject)
 
     def check_at(self, commit: Commit | str) -> PatchCheck:
         """Whether the stack applies at ``commit``, using a temporary index (nothing checked out)."""
@@ -568,7 +575,7 @@ class PatchStack:
                 return PatchCheck(c, None, exc.conflict, True)
         return PatchCheck(c, applied, None, True)
 
-    def _apply_all(self, target: "_ApplyTarget", commit: str) -> AppliedStack:
+    def _apply_all(self, target: "_ApplyTarget", commit: str, subject: str = "") -> AppliedStack:
         applied: list[tuple[str, Patch]] = []
         for sp in self.patches:
             snapshot = target.snapshot()
@@ -585,7 +592,7 @@ class PatchStack:
             if chosen is None:
                 first, out, err = failures[0]
                 raise PatchConflictError(
-                    self._conflict(target, commit, sp, first, out, err, [c.name for c, _, _ in failures])
+                    self._conflict(target, commit, sp, first, out, err, [c.name for c, _, _ in failures]), subject
                 )
             applied.append((sp.name, chosen))
         return AppliedStack(self.applied_hash(applied), tuple((n, p.name) for n, p in applied))
@@ -914,6 +921,9 @@ class PlanWarning:
     kind: str  # "filter-matches-nothing"
     message: str
     pattern: str = ""
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True)

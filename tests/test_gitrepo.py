@@ -194,7 +194,11 @@ def test_plan_filters_docs_and_empty_commits_and_names_merges(target, history):
     # A filter matching nothing is reported as a warning, not an exception; real ones are not.
     warned = [w.pattern for w in plan.warnings]
     assert "nonexistent-dir/**" in warned
+    assert str(plan.warnings[0]) == plan.warnings[0].message and "matches no file" in str(plan.warnings[0])
     assert "docs/**" not in warned and "**/*.md" not in warned and "test/**" not in warned
+    assert "sgl-router/**" not in warned  # a built-in default that matches nothing is expected
+    strict = plan_range(target, s["c0"], s["c8"], PathFilter(["docs/**", "sgl-router/**", "doc/**"], builtin=()))
+    assert [w.pattern for w in strict.warnings] == ["sgl-router/**", "doc/**"]
 
 
 # -- patch stack -----------------------------------------------------------------------------
@@ -263,11 +267,12 @@ def test_apply_in_worktree_and_conflict_error(target, history, tmp_path):
 
     wt = pool.checkout(s["c6"])
     with pytest.raises(PatchError) as err:
-        stack.apply(wt)
+        stack.apply(wt, target.resolve(s["c6"]))
     assert isinstance(err.value, PatchConflictError)
     assert err.value.patch == "0001-nccl-env.patch" and err.value.files == (ENGINE,)
     msg = str(err.value)
     assert "0001-nccl-env.patch" in msg and ENGINE in msg and s["c6"][:10] in msg and "never blamed" in msg
+    assert "(upstream engine change)" in msg and "Hunks that did not apply" in msg
     status = subprocess.run(["git", "status", "--porcelain"], cwd=wt, capture_output=True, text=True, check=True)
     assert "UU" not in status.stdout  # no half-applied conflict left behind
 

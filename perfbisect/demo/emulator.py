@@ -54,6 +54,9 @@ PREFILL_PER_TOKEN_MS = 0.01
 # Like SGLang's stream_interval: when steps are shorter than this, several steps share one chunk so
 # that writing chunks does not dominate; the server-side timing stays exact.
 MIN_CHUNK_S = 0.001
+# Lateness up to this is caught up by the next chunks (it is sleep overshoot); more is a stall
+# (the host was busy) and shifts the rest of the schedule instead of bursting.
+MAX_CATCH_UP_S = 0.002
 EOS_TOKEN_ID = 2
 
 _NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
@@ -450,6 +453,9 @@ class _BadRequest(Exception):
 
 class EmulatorHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, like uvicorn
+    # Each chunk must leave when written: with Nagle's algorithm small SSE writes wait for the
+    # client's delayed ACK and arrive in lumps, which would corrupt every client-side timing.
+    disable_nagle_algorithm = True
     server: EmulatorServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
@@ -569,10 +575,17 @@ class EmulatorHandler(BaseHTTPRequestHandler):
         """Drive one generation: sleep until each chunk is due, emit it, keep exact server timing."""
         engine = self.server.engine
         shown = 0
+        lag = 0.0  # how far the schedule has been pushed back by hiccups
         for due, tokens in engine.schedule(gen):
+            due += lag
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
+            elif -delay > MAX_CATCH_UP_S or gen.t_first is None:
+                # A real server never makes up for a stall with a burst of instant tokens, and
+                # decode starts when the first token is out: shift the rest of the schedule.
+                # Smaller lateness (sleep overshoot) is caught up so the rate stays exact.
+                lag -= delay
             if gen.die_at is not None and tokens >= gen.die_at:
                 print(f"emulator: dying mid-stream at token {shown} (--die-after-requests)", flush=True)
                 os._exit(3)

@@ -42,6 +42,11 @@ def _t_ppf(q: float, dof: float) -> float:
     return float(special.stdtrit(dof, q))
 
 
+def normal_cdf(x: np.ndarray) -> np.ndarray:
+    """Standard normal CDF, elementwise (for the bisection policy, which does not import scipy)."""
+    return special.ndtr(x)
+
+
 # --------------------------------------------------------------------------------------------
 # Noise model
 
@@ -441,5 +446,6 @@ __all__ = [
     "log_of_pct",
     "min_detectable_effect",
     "needed_trials",
+    "normal_cdf",
     "pct",
 ]

@@ -1,0 +1,601 @@
+"""The bisection policy: pure logic over observations (no git, no servers, no database).
+
+``SearchPolicy.next(observations)`` is a deterministic function of the constructor arguments and
+the observations, so a bisection resumed from the database replays to the same state.
+
+How it decides (DESIGN.md §5):
+
+1. The endpoints are measured interleaved (good, bad, bad, good, …) and compared with
+   :func:`perfbisect.stats.compare` after every trial; the search starts only once they differ
+   significantly and beyond the minimum effect. ``same`` or an exhausted budget stops it there.
+2. The search keeps a Bayesian posterior over where the change is: every hypothesis "the first bad
+   commit is k" (one change) or "changes at k1 and k2" (a midpoint unlike both ends) is scored by
+   its marginal likelihood, with the segment levels and the noise σ integrated out
+   (Normal / scaled-inverse-χ² conjugacy, the noise model as the prior). Every trial — endpoints,
+   midpoints, repeats — sharpens the levels and σ at once. The next commit is the one whose next
+   trial is expected to remove the most entropy from that posterior; the search stops when one
+   answer holds ``settings.confidence`` of it.
+3. Untestable commits (value None) are never measured again and never blamed: a change next to
+   them is reported as the set of skipped commits plus the first testable bad one.
+4. Before it names a culprit it compares the culprit's trials with its parent's directly (one-sided
+   in the direction the levels say) and re-measures the good endpoint late (drift guard).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .config import StatsConfig
+from .errors import UsageError
+from .model import BisectOutcome, Comparison, Verdict
+from .stats import NoiseModel, _two_sample, adjust, attribute, compare, decide, history_shift, log_of_pct, normal_cdf
+
+# Prior probability that the range holds two changes rather than one.
+TWO_CHANGE_PRIOR = 0.02
+# Hypotheses kept for the look-ahead once sorted by posterior mass (the rest hold < 1e-6 of it).
+MAX_HYPOTHESES = 128
+LOOKAHEAD_GRID = 32
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One trial's summary for a commit (log scale), or None when the commit cannot be tested."""
+
+    commit: str
+    value: float | None  # None = untestable: patch conflict, build failure, server never ready
+    covariates: Mapping[str, float] = field(default_factory=dict)
+    seq: int = 0  # order in which the trials ran (interleaving and the drift guard depend on it)
+    day: str = ""  # for history: the date it was measured ("11-28"); informs notes, never levels
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What to do next: run one more trial of ``commit``; ``reason`` says why (for progress)."""
+
+    commit: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Done:
+    """The search is over."""
+
+    outcome: BisectOutcome
+
+
+@dataclass
+class _Data:
+    """Observations regrouped by commit index, in the order they ran."""
+
+    values: list[list[float]]  # per commit, log summaries (covariate-adjusted where earned)
+    orders: list[list[int]]  # per commit, position of each value in the run order
+    untestable: set[int]
+    trials: int
+    attribution_note: str | None
+
+
+@dataclass(frozen=True)
+class _Posterior:
+    """Posterior over change hypotheses: boundaries (b1, b2) with b2 == n meaning a single change."""
+
+    b1: np.ndarray
+    b2: np.ndarray
+    logw: np.ndarray
+    w: np.ndarray  # normalised
+    keys: list[tuple[int, ...]]  # per hypothesis, its reportable answer (skip sets merged)
+    groups: dict[tuple[int, ...], float]
+
+
+class SearchPolicy:
+    """Decide which commit to measure next, or stop with an outcome (see the module docstring)."""
+
+    def __init__(
+        self,
+        commits: Sequence[str],
+        settings: StatsConfig,
+        noise: NoiseModel,
+        history: Sequence[Observation] = (),
+        higher_is_better: bool = True,
+    ):
+        commits = list(commits)
+        if len(commits) < 2:
+            raise UsageError(
+                f"A bisection needs a good and a bad commit; got {len(commits)} candidate(s). "
+                f"Pass two different revisions, good first (e.g. `perfbisect run good=bba2fc4 bad=HEAD`)."
+            )
+        if len(set(commits)) != len(commits):
+            raise UsageError(
+                "The candidate commit list repeats a commit. Build it from the first-parent range "
+                "good..bad, oldest first, each commit once."
+            )
+        self.commits = commits
+        self.index = {c: i for i, c in enumerate(commits)}
+        self.settings = settings
+        self.noise = noise
+        self.history = tuple(history)
+        self.higher_is_better = higher_is_better
+        self.n = len(commits)
+        # Next testable commit at or after k, filled per call (depends on which commits are skipped).
+
+    # ----------------------------------------------------------------------------------------
+    # public
+
+    def next(self, observations: Sequence[Observation]) -> Measure | Done:
+        """The next trial to run, or Done with the outcome; a pure function of the observations."""
+        data = self._regroup(observations)
+        s = self.settings
+        good, bad = 0, self.n - 1
+        for end in (good, bad):
+            if end in data.untestable:
+                return self._done(
+                    Verdict.INCONCLUSIVE, data,
+                    explanation=(
+                        f"The {'good' if end == good else 'bad'} endpoint {self.commits[end][:10]} cannot be "
+                        f"tested (patch conflict, build failure or server never ready), so there is nothing "
+                        f"to bisect against. Pick an endpoint that builds and serves."
+                    ),
+                )
+
+        # 1. Confirm the endpoints differ, replaying their trials in the order they ran.
+        decision, decided_at, endpoint_cmp = self._endpoint_decision(data)
+        if decision is None:
+            return self._measure_endpoint(data, endpoint_cmp)
+        if decision in (Verdict.SAME, Verdict.IMPROVED):
+            word = (
+                "no regression beyond noise" if decision is Verdict.SAME
+                else "the bad endpoint is faster than the good one: no regression to bisect"
+            )
+            return self._done(
+                decision, data, endpoint_cmp=endpoint_cmp,
+                explanation=f"Endpoints compared first: {word}. {endpoint_cmp.explanation}",
+            )
+
+        # 2. Search with the change-point posterior.
+        post = self._posterior(data)
+        top_key, top_p = max(post.groups.items(), key=lambda kv: (kv[1], kv[0]))
+        if top_p < s.confidence:
+            return self._search_step(data, post, top_key, top_p, endpoint_cmp)
+
+        # 3. Converged: confirm each change against its parent directly.
+        noise = self._noise_with(data)
+        changes = list(top_key)
+        confirmations: list[Comparison] = []
+        for b in changes:
+            parent = self._parent(b, data)
+            # One-sided at alpha in the direction the levels give: compare() is two-sided, so 2·alpha.
+            cmp = compare(
+                data.values[parent], data.values[b], noise, s, self.higher_is_better, alpha=2 * s.alpha
+            )
+            want = self._wanted_verdict(
+                self._segment_mean(data, top_key, parent), self._segment_mean(data, top_key, b)
+            )
+            if cmp.verdict is not want:
+                step = self._confirm_step(data, parent, b, cmp, endpoint_cmp)
+                if isinstance(step, Measure):
+                    return step
+                return self._done(
+                    Verdict.INCONCLUSIVE, data, endpoint_cmp=endpoint_cmp, culprit_cmp=cmp, post=post,
+                    top_key=top_key,
+                    explanation=(
+                        f"The search points at {self._describe_key(data, (b,))} (posterior "
+                        f"{top_p:.3f}), but its direct comparison with its parent {self.commits[parent][:10]} "
+                        f"is {cmp.verdict.value} and both have used their trial budget: {cmp.explanation}"
+                    ),
+                )
+            confirmations.append(cmp)
+
+        # 4. Drift guard: the good endpoint measured again late in the search.
+        drift_note = None
+        if s.drift_check:
+            late = [v for v, o in zip(data.values[good], data.orders[good]) if o > decided_at]
+            early = [v for v, o in zip(data.values[good], data.orders[good]) if o <= decided_at]
+            if not late:
+                if self._budget_left(data, good):
+                    return Measure(
+                        self.commits[good],
+                        "drift guard: re-measuring the good endpoint late in the search to check the machine did not move",
+                    )
+            else:
+                drift = compare(early, late, noise, s, self.higher_is_better)
+                if drift.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
+                    drift_note = (
+                        f"The good endpoint {self.commits[good][:10]} moved during the bisection "
+                        f"({drift.effect_pct:+.1f}%, {drift.explanation}) — same code, different machine "
+                        f"state: comparisons that straddle the move are not trusted."
+                    )
+                    return self._done(
+                        Verdict.INCONCLUSIVE, data, endpoint_cmp=endpoint_cmp, culprit_cmp=confirmations[0],
+                        post=post, top_key=top_key, drift_note=drift_note,
+                        explanation=(
+                            f"{drift_note} The search pointed at {self._describe_key(data, top_key)}, but "
+                            f"that cannot be trusted while the baseline itself drifts. Let the machine settle "
+                            f"(clocks, temperature) and run the bisection again."
+                        ),
+                    )
+
+        first = confirmations[0]
+        extra = ", ".join(self.commits[b][:10] for b in changes[1:])
+        trials = data.trials
+        expl = (
+            f"First bad commit {self._describe_key(data, (changes[0],))}: {first.effect_pct:+.1f}% against its "
+            f"parent ({first.explanation}) Posterior probability of this answer {top_p:.3f} after "
+            f"{trials} trials; the endpoints differ by {endpoint_cmp.effect_pct:+.1f}%."
+        )
+        if extra:
+            expl += (
+                f" More than one change: a further change at {extra} "
+                f"({', '.join(f'{c.effect_pct:+.1f}%' for c in confirmations[1:])} against its parent)."
+            )
+        return self._done(
+            Verdict.REGRESSED, data, endpoint_cmp=endpoint_cmp, culprit_cmp=first, post=post,
+            top_key=top_key, drift_note=drift_note, explanation=expl, confirmed=True,
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # observations
+
+    def _regroup(self, observations: Sequence[Observation]) -> _Data:
+        ordered = sorted(enumerate(observations), key=lambda io: (io[1].seq, io[0]))
+        values: list[list[float]] = [[] for _ in range(self.n)]
+        orders: list[list[int]] = [[] for _ in range(self.n)]
+        untestable: set[int] = set()
+        rows = []
+        for pos, (_, o) in enumerate(ordered):
+            i = self.index.get(o.commit)
+            if i is None:
+                raise UsageError(
+                    f"Observation for commit {o.commit[:10]} which is not in this bisection's range. "
+                    f"Resume the bisection with the same good/bad revisions it was started with."
+                )
+            if o.value is None or not math.isfinite(o.value):
+                untestable.add(i)
+                continue
+            rows.append((i, pos, float(o.value), o.covariates))
+        # A commit that failed once is untestable: its earlier values (if any) are kept out too,
+        # since a build that sometimes fails is not one identity to compare.
+        rows = [r for r in rows if r[0] not in untestable]
+        note = None
+        with_cov = [r for r in rows if r[3]]
+        adjusted = {pos: v for _, pos, v, _ in rows}
+        if len(with_cov) >= 6:
+            att = attribute([r[2] for r in with_cov], [r[3] for r in with_cov], [r[0] for r in with_cov], alpha=self.settings.alpha)
+            if att is not None:
+                note = att.sentence
+                if att.adjusted:
+                    for r, v in zip(with_cov, adjust([r[2] for r in with_cov], [r[3] for r in with_cov], att)):
+                        adjusted[r[1]] = v
+        for i, pos, _, _ in rows:
+            values[i].append(adjusted[pos])
+            orders[i].append(pos)
+        return _Data(values, orders, untestable, len(rows), note)
+
+    def _budget_left(self, data: _Data, i: int) -> bool:
+        s = self.settings
+        return data.trials < s.max_trials_total and len(data.values[i]) < s.max_trials_per_commit
+
+    def _noise_with(self, data: _Data) -> NoiseModel:
+        """The noise model sharpened by this bisection's own repeats of identical builds."""
+        return NoiseModel.from_groups([v for v in data.values if len(v) >= 2], prior=self.noise)
+
+    # ----------------------------------------------------------------------------------------
+    # phase 1: endpoints
+
+    def _endpoint_decision(self, data: _Data) -> tuple[Verdict | None, int, Comparison]:
+        """Replay endpoint trials in run order; the first look that decides is the decision.
+
+        The question is one-sided ("did it get slower?"): a regression is called at one-sided
+        alpha (two-sided 2·alpha), and ``same`` needs the (1 − 2·alpha) interval inside the
+        minimum effect, which is the equivalence test (TOST) at alpha.
+        """
+        s = self.settings
+        good, bad = 0, self.n - 1
+        events = sorted([(o, 0, v) for v, o in zip(data.values[good], data.orders[good])]
+                        + [(o, 1, v) for v, o in zip(data.values[bad], data.orders[bad])])
+        a: list[float] = []
+        b: list[float] = []
+        for order, side, v in events:
+            (a if side == 0 else b).append(v)
+            if len(a) >= 2 and len(b) >= 2:
+                ts = _two_sample(np.asarray(a), np.asarray(b), self.noise)
+                verdict, _, _ = decide(ts, 2 * s.alpha, s.min_effect_pct, self.higher_is_better)
+                if verdict is not Verdict.INCONCLUSIVE:
+                    return verdict, order, compare(a, b, self.noise, s, self.higher_is_better, alpha=2 * s.alpha)
+        return None, -1, compare(a, b, self.noise, s, self.higher_is_better, alpha=2 * s.alpha)
+
+    def _measure_endpoint(self, data: _Data, cmp: Comparison) -> Measure | Done:
+        good, bad = 0, self.n - 1
+        m = len(data.values[good]) + len(data.values[bad])
+        order = [good, bad, bad, good][m % 4]
+        other = bad if order == good else good
+        for i in (order, other):
+            if self._budget_left(data, i):
+                state = "" if m < 4 else f" so far {cmp.effect_pct:+.1f}% ({cmp.verdict.value})"
+                return Measure(self.commits[i], f"confirming the endpoints differ (interleaved good/bad, trial {m + 1}){state}")
+        return self._done(
+            Verdict.INCONCLUSIVE, data, endpoint_cmp=cmp,
+            explanation=(
+                f"No regression beyond noise could be shown between the endpoints within the budget "
+                f"({len(data.values[good])} + {len(data.values[bad])} trials): {cmp.explanation} "
+                f"Raise stats.max_trials_per_commit, lower the noise (calibrate, quieter machine), or accept "
+                f"that any change is smaller than this interval."
+            ),
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # phase 2: change-point posterior
+
+    def _next_testable(self, data: _Data) -> np.ndarray:
+        nt = np.arange(self.n)
+        nxt = self.n - 1
+        for k in range(self.n - 1, -1, -1):
+            if k not in data.untestable:
+                nxt = k
+            nt[k] = nxt
+        return nt
+
+    def _posterior(self, data: _Data) -> _Posterior:
+        n = self.n
+        cnt = np.array([len(v) for v in data.values], dtype=float)
+        sm = np.array([sum(v) for v in data.values], dtype=float)
+        sq = np.array([sum(x * x for x in v) for v in data.values], dtype=float)
+        N = cnt.sum()
+        m0 = sm.sum() / N
+        # Centre on the grand mean so sums of squares stay well conditioned.
+        sq = sq - 2 * m0 * sm + m0 * m0 * cnt
+        sm = sm - m0 * cnt
+        C = np.concatenate([[0.0], np.cumsum(cnt)])
+        S = np.concatenate([[0.0], np.cumsum(sm)])
+        Q = np.concatenate([[0.0], np.cumsum(sq)])
+        nu0, s0 = self.noise.dof, self.noise.sigma_b
+        g = self._level_prior_ratio(data)
+
+        ks = np.arange(1, n)
+        b1 = [ks]
+        b2 = [np.full(len(ks), n)]
+        if n >= 3:
+            i1, i2 = np.triu_indices(n - 1, k=1)
+            b1.append(i1 + 1)
+            b2.append(i2 + 1)
+        b1a = np.concatenate(b1)
+        b2a = np.concatenate(b2)
+        zero = np.zeros_like(b1a)
+        full = np.full_like(b1a, n)
+        R = np.zeros(len(b1a))
+        occam = np.zeros(len(b1a))
+        means, precs = [], []
+        for lo, hi in ((zero, b1a), (b1a, b2a), (b2a, full)):
+            ns = C[hi] - C[lo]
+            ss = S[hi] - S[lo]
+            qs = Q[hi] - Q[lo]
+            safe = np.maximum(ns, 1.0)
+            R += np.where(ns > 0, qs - ss * ss / safe + (ss / safe) ** 2 * ns / (1.0 + g * ns), 0.0)
+            occam += -0.5 * np.log1p(g * ns)
+            means.append(ss / (ns + 1.0 / g))
+            precs.append(ns + 1.0 / g)
+        logml = occam - 0.5 * (nu0 + N) * np.log(nu0 * s0 * s0 + np.maximum(R, 1e-300))
+        single = b2a == n
+        # A "change" smaller than the minimum effect is no change to the user: weigh each
+        # hypothesis by the posterior probability that each of its steps is at least that big
+        # (a truncated prior on step sizes). Without it, splits of one level into two equal
+        # ones keep posterior mass that no trial can remove.
+        m = log_of_pct(self.settings.min_effect_pct)
+        s2 = (nu0 * s0 * s0 + R) / (nu0 + N)
+        for a, b, mask in ((0, 1, np.ones_like(single)), (1, 2, ~single)):
+            d = means[b] - means[a]
+            se = np.sqrt(s2 * (1.0 / precs[a] + 1.0 / precs[b]))
+            big = normal_cdf((-m - d) / se) + normal_cdf((d - m) / se)
+            logml = logml + np.where(mask, np.log(np.maximum(big, 1e-300)), 0.0)
+        n_pairs = max(int((~single).sum()), 1)
+        logprior = np.where(single, math.log(1 - TWO_CHANGE_PRIOR) - math.log(n - 1),
+                            math.log(TWO_CHANGE_PRIOR) - math.log(n_pairs))
+        if n < 3:
+            logprior = np.zeros(len(b1a))
+        logw = logml + logprior
+        logw -= logw.max()
+        w = np.exp(logw)
+        w /= w.sum()
+        nt = self._next_testable(data)
+        keys: list[tuple[int, ...]] = []
+        groups: dict[tuple[int, ...], float] = {}
+        for x1, x2, wi in zip(b1a.tolist(), b2a.tolist(), w.tolist()):
+            k1 = int(nt[x1])
+            key = (k1,) if x2 == n or int(nt[x2]) == k1 else (k1, int(nt[x2]))
+            keys.append(key)
+            groups[key] = groups.get(key, 0.0) + wi
+        return _Posterior(b1a, b2a, logw, w, keys, groups)
+
+    def _level_prior_ratio(self, data: _Data) -> float:
+        """Prior variance of segment levels as a multiple of σ²: wide enough for the endpoints' gap."""
+        a, b = data.values[0], data.values[-1]
+        gap = abs(float(np.mean(b)) - float(np.mean(a))) if a and b else 0.0
+        return max(4.0, 2.0 * (gap / self.noise.sigma_b) ** 2)
+
+    def _search_step(self, data: _Data, post: _Posterior, top_key, top_p, endpoint_cmp) -> Measure | Done:
+        """Pick the commit whose next trial is expected to remove the most posterior entropy."""
+        n = self.n
+        order = np.argsort(-post.w, kind="stable")
+        csum = np.cumsum(post.w[order])
+        keep = order[: max(1, min(MAX_HYPOTHESES, int(np.searchsorted(csum, 1 - 1e-6)) + 1))]
+        w = post.w[keep] / post.w[keep].sum()
+        b1, b2 = post.b1[keep], post.b2[keep]
+        cand = [j for j in range(n) if j not in data.untestable and self._budget_left(data, j)]
+        if not cand:
+            return self._done(
+                Verdict.INCONCLUSIVE, data, endpoint_cmp=endpoint_cmp, post=post, top_key=top_key,
+                explanation=(
+                    f"The trial budget ran out before the change could be located: the best answer, "
+                    f"{self._describe_key(data, top_key)}, holds {top_p:.2f} of the posterior (needed "
+                    f"{self.settings.confidence}). {data.trials} trials used. Raise stats.max_trials_total "
+                    f"or stats.max_trials_per_commit, or narrow the range."
+                ),
+            )
+        J = np.asarray(cand)
+        seg = (J[None, :] >= b1[:, None]).astype(int) + (J[None, :] >= b2[:, None]).astype(int)
+        # Only commits whose segment is still uncertain can move the posterior much.
+        purity = np.max(np.stack([(w[:, None] * (seg == i)).sum(axis=0) for i in range(3)]), axis=0)
+        varies = purity < 0.995
+        if varies.any():
+            J, seg = J[varies], seg[:, varies]
+        # Segment posterior means and predictive scales per kept hypothesis.
+        cnt = np.array([len(v) for v in data.values], dtype=float)
+        sm = np.array([sum(v) for v in data.values], dtype=float)
+        sq = np.array([sum(x * x for x in v) for v in data.values], dtype=float)
+        N = cnt.sum()
+        m0 = sm.sum() / N
+        sq = sq - 2 * m0 * sm + m0 * m0 * cnt
+        sm = sm - m0 * cnt
+        C = np.concatenate([[0.0], np.cumsum(cnt)])
+        S = np.concatenate([[0.0], np.cumsum(sm)])
+        Q = np.concatenate([[0.0], np.cumsum(sq)])
+        g = self._level_prior_ratio(data)
+        nu0, s0 = self.noise.dof, self.noise.sigma_b
+        bounds = [np.zeros_like(b1), b1, b2, np.full_like(b1, n)]
+        seg_n, seg_mean = [], []
+        R = np.zeros(len(b1))
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            ns, ss, qs = C[hi] - C[lo], S[hi] - S[lo], Q[hi] - Q[lo]
+            safe = np.maximum(ns, 1.0)
+            R += np.where(ns > 0, qs - ss * ss / safe + (ss / safe) ** 2 * ns / (1.0 + g * ns), 0.0)
+            seg_n.append(ns)
+            seg_mean.append(ss / (ns + 1.0 / g))
+        seg_n_a = np.stack(seg_n, axis=1)
+        seg_mean_a = np.stack(seg_mean, axis=1)
+        nu = nu0 + N
+        s2 = (nu0 * s0 * s0 + R) / nu
+        loc = np.take_along_axis(seg_mean_a, seg, axis=1)
+        scale = np.sqrt(s2[:, None] * (1.0 + 1.0 / (np.take_along_axis(seg_n_a, seg, axis=1) + 1.0 / g)))
+        lo_y = float((loc - 4.5 * scale).min())
+        hi_y = float((loc + 4.5 * scale).max())
+        y = np.linspace(lo_y, hi_y, LOOKAHEAD_GRID)
+        z = (y[None, None, :] - loc[:, :, None]) / scale[:, :, None]
+        logf = -0.5 * (nu + 1.0) * np.log1p(z * z / nu) - np.log(scale)[:, :, None]
+        f = np.exp(logf - logf.max())
+        joint = w[:, None, None] * f  # (H, J, G)
+        marg = joint.sum(axis=0)  # (J, G)
+        postw = joint / np.maximum(marg[None], 1e-300)
+        ent = -(postw * np.log(np.maximum(postw, 1e-300))).sum(axis=0)  # (J, G)
+        py = marg / marg.sum(axis=1, keepdims=True)
+        expected = (py * ent).sum(axis=1)
+        h0 = float(-(w * np.log(np.maximum(w, 1e-300))).sum())
+        gain = h0 - expected
+        best = int(np.argmax(gain))
+        j = int(J[best])
+        return Measure(
+            self.commits[j],
+            f"locating the change: best answer so far {self._describe_key(data, top_key)} at "
+            f"p={top_p:.2f} (need {self.settings.confidence}); a trial of this commit is expected to "
+            f"remove {gain[best] / math.log(2):.2f} bits of uncertainty",
+        )
+
+    def _segment_mean(self, data: _Data, key, j: int) -> float:
+        """Mean of the trials in the segment of commit j under the answer ``key``."""
+        bounds = [0, *key, self.n]
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            if lo <= j < hi:
+                vals = [v for i in range(lo, hi) for v in data.values[i]]
+                return float(np.mean(vals)) if vals else math.nan
+        return math.nan
+
+    def _parent(self, b: int, data: _Data) -> int:
+        p = b - 1
+        while p > 0 and p in data.untestable:
+            p -= 1
+        return p
+
+    def _wanted_verdict(self, parent_level: float, level: float) -> Verdict:
+        """The direction the segment levels give a change (so its direct test can be one-sided)."""
+        lower = level < parent_level
+        return Verdict.REGRESSED if lower == self.higher_is_better else Verdict.IMPROVED
+
+    def _confirm_step(self, data: _Data, parent: int, b: int, cmp: Comparison, endpoint_cmp) -> Measure | None:
+        first, second = (parent, b) if len(data.values[parent]) <= len(data.values[b]) else (b, parent)
+        for i in (first, second):
+            if self._budget_left(data, i):
+                return Measure(
+                    self.commits[i],
+                    f"confirming the change at {self.commits[b][:10]} against its parent directly: "
+                    f"{cmp.effect_pct:+.1f}% so far, {cmp.verdict.value}",
+                )
+        return None
+
+    # ----------------------------------------------------------------------------------------
+    # reporting
+
+    def _describe_key(self, data: _Data, key) -> str:
+        parts = []
+        for b in key:
+            skipped = self._skipped_before(b, data)
+            if skipped:
+                parts.append("{" + ", ".join(self.commits[i][:10] for i in (*skipped, b)) + "}")
+            else:
+                parts.append(self.commits[b][:10])
+        return " and ".join(parts)
+
+    def _skipped_before(self, b: int, data: _Data) -> list[int]:
+        out = []
+        i = b - 1
+        while i > 0 and i in data.untestable:
+            out.append(i)
+            i -= 1
+        return sorted(out)
+
+    def _history_note(self, data: _Data, noise: NoiseModel) -> str | None:
+        notes = []
+        for c, i in sorted(self.index.items(), key=lambda kv: kv[1]):
+            earlier = [(o.day or "an earlier day", o.value) for o in self.history if o.commit == c and o.value is not None]
+            if earlier and data.values[i]:
+                raw = data.values[i]
+                note = history_shift(raw, earlier, noise, build=c[:10], alpha=self.settings.alpha)
+                if note:
+                    notes.append(note)
+        return "; ".join(notes) if notes else None
+
+    def _done(
+        self,
+        verdict: Verdict,
+        data: _Data,
+        *,
+        explanation: str,
+        endpoint_cmp: Comparison | None = None,
+        culprit_cmp: Comparison | None = None,
+        post: _Posterior | None = None,
+        top_key: tuple[int, ...] | None = None,
+        drift_note: str | None = None,
+        confirmed: bool = False,
+    ) -> Done:
+        culprit = None
+        culprit_set: tuple[str, ...] = ()
+        extra: tuple[str, ...] = ()
+        if confirmed and top_key:
+            b = top_key[0]
+            culprit = self.commits[b]
+            skipped = self._skipped_before(b, data)
+            if skipped:
+                culprit_set = tuple(self.commits[i] for i in (*skipped, b))
+            extra = tuple(self.commits[k] for k in top_key[1:])
+        notes = [n for n in (drift_note, self._history_note(data, self._noise_with(data))) if n]
+        if data.attribution_note:
+            explanation += f" System state: {data.attribution_note}."
+        outcome = BisectOutcome(
+            verdict=verdict,
+            good=self.commits[0],
+            bad=self.commits[-1],
+            culprit=culprit,
+            culprit_set=culprit_set,
+            effect_pct=culprit_cmp.effect_pct if culprit_cmp and confirmed else (endpoint_cmp.effect_pct if endpoint_cmp else None),
+            endpoint_comparison=endpoint_cmp,
+            culprit_comparison=culprit_cmp,
+            extra_changes=extra,
+            skipped=tuple(self.commits[i] for i in sorted(data.untestable)),
+            trials_used=data.trials,
+            drift_note="; ".join(notes) if notes else None,
+            explanation=explanation,
+        )
+        return Done(outcome)
+
+
+__all__ = ["Done", "Measure", "Observation", "SearchPolicy"]

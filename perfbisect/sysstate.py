@@ -732,11 +732,12 @@ def summarize(
 
 
 class Sampler:
-    """Samples the machine before, during (every ``interval_s``, daemon thread) and after a block.
+    """Samples the machine before, during (every ``interval_s``, daemon thread) and after a block::
 
-    >>> with Sampler() as sampler:
-    ...     run_the_trial()
-    >>> sampler.summary()
+        with Sampler() as sampler:
+            run_the_trial()
+        summary = sampler.summary()
+        stored = compact(sampler.snapshots)
 
     ``exclude_pids`` (pids, or a callable returning them at summary time, e.g. the server's process
     group) are not reported as other GPU processes; perfbisect's own pid never is.

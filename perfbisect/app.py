@@ -1,0 +1,649 @@
+"""Use cases: wire config, git, build, server, workload, sampler, store, statistics and search.
+
+Each public function here is one thing a user asks for (run a bisection, measure a commit, compare
+two, calibrate the noise, plan a range). They report progress through a ``Progress`` sink, raise
+``PerfbisectError`` subclasses, and never print: ``cli.py`` does that.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from . import sysstate
+from .bisect import Done, Observation, SearchPolicy
+from .build import BuildCache, run_build
+from .config import Config, ModeConfig, load_config
+from .demo.target import DemoTarget, make_demo_target
+from .errors import BuildError, PatchError, ServerError, ServerNotReady, UsageError, WorkloadError
+from .gitrepo import PatchCheck, PatchStack, PathFilter, Plan, TargetRepo, WorktreePool, check_patches, plan_range
+from .model import (
+    BisectOutcome,
+    Commit,
+    Comparison,
+    EnvCheck,
+    RunResult,
+    TrialIdentity,
+    TrialResult,
+    TrialStatus,
+    Verdict,
+)
+from .server import ServerSession
+from .stats import NoiseModel, attribute, calibrate_report, compare, history_shift
+from .store import Store, open_store
+from .workload import avg_spec_accept_length, run_command_workload, run_workload, server_info
+
+
+class Progress:
+    """Where long work reports what it is doing. The default sink drops everything."""
+
+    def info(self, message: str) -> None:  # a step of the work
+        pass
+
+    def detail(self, message: str) -> None:  # a finer step (a run, a readiness poll)
+        pass
+
+    def warn(self, message: str) -> None:  # something the user should know and may act on
+        pass
+
+
+@dataclass
+class Workspace:
+    """Everything one command needs opened once: config, repository, store, patch stack, caches."""
+
+    config: Config
+    repo: TargetRepo
+    store: Store
+    db_path: Path
+    stack: PatchStack | None
+    pool: WorktreePool
+    build_cache: BuildCache
+    host: str
+    filters: PathFilter
+
+    @classmethod
+    def open(cls, config: Config, db_path: Path | None = None) -> "Workspace":
+        repo = TargetRepo(config.target.repo)
+        db = Path(db_path) if db_path else config.default_db
+        store = open_store(db)
+        stack = PatchStack.load(config.patches, repo) if (config.patches.dir or config.patches.branch) else None
+        cache = config.cache_dir
+        return cls(
+            config=config,
+            repo=repo,
+            store=store,
+            db_path=db,
+            stack=stack,
+            pool=WorktreePool(repo, cache),
+            build_cache=BuildCache(cache / "build-cache", int(config.build.cache_max_gb * 1024**3)),
+            host=sysstate.host_fingerprint(),
+            filters=PathFilter(config.filters.ignore),
+        )
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Prepared:
+    """A commit checked out in a worktree with the stack applied and built, or why it can't be."""
+
+    commit: Commit
+    worktree: Path | None = None
+    patch_hash: str = "none"
+    build_hash: str = "none"
+    untestable: str | None = None  # reason: patch conflict, build failure
+    versions: dict | None = None  # target's torch/sglang/CUDA/NCCL versions, read once per commit
+
+
+class TrialRunner:
+    """Runs trials: one server session per (commit, mode), every run stored as it lands."""
+
+    def __init__(self, ws: Workspace, progress: Progress | None = None, wait_idle_s: float = 0.0):
+        self.ws = ws
+        self.progress = progress or Progress()
+        self.wait_idle_s = wait_idle_s
+        self._prepared: Prepared | None = None
+        self._logs = ws.config.cache_dir / "logs"
+
+    # -- preparation -------------------------------------------------------------------------
+    def prepare(self, commit: Commit) -> Prepared:
+        """Check out, patch and build ``commit`` (reusing the last preparation of the same commit)."""
+        if self._prepared is not None and self._prepared.commit.sha == commit.sha:
+            return self._prepared
+        cfg = self.ws.config
+        self.progress.detail(f"{commit.short}: preparing worktree")
+        worktree = self.ws.pool.checkout(commit)
+        prepared = Prepared(commit=commit, worktree=worktree)
+        try:
+            if self.ws.stack is not None:
+                applied = self.ws.stack.apply(worktree, commit)
+                prepared.patch_hash = applied.hash
+            build = run_build(
+                cfg.build.steps,
+                worktree=worktree,
+                commit=commit,
+                applied_stack_hash=prepared.patch_hash,
+                cache=self.ws.build_cache,
+                python=cfg.target.python,
+                log_dir=self._logs / "build",
+            )
+            prepared.build_hash = build.hash
+            cached = [s.name for s in build.steps if s.cached]
+            if cached:
+                self.progress.detail(f"{commit.short}: build cache hit for {', '.join(cached)}")
+        except PatchError as exc:
+            prepared.untestable = f"patch conflict: {exc}"
+            self.progress.warn(f"{commit.short} skipped (patch stack does not apply): {exc}")
+        except BuildError as exc:
+            prepared.untestable = f"build failed: {exc}"
+            self.progress.warn(f"{commit.short} skipped (build failed): {exc}")
+        self._prepared = prepared
+        return prepared
+
+    def identity(self, prepared: Prepared, mode: ModeConfig) -> TrialIdentity:
+        cfg = self.ws.config
+        return TrialIdentity(
+            commit=prepared.commit.sha,
+            patch_hash=prepared.patch_hash,
+            build_hash=prepared.build_hash,
+            mode=mode.name,
+            mode_hash=mode.config_hash(cfg.server),
+            workload_hash=cfg.workload.config_hash(),
+            host=self.ws.host,
+        )
+
+    # -- one trial ---------------------------------------------------------------------------
+    def trial(self, commit: Commit, mode_name: str, purpose: str, bisection_id: int | None = None) -> TrialResult:
+        """One server session for (commit, mode); skipped and failed trials are stored too."""
+        cfg = self.ws.config
+        mode = cfg.mode(mode_name)
+        prepared = self.prepare(commit)
+        identity = self.identity(prepared, mode)
+        store = self.ws.store
+        if prepared.untestable:
+            trial_id = store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id)
+            store.finish_trial(trial_id, TrialStatus.SKIPPED, error=prepared.untestable)
+            return store.trial(trial_id)
+
+        sysstate.wait_until_idle(
+            timeout_s=self.wait_idle_s,
+            poll_s=10.0,
+            progress=lambda procs, waited: self.progress.detail(f"GPUs busy ({len(procs)} processes); waited {waited:.0f}s"),
+        )
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        log_path = self._logs / "server" / f"{stamp}-{commit.short}-{mode.name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        trial_id = store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id, log_path=str(log_path))
+        self.progress.info(f"trial #{trial_id}: {commit.short} [{mode.name}] {commit.subject[:60]}")
+        status, error = TrialStatus.OK, None
+        env_checks: tuple = ()
+        info: dict = {}
+        sessions: list[ServerSession] = []
+        sampler = sysstate.Sampler(
+            interval_s=1.0, exclude_pids=lambda: sessions[0].group_pids() if sessions else ()
+        )
+        gpu_baseline = sysstate.gpu_memory_used_mib()
+        released = sysstate.gpu_memory_released(gpu_baseline, tolerance_mib=1024) if gpu_baseline else None
+
+        def on_run(run: RunResult) -> None:
+            store.add_run(trial_id, run)
+            self.progress.detail("  " + format_run(run))
+
+        try:
+            with sampler:
+                if cfg.workload.kind == "command":
+                    env = {**cfg.server.env, **mode.env}
+                    for run in run_command_workload(cfg.workload, prepared.worktree, cfg.target.python, env, log_path):
+                        on_run(run)
+                else:
+                    session = ServerSession(
+                        cfg.server, mode, prepared.worktree, cfg.target.python, log_path,
+                        gpu_memory_released=released,
+                    )
+                    sessions.append(session)
+                    with session:
+                        seconds = session.wait_ready(progress=self._ready_progress(mode.name))
+                        self.progress.detail(f"  server ready in {seconds:.1f}s (port {session.port})")
+                        if cfg.server.check_env:
+                            env_checks = session.check_env()
+                            self._report_env(env_checks)
+                        run_workload(session.base_url, cfg.workload, on_run=on_run)
+                        info = server_info(session.base_url)
+        except ServerNotReady as exc:
+            # A commit whose server never gets ready cannot be tested: skipped, never blamed.
+            status, error = TrialStatus.SKIPPED, f"server never ready: {exc}"
+            self.progress.warn(f"{commit.short} [{mode.name}]: {exc}")
+        except (ServerError, WorkloadError) as exc:
+            status, error = TrialStatus.FAILED, str(exc)
+            self.progress.warn(f"{commit.short} [{mode.name}] trial failed: {exc}")
+        except BaseException as exc:  # Ctrl-C or a bug: record what happened, keep the runs
+            store.finish_trial(
+                trial_id, TrialStatus.FAILED, system=sampler.summary(),
+                error=f"interrupted: {type(exc).__name__}: {exc}",
+            )
+            raise
+        if prepared.versions is None:
+            prepared.versions = sysstate.target_versions(cfg.target.python, cwd=prepared.worktree)
+        result = store.finish_trial(
+            trial_id,
+            status,
+            system=sampler.summary(),
+            system_samples=sysstate.compact(sampler.snapshots),
+            env_checks=env_checks,
+            server_info=info,
+            versions=prepared.versions,
+            error=error,
+        )
+        if result.summary is not None:
+            accept = avg_spec_accept_length(info)
+            extra = f", server-wide accept length {accept:.2f}" if accept else ""
+            flagged = f", {len(result.flagged_runs)} runs flagged" if result.flagged_runs else ""
+            self.progress.info(
+                f"  → {math.exp(result.summary):.1f} tok/s (median of {len(result.usable_runs)} runs{flagged}{extra})"
+            )
+        return result
+
+    def _ready_progress(self, mode: str) -> Callable[[float, int], None]:
+        last = [0.0]
+
+        def report(elapsed: float, polls: int) -> None:
+            if elapsed - last[0] >= 10:
+                last[0] = elapsed
+                self.progress.detail(f"  [{mode}] waiting for readiness: {elapsed:.0f}s, {polls} polls")
+
+        return report
+
+    def _report_env(self, checks: Iterable[EnvCheck]) -> None:
+        for check in checks:
+            if not check.ok:
+                what = ", ".join(list(check.missing) + [f"{n}={a!r} (wanted {w!r})" for n, w, a in check.mismatched])
+                self.progress.warn(f"  configured env did not reach pid {check.pid} ({check.cmdline[:60]}): {what}")
+
+
+def format_run(run: RunResult) -> str:
+    """One progress line for a run."""
+    tag = "warm-up" if run.warmup else f"run {run.index}"
+    if run.error:
+        return f"{tag}: error: {run.error}"
+    value = run.value or 0.0
+    spec = ""
+    if run.spec_accept_length:
+        cycle = run.cycle_time_ms
+        spec = f", accept {run.spec_accept_length:.2f}" + (f", cycle {cycle:.1f} ms" if cycle else "")
+    flag = "" if run.complete else f"  FLAGGED: {run.output_tokens}/{run.requested_tokens} tokens, kept out of statistics"
+    ttft = f", TTFT {run.ttft_s * 1000:.0f} ms" if run.ttft_s is not None else ""
+    return f"{tag}: {value:.1f} tok/s{ttft}{spec}{flag}"
+
+
+# ------------------------------------------------------------------------------------------------
+# Observations: what the search policy sees for one commit
+
+
+def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: int) -> tuple[Observation, list[int]]:
+    """Measure the bisection metric at ``commit`` once: one trial per needed mode."""
+    cfg = runner.ws.config
+    summaries: dict[str, float] = {}
+    trial_ids: list[int] = []
+    covariates: dict[str, float] = {}
+    modes = cfg.metric_modes if seq % 2 == 0 else tuple(reversed(cfg.metric_modes))  # A B B A
+    for mode in modes:
+        result = None
+        for _attempt in range(2):  # a crash mid-run is retried once before the commit counts as untestable
+            result = runner.trial(commit, mode, purpose="bisect", bisection_id=bisection_id)
+            trial_ids.append(result.id)
+            if result.status is not TrialStatus.FAILED:
+                break
+        if result is None or result.summary is None:
+            return Observation(commit=commit.sha, value=None, seq=seq), trial_ids
+        summaries[mode] = result.summary
+        covariates.update(result.system.as_covariates())
+    return Observation(commit=commit.sha, value=metric_value(cfg, summaries), covariates=covariates, seq=seq), trial_ids
+
+
+def metric_value(cfg: Config, summaries: dict[str, float]) -> float:
+    """log tok/s of the metric mode, or log(spec/base) for a ratio metric."""
+    modes = cfg.metric_modes
+    if len(modes) == 2:
+        return summaries[modes[1]] - summaries[modes[0]]
+    return summaries[modes[0]]
+
+
+def noise_key(ws: Workspace, mode: ModeConfig) -> tuple[str, str, str, str]:
+    cfg = ws.config
+    return (ws.host, mode.name, mode.config_hash(cfg.server), cfg.workload.config_hash())
+
+
+def noise_model(ws: Workspace, mode_names: Sequence[str]) -> NoiseModel:
+    """Between-trial noise for this host/mode/workload from stored A/A data, else the stated prior."""
+    cfg = ws.config
+    prior = NoiseModel.prior(cfg.stats.prior_sigma_pct)
+    if len(mode_names) != 1:
+        return prior  # ratio metrics: A/A data of the ratio itself is not pooled yet
+    groups = ws.store.identical_build_groups(noise_key(ws, cfg.mode(mode_names[0])))
+    summaries = [[t.summary for t in g if t.summary is not None] for g in groups]
+    within = [[math.log(r.value) for r in t.usable_runs if r.value] for g in groups for t in g]
+    return NoiseModel.from_groups([s for s in summaries if s], within=within, prior=prior)
+
+
+# ------------------------------------------------------------------------------------------------
+# perfbisect run / resume
+
+
+@dataclass
+class BisectResult:
+    bisection_id: int
+    outcome: BisectOutcome
+    commits: dict[str, Commit]
+    filtered: list[Commit] = field(default_factory=list)
+    db_path: Path | None = None
+
+
+def _range(ws: Workspace, good: str, bad: str) -> tuple[Commit, Commit, list[Commit]]:
+    good_c = ws.repo.resolve(good)
+    bad_c = ws.repo.resolve(bad)
+    if good_c.sha == bad_c.sha:
+        raise UsageError(
+            f"good ({good}) and bad ({bad}) are the same commit {good_c.short}: there is nothing to "
+            f"bisect. Pass the last commit known to be fast as good and a later one as bad."
+        )
+    return good_c, bad_c, ws.repo.first_parent_range(good_c.sha, bad_c.sha)
+
+
+def latest_unfinished(ws: Workspace) -> int:
+    """Id of the newest bisection that did not finish, or a clear error when there is none."""
+    record = ws.store.latest_unfinished_bisection()
+    if record is None:
+        raise UsageError(
+            f"No unfinished bisection in {ws.db_path}. Start one with `perfbisect run good=REV bad=REV`, "
+            f"or list past ones with `perfbisect log`."
+        )
+    return record.id
+
+
+def run_bisection(
+    ws: Workspace,
+    good: str,
+    bad: str,
+    progress: Progress | None = None,
+    *,
+    wait_idle_s: float = 0.0,
+    resume_id: int | None = None,
+) -> BisectResult:
+    """Bisect good..bad: confirm the endpoints differ, search, confirm the culprit; store everything."""
+    progress = progress or Progress()
+    cfg = ws.config
+    store = ws.store
+    if resume_id is not None:
+        record = store.resume_bisection(resume_id)
+        good, bad = record.good, record.bad
+    good_c, bad_c, commits = _range(ws, good, bad)
+    plan = plan_range(ws.repo, good_c.sha, bad_c.sha, ws.filters, None)
+    for warning in plan.warnings:
+        progress.warn(str(warning))
+    by_sha = {c.sha: c for c in commits}
+    candidates = [e.commit for e in plan.entries if e.measure or e.commit.sha in (good_c.sha, bad_c.sha)]
+    filtered = [e.commit for e in plan.entries if e.filtered]
+    progress.info(
+        f"range {good_c.short}..{bad_c.short}: {len(commits)} commits, {len(candidates)} candidates, "
+        f"{len(filtered)} not measured (only paths that cannot affect throughput)"
+    )
+    noise = noise_model(ws, cfg.metric_modes)
+    progress.info(f"noise model: {noise.describe()}")
+    shas = [c.sha for c in candidates]
+    if resume_id is None:
+        bisection_id = store.begin_bisection(
+            good=good_c.sha, bad=bad_c.sha, commits=shas, metric=cfg.stats.metric,
+            settings=cfg.stats, target=str(cfg.target.repo),
+        )
+        observations: list[Observation] = []
+    else:
+        bisection_id = resume_id
+        if list(record.commits) != shas:
+            progress.warn("the candidate list changed since this bisection started (config filters?); using the stored one")
+            shas = list(record.commits)
+        observations = [
+            Observation(commit=o.commit, value=o.value, covariates=dict(o.covariates), seq=o.seq)
+            for o in store.observations(bisection_id)
+        ]
+        progress.info(f"resuming bisection #{bisection_id}: {len(observations)} stored observations, none repeated")
+    policy = SearchPolicy(shas, cfg.stats, noise, higher_is_better=cfg.workload.higher_is_better)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    while True:
+        action = policy.next(observations)
+        if isinstance(action, Done):
+            outcome = action.outcome
+            break
+        commit = by_sha[action.commit]
+        progress.info(f"[{len(observations) + 1}] {commit.short}: {action.reason}")
+        obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations))
+        store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates)
+        observations.append(obs)
+    store.finish_bisection(bisection_id, outcome)
+    return BisectResult(bisection_id=bisection_id, outcome=outcome, commits=by_sha, filtered=filtered, db_path=ws.db_path)
+
+
+# ------------------------------------------------------------------------------------------------
+# perfbisect measure / compare / calibrate
+
+
+@dataclass
+class MeasureResult:
+    commit: Commit
+    trials: dict[str, list[TrialResult]]  # per mode, in the order they ran
+
+
+def measure(
+    ws: Workspace,
+    rev: str,
+    modes: Sequence[str],
+    trials: int,
+    progress: Progress | None = None,
+    *,
+    purpose: str = "measure",
+    wait_idle_s: float = 0.0,
+) -> MeasureResult:
+    """Run ``trials`` trials of each mode at one commit, interleaved (A B B A ...), and store them."""
+    commit = ws.repo.resolve(rev)
+    for m in modes:
+        ws.config.mode(m)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    out: dict[str, list[TrialResult]] = {m: [] for m in modes}
+    for i in range(trials):
+        order = list(modes) if i % 2 == 0 else list(reversed(modes))
+        for m in order:
+            out[m].append(runner.trial(commit, m, purpose=purpose))
+    return MeasureResult(commit=commit, trials=out)
+
+
+@dataclass
+class CompareResult:
+    a: Commit
+    b: Commit
+    mode: str
+    comparison: Comparison
+    trials_a: list[TrialResult]
+    trials_b: list[TrialResult]
+    history: list[str]
+    attribution: str | None
+    comparison_id: int
+
+
+def compare_commits(
+    ws: Workspace,
+    a_rev: str,
+    b_rev: str,
+    mode: str,
+    progress: Progress | None = None,
+    *,
+    min_trials: int = 2,
+    max_trials: int | None = None,
+    wait_idle_s: float = 0.0,
+) -> CompareResult:
+    """A vs B with interleaved trials (A B B A ...) until the verdict is clear or the budget is spent."""
+    progress = progress or Progress()
+    cfg = ws.config
+    mode_cfg = cfg.mode(mode)
+    a, b = ws.repo.resolve(a_rev), ws.repo.resolve(b_rev)
+    max_trials = max_trials or cfg.stats.max_trials_per_commit
+    noise = noise_model(ws, [mode])
+    progress.info(f"noise model: {noise.describe()}")
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    ta: list[TrialResult] = []
+    tb: list[TrialResult] = []
+    cmp: Comparison | None = None
+    i = 0
+    while True:
+        pair = [(a, ta), (b, tb)] if i % 2 == 0 else [(b, tb), (a, ta)]
+        for commit, bucket in pair:
+            bucket.append(runner.trial(commit, mode, purpose="compare"))
+        i += 1
+        sa = [t.summary for t in ta if t.summary is not None]
+        sb = [t.summary for t in tb if t.summary is not None]
+        if len(sa) >= min_trials and len(sb) >= min_trials:
+            cmp = compare(sa, sb, noise, cfg.stats, higher_is_better=cfg.workload.higher_is_better)
+            progress.info(f"after {len(sa)}+{len(sb)} trials: {cmp.verdict.value} ({cmp.effect_pct:+.1f}%)")
+            if cmp.verdict is not Verdict.INCONCLUSIVE:
+                break
+        if i >= max_trials:
+            break
+    if cmp is None:
+        sa = [t.summary for t in ta if t.summary is not None]
+        sb = [t.summary for t in tb if t.summary is not None]
+        cmp = compare(sa, sb, noise, cfg.stats, higher_is_better=cfg.workload.higher_is_better)
+    history = [line for line in (_history_line(ws, c, mode_cfg, ts, noise) for c, ts in ((a, ta), (b, tb))) if line]
+    attribution = _attribution_line(ta + tb)
+    cid = ws.store.record_comparison(
+        a.sha, b.sha, mode, cmp, metric=mode,
+        trial_ids_a=[t.id for t in ta], trial_ids_b=[t.id for t in tb], bisection_id=None,
+    )
+    return CompareResult(a, b, mode, cmp, ta, tb, history, attribution, cid)
+
+
+def _history_line(ws: Workspace, commit: Commit, mode: ModeConfig, today: list[TrialResult], noise: NoiseModel) -> str | None:
+    """Same build measured on earlier days: a shift is system drift, not code."""
+    ids = {t.id for t in today}
+    day = time.strftime("%m-%d")
+    earlier = []
+    for t in ws.store.trials(commit=commit.sha, mode=mode.name):
+        if t.id in ids or t.summary is None or t.identity.build_key != today[0].identity.build_key:
+            continue
+        when = time.strftime("%m-%d", time.localtime(t.started_at))
+        if when != day:
+            earlier.append((when, t.summary))
+    values = [t.summary for t in today if t.summary is not None]
+    if not earlier or not values:
+        return None
+    return history_shift(values, earlier, noise, build=commit.short)
+
+
+def _attribution_line(trials: list[TrialResult]) -> str | None:
+    ok = [t for t in trials if t.summary is not None]
+    if len(ok) < 4:
+        return None
+    found = attribute(
+        [t.summary for t in ok], [t.system.as_covariates() for t in ok], [t.identity.build_key for t in ok]
+    )
+    return found.sentence if found else None
+
+
+@dataclass
+class CalibrateResult:
+    commit: Commit
+    mode: str
+    noise: NoiseModel
+    trials: list[TrialResult]
+    lines: list[str]
+
+
+def calibrate(
+    ws: Workspace, rev: str, mode: str, trials: int, progress: Progress | None = None, *, wait_idle_s: float = 0.0
+) -> CalibrateResult:
+    """Measure the machine's noise on purpose: N trials of one build (A/A), then σ_b, σ_w and the MDE."""
+    if trials < 2:
+        raise UsageError("calibrate needs at least 2 trials (--trials 2) to see any between-session noise; 5–10 is better.")
+    result = measure(ws, rev, [mode], trials, progress, purpose="calibrate", wait_idle_s=wait_idle_s)
+    done = result.trials[mode]
+    groups: dict[tuple, list[float]] = {}
+    for t in done:
+        if t.summary is not None:
+            groups.setdefault(t.identity.build_key, []).append(t.summary)
+    within = [[math.log(r.value) for r in t.usable_runs if r.value] for t in done]
+    measured = NoiseModel.from_groups(list(groups.values()), within=within, prior=NoiseModel.prior(ws.config.stats.prior_sigma_pct))
+    pooled = noise_model(ws, [mode])
+    lines = calibrate_report(pooled, budget_trials=ws.config.stats.max_trials_per_commit, alpha=ws.config.stats.alpha)
+    attribution = _attribution_line(done)
+    if attribution:
+        lines.append(attribution)
+    return CalibrateResult(result.commit, mode, measured, done, lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# perfbisect plan / patches check / gc / log
+
+
+def plan(ws: Workspace, good: str, bad: str, check_patches: bool = True) -> Plan:
+    """Which commits of good..bad would be measured, which not, and why (nothing is built or run)."""
+    good_c, bad_c, _ = _range(ws, good, bad)
+    return plan_range(ws.repo, good_c.sha, bad_c.sha, ws.filters, ws.stack, check_patches=check_patches and ws.stack is not None)
+
+
+def patches_check(ws: Workspace, good: str, bad: str) -> list[PatchCheck]:
+    """For every commit in good..bad: does the stack apply, and with which variant."""
+    if ws.stack is None:
+        raise UsageError(
+            f"{ws.config.path} defines no patch stack: set [patches] dir = \"DIR\" (git format-patch files) "
+            f"or branch/base, then run this again."
+        )
+    good_c, bad_c, commits = _range(ws, good, bad)
+    return check_patches(ws.repo, good_c.sha, bad_c.sha, ws.stack)
+
+
+def gc(ws: Workspace, build_cache: bool = False) -> list[str]:
+    """Remove perfbisect's worktrees (and with ``build_cache`` the cached build artefacts)."""
+    removed = [f"worktree {p}" for p in ws.pool.gc()]
+    if build_cache:
+        size = ws.build_cache.total_bytes()
+        ws.build_cache.clear()
+        removed.append(f"build cache ({size / 1e6:.1f} MB)")
+    return removed
+
+
+# ------------------------------------------------------------------------------------------------
+# perfbisect demo
+
+
+def run_demo(
+    directory: Path,
+    progress: Progress | None = None,
+    *,
+    drift_only: bool = False,
+    commits: int = 36,
+    seed: int = 7,
+) -> tuple[BisectResult, DemoTarget]:
+    """Build the demo target (planted slowdown, or drift only) and bisect it with the real pipeline."""
+    progress = progress or Progress()
+    progress.info(f"building the demo target in {directory} ...")
+    target = make_demo_target(
+        Path(directory),
+        commits=commits,
+        drift_only=drift_only,
+        seed=seed,
+        session_sigma=0.03 if drift_only else 0.02,
+        drift_per_session=-0.002 if drift_only else 0.0,
+    )
+    what = f"planted {target.planted[:10]}" if target.planted else "no code change (drift only)"
+    progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; server: SGLang emulator")
+    config = load_config(target.config)
+    with Workspace.open(config, target.root / "results.sqlite") as ws:
+        result = run_bisection(ws, target.good, target.bad, progress)
+    return result, target

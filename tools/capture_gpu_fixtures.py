@@ -243,7 +243,7 @@ def main() -> int:
     snaps = sampler.snapshots
     for s in snaps[len(snaps) // 2 : len(snaps) // 2 + 1]:
         print("\n".join(sysstate.format_snapshot(s)))
-    compact = sampler_compact = sysstate.compact(snaps)
+    sampler_compact = sysstate.compact(snaps)
     (out / "sampler-live.json").write_text(
         json.dumps(
             {
@@ -259,7 +259,7 @@ def main() -> int:
             indent=1,
         )
     )
-    print("compact bytes:", len(json.dumps(compact)))
+    print("compact bytes:", len(json.dumps(sampler_compact)))
 
     # after
     time.sleep(3.0)

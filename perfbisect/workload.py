@@ -126,11 +126,11 @@ def load_prompts(cfg: WorkloadConfig) -> list[str]:
 # Server info
 
 
-def server_info(base_url: str) -> dict[str, Any]:
+def server_info(base_url: str, *, client: httpx.Client | None = None) -> dict[str, Any]:
     """GET /get_server_info; {} when the server has no such endpoint (404)."""
     url = base_url.rstrip("/") + "/get_server_info"
     try:
-        resp = httpx.get(url, timeout=30.0)
+        resp = (client or httpx).get(url, timeout=30.0)
     except httpx.ConnectError as exc:
         raise ServerDied(
             f"Cannot connect to the server at {base_url} to read /get_server_info ({exc}). The server is "
@@ -424,18 +424,18 @@ def run_workload(
     url = base + _KINDS[cfg.kind]
     prompts = load_prompts(cfg)
     concurrency = max(1, cfg.concurrency)
-    # Servers that report their own timing of the last request (the emulator does) get it read
-    # back after each single-stream run; real SGLang has no such field and gets no extra calls.
-    try:
-        reports_timing = "last_decode_tok_s" in server_info(base)
-    except (WorkloadError, ServerDied):
-        reports_timing = False
     timeout = httpx.Timeout(cfg.request_timeout_s, connect=_CONNECT_TIMEOUT_S)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     results: list[RunResult] = []
     next_prompt = 0
     total = cfg.warmup + cfg.runs
     with httpx.Client(timeout=timeout, limits=limits) as client, ThreadPoolExecutor(max_workers=concurrency) as pool:
+        # Servers that report their own timing of the last request (the emulator does) get it read
+        # back after each single-stream run; real SGLang has no such field and gets no extra calls.
+        try:
+            reports_timing = "last_decode_tok_s" in server_info(base, client=client)
+        except (WorkloadError, ServerDied):
+            reports_timing = False
         for index in range(total):
             warmup = index < cfg.warmup
             batch = [prompts[(next_prompt + j) % len(prompts)] for j in range(concurrency)]
@@ -449,7 +449,7 @@ def run_workload(
             run = _summarise(index, warmup, cfg, recs, t_start)
             lost = any(r.connection_lost for r in recs)
             if reports_timing and concurrency == 1 and not lost and recs[0].request_id:
-                run = _with_server_timing(base, run, recs[0].request_id)
+                run = _with_server_timing(client, base, run, recs[0].request_id)
             results.append(run)
             if on_run is not None:
                 on_run(run)
@@ -464,9 +464,10 @@ def run_workload(
     return results
 
 
-def _with_server_timing(base: str, run: RunResult, request_id: str) -> RunResult:
+def _with_server_timing(client: httpx.Client, base: str, run: RunResult, request_id: str) -> RunResult:
+    """Attach the server's own decode rate of this request, when it reports one."""
     try:
-        info = server_info(base)
+        info = server_info(base, client=client)
     except (WorkloadError, ServerDied):
         return run
     value = info.get("last_decode_tok_s")

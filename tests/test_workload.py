@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -142,8 +142,6 @@ def test_concurrency_reports_aggregate_throughput(emulator_worktree, start_emula
 def test_request_errors_become_runs_not_exceptions(emulator_worktree, start_emulator) -> None:
     emu = start_emulator(emulator_worktree(), "--never-ready", wait_ready=False)
     landed: list[RunResult] = []
-    import time
-
     deadline = time.monotonic() + 10
     while True:  # wait for the socket only
         try:

@@ -15,6 +15,27 @@ within-session run-to-run jitter.
 
 Run: ``python -m perfbisect.demo.emulator --port P --worktree W [SGLang flags] [test knobs]``.
 Stdlib only: it runs under the target's interpreter, which need not have perfbisect's dependencies.
+
+Speed knobs read from the code (``^NAME = value`` at module level; the last one found in path
+order wins): ``DECODE_STEP_MS`` (ms per baseline decode step, default 2.0), ``VERIFY_CYCLE_MS``
+(ms per speculative verify cycle, 4.0), ``SPEC_ACCEPT_LENGTH`` (mean tokens per cycle, 2.4),
+``STARTUP_S`` (seconds until /health_generate answers 200, 0.3) and ``EAGLE3_CAPTURE_FIX =
+True/False`` (default True; False caps the accept length at 1.3, modelling the missing
+deepseek_v2 hidden-state fix).
+
+Environment:
+- ``PERFBISECT_DEMO_SEED``: seeds the session RNG, combined with pid and time so sessions differ.
+- ``PERFBISECT_DEMO_SESSION_SIGMA`` (log-sd, default 0.02): the between-session factor, drawn
+  once at start and applied to every step of the session (runs within a session are correlated).
+- ``PERFBISECT_DEMO_RUN_SIGMA`` (log-sd, default 0.01): within-session jitter, drawn once per
+  request (run-to-run spread) and again per step (which averages out over a run).
+- ``PERFBISECT_DEMO_DRIFT_PER_SESSION`` (e.g. 0.02) with ``PERFBISECT_DEMO_DRIFT_FILE``: a
+  counter file shared by the sessions of one demo; session n is (1 + drift)^n slower, a slow
+  monotone drift with no code change.
+
+Speculative mode: ``--speculative-algorithm EAGLE3`` (or EAGLE / NEXTN; ``--speculative`` is
+short for EAGLE3). Each verify cycle yields 1 + Binomial(num_draft_tokens − 1, p) tokens with mean
+accept length, as SGLang's ``spec_verify_ct`` / ``spec_accept_length`` / ``spec_accept_rate``.
 """
 
 from __future__ import annotations
@@ -711,6 +732,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m perfbisect.demo.emulator",
         description="SGLang-compatible emulator (a stand-in for sglang.launch_server; no GPU, no model).",
+        allow_abbrev=False,  # an unknown SGLang flag must never be taken for a prefix of one of ours
     )
     p.add_argument("--port", type=int, required=True, help="port to listen on (0: any free port, printed)")
     p.add_argument("--host", default="127.0.0.1")
@@ -719,6 +741,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tp", "--tp-size", dest="tp_size", type=int, default=1)
     p.add_argument("--load-format", default="auto")
     p.add_argument("--speculative-algorithm", default=None)
+    p.add_argument("--speculative", dest="speculative_algorithm", action="store_const", const="EAGLE3",
+                   help="short for --speculative-algorithm EAGLE3")
     p.add_argument("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path", default=None)
     p.add_argument("--speculative-num-steps", type=int, default=3)
     p.add_argument("--speculative-eagle-topk", type=int, default=1)

@@ -195,8 +195,14 @@ class TrialRunner:
         gpu_baseline = sysstate.gpu_memory_used_mib()
         released = sysstate.gpu_memory_released(gpu_baseline, tolerance_mib=1024) if gpu_baseline else None
 
+        window: list[float] = []  # when measured runs ran: the state summary covers only that
+
         def on_run(run: RunResult) -> None:
             store.add_run(trial_id, run)
+            if run.warmup or not window:
+                window[:] = [time.time()]
+            else:
+                window[1:] = [time.time()]
             self.progress.detail("  " + format_run(run))
 
         try:
@@ -234,10 +240,14 @@ class TrialRunner:
             raise
         if prepared.versions is None:
             prepared.versions = sysstate.target_versions(cfg.target.python, cwd=prepared.worktree)
+        since, until = (window[0], window[-1]) if len(window) == 2 else (None, None)
+        system = sampler.summary(since=since, until=until)
+        if system.samples == 0:  # runs shorter than the sampling interval: use the whole session
+            system = sampler.summary()
         result = store.finish_trial(
             trial_id,
             status,
-            system=sampler.summary(),
+            system=system,
             system_samples=sysstate.compact(sampler.snapshots),
             env_checks=env_checks,
             server_info=info,

@@ -253,6 +253,275 @@ def demo(
     raise typer.Exit(code=_exit_for(result.outcome, False))
 
 
+RevArgs = Annotated[Optional[list[str]], typer.Argument(help="good=REV bad=REV", show_default=False)]
+GoodOpt = Annotated[Optional[str], typer.Option("--good", help="Last commit known to be fast.")]
+BadOpt = Annotated[Optional[str], typer.Option("--bad", help="A later commit known (or feared) to be slow.")]
+
+
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
+        out_console.print(escape(line))
+
+
+@app.command()
+def plan(
+    revs: RevArgs = None,
+    good: GoodOpt = None,
+    bad: BadOpt = None,
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+    no_patch_check: Annotated[bool, typer.Option("--no-patch-check", help="Skip checking the patch stack at each commit.")] = False,
+) -> None:
+    """List good..bad: which commits would be measured, which not, and why. Builds and runs nothing.
+
+    Example:  perfbisect plan good=bba2fc4 bad=HEAD
+    """
+    from . import app as core
+    from .summary import _jsonable, format_plan
+
+    try:
+        g, b = parse_revs(revs or [], good, bad)
+        with core.Workspace.open(_load(config), db) as ws:
+            result = core.plan(ws, g, b, check_patches=not no_patch_check)
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+    if json_out:
+        out_console.print_json(json.dumps(_jsonable(result), default=str))
+    else:
+        _print_lines(format_plan(result))
+
+
+@patches_app.command("check")
+def patches_check(
+    revs: RevArgs = None,
+    good: GoodOpt = None,
+    bad: BadOpt = None,
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Show for every commit in good..bad whether the patch stack applies (and which variant).
+
+    Nothing is built or run: see conflicts before spending GPU hours.
+
+    Example:  perfbisect patches check good=bba2fc4 bad=HEAD
+    """
+    from . import app as core
+    from .summary import format_patch_checks
+
+    try:
+        g, b = parse_revs(revs or [], good, bad)
+        with core.Workspace.open(_load(config), db) as ws:
+            checks = core.patches_check(ws, g, b)
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+    _print_lines(format_patch_checks(checks))
+
+
+ModeOpt = Annotated[Optional[list[str]], typer.Option("--mode", "-m", help="Mode(s) to measure (repeatable; default: every mode).")]
+TrialsOpt = Annotated[int, typer.Option("--trials", "-n", min=1, help="Server sessions per mode.")]
+
+
+@app.command()
+def measure(
+    rev: Annotated[str, typer.Argument(help="The commit to measure.")] = "HEAD",
+    mode: ModeOpt = None,
+    trials: TrialsOpt = 1,
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    wait_idle: WaitIdleOpt = 0.0,
+) -> None:
+    """Measure one commit (every mode, interleaved) and store the trials.
+
+    With a baseline and a speculative mode it also prints the speculative health: accept length,
+    verify-cycle time, the speculative/baseline ratio and the break-even accept length.
+
+    Example:  perfbisect measure HEAD --trials 3
+    Example:  perfbisect measure bba2fc4 --mode eagle3 -n 5
+    """
+    from . import app as core
+    from .summary import format_measure, trial_row
+
+    try:
+        cfg = _load(config)
+        modes = mode or list(cfg.modes)
+        with core.Workspace.open(cfg, db) as ws:
+            result = core.measure(ws, rev, modes, trials, ConsoleProgress(quiet), wait_idle_s=wait_idle)
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+    if json_out:
+        data = {"commit": result.commit.sha, "trials": {m: [trial_row(t) for t in ts] for m, ts in result.trials.items()}}
+        out_console.print_json(json.dumps(data))
+    else:
+        _print_lines(format_measure(result, cfg))
+
+
+@app.command("compare")
+def compare_cmd(
+    a: Annotated[str, typer.Argument(help="Reference commit (A).")],
+    b: Annotated[str, typer.Argument(help="Commit to judge against A (B).")],
+    mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode to compare (default: the metric's mode).")] = None,
+    trials: Annotated[Optional[int], typer.Option("--max-trials", min=2, help="Most trials per side (default: stats.max_trials_per_commit).")] = None,
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    wait_idle: WaitIdleOpt = 0.0,
+) -> None:
+    """Compare two commits with interleaved trials (A B B A …) until the verdict is clear.
+
+    The verdict uses trial summaries and the between-session noise, never the runs of one
+    session as if they were independent; it says when today's numbers differ from stored numbers of
+    the same build (system drift, not code).
+
+    Example:  perfbisect compare bba2fc4 HEAD
+    Example:  perfbisect compare HEAD~9 HEAD --mode baseline --max-trials 6
+    """
+    from . import app as core
+    from .summary import _jsonable, format_comparison
+
+    try:
+        cfg = _load(config)
+        with core.Workspace.open(cfg, db) as ws:
+            result = core.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], ConsoleProgress(quiet), max_trials=trials, wait_idle_s=wait_idle)
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+    if json_out:
+        data = {"a": result.a.sha, "b": result.b.sha, "mode": result.mode, "comparison_id": result.comparison_id,
+                **_jsonable(result.comparison), "history": result.history, "attribution": result.attribution}
+        out_console.print_json(json.dumps(data, default=str))
+    else:
+        _print_lines(format_comparison(result))
+    code = EXIT_INCONCLUSIVE if result.comparison.verdict.value == "inconclusive" else EXIT_OK
+    raise typer.Exit(code=code)
+
+
+@app.command()
+def calibrate(
+    rev: Annotated[str, typer.Argument(help="The build to measure repeatedly.")] = "HEAD",
+    mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode (default: the metric's mode).")] = None,
+    trials: TrialsOpt = 5,
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    quiet: QuietOpt = False,
+    wait_idle: WaitIdleOpt = 0.0,
+) -> None:
+    """Measure this machine's noise on purpose: N server sessions of one build.
+
+    Prints the between-session noise σ_b, the within-session noise σ_w and the smallest regression
+    the current budget can detect. Later bisections and comparisons use it.
+
+    Example:  perfbisect calibrate HEAD --trials 5
+    """
+    from . import app as core
+
+    try:
+        cfg = _load(config)
+        with core.Workspace.open(cfg, db) as ws:
+            result = core.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, ConsoleProgress(quiet), wait_idle_s=wait_idle)
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+    _print_lines([f"{result.commit.short} [{result.mode}]: {len(result.trials)} trials"] + result.lines)
+
+
+@app.command()
+def doctor(
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    launch: Annotated[bool, typer.Option("--launch", help="Also start the server once and check the env reaches every worker.")] = False,
+) -> None:
+    """Check config, target interpreter, GPU idleness, clocks and throttling, and what would add noise.
+
+    Example:  perfbisect doctor
+    Example:  perfbisect doctor --launch
+    """
+    from .doctor import run_doctor
+
+    findings = run_doctor(_config_path(config), db, launch=launch)
+    style = {"ok": "green", "warn": "yellow", "error": "bold red", "info": "dim"}
+    for f in findings:
+        out_console.print(f"[{style[f.state]}]{f.state:>5}[/] {escape(f.check)}: {escape(f.message)}")
+    if any(f.state == "error" for f in findings):
+        raise typer.Exit(code=EXIT_USAGE)
+
+
+@app.command()
+def init(
+    sglang: Annotated[bool, typer.Option("--sglang", help="Write a config for an SGLang checkout (the only kind so far).")] = True,
+    path: Annotated[Path, typer.Option("--path", help="Where to write perfbisect.toml.")] = Path("perfbisect.toml"),
+    model: Annotated[str, typer.Option("--model", help="--model-path for the server.")] = "/models/Kimi-K2.5-INT4",
+    draft: Annotated[str, typer.Option("--draft", help="EAGLE-3 draft model path.")] = "/models/Kimi-K2.5-EAGLE3",
+    python: Annotated[Optional[str], typer.Option("--python", help="The interpreter SGLang runs under.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a commented perfbisect.toml for an SGLang checkout (baseline + EAGLE-3, NCCL env, --tp 8).
+
+    Example:  cd ~/sglang && perfbisect init --sglang --model /models/Kimi-K2.5 --draft /models/eagle3
+    """
+    from .init_template import render_sglang_config
+
+    if path.exists() and not force:
+        raise fail(UsageError(f"{path} already exists. Pass --force to overwrite it, or --path to write elsewhere."))
+    path.write_text(render_sglang_config(python or sys.executable, model, draft))
+    out_console.print(f"wrote {escape(str(path))}: edit the model paths and the patch directory, then run `perfbisect doctor`")
+
+
+@app.command()
+def log(
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="How many of each to show.")] = 20,
+) -> None:
+    """List past bisections and comparisons with their verdicts.
+
+    Example:  perfbisect log --limit 5
+    """
+    from .store import open_store
+    from .summary import format_log
+
+    try:
+        path = db or _load(config).default_db
+        store = open_store(path)
+        try:
+            lines = format_log(store.bisections(limit), store.comparisons(limit))
+        finally:
+            store.close()
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+    _print_lines(lines)
+
+
+@app.command()
+def gc(
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    build_cache: Annotated[bool, typer.Option("--build-cache", help="Also empty the build cache.")] = False,
+) -> None:
+    """Remove perfbisect's worktrees (and optionally the build cache). Stored results are kept.
+
+    Example:  perfbisect gc --build-cache
+    """
+    from . import app as core
+
+    try:
+        with core.Workspace.open(_load(config), db) as ws:
+            removed = core.gc(ws, build_cache=build_cache)
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+    _print_lines([f"removed {r}" for r in removed] or ["nothing to remove"])
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    if version:
+        out_console.print(f"perfbisect {__version__}")
+        raise typer.Exit()
+
+
 def main() -> None:
     """Entry point of the `perfbisect` script."""
     app()

@@ -1,0 +1,182 @@
+"""`perfbisect doctor`: is this machine and config ready to give trustworthy numbers?
+
+Each check is small and independent (pyperf's _system.py shape): it returns findings sorted into
+ok / warn / error, and says what to do about anything that would make results noisier.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import sysstate
+from .errors import PerfbisectError
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    state: str  # "ok" | "warn" | "error" | "info"
+    message: str
+
+
+def _config(ctx: dict) -> list[Finding]:
+    from .config import load_config
+
+    try:
+        cfg = load_config(ctx["config_path"])
+    except PerfbisectError as exc:
+        return [Finding("config", "error", str(exc))]
+    ctx["config"] = cfg
+    modes = ", ".join(sorted(cfg.modes))
+    return [Finding("config", "ok", f"{cfg.path}: modes {modes}; metric {cfg.stats.metric}; {cfg.workload.warmup} warm-up + {cfg.workload.runs} runs of {cfg.workload.max_tokens} tokens")]
+
+
+def _repo(ctx: dict) -> list[Finding]:
+    from .gitrepo import TargetRepo
+
+    cfg = ctx["config"]
+    try:
+        repo = TargetRepo(cfg.target.repo)
+        head = repo.resolve("HEAD")
+    except PerfbisectError as exc:
+        return [Finding("target repo", "error", str(exc))]
+    ctx["repo"], ctx["head"] = repo, head
+    return [Finding("target repo", "ok", f"{cfg.target.repo} at {head.short} {head.subject[:60]}")]
+
+
+def _patches(ctx: dict) -> list[Finding]:
+    from .gitrepo import PatchStack
+
+    cfg = ctx["config"]
+    if not (cfg.patches.dir or cfg.patches.branch):
+        return [Finding("patch stack", "info", "no patch stack configured: commits are measured as they are")]
+    try:
+        stack = PatchStack.load(cfg.patches, ctx["repo"])
+        check = stack.check_at(ctx["head"])
+    except PerfbisectError as exc:
+        return [Finding("patch stack", "error", str(exc))]
+    if not check.ok:
+        return [Finding("patch stack", "error", f"does not apply at HEAD: {check.conflict.describe()}. Rebase the patches onto HEAD.")]
+    return [Finding("patch stack", "ok", f"{len(stack)} patches apply at HEAD (stack {stack.hash[:12]})")]
+
+
+def _interpreter(ctx: dict) -> list[Finding]:
+    cfg = ctx["config"]
+    try:
+        versions = sysstate.target_versions(cfg.target.python, cwd=cfg.target.repo, timeout_s=120)
+    except PerfbisectError as exc:
+        return [Finding("target interpreter", "error", str(exc))]
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+    out = [Finding("target interpreter", "ok", f"{cfg.target.python}: {shown or 'no packages of interest found'}")]
+    if "sglang" not in versions and "perfbisect.demo.emulator" not in " ".join(cfg.server.command):
+        out.append(Finding("target interpreter", "warn", f"sglang is not importable with {cfg.target.python}: install it (pip install -e python) or set target.python"))
+    return out
+
+
+def _gpus(ctx: dict) -> list[Finding]:
+    snap = sysstate.collect_snapshot()
+    if not snap.gpus:
+        return [Finding("GPU state", "warn", "no NVML or nvidia-smi: clocks, temperature and throttling will not be recorded, so drift cannot be explained. Install nvidia-ml-py (pip install perfbisect[gpu]).")]
+    out = [Finding("GPU state", "ok", f"{len(snap.gpus)} × {snap.gpus[0].name} via {snap.source}")]
+    for line in sysstate.format_snapshot(snap):
+        out.append(Finding("GPU state", "info", line))
+    for g in snap.gpus:
+        names = [n for n in sysstate.throttle_reason_names(g.throttle_reasons) if n != "GpuIdle"]
+        if names:
+            out.append(Finding("clocks", "warn", f"GPU {g.index} is being throttled now ({', '.join(names)}): trials will be slower and noisier until it stops"))
+        if g.pcie_gen is not None and g.pcie_width is not None and g.pcie_width < 16:
+            out.append(Finding("PCIe", "warn", f"GPU {g.index} PCIe link is x{g.pcie_width} gen {g.pcie_gen}: below x16, all-reduce over PCIe will be slow"))
+    busy = sysstate.gpu_busy_processes()
+    if busy:
+        who = ", ".join(f"pid {pid} ({name or '?'}) on GPU {gpu}" for gpu, pid, name in busy)
+        out.append(Finding("GPU idle", "error", f"other processes hold the GPUs: {who}. Trials will refuse to start; stop them or pass --wait-idle SECONDS."))
+    else:
+        out.append(Finding("GPU idle", "ok", "no other process holds a GPU"))
+    return out
+
+
+def _cpu(ctx: dict) -> list[Finding]:
+    load = os.getloadavg()[0]
+    cores = os.cpu_count() or 1
+    if load > max(1.0, 0.5 * cores):
+        return [Finding("CPU load", "warn", f"load average {load:.1f} on {cores} cores: a busy host slows the server's scheduler and tokenizer; benchmark on a quiet machine")]
+    return [Finding("CPU load", "ok", f"load average {load:.1f} on {cores} cores")]
+
+
+def _database(ctx: dict) -> list[Finding]:
+    from .store import open_store
+
+    cfg = ctx["config"]
+    db = ctx.get("db") or cfg.default_db
+    try:
+        store = open_store(db)
+    except PerfbisectError as exc:
+        return [Finding("results database", "error", str(exc))]
+    try:
+        n = len(store.trials(status=None))
+        groups = [g for mode in cfg.modes.values() for g in store.identical_build_groups((sysstate.host_fingerprint(), mode.name, mode.config_hash(cfg.server), cfg.workload.config_hash()))]
+    finally:
+        store.close()
+    out = [Finding("results database", "ok", f"{db}: {n} trials stored")]
+    if not groups:
+        out.append(Finding("noise model", "warn", f"no repeated trials of one build on this host yet: decisions use the {cfg.stats.prior_sigma_pct:.1f}% prior. Run `perfbisect calibrate HEAD --trials 5` to measure the real noise."))
+    else:
+        out.append(Finding("noise model", "ok", f"A/A data from {len(groups)} builds on this host"))
+    return out
+
+
+def _launch(ctx: dict) -> list[Finding]:
+    """Start the server once (baseline mode, in the checkout) and check the env reaches every worker."""
+    from .server import ServerSession
+
+    cfg = ctx["config"]
+    mode = cfg.modes.get("baseline") or next(iter(cfg.modes.values()))
+    log = cfg.cache_dir / "logs" / "doctor-server.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with ServerSession(cfg.server, mode, cfg.target.repo, cfg.target.python, log) as session:
+            seconds = session.wait_ready()
+            checks = session.check_env()
+    except PerfbisectError as exc:
+        return [Finding("server launch", "error", str(exc))]
+    out = [Finding("server launch", "ok", f"[{mode.name}] ready in {seconds:.1f}s; {len(checks)} processes in its group")]
+    for c in checks:
+        if c.ok:
+            continue
+        what = ", ".join(list(c.missing) + [f"{n}={a!r} (wanted {w!r})" for n, w, a in c.mismatched])
+        out.append(Finding("worker env", "warn", f"pid {c.pid} ({c.cmdline[:60]}) lacks {what}: the setting does not reach that worker"))
+    if all(c.ok for c in checks):
+        out.append(Finding("worker env", "ok", f"all {len(cfg.server.env) + len(mode.env)} configured variables reached every process"))
+    return out
+
+
+CHECKS: list[tuple[str, Callable[[dict], list[Finding]], tuple[str, ...]]] = [
+    ("config", _config, ()),
+    ("repo", _repo, ("config",)),
+    ("patches", _patches, ("repo",)),
+    ("interpreter", _interpreter, ("config",)),
+    ("gpus", _gpus, ()),
+    ("cpu", _cpu, ()),
+    ("database", _database, ("config",)),
+]
+
+
+def run_doctor(config_path: Path, db: Path | None = None, launch: bool = False) -> list[Finding]:
+    """Run every check whose prerequisites passed; a failed check never stops the others."""
+    ctx: dict = {"config_path": config_path, "db": db}
+    needs = {"config": "config", "repo": "repo"}
+    findings: list[Finding] = []
+    checks = list(CHECKS) + ([("launch", _launch, ("config",))] if launch else [])
+    for name, fn, deps in checks:
+        if any(needs[d] not in ctx for d in deps):
+            continue
+        try:
+            findings.extend(fn(ctx))
+        except Exception as exc:  # a broken check is itself a finding, never a crash
+            findings.append(Finding(name, "error", f"check failed: {type(exc).__name__}: {exc}"))
+    findings.append(Finding("python", "info", f"perfbisect runs on {sys.executable} ({sys.version.split()[0]})"))
+    return findings

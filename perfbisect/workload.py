@@ -18,7 +18,7 @@ length (``ignore_eos``), streamed; the client timestamps each chunk as it arrive
 With ``concurrency = C > 1`` one "run" fires C requests at once (threads) and the RunResult
 aggregates them: ``requested_tokens`` / ``output_tokens`` / ``prompt_tokens`` are sums,
 ``decode_tok_s`` is the aggregate decode throughput Σ(tokens_i − first_i) / (latest t_last −
-earliest t_first), ``e2e_tok_s`` is Σ tokens / (latest t_last − run start), ``ttft_s`` is the mean
+earliest t_first), ``e2e_tok_s`` is Σ tokens / (latest t_last − earliest t_request), ``ttft_s`` is the mean
 TTFT, the ITL percentiles pool every request's tokens, ``spec_verify_ct`` is the sum,
 ``spec_accept_length`` is Σ tokens / Σ verify_ct and ``spec_accept_rate`` the mean. The run is
 complete only when every request returned all its tokens.
@@ -334,7 +334,7 @@ def _itl_pairs(rec: _Stream) -> list[tuple[float, float]]:
     return pairs
 
 
-def _summarise(index: int, warmup: bool, cfg: WorkloadConfig, recs: list[_Stream], t_start: float) -> RunResult:
+def _summarise(index: int, warmup: bool, cfg: WorkloadConfig, recs: list[_Stream]) -> RunResult:
     """Turn the streams of one run into its RunResult (see the module docstring for aggregation)."""
     tokens = sum(r.tokens for r in recs)
     with_tokens = [r for r in recs if r.arrivals]
@@ -345,8 +345,9 @@ def _summarise(index: int, warmup: bool, cfg: WorkloadConfig, recs: list[_Stream
         decode_tokens = sum(r.tokens - r.arrivals[0][1] for r in with_tokens)
         if t_last > t_first and decode_tokens > 0:
             decode_tok_s = decode_tokens / (t_last - t_first)
-        if t_last > t_start and tokens > 0:
-            e2e_tok_s = tokens / (t_last - t_start)
+        t_sent = min(r.t_request for r in recs)
+        if t_last > t_sent and tokens > 0:
+            e2e_tok_s = tokens / (t_last - t_sent)
         ttft_s = sum(r.arrivals[0][0] - r.t_request for r in with_tokens) / len(with_tokens)
     itl = [p for r in recs for p in _itl_pairs(r)]
     p50, p99 = _weighted_percentile(itl, 0.50), _weighted_percentile(itl, 0.99)
@@ -440,13 +441,12 @@ def run_workload(
             warmup = index < cfg.warmup
             batch = [prompts[(next_prompt + j) % len(prompts)] for j in range(concurrency)]
             next_prompt += concurrency
-            t_start = time.perf_counter()
             if concurrency == 1:
                 recs = [_stream_one(client, url, cfg.kind, _payload(cfg.kind, cfg, batch[0], ignore_eos))]
             else:
                 futures = [pool.submit(_stream_one, client, url, cfg.kind, _payload(cfg.kind, cfg, p, ignore_eos)) for p in batch]
                 recs = [f.result() for f in futures]
-            run = _summarise(index, warmup, cfg, recs, t_start)
+            run = _summarise(index, warmup, cfg, recs)
             lost = any(r.connection_lost for r in recs)
             if reports_timing and concurrency == 1 and not lost and recs[0].request_id:
                 run = _with_server_timing(client, base, run, recs[0].request_id)

@@ -35,10 +35,14 @@ from .model import BisectOutcome, Comparison, Verdict
 from .stats import NoiseModel, _two_sample, adjust, attribute, compare, decide, history_shift, log_of_pct, normal_cdf
 
 # Prior probability that the range holds two changes rather than one.
-TWO_CHANGE_PRIOR = 0.02
+TWO_CHANGE_PRIOR = 0.1
 # Hypotheses kept for the look-ahead once sorted by posterior mass (the rest hold < 1e-6 of it).
 MAX_HYPOTHESES = 128
 LOOKAHEAD_GRID = 32
+# Trials each side of a located change (and +1 at each endpoint) before one change is accepted.
+PROBE_TRIALS = 3
+# Posterior of a second change above which one change is not accepted yet.
+SECOND_CHANGE_DOUBT = 0.04
 
 
 @dataclass(frozen=True)
@@ -156,13 +160,31 @@ class SearchPolicy:
 
         # 2. Search with the change-point posterior.
         post = self._posterior(data)
-        top_key, top_p = max(post.groups.items(), key=lambda kv: (kv[1], kv[0]))
-        if top_p < s.confidence:
+        top_key, top_p = self._answer(post)
+        p_two = sum(p for k, p in post.groups.items() if len(k) == 2)
+        # A second change that is neither ruled out nor located keeps the search going.
+        if top_p < s.confidence or (len(top_key) == 1 and p_two >= SECOND_CHANGE_DOUBT):
             return self._search_step(data, post, top_key, top_p, endpoint_cmp)
 
-        # 3. Converged: confirm each change against its parent directly.
-        noise = self._noise_with(data)
+        # 3. Converged. A midpoint unlike both ends means more than one change, and the one-step
+        # look-ahead cannot see a level it has no data on: before accepting one change, the
+        # commits on either side of it and both endpoints must carry enough trials to show a
+        # middle level (the posterior then weighs the two-change hypotheses on real evidence).
         changes = list(top_key)
+        if len(changes) == 1:
+            b = changes[0]
+            probes = ((self._parent(b, data), PROBE_TRIALS), (b, PROBE_TRIALS), (0, PROBE_TRIALS + 1), (self.n - 1, PROBE_TRIALS + 1))
+            short = [(len(data.values[i]) - need, i) for i, need in probes if len(data.values[i]) < need and self._budget_left(data, i)]
+            if short:
+                i = min(short)[1]
+                return Measure(
+                    self.commits[i],
+                    f"checking for a level between the ends around {self.commits[b][:10]} (posterior {top_p:.3f}): "
+                    f"one change or two",
+                )
+
+        # 4. Confirm each change against its parent directly.
+        noise = self._noise_with(data)
         confirmations: list[Comparison] = []
         for b in changes:
             parent = self._parent(b, data)
@@ -173,7 +195,12 @@ class SearchPolicy:
             want = self._wanted_verdict(
                 self._segment_mean(data, top_key, parent), self._segment_mean(data, top_key, b)
             )
-            if cmp.verdict is not want:
+            # The minimum effect was already required of the endpoints (and of every step, through
+            # the posterior); here the question is only whether this commit is where it happens.
+            worse = cmp.effect_pct < 0 if self.higher_is_better else cmp.effect_pct > 0
+            right_way = worse == (want is Verdict.REGRESSED)
+            significant = cmp.p_value is not None and cmp.p_value < 2 * s.alpha
+            if not (right_way and significant):
                 step = self._confirm_step(data, parent, b, cmp, endpoint_cmp)
                 if isinstance(step, Measure):
                     return step
@@ -188,7 +215,7 @@ class SearchPolicy:
                 )
             confirmations.append(cmp)
 
-        # 4. Drift guard: the good endpoint measured again late in the search.
+        # 5. Drift guard: the good endpoint measured again late in the search.
         drift_note = None
         if s.drift_check:
             late = [v for v, o in zip(data.values[good], data.orders[good]) if o > decided_at]
@@ -222,7 +249,7 @@ class SearchPolicy:
         trials = data.trials
         expl = (
             f"First bad commit {self._describe_key(data, (changes[0],))}: {first.effect_pct:+.1f}% against its "
-            f"parent ({first.explanation}) Posterior probability of this answer {top_p:.3f} after "
+            f"parent, tested one-sided at {s.alpha:g} in the direction of the change ({first.explanation}) Posterior probability of this answer {top_p:.3f} after "
             f"{trials} trials; the endpoints differ by {endpoint_cmp.effect_pct:+.1f}%."
         )
         if extra:
@@ -288,8 +315,9 @@ class SearchPolicy:
         """Replay endpoint trials in run order; the first look that decides is the decision.
 
         The question is one-sided ("did it get slower?"): a regression is called at one-sided
-        alpha (two-sided 2·alpha), and ``same`` needs the (1 − 2·alpha) interval inside the
-        minimum effect, which is the equivalence test (TOST) at alpha.
+        alpha (two-sided 2·alpha) when the interval reaches beyond the minimum effect (a change
+        not shown to be too small to matter), and ``same`` needs the (1 − 2·alpha) interval inside
+        the minimum effect, which is the equivalence test (TOST) at alpha.
         """
         s = self.settings
         good, bad = 0, self.n - 1
@@ -301,7 +329,17 @@ class SearchPolicy:
             (a if side == 0 else b).append(v)
             if len(a) >= 2 and len(b) >= 2:
                 ts = _two_sample(np.asarray(a), np.asarray(b), self.noise)
-                verdict, _, _ = decide(ts, 2 * s.alpha, s.min_effect_pct, self.higher_is_better)
+                verdict, lo, hi = decide(ts, 2 * s.alpha, s.min_effect_pct, self.higher_is_better)
+                worse_end = lo if self.higher_is_better else hi
+                if verdict is Verdict.INCONCLUSIVE and ts.p < 2 * s.alpha and (
+                    worse_end <= log_of_pct(-s.min_effect_pct) if self.higher_is_better
+                    else worse_end >= log_of_pct(s.min_effect_pct)
+                ) and (ts.effect < 0) == self.higher_is_better:
+                    # Significantly slower, and not shown to be smaller than the minimum effect:
+                    # a real change that may matter, so it is worth locating.
+                    verdict = Verdict.REGRESSED
+                if verdict is Verdict.IMPROVED and ts.p >= s.alpha:
+                    verdict = Verdict.INCONCLUSIVE  # one-sided leniency is for the question asked only
                 if verdict is not Verdict.INCONCLUSIVE:
                     return verdict, order, compare(a, b, self.noise, s, self.higher_is_better, alpha=2 * s.alpha)
         return None, -1, compare(a, b, self.noise, s, self.higher_is_better, alpha=2 * s.alpha)
@@ -407,6 +445,26 @@ class SearchPolicy:
             keys.append(key)
             groups[key] = groups.get(key, 0.0) + wi
         return _Posterior(b1a, b2a, logw, w, keys, groups)
+
+    def _answer(self, post: _Posterior) -> tuple[tuple[int, ...], float]:
+        """The best answer and how sure the posterior is of it.
+
+        With one change likelier than two, the answer is the commit most probably a change point,
+        scored by the mass of every hypothesis containing it (a possible small second change
+        elsewhere does not make this one less certain). Once two changes are likelier, both must
+        be located: the answer is the best pair and its own mass.
+        """
+        p_two = sum(p for k, p in post.groups.items() if len(k) == 2)
+        if p_two < 0.5:
+            cp: dict[int, float] = {}
+            for key, p in post.groups.items():
+                for b in key:
+                    cp[b] = cp.get(b, 0.0) + p
+            b, p = max(cp.items(), key=lambda kv: (kv[1], -kv[0]))
+            return (b,), p
+        pairs = {k: p for k, p in post.groups.items() if len(k) == 2}
+        key, p = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+        return key, p
 
     def _level_prior_ratio(self, data: _Data) -> float:
         """Prior variance of segment levels as a multiple of σ²: wide enough for the endpoints' gap."""

@@ -20,7 +20,7 @@ from .model import Comparison, Verdict
 
 # Pseudo-observations the prior σ_b is worth when pooled with measured data: enough that two A/A
 # trials cannot shrink σ to nothing, few enough that a real calibration (10+ trials) dominates.
-PRIOR_DOF = 4.0
+PRIOR_DOF = 1.0
 
 
 def pct(log_delta: float) -> float:

@@ -1,0 +1,210 @@
+"""The search policy on seeded simulated targets with known answers (no git, no servers)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from perfbisect.bisect import Done, Measure, Observation, SearchPolicy
+from perfbisect.config import StatsConfig
+from perfbisect.errors import UsageError
+from perfbisect.model import Verdict
+from perfbisect.stats import NoiseModel
+
+LOG82 = math.log(82.0)
+
+
+def commits(n: int) -> list[str]:
+    return [f"{j:02d}" + "ab" * 19 for j in range(n)]
+
+
+class SimulatedTarget:
+    """A fake GPU node: per-commit levels, per-session drift, optional untestable commits."""
+
+    def __init__(self, steps: dict[int, float], n: int, sigma_pct: float, seed: int,
+                 untestable: frozenset[int] = frozenset(), shift_good_after: int | None = None):
+        self.levels = np.full(n, LOG82)
+        for k, pct in steps.items():
+            self.levels[k:] += math.log1p(pct / 100)
+        self.sigma = sigma_pct / 100
+        self.rng = np.random.default_rng(seed)
+        self.untestable = untestable
+        self.shift_good_after = shift_good_after
+
+    def trial(self, j: int, seq: int) -> float | None:
+        if j in self.untestable:
+            return None
+        level = self.levels[j]
+        if self.shift_good_after is not None and seq >= self.shift_good_after:
+            level += math.log(0.85)  # the whole machine slows down: same code, different state
+        return float(level + self.rng.normal(0.0, self.sigma))
+
+
+def drive(policy: SearchPolicy, target: SimulatedTarget, cs: list[str], limit: int = 400):
+    obs: list[Observation] = []
+    for _ in range(limit):
+        act = policy.next(obs)
+        if isinstance(act, Done):
+            return act.outcome, obs
+        assert isinstance(act, Measure) and act.reason
+        j = cs.index(act.commit)
+        obs.append(Observation(act.commit, target.trial(j, len(obs)), seq=len(obs)))
+    raise AssertionError("the policy did not finish")
+
+
+def policy(cs, **kw) -> SearchPolicy:
+    settings = StatsConfig(**kw)
+    return SearchPolicy(cs, settings, NoiseModel.prior(settings.prior_sigma_pct))
+
+
+def test_finds_a_planted_step():
+    cs = commits(32)
+    outcome, obs = drive(policy(cs), SimulatedTarget({19: -8.0}, 32, 2.0, seed=1), cs)
+    assert outcome.verdict is Verdict.REGRESSED
+    assert outcome.culprit == cs[19]
+    assert outcome.culprit_comparison is not None and outcome.culprit_comparison.effect_pct < -3
+    assert outcome.endpoint_comparison.effect_pct < -3
+    assert outcome.trials_used == len(obs) < 60
+    assert cs[19][:10] in outcome.explanation and "trials" in outcome.explanation
+    # Far fewer trials than commits × 10: the search does not measure every commit.
+    assert len({o.commit for o in obs}) < 20
+
+
+def test_endpoints_are_interleaved_and_confirmed_first():
+    cs = commits(16)
+    outcome, obs = drive(policy(cs), SimulatedTarget({5: -20.0}, 16, 1.0, seed=2), cs)
+    first = [o.commit for o in obs[:4]]
+    assert first == [cs[0], cs[-1], cs[-1], cs[0]]
+    assert outcome.culprit == cs[5]
+
+
+def test_endpoints_equal_stop_with_no_culprit():
+    cs = commits(9)
+    outcome, obs = drive(policy(cs, max_trials_per_commit=30, max_trials_total=80), SimulatedTarget({}, 9, 0.5, seed=3), cs)
+    assert outcome.verdict is Verdict.SAME
+    assert outcome.culprit is None
+    assert {o.commit for o in obs} == {cs[0], cs[-1]}
+    assert "no regression beyond noise" in outcome.explanation
+
+
+def test_session_drift_is_never_blamed():
+    # Large between-session noise, no code change: over several seeded runs nothing is blamed.
+    cs = commits(9)
+    for seed in range(8):
+        outcome, _ = drive(policy(cs), SimulatedTarget({}, 9, 7.0, seed=100 + seed), cs)
+        assert outcome.culprit is None
+        assert outcome.verdict is not Verdict.REGRESSED
+
+
+def test_budget_exhaustion_is_inconclusive():
+    cs = commits(9)
+    outcome, obs = drive(policy(cs, max_trials_per_commit=3, max_trials_total=6), SimulatedTarget({4: -4.0}, 9, 3.0, seed=4), cs)
+    assert outcome.verdict is Verdict.INCONCLUSIVE
+    assert outcome.culprit is None
+    assert len(obs) <= 6
+    assert "budget" in outcome.explanation
+
+
+def test_untestable_commits_next_to_the_culprit_give_a_set():
+    cs = commits(24)
+    target = SimulatedTarget({12: -10.0}, 24, 1.5, seed=5, untestable=frozenset({10, 11, 17}))
+    outcome, obs = drive(policy(cs), target, cs)
+    assert outcome.verdict is Verdict.REGRESSED
+    assert outcome.culprit == cs[12]
+    assert set(outcome.culprit_set) == {cs[10], cs[11], cs[12]}
+    assert set(outcome.skipped) <= {cs[10], cs[11], cs[17]}
+    # Never measured again once found untestable.
+    for bad in (10, 11, 17):
+        assert sum(o.commit == cs[bad] for o in obs) <= 1
+
+
+def test_untestable_endpoint_is_inconclusive():
+    cs = commits(5)
+    outcome, _ = drive(policy(cs), SimulatedTarget({2: -10.0}, 5, 1.0, seed=6, untestable=frozenset({0})), cs)
+    assert outcome.verdict is Verdict.INCONCLUSIVE and "cannot be tested" in outcome.explanation
+
+
+def test_two_changes_are_both_found():
+    cs = commits(32)
+    outcome, _ = drive(policy(cs), SimulatedTarget({9: -12.0, 22: -10.0}, 32, 1.5, seed=7), cs)
+    assert outcome.verdict is Verdict.REGRESSED
+    assert outcome.culprit == cs[9]
+    assert outcome.extra_changes == (cs[22],)
+    assert "More than one change" in outcome.explanation
+
+
+def test_next_is_deterministic_and_replays_from_observations():
+    cs = commits(20)
+    target = SimulatedTarget({7: -8.0}, 20, 2.0, seed=8)
+    _, obs = drive(policy(cs), target, cs)
+    for cut in (0, 3, 9, len(obs) // 2, len(obs) - 1):
+        a = policy(cs).next(obs[:cut])
+        b = policy(cs).next(list(obs[:cut]))
+        assert a == b
+    # Order of the list does not matter, only seq does.
+    shuffled = list(reversed(obs[:10]))
+    assert policy(cs).next(shuffled) == policy(cs).next(obs[:10])
+
+
+def test_drift_of_the_good_endpoint_is_reported_not_blamed():
+    cs = commits(16)
+    # Everything slows by 15% after the 6th trial, during the search: the late good-endpoint trial shows it.
+    target = SimulatedTarget({6: -10.0}, 16, 0.7, seed=9, shift_good_after=6)
+    outcome, _ = drive(policy(cs), target, cs)
+    assert outcome.drift_note is not None and "moved" in outcome.drift_note
+    assert outcome.verdict is Verdict.INCONCLUSIVE
+    assert outcome.culprit is None
+
+
+def test_history_of_a_lucky_number_is_a_note_not_evidence():
+    cs = commits(9)
+    settings = StatsConfig(max_trials_per_commit=30)
+    noise = NoiseModel.prior(settings.prior_sigma_pct)
+    history = [Observation(cs[0], LOG82 + math.log(1.07), day="11-28")]
+    pol = SearchPolicy(cs, settings, noise, history=history)
+    outcome, _ = drive(pol, SimulatedTarget({}, 9, 0.5, seed=10), cs)
+    assert outcome.culprit is None
+    assert outcome.drift_note is not None and "on 11-28" in outcome.drift_note
+    assert "system state, not code" in outcome.drift_note
+
+
+def test_lower_is_better_metric():
+    cs = commits(12)
+    # Latency goes UP by 15% at commit 4: a regression for a lower-is-better metric.
+    target = SimulatedTarget({4: +15.0}, 12, 1.5, seed=11)
+    settings = StatsConfig()
+    pol = SearchPolicy(cs, settings, NoiseModel.prior(settings.prior_sigma_pct), higher_is_better=False)
+    outcome, _ = drive(pol, target, cs)
+    assert outcome.verdict is Verdict.REGRESSED and outcome.culprit == cs[4]
+
+
+def test_covariate_adjustment_is_used_by_the_policy():
+    cs = commits(16)
+    rng = np.random.default_rng(12)
+    levels = np.full(16, LOG82)
+    levels[9:] += math.log(0.92)
+    pol = policy(cs)
+    obs: list[Observation] = []
+    for _ in range(200):
+        act = pol.next(obs)
+        if isinstance(act, Done):
+            break
+        j = cs.index(act.commit)
+        throttled = rng.random() < 0.4
+        clock = 1980 * (0.9 if throttled else 1.0) + rng.normal(0, 5)
+        y = levels[j] + (math.log(0.90) if throttled else 0.0) + rng.normal(0, 0.01)
+        obs.append(Observation(act.commit, y, {"sm_clock_mean_mhz": clock}, seq=len(obs)))
+    outcome = act.outcome
+    assert outcome.culprit == cs[9]
+    assert "mean SM clock" in outcome.explanation and "adjusted" in outcome.explanation
+
+
+def test_bad_inputs_raise_usage_errors():
+    with pytest.raises(UsageError, match="good and a bad"):
+        policy(commits(1))
+    with pytest.raises(UsageError, match="repeats"):
+        policy(["a", "b", "a"])
+    with pytest.raises(UsageError, match="not in this bisection"):
+        policy(commits(3)).next([Observation("zzz", 1.0)])

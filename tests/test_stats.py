@@ -1,0 +1,152 @@
+"""Statistics on seeded random data with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from perfbisect.config import StatsConfig
+from perfbisect.model import Verdict
+from perfbisect.stats import (
+    NoiseModel,
+    adjust,
+    attribute,
+    calibrate_report,
+    compare,
+    history_shift,
+    min_detectable_effect,
+    needed_trials,
+)
+
+LOG82 = math.log(82.0)
+
+
+def trials(rng, level_pct: float, sigma_pct: float, n: int) -> list[float]:
+    return list(LOG82 + math.log1p(level_pct / 100) + rng.normal(0.0, sigma_pct / 100, n))
+
+
+def test_prior_is_stated_as_prior():
+    noise = NoiseModel.prior(5.0)
+    assert noise.sigma_b_pct == pytest.approx(5.0)
+    assert not noise.measured
+    assert "prior" in noise.describe() and "not measured" in noise.describe()
+
+
+def test_from_groups_pools_with_prior_and_few_trials_do_not_make_it_overconfident():
+    rng = np.random.default_rng(1)
+    prior = NoiseModel.prior(5.0)
+    # Two identical A/A trials would say σ = 0; the prior's pseudo-observations keep it honest.
+    two = NoiseModel.from_groups([[LOG82, LOG82 + 1e-6]], prior=prior)
+    assert two.sigma_b_pct > 3.5
+    many = NoiseModel.from_groups([trials(rng, 0, 1.0, 10) for _ in range(8)], prior=prior)
+    assert many.sigma_b_pct == pytest.approx(1.0, abs=0.3)
+    assert many.dof == pytest.approx(prior.dof + 72)
+    assert many.measured and "measured: 80 trials of 8 builds" in many.source
+    within = NoiseModel.from_groups([[1.0, 1.01]], within=[list(LOG82 + rng.normal(0, 0.008, 5)) for _ in range(6)], prior=prior)
+    assert within.sigma_w_pct == pytest.approx(0.8, abs=0.3)
+
+
+def test_aa_pair_is_same():
+    rng = np.random.default_rng(2)
+    noise = NoiseModel.from_groups([trials(rng, 0, 0.5, 6) for _ in range(4)], prior=NoiseModel.prior(5.0))
+    cmp = compare(trials(rng, 0, 0.5, 5), trials(rng, 0, 0.5, 5), noise, StatsConfig())
+    assert cmp.verdict is Verdict.SAME
+    assert -3 < cmp.ci_low_pct < cmp.effect_pct < cmp.ci_high_pct < 3
+    assert "5 vs 5 trials" in cmp.explanation and "same" in cmp.explanation
+
+
+def test_twenty_percent_step_is_regressed_and_the_reverse_improved():
+    rng = np.random.default_rng(3)
+    noise = NoiseModel.prior(5.0)
+    a, b = trials(rng, 0, 1.0, 4), trials(rng, -20, 1.0, 4)
+    cmp = compare(a, b, noise, StatsConfig())
+    assert cmp.verdict is Verdict.REGRESSED
+    assert cmp.effect_pct == pytest.approx(-20, abs=2.5)
+    assert cmp.ci_low_pct < cmp.effect_pct < cmp.ci_high_pct < -3
+    assert cmp.p_value < 0.01
+    assert compare(b, a, noise, StatsConfig()).verdict is Verdict.IMPROVED
+    # Lower-is-better metrics (latency) flip the words, not the numbers.
+    assert compare(a, b, noise, StatsConfig(), higher_is_better=False).verdict is Verdict.IMPROVED
+
+
+def test_session_drift_is_not_called_a_regression():
+    # One session each: the runs inside it are tight (0.8%) but sessions drift by 7%.
+    # The comparison works on trial summaries, so a single pair can never be significant.
+    rng = np.random.default_rng(4)
+    blamed = 0
+    for _ in range(200):
+        a = [LOG82 + rng.normal(0, 0.07)]
+        b = [LOG82 + rng.normal(0, 0.07)]
+        blamed += compare(a, b, NoiseModel.prior(5.0), StatsConfig()).verdict is Verdict.REGRESSED
+    assert blamed <= 4
+
+
+def test_small_significant_effect_below_minimum_is_not_blamed():
+    rng = np.random.default_rng(5)
+    noise = NoiseModel.from_groups([trials(rng, 0, 0.2, 10) for _ in range(5)], prior=NoiseModel.prior(1.0))
+    cmp = compare(trials(rng, 0, 0.2, 10), trials(rng, -1.5, 0.2, 10), noise, StatsConfig(min_effect_pct=3.0))
+    assert cmp.p_value < 0.01
+    assert cmp.verdict is Verdict.SAME
+
+
+def test_empty_side_is_inconclusive():
+    cmp = compare([], [LOG82], NoiseModel.prior(5.0), StatsConfig())
+    assert cmp.verdict is Verdict.INCONCLUSIVE and "No usable trials" in cmp.explanation
+
+
+def test_power_helpers_agree_with_each_other():
+    noise = NoiseModel.from_groups([[0.0, 0.03, -0.03]] * 10, prior=NoiseModel.prior(3.0))
+    mde5 = min_detectable_effect(noise, 5, 5)
+    assert min_detectable_effect(noise, 10, 10) < mde5 < min_detectable_effect(noise, 2, 2)
+    n = needed_trials(noise, 8.0)
+    assert min_detectable_effect(noise, n, n) <= 8.0 < min_detectable_effect(noise, n - 1, n - 1)
+    lines = calibrate_report(noise, budget_trials=10)
+    assert lines[0].startswith("between-trial noise σ_b: 3.")
+    assert any("5 vs 5" in line for line in lines)
+
+
+def test_covariate_attribution_recovers_a_planted_clock_effect():
+    rng = np.random.default_rng(6)
+    summaries, covs, builds = [], [], []
+    for build in range(3):
+        for _ in range(8):
+            clock = 1980 * (1 - 0.1 * rng.random())  # up to −10% clock
+            value = LOG82 - 0.05 * build + 0.6 * math.log(clock / 1980) + rng.normal(0, 0.005)
+            summaries.append(value)
+            covs.append({"sm_clock_mean_mhz": clock, "temperature_mean_c": 60 + rng.normal(0, 2)})
+            builds.append(f"b{build}")
+    att = attribute(summaries, covs, builds)
+    assert att is not None and att.covariate == "sm_clock_mean_mhz"
+    assert att.adjusted and att.r > 0.9 and att.p_value < 1e-6
+    # slope per MHz ≈ 0.6 / 1980 (log-log elasticity 0.6 near the mean clock)
+    assert att.slope * 1980 == pytest.approx(0.6, rel=0.15)
+    assert "mean SM clock" in att.sentence and "adjusted" in att.sentence
+    assert att.noise_reduction > 0.5
+    fixed = adjust(summaries, covs, att)
+    resid = np.array(fixed) - np.repeat([np.mean(fixed[i * 8:(i + 1) * 8]) for i in range(3)], 8)
+    assert resid.std() < 0.5 * np.std(np.array(summaries) - np.repeat([np.mean(summaries[i * 8:(i + 1) * 8]) for i in range(3)], 8))
+    # The build effect (−5% per build) survives adjustment: code is never explained away.
+    assert np.mean(fixed[16:]) - np.mean(fixed[:8]) == pytest.approx(-0.10, abs=0.01)
+
+
+def test_unrelated_covariate_is_not_adjusted():
+    rng = np.random.default_rng(7)
+    y = list(LOG82 + rng.normal(0, 0.02, 16))
+    covs = [{"temperature_mean_c": 60 + rng.normal(0, 3)} for _ in y]
+    att = attribute(y, covs, ["x"] * 8 + ["y"] * 8)
+    assert att is not None and not att.adjusted
+    assert adjust(y, covs, att) == y
+
+
+def test_history_shift_reports_seven_percent_as_system_state():
+    rng = np.random.default_rng(8)
+    noise = NoiseModel.from_groups([trials(rng, 0, 1.0, 6) for _ in range(4)], prior=NoiseModel.prior(5.0))
+    today = trials(rng, 0, 1.0, 5)
+    then = [("11-28", math.log(82.0 * 1.07))]
+    note = history_shift(today, then, noise, build="bba2fc4")
+    assert note is not None
+    assert "bba2fc4: 87.7 tok/s on 11-28" in note and "today" in note
+    assert "system state, not code" in note
+    assert history_shift(today, [("11-28", math.log(82.2))], noise, build="bba2fc4") is None

@@ -8,6 +8,9 @@ two, calibrate the noise, plan a range). They report progress through a ``Progre
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +19,9 @@ from typing import Callable, Iterable, Sequence
 from . import sysstate
 from .bisect import Done, Observation, SearchPolicy
 from .build import BuildCache, run_build
-from .config import Config, ModeConfig, load_config
+from .config import Config, ModeConfig, expand, load_config
 from .demo.target import DemoTarget, make_demo_target
-from .errors import BuildError, PatchError, ServerError, ServerNotReady, UsageError, WorkloadError
+from .errors import BuildError, ConfigError, PatchError, ServerError, ServerNotReady, UsageError, WorkloadError
 from .gitrepo import PatchCheck, PatchStack, PathFilter, Plan, TargetRepo, WorktreePool, check_patches, plan_range
 from .model import (
     BisectOutcome,
@@ -31,7 +34,7 @@ from .model import (
     TrialStatus,
     Verdict,
 )
-from .server import ServerSession
+from .server import ServerSession, port_holders, port_in_use
 from .stats import NoiseModel, attribute, calibrate_report, compare, history_shift
 from .store import Store, open_store
 from .workload import avg_spec_accept_length, run_command_workload, run_workload, server_info
@@ -105,6 +108,51 @@ class Prepared:
     versions: dict | None = None  # target's torch/sglang/CUDA/NCCL versions, read once per commit
 
 
+def preflight(ws: Workspace) -> None:
+    """Fail fast on what would break every trial: a server command that does not exist, a busy fixed port."""
+    cfg = ws.config
+    if cfg.workload.kind == "command":
+        argv = expand(cfg.workload.command, python=cfg.target.python, worktree=str(cfg.target.repo))
+        what = "workload.command"
+    else:
+        argv = expand(cfg.server.command, python=cfg.target.python, port="0", worktree=str(cfg.target.repo), host=cfg.server.host)
+        what = "server.command"
+    exe = argv[0]
+    if not (shutil.which(exe) or (os.sep in exe and os.access(exe, os.X_OK))):
+        raise ConfigError(
+            f"{cfg.path}: {what} starts with '{exe}', which is not an executable on PATH or a path to one. "
+            f"Fix {what} (for SGLang: [\"{{python}}\", \"-m\", \"sglang.launch_server\", ...]) or target.python."
+        )
+    if cfg.workload.kind != "command" and cfg.server.port and port_in_use(cfg.server.host, cfg.server.port):
+        holders = port_holders(cfg.server.port)
+        who = f" (held by pid {', '.join(map(str, holders))})" if holders else ""
+        raise ConfigError(
+            f"Port {cfg.server.port} on {cfg.server.host} is already in use{who}, so no trial could start its server. "
+            f"Stop the process holding it, or set server.port = 0 in {cfg.path} to pick a free port per trial."
+        )
+
+
+def reap_leftover_servers(cache_dir: Path, progress: Progress) -> list[int]:
+    """Kill server process groups a crashed perfbisect left behind: a leftover server poisons later trials."""
+    killed = []
+    for pidfile in sorted((cache_dir / "servers").glob("*.pid")):
+        try:
+            pgid = int(pidfile.stem)
+            cmdline = pidfile.read_text()
+            alive = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (ValueError, OSError):
+            alive = ""
+        if alive and alive == cmdline.strip():
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+                killed.append(pgid)
+                progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pgid}: {alive[:80]})")
+            except OSError:
+                pass
+        pidfile.unlink(missing_ok=True)
+    return killed
+
+
 class TrialRunner:
     """Runs trials: one server session per (commit, mode), every run stored as it lands."""
 
@@ -114,6 +162,8 @@ class TrialRunner:
         self.wait_idle_s = wait_idle_s
         self._prepared: Prepared | None = None
         self._logs = ws.config.cache_dir / "logs"
+        self._pids = ws.config.cache_dir / "servers"
+        reap_leftover_servers(ws.config.cache_dir, self.progress)
 
     # -- preparation -------------------------------------------------------------------------
     def prepare(self, commit: Commit) -> Prepared:
@@ -218,6 +268,7 @@ class TrialRunner:
                     )
                     sessions.append(session)
                     with session:
+                        pidfile = self._remember(session)
                         seconds = session.wait_ready(progress=self._ready_progress(mode.name))
                         self.progress.detail(f"  server ready in {seconds:.1f}s (port {session.port})")
                         if cfg.server.check_env:
@@ -225,6 +276,7 @@ class TrialRunner:
                             self._report_env(env_checks)
                         run_workload(session.base_url, cfg.workload, on_run=on_run)
                         info = server_info(session.base_url)
+                    pidfile.unlink(missing_ok=True)  # torn down cleanly: nothing to reap later
         except ServerNotReady as exc:
             # A commit whose server never gets ready cannot be tested: skipped, never blamed.
             status, error = TrialStatus.SKIPPED, f"server never ready: {exc}"
@@ -262,6 +314,13 @@ class TrialRunner:
                 f"  → {math.exp(result.summary):.1f} tok/s (median of {len(result.usable_runs)} runs{flagged}{extra})"
             )
         return result
+
+    def _remember(self, session: ServerSession) -> Path:
+        """Note the server's process group so a crash of this process cannot leave it running unseen."""
+        self._pids.mkdir(parents=True, exist_ok=True)
+        pidfile = self._pids / f"{session.pid}.pid"
+        pidfile.write_text(" ".join(session.argv))
+        return pidfile
 
     def _ready_progress(self, mode: str) -> Callable[[float, int], None]:
         last = [0.0]
@@ -369,6 +428,20 @@ def _range(ws: Workspace, good: str, bad: str) -> tuple[Commit, Commit, list[Com
     return good_c, bad_c, ws.repo.first_parent_range(good_c.sha, bad_c.sha)
 
 
+def _check_endpoints(ws: Workspace, good: Commit, bad: Commit) -> None:
+    """The stack must apply at both ends: a bisection between untestable endpoints can only guess."""
+    if ws.stack is None:
+        return
+    for label, commit in (("good", good), ("bad", bad)):
+        check = ws.stack.check_at(commit)
+        if not check.ok:
+            raise UsageError(
+                f"The patch stack does not apply at the {label} endpoint {commit.short}: {check.conflict.describe()}. "
+                f"Pick a {label} commit where it applies (see `perfbisect patches check good=.. bad=..`), or add a "
+                f"[[patches.variants]] entry with a version of that patch for this part of history."
+            )
+
+
 def latest_unfinished(ws: Workspace) -> int:
     """Id of the newest bisection that did not finish, or a clear error when there is none."""
     record = ws.store.latest_unfinished_bisection()
@@ -397,6 +470,8 @@ def run_bisection(
         record = store.resume_bisection(resume_id)
         good, bad = record.good, record.bad
     good_c, bad_c, commits = _range(ws, good, bad)
+    preflight(ws)
+    _check_endpoints(ws, good_c, bad_c)
     plan = plan_range(ws.repo, good_c.sha, bad_c.sha, ws.filters, None)
     for warning in plan.warnings:
         progress.warn(str(warning))
@@ -466,6 +541,7 @@ def measure(
     commit = ws.repo.resolve(rev)
     for m in modes:
         ws.config.mode(m)
+    preflight(ws)
     runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
     out: dict[str, list[TrialResult]] = {m: [] for m in modes}
     for i in range(trials):
@@ -504,6 +580,7 @@ def compare_commits(
     cfg = ws.config
     mode_cfg = cfg.mode(mode)
     a, b = ws.repo.resolve(a_rev), ws.repo.resolve(b_rev)
+    preflight(ws)
     max_trials = max_trials or cfg.stats.max_trials_per_commit
     noise = noise_model(ws, [mode])
     progress.info(f"noise model: {noise.describe()}")
@@ -648,8 +725,8 @@ def run_demo(
         commits=commits,
         drift_only=drift_only,
         seed=seed,
-        session_sigma=0.03 if drift_only else 0.02,
-        drift_per_session=-0.002 if drift_only else 0.0,
+        # Drift only: sessions differ (σ 2%) and the machine slowly slows down (−0.3% per session).
+        drift_per_session=-0.003 if drift_only else 0.0,
     )
     what = f"planted {target.planted[:10]}" if target.planted else "no code change (drift only)"
     progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; server: SGLang emulator")

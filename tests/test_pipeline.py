@@ -1,0 +1,174 @@
+"""End to end through the real CLI: git worktrees, patch stack, builds, emulator servers, SQLite.
+
+The emulator (perfbisect.demo.emulator) stands in for the GPU server; everything else is real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfbisect.demo.target import VERIFY_BAD_MS, VERIFY_GOOD_MS, make_demo_target
+
+pytestmark = pytest.mark.slow
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+}
+
+
+def cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "perfbisect.cli", *args],
+        capture_output=True, text=True, cwd=cwd, timeout=timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                         env={**os.environ, **GIT_ENV})
+    return out.stdout.strip()
+
+
+def commit_edit(repo: Path, rel: str, old: str, new: str, subject: str) -> str:
+    path = repo / rel
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {rel}"
+    path.write_text(text.replace(old, new, 1))
+    git(repo, "commit", "-qam", subject)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def db_rows(db: Path, sql: str) -> list[tuple]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_demo_names_the_planted_commit(tmp_path):
+    proc = cli("demo", "--json", "--dir", str(tmp_path / "demo"))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["planted"] and result["culprit"] == result["planted"]
+    assert result["verdict"] == "regressed"
+    # The planted change makes the verify cycle 4.0 → 4.7 ms: about −15% speculative tok/s.
+    expected = 100 * (VERIFY_GOOD_MS / VERIFY_BAD_MS - 1)
+    assert abs(result["effect_pct"] - expected) < 8
+    db = Path(result["db"])
+    # Every run of every trial is in the database, and the progress went to stderr.
+    trials = db_rows(db, "select count(*) from trials")[0][0]
+    runs = db_rows(db, "select count(*) from runs")[0][0]
+    assert trials == result["trials_used"] and runs >= trials * 5
+    assert "trial #" in proc.stderr and "planted" not in proc.stdout.split("\n")[0]
+
+
+def test_drift_only_demo_blames_nothing(tmp_path):
+    proc = cli("demo", "--json", "--drift-only", "--dir", str(tmp_path / "demo"), "--seed", "11")
+    result = json.loads(proc.stdout)
+    assert result["planted"] is None
+    assert result["culprit"] is None and result["culprit_set"] == []
+    # `same` when the interval fits inside ±3%; an honest `inconclusive` (exit 3) when the budget ran out first.
+    assert (result["verdict"], proc.returncode) in (("same", 0), ("inconclusive", 3)), proc.stderr
+
+
+def test_conflicting_patch_and_never_ready_commits_are_skipped_not_blamed(tmp_path):
+    """Part of history cannot take the stack, and one commit's server never gets ready."""
+    target = make_demo_target(tmp_path / "demo", commits=12, drift_only=True)
+    repo = target.repo
+    # A 4th local patch written against code that upstream only adds late in history: it conflicts
+    # on the older commits (three-way merge cannot place it), which must be skipped, never blamed.
+    scheduler = repo / "python/sglang/srt/managers/scheduler.py"
+    git(repo, "checkout", "-q", "-b", "extra")
+    scheduler.write_text(scheduler.read_text() + "\n\ndef late_api():\n    return 1\n")
+    git(repo, "commit", "-qam", "Scheduler: late API")
+    late = git(repo, "rev-parse", "HEAD")
+    commit_edit(repo, "python/sglang/srt/managers/scheduler.py", "    return 1\n", "    return 2  # local patch\n", "local: tune late API")
+    git(repo, "format-patch", "-q", "-o", str(target.patches), "--start-number", "4", f"{late}..HEAD")
+    git(repo, "reset", "-q", "--hard", late)
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--ff-only", "extra")
+    # Then a commit whose server never becomes ready, and the fix that also slows speculation.
+    broken = commit_edit(repo, "python/sglang/srt/model_executor/decode.py", "DECODE_STEP_MS = 2.0\n",
+                         "DECODE_STEP_MS = 2.0\nSTARTUP_S = 600\n", "Startup: load the graph cache eagerly")
+    fixed = commit_edit(repo, "python/sglang/srt/model_executor/decode.py", "STARTUP_S = 600\n", "",
+                        "Startup: revert eager graph cache")
+    path = "python/sglang/srt/speculative/eagle_worker.py"
+    culprit = commit_edit(repo, path, f"VERIFY_CYCLE_MS = {VERIFY_GOOD_MS}", f"VERIFY_CYCLE_MS = {VERIFY_BAD_MS}",
+                          "Speculative: bigger verify tree")
+    commit_edit(repo, "README.md", "shaped like SGLang", "shaped like SGLang (tip)", "README tweak")
+    config = target.config
+    config.write_text(config.read_text().replace("ready_timeout_s = 60", "ready_timeout_s = 3"))
+
+    # `patches check` shows the conflict before any GPU time is spent.
+    check = cli("patches", "check", f"good={late}", "bad=HEAD", "-c", str(config))
+    assert check.returncode == 0, check.stderr
+    first = cli("patches", "check", f"good={target.good}", f"bad={late}", "-c", str(config))
+    assert "CONFLICT" in first.stdout and "0004-" in first.stdout and "scheduler.py" in first.stdout
+
+    # The stack does not apply at the original good commit: refused with a clear message.
+    refused = cli("run", f"good={target.good}", "bad=HEAD", "-c", str(config), "--db", str(tmp_path / "r.sqlite"))
+    assert refused.returncode == 2
+    assert "does not apply at the good endpoint" in refused.stderr
+
+    proc = cli("run", f"good={late}", "bad=HEAD", "-c", str(config), "--db", str(tmp_path / "r.sqlite"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["verdict"] == "regressed"
+    assert culprit in (result["culprit_set"] or [result["culprit"]])
+    assert result["culprit"] != broken
+    if broken in result["culprit_set"]:  # the untestable neighbour is named in the set, never alone
+        assert set(result["culprit_set"]) <= {broken, fixed, culprit}
+    statuses = dict(db_rows(tmp_path / "r.sqlite", "select commit_sha, status from trials"))
+    assert statuses.get(broken, "skipped") == "skipped"
+
+
+def test_crash_in_the_middle_loses_nothing_and_resume_repeats_no_trial(tmp_path):
+    target = make_demo_target(tmp_path / "demo", commits=24)
+    db = tmp_path / "results.sqlite"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfbisect.cli", "run", f"good={target.good}", f"bad={target.bad}",
+         "-c", str(target.config), "--db", str(db)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if db.exists():
+                try:
+                    if db_rows(db, "select count(*) from observations")[0][0] >= 4:
+                        break
+                except sqlite3.OperationalError:
+                    pass  # schema still being created
+            assert proc.poll() is None, "bisection ended before it could be interrupted"
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGKILL)  # no cleanup at all: like a power cut of the driver
+    finally:
+        proc.wait(timeout=10)
+    before_obs = db_rows(db, "select seq, commit_sha, value from observations order by seq")
+    before_runs = db_rows(db, "select count(*) from runs")[0][0]
+    assert len(before_obs) >= 4 and before_runs > 0
+
+    resumed = cli("resume", "-c", str(target.config), "--db", str(db), "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    result = json.loads(resumed.stdout)
+    assert result["culprit"] == target.planted
+    after_obs = db_rows(db, "select seq, commit_sha, value from observations order by seq")
+    assert after_obs[: len(before_obs)] == before_obs  # stored observations were replayed, not re-run
+    assert db_rows(db, "select count(*) from runs")[0][0] >= before_runs
+    assert "resuming bisection" in resumed.stderr
+    # Nothing is left unfinished, and the killed trial (if any) is marked, with its runs kept.
+    assert db_rows(db, "select count(*) from trials where finished_at is null") == [(0,)]
+    log = cli("log", "-c", str(target.config), "--db", str(db))
+    assert "regressed" in log.stdout and target.planted[:10] in log.stdout

@@ -26,6 +26,7 @@ from typing import Sequence
 from .config import BuildStep, expand
 from .errors import BuildError
 from .gitrepo import worktree_tree_hash
+from .logtail import log_tail
 from .model import Commit, content_hash
 
 LOG_TAIL_LINES = 30
@@ -217,15 +218,7 @@ def _log_name(commit: Commit | str, index: int, step: BuildStep) -> str:
 
 
 def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            data = fh.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode(errors="replace").splitlines()[-n:])
+    return log_tail(path, n)
 
 
 def run_build(

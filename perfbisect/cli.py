@@ -124,6 +124,18 @@ def _exit_for(outcome, fail_on_regression: bool) -> int:
     return EXIT_OK
 
 
+def _show_bisection(result, json_out: bool, fail_on_regression: bool) -> None:
+    """Print a finished bisection (lines, or one JSON object) and exit with its documented code."""
+    from .summary import format_outcome, outcome_json
+
+    if json_out:
+        out_console.print_json(json.dumps(outcome_json(result)))
+    else:
+        for line in format_outcome(result):
+            out_console.print(escape(line))
+    raise typer.Exit(code=_exit_for(result.outcome, fail_on_regression))
+
+
 def _load(config: Path | None):
     from .config import load_config
 
@@ -153,7 +165,6 @@ def run(
     Example:  perfbisect run --good v0.5.0 --bad origin/main --json
     """
     from . import app as core
-    from .summary import format_outcome, outcome_json
 
     try:
         g, b = parse_revs(revs or [], good, bad)
@@ -162,12 +173,7 @@ def run(
             result = core.run_bisection(ws, g, b, ConsoleProgress(quiet), wait_idle_s=wait_idle)
     except PerfbisectError as exc:
         raise fail(exc) from None
-    if json_out:
-        out_console.print_json(json.dumps(outcome_json(result)))
-    else:
-        for line in format_outcome(result):
-            out_console.print(escape(line))
-    raise typer.Exit(code=_exit_for(result.outcome, fail_on_regression))
+    _show_bisection(result, json_out, fail_on_regression)
 
 
 @app.command()
@@ -186,7 +192,6 @@ def resume(
     Example:  perfbisect resume 3 --json
     """
     from . import app as core
-    from .summary import format_outcome, outcome_json
 
     try:
         cfg = _load(config)
@@ -195,12 +200,7 @@ def resume(
             result = core.run_bisection(ws, "", "", ConsoleProgress(quiet), wait_idle_s=wait_idle, resume_id=bid)
     except PerfbisectError as exc:
         raise fail(exc) from None
-    if json_out:
-        out_console.print_json(json.dumps(outcome_json(result)))
-    else:
-        for line in format_outcome(result):
-            out_console.print(escape(line))
-    raise typer.Exit(code=_exit_for(result.outcome, fail_on_regression))
+    _show_bisection(result, json_out, fail_on_regression)
 
 
 @app.command()

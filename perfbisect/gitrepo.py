@@ -326,17 +326,21 @@ class TargetRepo:
         sha = commit.sha if isinstance(commit, Commit) else self.resolve(commit).sha
         if _all_paths(globs):
             return self.git("rev-parse", f"{sha}^{{tree}}").strip()
-        out = self.git("ls-tree", "-r", "-z", "--full-tree", sha)
-        entries = []
-        for line in out.split("\x00"):
-            if line:
-                meta, path = line.split("\t", 1)
-                entries.append((path, meta))
-        return _hash_entries(entries, globs)
+        return _hash_entries(_z_entries(self.git("ls-tree", "-r", "-z", "--full-tree", sha)), globs)
 
 
 def _all_paths(globs: Sequence[str]) -> bool:
     return any(g.strip() in ("**", "**/*", "") for g in globs) or not globs
+
+
+def _z_entries(out: str) -> list[tuple[str, str]]:
+    """(path, mode/type/object) pairs from NUL-separated `ls-tree -z` / `ls-files -s -z` output."""
+    entries = []
+    for line in out.split("\x00"):
+        if line:
+            meta, path = line.split("\t", 1)
+            entries.append((path, meta))
+    return entries
 
 
 def _hash_entries(entries: Iterable[tuple[str, str]], globs: Sequence[str]) -> str:
@@ -356,13 +360,7 @@ def worktree_tree_hash(worktree: Path | str, globs: Sequence[str] = ("**",)) -> 
     """
     if _all_paths(globs):
         return _check_git(worktree, ["write-tree"], "hashing the patched tree").strip()
-    out = _check_git(worktree, ["ls-files", "-s", "-z"], "hashing the patched tree")
-    entries = []
-    for line in out.split("\x00"):
-        if line:
-            meta, path = line.split("\t", 1)
-            entries.append((path, meta))
-    return _hash_entries(entries, globs)
+    return _hash_entries(_z_entries(_check_git(worktree, ["ls-files", "-s", "-z"], "hashing the patched tree")), globs)
 
 
 # --------------------------------------------------------------------------------------------

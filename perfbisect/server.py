@@ -25,6 +25,7 @@ import httpx
 
 from .config import ModeConfig, ServerConfig, expand
 from .errors import ServerDied, ServerError, ServerNotReady
+from .logtail import log_tail as read_log_tail
 from .model import EnvCheck
 
 _PROC = Path("/proc")
@@ -459,15 +460,7 @@ class ServerSession:
 
     def log_tail(self, lines: int = 20) -> str:
         """The last ``lines`` lines of the server's log (empty when there is none yet)."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - 64 * 1024))
-                data = f.read()
-        except OSError:
-            return ""
-        return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+        return read_log_tail(self.log_path, lines)
 
     # -- stop -----------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import os
 import shutil
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -415,6 +415,7 @@ class BisectResult:
     commits: dict[str, Commit]
     filtered: list[Commit] = field(default_factory=list)
     db_path: Path | None = None
+    state: list[str] = field(default_factory=list)  # system state over the bisection's trials
 
 
 def _range(ws: Workspace, good: str, bad: str) -> tuple[Commit, Commit, list[Commit]]:
@@ -501,7 +502,8 @@ def run_bisection(
             for o in store.observations(bisection_id)
         ]
         progress.info(f"resuming bisection #{bisection_id}: {len(observations)} stored observations, none repeated")
-    policy = SearchPolicy(shas, cfg.stats, noise, higher_is_better=cfg.workload.higher_is_better)
+    history = endpoint_history(ws, (good_c, bad_c))
+    policy = SearchPolicy(shas, cfg.stats, noise, history=history, higher_is_better=cfg.workload.higher_is_better)
     runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
     while True:
         action = policy.next(observations)
@@ -513,8 +515,71 @@ def run_bisection(
         obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations))
         store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates)
         observations.append(obs)
+    outcome = _expand_merge_culprit(ws, outcome, by_sha)
     store.finish_bisection(bisection_id, outcome)
-    return BisectResult(bisection_id=bisection_id, outcome=outcome, commits=by_sha, filtered=filtered, db_path=ws.db_path)
+    trials = store.trials(bisection_id=bisection_id, status=None)
+    return BisectResult(
+        bisection_id=bisection_id, outcome=outcome, commits=by_sha, filtered=filtered, db_path=ws.db_path,
+        state=state_lines(trials),
+    )
+
+
+def endpoint_history(ws: Workspace, endpoints: Sequence[Commit]) -> list[Observation]:
+    """Stored trials of the endpoints from earlier days: they inform drift notes, never the verdict."""
+    cfg = ws.config
+    if len(cfg.metric_modes) != 1:
+        return []
+    mode = cfg.mode(cfg.metric_modes[0])
+    today = time.strftime("%Y-%m-%d")
+    out = []
+    for commit in endpoints:
+        for t in ws.store.trials(commit=commit.sha, mode=mode.name):
+            day = time.strftime("%Y-%m-%d", time.localtime(t.started_at))
+            if t.summary is None or day == today or t.identity.noise_key != noise_key(ws, mode):
+                continue
+            out.append(Observation(commit=commit.sha, value=t.summary, day=day[5:]))
+    return out
+
+
+def _expand_merge_culprit(ws: Workspace, outcome: BisectOutcome, by_sha: dict[str, Commit]) -> BisectOutcome:
+    """A merge commit stands for its whole branch: name the merged commits as the culprit set."""
+    if not outcome.culprit or not by_sha[outcome.culprit].is_merge:
+        return outcome
+    merged = ws.repo.merged_commits(by_sha[outcome.culprit])
+    for c in merged:
+        by_sha.setdefault(c.sha, c)
+    note = (
+        f" The first bad commit is a merge of {len(merged)} commits; one of them (or the merge itself) "
+        f"changed performance: bisect the merged branch to narrow it down."
+    )
+    return replace(
+        outcome,
+        culprit_set=tuple(dict.fromkeys((outcome.culprit, *outcome.culprit_set, *(c.sha for c in merged)))),
+        explanation=outcome.explanation + note,
+    )
+
+
+def state_lines(trials: Sequence[TrialResult]) -> list[str]:
+    """What the machine did during these trials: clock range, temperature, throttling, other GPU users."""
+    ok = [t.system for t in trials if t.system.samples]
+    if not ok:
+        return []
+    lines = []
+    clocks = [s.sm_clock_mean_mhz for s in ok if s.sm_clock_mean_mhz is not None]
+    if clocks:
+        lines.append(f"SM clock per trial {min(clocks):.0f}–{max(clocks):.0f} MHz over {len(clocks)} trials")
+    temps = [s.temperature_max_c for s in ok if s.temperature_max_c is not None]
+    if temps:
+        lines.append(f"GPU temperature up to {max(temps):.0f} C")
+    throttled = [s.throttled_fraction for s in ok if s.throttled_fraction is not None]
+    if throttled and max(throttled) > 0:
+        lines.append(f"throttled in {sum(1 for f in throttled if f > 0)} of {len(throttled)} trials (up to {100 * max(throttled):.0f}% of samples)")
+    others = sorted({p for s in ok for p in s.other_gpu_processes})
+    if others:
+        lines.append(f"other GPU processes seen: {', '.join(map(str, others))}")
+    if not clocks:
+        lines.append("no GPU state recorded (no NVML or nvidia-smi here): differences cannot be attributed to clocks")
+    return lines
 
 
 # ------------------------------------------------------------------------------------------------

@@ -65,6 +65,8 @@ def format_outcome(result: Any) -> list[str]:
             lines.append(line)
     if out.drift_note:
         lines.append(f"drift: {out.drift_note}")
+    for line in getattr(result, "state", ()):
+        lines.append(f"system state: {line}")
     if out.skipped:
         lines.append(f"skipped (untestable, never blamed): {', '.join(s[:10] for s in out.skipped)}")
     if result.filtered:
@@ -89,6 +91,7 @@ def outcome_json(result: Any) -> dict[str, Any]:
             "db": str(result.db_path),
             "bisection_id": result.bisection_id,
             "filtered": [c.sha for c in result.filtered],
+            "system_state": list(getattr(result, "state", ())),
         }
     )
     return data

@@ -172,3 +172,49 @@ def test_crash_in_the_middle_loses_nothing_and_resume_repeats_no_trial(tmp_path)
     assert db_rows(db, "select count(*) from trials where finished_at is null") == [(0,)]
     log = cli("log", "-c", str(target.config), "--db", str(db))
     assert "regressed" in log.stdout and target.planted[:10] in log.stdout
+
+
+def test_merge_culprit_names_the_merged_branch(tmp_path):
+    """First-parent history: a merge stands for its branch, whose commits form the culprit set."""
+    target = make_demo_target(tmp_path / "demo", commits=10, drift_only=True)
+    repo = target.repo
+    git(repo, "checkout", "-q", "-b", "feature")
+    slow = commit_edit(repo, "python/sglang/srt/speculative/eagle_worker.py", f"VERIFY_CYCLE_MS = {VERIFY_GOOD_MS}",
+                       f"VERIFY_CYCLE_MS = {VERIFY_BAD_MS}", "feature: bigger verify tree")
+    other = commit_edit(repo, "docs/index.md", "Serving guide.", "Serving guide, v2.", "feature: docs")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-ff", "-m", "Merge branch 'feature'", "feature")
+    merge = git(repo, "rev-parse", "HEAD")
+    commit_edit(repo, "README.md", "shaped like SGLang", "shaped like SGLang (tip)", "README tweak")
+    db = tmp_path / "r.sqlite"
+    proc = cli("run", f"good={target.bad}", "bad=HEAD", "-c", str(target.config), "--db", str(db), "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["verdict"] == "regressed" and result["culprit"] == merge
+    assert {merge, slow, other} <= set(result["culprit_set"])
+    assert "merge of 2 commits" in result["explanation"]
+
+
+def test_command_workload_measures_through_the_same_store(tmp_path):
+    """A `command` workload (no server): one invocation per trial, same storage and statistics."""
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "import json, pathlib, re\n"
+        "text = pathlib.Path('python/sglang/srt/model_executor/decode.py').read_text()\n"
+        "step = float(re.search(r'DECODE_STEP_MS = ([0-9.]+)', text).group(1))\n"
+        "print('warming caches')\n"
+        "print(json.dumps({'tok_s': 1000.0 / step, 'note': 'offline'}))\n"
+    )
+    config = tmp_path / "perfbisect.toml"
+    text = target.config.read_text().replace(
+        '[workload]\nkind = "sglang"',
+        f'[workload]\nkind = "command"\ncommand = ["{{python}}", "{script}"]\nmetric = "tok_s"',
+    )
+    config.write_text(text.replace('metric = "eagle3"', 'metric = "baseline"'))
+    db = tmp_path / "r.sqlite"
+    proc = cli("measure", "HEAD", "-m", "baseline", "-n", "2", "-c", str(config), "--db", str(db), "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["trials"]["baseline"]
+    assert [round(r["tok_s"]) for r in rows] == [500, 500]
+    assert db_rows(db, "select count(*) from runs where warmup = 0 and metric_value = 500.0") == [(2,)]

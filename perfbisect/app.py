@@ -71,8 +71,8 @@ class Workspace:
     def open(cls, config: Config, db_path: Path | None = None) -> "Workspace":
         repo = TargetRepo(config.target.repo)
         db = Path(db_path) if db_path else config.default_db
-        store = open_store(db)
         stack = PatchStack.load(config.patches, repo) if (config.patches.dir or config.patches.branch) else None
+        store = open_store(db)
         cache = config.cache_dir
         return cls(
             config=config,

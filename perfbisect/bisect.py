@@ -5,20 +5,25 @@ the observations, so a bisection resumed from the database replays to the same s
 
 How it decides (DESIGN.md §5):
 
-1. The endpoints are measured interleaved (good, bad, bad, good, …) and compared with
-   :func:`perfbisect.stats.compare` after every trial; the search starts only once they differ
-   significantly and beyond the minimum effect. ``same`` or an exhausted budget stops it there.
-2. The search keeps a Bayesian posterior over where the change is: every hypothesis "the first bad
-   commit is k" (one change) or "changes at k1 and k2" (a midpoint unlike both ends) is scored by
-   its marginal likelihood, with the segment levels and the noise σ integrated out
-   (Normal / scaled-inverse-χ² conjugacy, the noise model as the prior). Every trial — endpoints,
-   midpoints, repeats — sharpens the levels and σ at once. The next commit is the one whose next
-   trial is expected to remove the most entropy from that posterior; the search stops when one
-   answer holds ``settings.confidence`` of it.
-3. Untestable commits (value None) are never measured again and never blamed: a change next to
-   them is reported as the set of skipped commits plus the first testable bad one.
-4. Before it names a culprit it compares the culprit's trials with its parent's directly (one-sided
-   in the direction the levels say) and re-measures the good endpoint late (drift guard).
+1. A cheap endpoint gate: two interleaved trials of each end (good, bad, bad, good). ``same``
+   (the (1 − 2·alpha) interval inside ± the minimum effect) or a significantly faster bad end stops
+   there; nothing else is decided from the endpoints alone.
+2. A Bayesian posterior over "no change", "the first bad commit is k" and "changes at k1 and k2"
+   (a midpoint unlike both ends): each hypothesis is scored by its marginal likelihood with the
+   segment levels and the noise σ integrated out (Normal / scaled-inverse-χ² conjugacy, the noise
+   model as the prior), so every trial — endpoints, midpoints, repeats — sharpens the levels and σ
+   and keeps testing "no change" against "a change somewhere". While "no change" is likeliest the
+   endpoints are measured; otherwise the next commit is the one whose next trial is expected to
+   remove the most uncertainty about the answer. The search stops when the answer holds
+   ``settings.confidence`` of the posterior given that something changed, and "no change" is
+   below NO_CHANGE_DOUBT.
+3. Before one change is accepted, each side of it must carry enough trials, split anywhere, to show
+   a second SECOND_CHANGE_PCT step; a second change the posterior cannot rule out keeps it searching.
+4. Each change is confirmed by the trials of the good-like segment before it against those of the
+   bad-like segment after it, one-sided at alpha, the interval reaching the minimum effect.
+5. Untestable commits (value None) are never measured again and never blamed: a change next to
+   them is reported as the set of skipped commits plus the first testable bad one. The good
+   endpoint is measured again late (drift guard); if it moved, the outcome is inconclusive.
 """
 
 from __future__ import annotations
@@ -39,8 +44,16 @@ TWO_CHANGE_PRIOR = 0.1
 # Hypotheses kept for the look-ahead once sorted by posterior mass (the rest hold < 1e-6 of it).
 MAX_HYPOTHESES = 128
 LOOKAHEAD_GRID = 32
-# Trials each side of a located change (and +1 at each endpoint) before one change is accepted.
-PROBE_TRIALS = 3
+# Prior probability that nothing changed in the range (the endpoints differ by noise only).
+NO_CHANGE_PRIOR = 0.5
+# Posterior of "no change" below which a located change may be named.
+NO_CHANGE_DOUBT = 0.05
+# Interleaved trials of each endpoint before the search starts.
+GATE_TRIALS = 2
+# A second level step this big (percent) must be visible, at this many standard errors, on
+# each side of a located change before one change is accepted.
+SECOND_CHANGE_PCT = 5.0
+SECOND_CHANGE_Z = 3.0
 # Posterior of a second change above which one change is not accepted yet.
 SECOND_CHANGE_DOUBT = 0.04
 
@@ -84,14 +97,16 @@ class _Data:
 
 @dataclass(frozen=True)
 class _Posterior:
-    """Posterior over change hypotheses: boundaries (b1, b2) with b2 == n meaning a single change."""
+    """Posterior over change hypotheses: boundaries (b1, b2); b2 == n is one change, b1 == b2 == n none."""
 
     b1: np.ndarray
     b2: np.ndarray
     logw: np.ndarray
     w: np.ndarray  # normalised
-    keys: list[tuple[int, ...]]  # per hypothesis, its reportable answer (skip sets merged)
+    keys: list[tuple[int, ...]]  # per hypothesis, its reportable answer (skip sets merged; () = no change)
     groups: dict[tuple[int, ...], float]
+    p_none: float  # posterior of "no change in the range"
+    sigma_top: float  # posterior noise estimate (log) under the most probable hypothesis
 
 
 class SearchPolicy:
@@ -144,63 +159,74 @@ class SearchPolicy:
                     ),
                 )
 
-        # 1. Confirm the endpoints differ, replaying their trials in the order they ran.
-        decision, decided_at, endpoint_cmp = self._endpoint_decision(data)
-        if decision is None:
+        # 1. A cheap endpoint gate: a couple of interleaved trials of each end (A B B A). From
+        # then on the endpoints are one more pair of commits in the posterior, and every trial
+        # (midpoints included) keeps testing "no change at all" against "a change somewhere".
+        endpoint_cmp = self._endpoint_comparison(data)
+        if min(len(data.values[good]), len(data.values[bad])) < GATE_TRIALS:
             return self._measure_endpoint(data, endpoint_cmp)
-        if decision in (Verdict.SAME, Verdict.IMPROVED):
+        if endpoint_cmp.verdict is Verdict.SAME or self._significantly_better(endpoint_cmp):
             word = (
-                "no regression beyond noise" if decision is Verdict.SAME
+                "no regression beyond noise" if endpoint_cmp.verdict is Verdict.SAME
                 else "the bad endpoint is faster than the good one: no regression to bisect"
             )
+            verdict = Verdict.SAME if endpoint_cmp.verdict is Verdict.SAME else Verdict.IMPROVED
             return self._done(
-                decision, data, endpoint_cmp=endpoint_cmp,
+                verdict, data, endpoint_cmp=endpoint_cmp,
                 explanation=f"Endpoints compared first: {word}. {endpoint_cmp.explanation}",
             )
 
-        # 2. Search with the change-point posterior.
+        # 2. Posterior over "no change", one change at k, or changes at (k1, k2).
         post = self._posterior(data)
+        if post.p_none >= 0.5:
+            # No change is the likeliest story: the endpoints settle it (equivalence or a difference).
+            return self._measure_endpoint(data, endpoint_cmp, p_none=post.p_none)
         top_key, top_p = self._answer(post)
+        # Whenever the good endpoint has been measured again since the search began, check it did
+        # not move: if it did, every comparison straddling the move is suspect, so stop honestly.
+        moved = self._drift_note(data)
+        if moved is not None:
+            return self._done(
+                Verdict.INCONCLUSIVE, data, endpoint_cmp=endpoint_cmp, post=post, drift_note=moved,
+                explanation=(
+                    f"{moved} The search pointed at {self._describe_key(data, top_key) or 'no change'}, but "
+                    f"that cannot be trusted while the baseline itself drifts. Let the machine settle "
+                    f"(clocks, temperature) and run the bisection again."
+                ),
+            )
         p_two = sum(p for k, p in post.groups.items() if len(k) == 2)
         # A second change that is neither ruled out nor located keeps the search going.
-        if top_p < s.confidence or (len(top_key) == 1 and p_two >= SECOND_CHANGE_DOUBT):
+        if (
+            top_p < s.confidence
+            or post.p_none >= NO_CHANGE_DOUBT
+            or (len(top_key) == 1 and p_two >= SECOND_CHANGE_DOUBT)
+        ):
             return self._search_step(data, post, top_key, top_p, endpoint_cmp)
 
-        # 3. Converged. A midpoint unlike both ends means more than one change, and the one-step
-        # look-ahead cannot see a level it has no data on: before accepting one change, the
-        # commits on either side of it and both endpoints must carry enough trials to show a
-        # middle level (the posterior then weighs the two-change hypotheses on real evidence).
+        # 3. One change located. A second change hides where nothing was measured: each side of
+        # it must carry enough trials, split anywhere, to show a level step the size of
+        # SECOND_CHANGE_PCT; the posterior then weighs the two-change hypotheses on real evidence.
         changes = list(top_key)
         if len(changes) == 1:
-            b = changes[0]
-            probes = ((self._parent(b, data), PROBE_TRIALS), (b, PROBE_TRIALS), (0, PROBE_TRIALS + 1), (self.n - 1, PROBE_TRIALS + 1))
-            short = [(len(data.values[i]) - need, i) for i, need in probes if len(data.values[i]) < need and self._budget_left(data, i)]
-            if short:
-                i = min(short)[1]
+            probe = self._second_change_probe(data, post, changes[0])
+            if probe is not None:
                 return Measure(
-                    self.commits[i],
-                    f"checking for a level between the ends around {self.commits[b][:10]} (posterior {top_p:.3f}): "
-                    f"one change or two",
+                    self.commits[probe],
+                    f"one change or two: {self._describe_key(data, top_key)} holds {top_p:.3f} of the posterior; "
+                    f"measuring this side of it so a second level step would show",
                 )
 
-        # 4. Confirm each change against its parent directly.
-        noise = self._noise_with(data)
+        # 4. Confirm each change: the trials of the good-like segment before it against those of
+        # the bad-like segment after it (the same pooling the posterior uses), one-sided at alpha.
         confirmations: list[Comparison] = []
-        for b in changes:
-            parent = self._parent(b, data)
-            # One-sided at alpha in the direction the levels give: compare() is two-sided, so 2·alpha.
-            cmp = compare(
-                data.values[parent], data.values[b], noise, s, self.higher_is_better, alpha=2 * s.alpha
-            )
-            want = self._wanted_verdict(
-                self._segment_mean(data, top_key, parent), self._segment_mean(data, top_key, b)
-            )
-            # The minimum effect was already required of the endpoints (and of every step, through
-            # the posterior); here the question is only whether this commit is where it happens.
-            worse = cmp.effect_pct < 0 if self.higher_is_better else cmp.effect_pct > 0
-            right_way = worse == (want is Verdict.REGRESSED)
-            significant = cmp.p_value is not None and cmp.p_value < 2 * s.alpha
-            if not (right_way and significant):
+        bounds = [0, *changes, self.n]
+        for idx, b in enumerate(changes):
+            lo_seg, hi_seg = bounds[idx], bounds[idx + 2]
+            before = [v for i in range(lo_seg, b) for v in data.values[i]]
+            after = [v for i in range(b, hi_seg) for v in data.values[i]]
+            cmp = compare(before, after, self.noise, s, self.higher_is_better, alpha=2 * s.alpha)
+            if not self._shows_regression(cmp, data, top_key, b):
+                parent = self._parent(b, data)
                 step = self._confirm_step(data, parent, b, cmp, endpoint_cmp)
                 if isinstance(step, Measure):
                     return step
@@ -209,58 +235,122 @@ class SearchPolicy:
                     top_key=top_key,
                     explanation=(
                         f"The search points at {self._describe_key(data, (b,))} (posterior "
-                        f"{top_p:.3f}), but its direct comparison with its parent {self.commits[parent][:10]} "
-                        f"is {cmp.verdict.value} and both have used their trial budget: {cmp.explanation}"
+                        f"{top_p:.3f}), but the commits before it against those after it give "
+                        f"{cmp.verdict.value} and the trial budget is spent: {cmp.explanation}"
                     ),
                 )
             confirmations.append(cmp)
 
         # 5. Drift guard: the good endpoint measured again late in the search.
         drift_note = None
-        if s.drift_check:
-            late = [v for v, o in zip(data.values[good], data.orders[good]) if o > decided_at]
-            early = [v for v, o in zip(data.values[good], data.orders[good]) if o <= decided_at]
-            if not late:
-                if self._budget_left(data, good):
-                    return Measure(
-                        self.commits[good],
-                        "drift guard: re-measuring the good endpoint late in the search to check the machine did not move",
-                    )
-            else:
-                drift = compare(early, late, noise, s, self.higher_is_better)
-                if drift.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
-                    drift_note = (
-                        f"The good endpoint {self.commits[good][:10]} moved during the bisection "
-                        f"({drift.effect_pct:+.1f}%, {drift.explanation}) — same code, different machine "
-                        f"state: comparisons that straddle the move are not trusted."
-                    )
-                    return self._done(
-                        Verdict.INCONCLUSIVE, data, endpoint_cmp=endpoint_cmp, culprit_cmp=confirmations[0],
-                        post=post, top_key=top_key, drift_note=drift_note,
-                        explanation=(
-                            f"{drift_note} The search pointed at {self._describe_key(data, top_key)}, but "
-                            f"that cannot be trusted while the baseline itself drifts. Let the machine settle "
-                            f"(clocks, temperature) and run the bisection again."
-                        ),
-                    )
+        if s.drift_check and not self._late_good(data) and self._budget_left(data, good):
+            return Measure(
+                self.commits[good],
+                "drift guard: re-measuring the good endpoint late in the search to check the machine did not move",
+            )
 
         first = confirmations[0]
         extra = ", ".join(self.commits[b][:10] for b in changes[1:])
-        trials = data.trials
         expl = (
-            f"First bad commit {self._describe_key(data, (changes[0],))}: {first.effect_pct:+.1f}% against its "
-            f"parent, tested one-sided at {s.alpha:g} in the direction of the change ({first.explanation}) Posterior probability of this answer {top_p:.3f} after "
-            f"{trials} trials; the endpoints differ by {endpoint_cmp.effect_pct:+.1f}%."
+            f"First bad commit {self._describe_key(data, (changes[0],))}: {first.effect_pct:+.1f}% from the "
+            f"commits before it to the commits from it on, tested one-sided at {s.alpha:g} in the direction "
+            f"of the change ({first.explanation}) Posterior probability of this answer {top_p:.3f}, of no "
+            f"change at all {post.p_none:.1g}, after {data.trials} trials; the endpoints differ by "
+            f"{endpoint_cmp.effect_pct:+.1f}%."
         )
         if extra:
             expl += (
                 f" More than one change: a further change at {extra} "
-                f"({', '.join(f'{c.effect_pct:+.1f}%' for c in confirmations[1:])} against its parent)."
+                f"({', '.join(f'{c.effect_pct:+.1f}%' for c in confirmations[1:])} against the commits before it)."
             )
         return self._done(
             Verdict.REGRESSED, data, endpoint_cmp=endpoint_cmp, culprit_cmp=first, post=post,
             top_key=top_key, drift_note=drift_note, explanation=expl, confirmed=True,
         )
+
+    def _shows_regression(self, cmp: Comparison, data: _Data, key, b: int) -> bool:
+        """Significant one-sided at alpha in the direction the levels give, and not shown smaller than the minimum effect."""
+        s = self.settings
+        if cmp.p_value is None or not cmp.p_value < 2 * s.alpha:
+            return False
+        worse = cmp.effect_pct < 0 if self.higher_is_better else cmp.effect_pct > 0
+        want = self._wanted_verdict(self._segment_mean(data, key, self._parent(b, data)), self._segment_mean(data, key, b))
+        if worse != (want is Verdict.REGRESSED):
+            return False
+        # The far end of the interval must reach the minimum effect (the change may matter).
+        far = cmp.ci_low_pct if cmp.effect_pct < 0 else cmp.ci_high_pct
+        return abs(far) >= s.min_effect_pct
+
+    def _late_good(self, data: _Data) -> list[float]:
+        """Good-endpoint trials run after the search began (the drift guard's evidence)."""
+        started = self._search_started_at(data)
+        return [v for v, o in zip(data.values[0], data.orders[0]) if o > started]
+
+    def _drift_note(self, data: _Data) -> str | None:
+        """A sentence when the good endpoint moved beyond noise between the gate and later in the search."""
+        if not self.settings.drift_check:
+            return None
+        late = self._late_good(data)
+        if not late:
+            return None
+        started = self._search_started_at(data)
+        early = [v for v, o in zip(data.values[0], data.orders[0]) if o <= started]
+        drift = compare(early, late, self._noise_with(data), self.settings, self.higher_is_better)
+        if drift.verdict not in (Verdict.REGRESSED, Verdict.IMPROVED):
+            return None
+        return (
+            f"The good endpoint {self.commits[0][:10]} moved during the bisection "
+            f"({drift.effect_pct:+.1f}%, {drift.explanation}) — same code, different machine "
+            f"state: comparisons that straddle the move are not trusted."
+        )
+
+    def _significantly_better(self, cmp: Comparison) -> bool:
+        better = cmp.effect_pct > 0 if self.higher_is_better else cmp.effect_pct < 0
+        return cmp.verdict is Verdict.IMPROVED and better and cmp.p_value is not None and cmp.p_value < self.settings.alpha
+
+    def _search_started_at(self, data: _Data) -> int:
+        """Run-order position of the first trial of a commit other than the endpoints."""
+        inner = [o for i in range(1, self.n - 1) for o in data.orders[i]]
+        return min(inner) if inner else max((o for v in data.orders for o in v), default=-1)
+
+    def _second_change_probe(self, data: _Data, post: "_Posterior", b: int) -> int | None:
+        """A commit to measure so that a second step on either side of the change ``b`` could show, or None.
+
+        For every split point inside a side segment, the trials on its two sides give an
+        effective count n_a·n_b/(n_a + n_b); the weakest split must reach the count that shows
+        a SECOND_CHANGE_PCT step at SECOND_CHANGE_Z standard errors under the current noise.
+        """
+        sigma = post.sigma_top
+        need = (SECOND_CHANGE_Z * sigma / log_of_pct(SECOND_CHANGE_PCT)) ** 2
+        cnt = np.array([len(v) for v in data.values], dtype=float)
+        best: tuple[float, int] | None = None
+        for lo, hi in ((0, b), (b, self.n)):
+            idx = np.array([j for j in range(lo, hi) if j not in data.untestable])
+            if len(idx) < 2:
+                continue
+            c = cnt[idx]
+            worst = self._weakest_split(c)
+            if worst >= need:
+                continue
+            # Try one more trial at each commit of the segment; keep the one that lifts the weakest split most.
+            trial = c[None, :] + np.eye(len(idx))
+            lifted = np.array([self._weakest_split(row) for row in trial])
+            ok = np.array([self._budget_left(data, int(j)) for j in idx])
+            if not ok.any():
+                continue
+            lifted = np.where(ok, lifted, -1.0)
+            k = int(np.argmax(lifted))
+            cand = (-(need - worst), int(idx[k]))
+            if best is None or cand < best:
+                best = cand
+        return None if best is None else best[1]
+
+    @staticmethod
+    def _weakest_split(c: np.ndarray) -> float:
+        left = np.cumsum(c)[:-1]
+        right = c.sum() - left
+        tot = np.maximum(left + right, 1e-9)
+        return float((left * right / tot).min())
 
     # ----------------------------------------------------------------------------------------
     # observations
@@ -311,40 +401,18 @@ class SearchPolicy:
     # ----------------------------------------------------------------------------------------
     # phase 1: endpoints
 
-    def _endpoint_decision(self, data: _Data) -> tuple[Verdict | None, int, Comparison]:
-        """Replay endpoint trials in run order; the first look that decides is the decision.
+    def _endpoint_comparison(self, data: _Data) -> Comparison:
+        """Bad endpoint vs good endpoint on all their trials; ``same`` is the equivalence test at alpha.
 
-        The question is one-sided ("did it get slower?"): a regression is called at one-sided
-        alpha (two-sided 2·alpha) when the interval reaches beyond the minimum effect (a change
-        not shown to be too small to matter), and ``same`` needs the (1 − 2·alpha) interval inside
-        the minimum effect, which is the equivalence test (TOST) at alpha.
+        compare() at 2·alpha gives a (1 − 2·alpha) interval: inside ± the minimum effect it is
+        TOST at alpha. A regression is never decided here: the posterior and the confirmation
+        of the located change do that with every trial of the range.
         """
         s = self.settings
         good, bad = 0, self.n - 1
-        events = sorted([(o, 0, v) for v, o in zip(data.values[good], data.orders[good])]
-                        + [(o, 1, v) for v, o in zip(data.values[bad], data.orders[bad])])
-        a: list[float] = []
-        b: list[float] = []
-        for order, side, v in events:
-            (a if side == 0 else b).append(v)
-            if len(a) >= 2 and len(b) >= 2:
-                ts = _two_sample(np.asarray(a), np.asarray(b), self.noise)
-                verdict, lo, hi = decide(ts, 2 * s.alpha, s.min_effect_pct, self.higher_is_better)
-                worse_end = lo if self.higher_is_better else hi
-                if verdict is Verdict.INCONCLUSIVE and ts.p < 2 * s.alpha and (
-                    worse_end <= log_of_pct(-s.min_effect_pct) if self.higher_is_better
-                    else worse_end >= log_of_pct(s.min_effect_pct)
-                ) and (ts.effect < 0) == self.higher_is_better:
-                    # Significantly slower, and not shown to be smaller than the minimum effect:
-                    # a real change that may matter, so it is worth locating.
-                    verdict = Verdict.REGRESSED
-                if verdict is Verdict.IMPROVED and ts.p >= s.alpha:
-                    verdict = Verdict.INCONCLUSIVE  # one-sided leniency is for the question asked only
-                if verdict is not Verdict.INCONCLUSIVE:
-                    return verdict, order, compare(a, b, self.noise, s, self.higher_is_better, alpha=2 * s.alpha)
-        return None, -1, compare(a, b, self.noise, s, self.higher_is_better, alpha=2 * s.alpha)
+        return compare(data.values[good], data.values[bad], self.noise, s, self.higher_is_better, alpha=2 * s.alpha)
 
-    def _measure_endpoint(self, data: _Data, cmp: Comparison) -> Measure | Done:
+    def _measure_endpoint(self, data: _Data, cmp: Comparison, p_none: float | None = None) -> Measure | Done:
         good, bad = 0, self.n - 1
         m = len(data.values[good]) + len(data.values[bad])
         order = [good, bad, bad, good][m % 4]
@@ -352,7 +420,9 @@ class SearchPolicy:
         for i in (order, other):
             if self._budget_left(data, i):
                 state = "" if m < 4 else f" so far {cmp.effect_pct:+.1f}% ({cmp.verdict.value})"
-                return Measure(self.commits[i], f"confirming the endpoints differ (interleaved good/bad, trial {m + 1}){state}")
+                if p_none is not None:
+                    state += f"; no change at all is still likeliest (posterior {p_none:.2f})"
+                return Measure(self.commits[i], f"comparing the endpoints (interleaved good/bad, trial {m + 1}){state}")
         return self._done(
             Verdict.INCONCLUSIVE, data, endpoint_cmp=cmp,
             explanation=(
@@ -391,6 +461,7 @@ class SearchPolicy:
         nu0, s0 = self.noise.dof, self.noise.sigma_b
         g = self._level_prior_ratio(data)
 
+        # Hypotheses: one change at k (b1 = k, b2 = n), two at (k1, k2), and none (b1 = b2 = n).
         ks = np.arange(1, n)
         b1 = [ks]
         b2 = [np.full(len(ks), n)]
@@ -398,6 +469,8 @@ class SearchPolicy:
             i1, i2 = np.triu_indices(n - 1, k=1)
             b1.append(i1 + 1)
             b2.append(i2 + 1)
+        b1.append(np.array([n]))
+        b2.append(np.array([n]))
         b1a = np.concatenate(b1)
         b2a = np.concatenate(b2)
         zero = np.zeros_like(b1a)
@@ -414,24 +487,32 @@ class SearchPolicy:
             occam += -0.5 * np.log1p(g * ns)
             means.append(ss / (ns + 1.0 / g))
             precs.append(ns + 1.0 / g)
+        # σ is integrated out with the noise model as a scaled-inverse-χ² prior: every trial's
+        # residual under each hypothesis (levels fitted) is evidence about the noise.
         logml = occam - 0.5 * (nu0 + N) * np.log(nu0 * s0 * s0 + np.maximum(R, 1e-300))
-        single = b2a == n
+        none = b1a == n
+        single = (b2a == n) & ~none
+        two = ~(single | none)
         # A "change" smaller than the minimum effect is no change to the user: weigh each
         # hypothesis by the posterior probability that each of its steps is at least that big
         # (a truncated prior on step sizes). Without it, splits of one level into two equal
-        # ones keep posterior mass that no trial can remove.
+        # ones keep posterior mass that no trial can remove, and "no change" could never win.
         m = log_of_pct(self.settings.min_effect_pct)
         s2 = (nu0 * s0 * s0 + R) / (nu0 + N)
-        for a, b, mask in ((0, 1, np.ones_like(single)), (1, 2, ~single)):
+        for a, b, mask in ((0, 1, ~none), (1, 2, two)):
             d = means[b] - means[a]
             se = np.sqrt(s2 * (1.0 / precs[a] + 1.0 / precs[b]))
             big = normal_cdf((-m - d) / se) + normal_cdf((d - m) / se)
             logml = logml + np.where(mask, np.log(np.maximum(big, 1e-300)), 0.0)
-        n_pairs = max(int((~single).sum()), 1)
-        logprior = np.where(single, math.log(1 - TWO_CHANGE_PRIOR) - math.log(n - 1),
-                            math.log(TWO_CHANGE_PRIOR) - math.log(n_pairs))
-        if n < 3:
-            logprior = np.zeros(len(b1a))
+        n_pairs = max(int(two.sum()), 1)
+        p_change = 1.0 - NO_CHANGE_PRIOR
+        two_prior = TWO_CHANGE_PRIOR if n >= 3 else 0.0
+        with np.errstate(divide="ignore"):
+            logprior = np.where(
+                none, math.log(NO_CHANGE_PRIOR),
+                np.where(single, math.log(p_change * (1 - two_prior)) - math.log(n - 1),
+                         np.log(p_change * two_prior) - math.log(n_pairs)),
+            )
         logw = logml + logprior
         logw -= logw.max()
         w = np.exp(logw)
@@ -440,11 +521,15 @@ class SearchPolicy:
         keys: list[tuple[int, ...]] = []
         groups: dict[tuple[int, ...], float] = {}
         for x1, x2, wi in zip(b1a.tolist(), b2a.tolist(), w.tolist()):
-            k1 = int(nt[x1])
-            key = (k1,) if x2 == n or int(nt[x2]) == k1 else (k1, int(nt[x2]))
+            if x1 == n:
+                key: tuple[int, ...] = ()
+            else:
+                k1 = int(nt[x1])
+                key = (k1,) if x2 == n or int(nt[x2]) == k1 else (k1, int(nt[x2]))
             keys.append(key)
             groups[key] = groups.get(key, 0.0) + wi
-        return _Posterior(b1a, b2a, logw, w, keys, groups)
+        top = int(np.argmax(np.where(none, -np.inf, logw)))
+        return _Posterior(b1a, b2a, logw, w, keys, groups, groups.get((), 0.0), float(math.sqrt(s2[top])))
 
     def _answer(self, post: _Posterior) -> tuple[tuple[int, ...], float]:
         """The best answer and how sure the posterior is of it.
@@ -455,16 +540,23 @@ class SearchPolicy:
         be located: the answer is the best pair and its own mass.
         """
         p_two = sum(p for k, p in post.groups.items() if len(k) == 2)
-        if p_two < 0.5:
+        p_one = sum(p for k, p in post.groups.items() if len(k) == 1)
+        # Where the change is, given that there is one ("no change" is weighed on its own).
+        some = max(p_one + p_two, 1e-300)
+        if p_two < p_one:
             cp: dict[int, float] = {}
             for key, p in post.groups.items():
                 for b in key:
                     cp[b] = cp.get(b, 0.0) + p
             b, p = max(cp.items(), key=lambda kv: (kv[1], -kv[0]))
-            return (b,), p
+            return (b,), min(p / some, 1.0)
+        # Two changes are likelier than one: where they are, given that there are two. Whether the
+        # second is real is then up to its own confirmation (the segments around it, one-sided at
+        # alpha); the posterior of "two" itself carries the look-elsewhere cost of every possible
+        # pair, which no affordable number of trials of one modest step can overcome.
         pairs = {k: p for k, p in post.groups.items() if len(k) == 2}
         key, p = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
-        return key, p
+        return key, min(p / max(p_two, 1e-300), 1.0)
 
     def _level_prior_ratio(self, data: _Data) -> float:
         """Prior variance of segment levels as a multiple of σ²: wide enough for the endpoints' gap."""
@@ -535,10 +627,20 @@ class SearchPolicy:
         joint = w[:, None, None] * f  # (H, J, G)
         marg = joint.sum(axis=0)  # (J, G)
         postw = joint / np.maximum(marg[None], 1e-300)
-        ent = -(postw * np.log(np.maximum(postw, 1e-300))).sum(axis=0)  # (J, G)
+        # The uncertainty that matters is about the answer, not about which of thousands of
+        # near-equivalent pair hypotheses holds: while one change is likelier, it is where the
+        # first change is plus how many changes there are; once two are likelier, which pair.
+        onehots = self._answer_groups(post, keep, n)
+        ent = np.zeros(postw.shape[1:])
+        for oh in onehots:
+            pg = np.einsum("hk,hjy->kjy", oh, postw)
+            ent += -(pg * np.log(np.maximum(pg, 1e-300))).sum(axis=0)  # (J, G)
         py = marg / marg.sum(axis=1, keepdims=True)
         expected = (py * ent).sum(axis=1)
-        h0 = float(-(w * np.log(np.maximum(w, 1e-300))).sum())
+        h0 = 0.0
+        for oh in onehots:
+            wg = w @ oh
+            h0 += float(-(wg * np.log(np.maximum(wg, 1e-300))).sum())
         gain = h0 - expected
         best = int(np.argmax(gain))
         j = int(J[best])
@@ -548,6 +650,24 @@ class SearchPolicy:
             f"p={top_p:.2f} (need {self.settings.confidence}); a trial of this commit is expected to "
             f"remove {gain[best] / math.log(2):.2f} bits of uncertainty",
         )
+
+    def _answer_groups(self, post: "_Posterior", keep: np.ndarray, n: int) -> list[np.ndarray]:
+        """One-hot maps (kept hypotheses × answers) whose entropies sum to the answer's uncertainty."""
+        keys = [post.keys[i] for i in keep.tolist()]
+        p_two = sum(p for k, p in post.groups.items() if len(k) == 2)
+        p_one = sum(p for k, p in post.groups.items() if len(k) == 1)
+        if p_two < p_one:
+            labels = [[k[0] if k else -1 for k in keys], [len(k) for k in keys]]
+        else:
+            labels = [keys]
+        out = []
+        for lab in labels:
+            ids: dict = {}
+            col = np.array([ids.setdefault(x, len(ids)) for x in lab])
+            oh = np.zeros((len(lab), len(ids)))
+            oh[np.arange(len(lab)), col] = 1.0
+            out.append(oh)
+        return out
 
     def _segment_mean(self, data: _Data, key, j: int) -> float:
         """Mean of the trials in the segment of commit j under the answer ``key``."""

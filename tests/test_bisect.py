@@ -80,6 +80,32 @@ def test_endpoints_are_interleaved_and_confirmed_first():
     assert outcome.culprit == cs[5]
 
 
+def test_endpoint_gate_is_cheap_and_the_search_confirms_the_change_with_segments():
+    cs = commits(32)
+    outcome, obs = drive(policy(cs), SimulatedTarget({11: -10.0}, 32, 1.5, seed=21), cs)
+    # Two trials of each end, then the search: midpoints carry the rest of the evidence.
+    assert [o.commit for o in obs[:4]] == [cs[0], cs[-1], cs[-1], cs[0]]
+    assert obs[4].commit not in (cs[0], cs[-1])
+    assert outcome.verdict is Verdict.REGRESSED and outcome.culprit == cs[11]
+    # The confirmation pools the good-like commits before the culprit and the bad-like ones after it.
+    cmp = outcome.culprit_comparison
+    before = sum(o.commit in cs[:11] for o in obs)
+    after = sum(o.commit in cs[11:] for o in obs)
+    assert (cmp.n_a, cmp.n_b) == (before, after)
+    assert cmp.n_a > sum(o.commit == cs[10] for o in obs)
+    assert "no change at all" in outcome.explanation
+
+
+def test_a_smaller_second_change_on_the_bad_side_is_found():
+    # −10% then a further −6% well after it: the side probes make the middle level visible.
+    cs = commits(40)
+    hits = 0
+    for seed in range(3):
+        outcome, _ = drive(policy(cs), SimulatedTarget({8: -10.0, 30: -6.0}, 40, 1.5, seed=30 + seed), cs)
+        hits += outcome.culprit == cs[8] and outcome.extra_changes == (cs[30],)
+    assert hits == 3
+
+
 def test_endpoints_equal_stop_with_no_culprit():
     cs = commits(9)
     outcome, obs = drive(policy(cs, max_trials_per_commit=30, max_trials_total=80), SimulatedTarget({}, 9, 0.5, seed=3), cs)

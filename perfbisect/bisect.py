@@ -54,6 +54,8 @@ GATE_TRIALS = 2
 # each side of a located change before one change is accepted.
 SECOND_CHANGE_PCT = 5.0
 SECOND_CHANGE_Z = 3.0
+# ... or this share of the located change, when that is bigger.
+SECOND_CHANGE_SHARE = 0.4
 # Posterior of a second change above which one change is not accepted yet.
 SECOND_CHANGE_DOUBT = 0.04
 
@@ -321,7 +323,12 @@ class SearchPolicy:
         a SECOND_CHANGE_PCT step at SECOND_CHANGE_Z standard errors under the current noise.
         """
         sigma = post.sigma_top
-        need = (SECOND_CHANGE_Z * sigma / log_of_pct(SECOND_CHANGE_PCT)) ** 2
+        # Next to a big change a second step matters in proportion to it; a fixed 5% would ask a
+        # noisy mode (σ ≈ 5%) for dozens of trials to rule out a step far smaller than the one found.
+        key = (b,)
+        found = abs(self._segment_mean(data, key, b) - self._segment_mean(data, key, self._parent(b, data)))
+        step = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SHARE * found) if math.isfinite(found) else log_of_pct(SECOND_CHANGE_PCT)
+        need = (SECOND_CHANGE_Z * sigma / step) ** 2
         cnt = np.array([len(v) for v in data.values], dtype=float)
         best: tuple[float, int] | None = None
         for lo, hi in ((0, b), (b, self.n)):

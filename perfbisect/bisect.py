@@ -55,7 +55,7 @@ GATE_TRIALS = 2
 SECOND_CHANGE_PCT = 5.0
 SECOND_CHANGE_Z = 3.0
 # ... or this share of the located change, when that is bigger.
-SECOND_CHANGE_SHARE = 0.4
+SECOND_CHANGE_SHARE = 0.3
 # Posterior of a second change above which one change is not accepted yet.
 SECOND_CHANGE_DOUBT = 0.04
 

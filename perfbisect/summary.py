@@ -59,7 +59,7 @@ def format_outcome(result: Any) -> list[str]:
         lines.append(f"another change: {describe(sha)}")
     for line in (
         comparison_line("endpoints (bad vs good)", out.endpoint_comparison),
-        comparison_line("culprit vs parent", out.culprit_comparison),
+        comparison_line("from the culprit on vs before it (segments pooled)", out.culprit_comparison),
     ):
         if line:
             lines.append(line)

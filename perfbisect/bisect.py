@@ -37,7 +37,7 @@ import numpy as np
 from .config import StatsConfig
 from .errors import UsageError
 from .model import BisectOutcome, Comparison, Verdict
-from .stats import NoiseModel, _two_sample, adjust, attribute, compare, decide, history_shift, log_of_pct, normal_cdf
+from .stats import NoiseModel, adjust, attribute, compare, history_shift, log_of_pct, normal_cdf
 
 # Prior probability that the range holds two changes rather than one.
 TWO_CHANGE_PRIOR = 0.1
@@ -109,6 +109,25 @@ class _Posterior:
     groups: dict[tuple[int, ...], float]
     p_none: float  # posterior of "no change in the range"
     sigma_top: float  # posterior noise estimate (log) under the most probable hypothesis
+
+
+def _cumulative_sums(data: _Data) -> tuple[float, float, np.ndarray, np.ndarray, np.ndarray]:
+    """Trial count, grand mean and cumulative count / sum / sum of squares per commit index.
+
+    Values are centred on the grand mean so sums of squares stay well conditioned; any segment's
+    sufficient statistics are then a difference of two entries (O(1) per hypothesis).
+    """
+    cnt = np.array([len(v) for v in data.values], dtype=float)
+    sm = np.array([sum(v) for v in data.values], dtype=float)
+    sq = np.array([sum(x * x for x in v) for v in data.values], dtype=float)
+    N = cnt.sum()
+    m0 = sm.sum() / N
+    sq = sq - 2 * m0 * sm + m0 * m0 * cnt
+    sm = sm - m0 * cnt
+    C = np.concatenate([[0.0], np.cumsum(cnt)])
+    S = np.concatenate([[0.0], np.cumsum(sm)])
+    Q = np.concatenate([[0.0], np.cumsum(sq)])
+    return N, m0, C, S, Q
 
 
 class SearchPolicy:
@@ -454,17 +473,7 @@ class SearchPolicy:
 
     def _posterior(self, data: _Data) -> _Posterior:
         n = self.n
-        cnt = np.array([len(v) for v in data.values], dtype=float)
-        sm = np.array([sum(v) for v in data.values], dtype=float)
-        sq = np.array([sum(x * x for x in v) for v in data.values], dtype=float)
-        N = cnt.sum()
-        m0 = sm.sum() / N
-        # Centre on the grand mean so sums of squares stay well conditioned.
-        sq = sq - 2 * m0 * sm + m0 * m0 * cnt
-        sm = sm - m0 * cnt
-        C = np.concatenate([[0.0], np.cumsum(cnt)])
-        S = np.concatenate([[0.0], np.cumsum(sm)])
-        Q = np.concatenate([[0.0], np.cumsum(sq)])
+        N, m0, C, S, Q = _cumulative_sums(data)
         nu0, s0 = self.noise.dof, self.noise.sigma_b
         g = self._level_prior_ratio(data)
 
@@ -598,16 +607,7 @@ class SearchPolicy:
         if varies.any():
             J, seg = J[varies], seg[:, varies]
         # Segment posterior means and predictive scales per kept hypothesis.
-        cnt = np.array([len(v) for v in data.values], dtype=float)
-        sm = np.array([sum(v) for v in data.values], dtype=float)
-        sq = np.array([sum(x * x for x in v) for v in data.values], dtype=float)
-        N = cnt.sum()
-        m0 = sm.sum() / N
-        sq = sq - 2 * m0 * sm + m0 * m0 * cnt
-        sm = sm - m0 * cnt
-        C = np.concatenate([[0.0], np.cumsum(cnt)])
-        S = np.concatenate([[0.0], np.cumsum(sm)])
-        Q = np.concatenate([[0.0], np.cumsum(sq)])
+        N, m0, C, S, Q = _cumulative_sums(data)
         g = self._level_prior_ratio(data)
         nu0, s0 = self.noise.dof, self.noise.sigma_b
         bounds = [np.zeros_like(b1), b1, b2, np.full_like(b1, n)]

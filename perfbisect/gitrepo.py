@@ -9,11 +9,10 @@ touch a file the stack touches.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence

@@ -364,7 +364,7 @@ def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: 
     summaries: dict[str, float] = {}
     trial_ids: list[int] = []
     covariates: dict[str, float] = {}
-    modes = cfg.metric_modes if seq % 2 == 0 else tuple(reversed(cfg.metric_modes))  # A B B A
+    modes = interleaved(cfg.metric_modes, seq)
     for mode in modes:
         result = None
         for _attempt in range(2):  # a crash mid-run is retried once before the commit counts as untestable
@@ -377,6 +377,16 @@ def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: 
         summaries[mode] = result.summary
         covariates.update(result.system.as_covariates())
     return Observation(commit=commit.sha, value=metric_value(cfg, summaries), covariates=covariates, seq=seq), trial_ids
+
+
+def interleaved(items: Sequence, round_index: int) -> list:
+    """Order of one round of an A B B A schedule: forwards on even rounds, backwards on odd ones."""
+    return list(items) if round_index % 2 == 0 else list(reversed(items))
+
+
+def run_logs(trials: Iterable[TrialResult]) -> list[list[float]]:
+    """Per trial, the log values of its usable runs (for the within-trial noise σ_w)."""
+    return [[math.log(r.value) for r in t.usable_runs if r.value] for t in trials]
 
 
 def metric_value(cfg: Config, summaries: dict[str, float]) -> float:
@@ -400,7 +410,7 @@ def noise_model(ws: Workspace, mode_names: Sequence[str]) -> NoiseModel:
         return prior  # ratio metrics: A/A data of the ratio itself is not pooled yet
     groups = ws.store.identical_build_groups(noise_key(ws, cfg.mode(mode_names[0])))
     summaries = [[t.summary for t in g if t.summary is not None] for g in groups]
-    within = [[math.log(r.value) for r in t.usable_runs if r.value] for g in groups for t in g]
+    within = run_logs(t for g in groups for t in g)
     return NoiseModel.from_groups([s for s in summaries if s], within=within, prior=prior)
 
 
@@ -610,8 +620,7 @@ def measure(
     runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
     out: dict[str, list[TrialResult]] = {m: [] for m in modes}
     for i in range(trials):
-        order = list(modes) if i % 2 == 0 else list(reversed(modes))
-        for m in order:
+        for m in interleaved(modes, i):
             out[m].append(runner.trial(commit, m, purpose=purpose))
     return MeasureResult(commit=commit, trials=out)
 
@@ -655,8 +664,7 @@ def compare_commits(
     cmp: Comparison | None = None
     i = 0
     while True:
-        pair = [(a, ta), (b, tb)] if i % 2 == 0 else [(b, tb), (a, ta)]
-        for commit, bucket in pair:
+        for commit, bucket in interleaved([(a, ta), (b, tb)], i):
             bucket.append(runner.trial(commit, mode, purpose="compare"))
         i += 1
         sa = [t.summary for t in ta if t.summary is not None]
@@ -668,9 +676,7 @@ def compare_commits(
                 break
         if i >= max_trials:
             break
-    if cmp is None:
-        sa = [t.summary for t in ta if t.summary is not None]
-        sb = [t.summary for t in tb if t.summary is not None]
+    if cmp is None:  # too few usable trials for a look: judge what there is (inconclusive)
         cmp = compare(sa, sb, noise, cfg.stats, higher_is_better=cfg.workload.higher_is_better)
     history = [line for line in (_history_line(ws, c, mode_cfg, ts, noise) for c, ts in ((a, ta), (b, tb))) if line]
     attribution = _attribution_line(ta + tb)
@@ -729,7 +735,7 @@ def calibrate(
     for t in done:
         if t.summary is not None:
             groups.setdefault(t.identity.build_key, []).append(t.summary)
-    within = [[math.log(r.value) for r in t.usable_runs if r.value] for t in done]
+    within = run_logs(done)
     measured = NoiseModel.from_groups(list(groups.values()), within=within, prior=NoiseModel.prior(ws.config.stats.prior_sigma_pct))
     pooled = noise_model(ws, [mode])
     lines = calibrate_report(pooled, budget_trials=ws.config.stats.max_trials_per_commit, alpha=ws.config.stats.alpha)

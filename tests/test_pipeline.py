@@ -218,3 +218,21 @@ def test_command_workload_measures_through_the_same_store(tmp_path):
     rows = json.loads(proc.stdout)["trials"]["baseline"]
     assert [round(r["tok_s"]) for r in rows] == [500, 500]
     assert db_rows(db, "select count(*) from runs where warmup = 0 and metric_value = 500.0") == [(2,)]
+
+
+def test_compare_and_calibrate_store_and_explain(tmp_path):
+    """compare interleaves trials of A and B and records its verdict; calibrate reports σ_b and σ_w."""
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    db = tmp_path / "r.sqlite"
+    proc = cli("compare", target.good, target.planted, "--max-trials", "3", "-c", str(target.config),
+               "--db", str(db), "--json")
+    assert proc.returncode in (0, 3), proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["a"] == target.good and result["b"] == target.planted
+    assert result["verdict"] in ("regressed", "inconclusive") and result["effect_pct"] < 0
+    order = [c for (c,) in db_rows(db, "select commit_sha from trials order by id")]
+    assert order[:4] == [target.good, target.planted, target.planted, target.good]  # A B B A
+    assert db_rows(db, "select count(*) from comparisons") == [(1,)]
+    cal = cli("calibrate", "HEAD", "-n", "2", "-m", "baseline", "-c", str(target.config), "--db", str(db))
+    assert cal.returncode == 0, cal.stderr
+    assert "σ_b" in cal.stdout and "σ_w" in cal.stdout and "smallest regression detectable" in cal.stdout

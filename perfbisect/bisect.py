@@ -67,8 +67,10 @@ class Observation:
     commit: str
     value: float | None  # None = untestable: patch conflict, build failure, server never ready
     covariates: Mapping[str, float] = field(default_factory=dict)
-    seq: int = 0  # order in which the trials ran (interleaving and the drift guard depend on it)
+    seq: int = 0  # order in which the trials ran: the drift model's time axis
     day: str = ""  # for history: the date it was measured ("11-28"); informs notes, never levels
+    at: float | None = None  # wall-clock time the trial started (unix seconds), when known
+    flag: str | None = None  # why this trial is excluded (throttled, contended); None = usable
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .changepoint import ChangePosterior, Evidence, posterior
+from .changepoint import RHO_GRID, RHO_PRIOR, ChangePosterior, Evidence, posterior
 from .config import StatsConfig
 from .errors import UsageError
 from .model import BisectOutcome, Comparison, Verdict
@@ -53,8 +53,11 @@ NO_CHANGE_PRIOR = 0.5
 NO_CHANGE_DOUBT = 0.02
 # Posterior of a second change above which one change is not accepted yet, while trials can still
 # move it by at least MIN_GAIN_BITS each.
-SECOND_CHANGE_DOUBT = 0.04
-MIN_GAIN_BITS = 0.05
+SECOND_CHANGE_DOUBT = 0.02
+MIN_GAIN_BITS = 0.02
+# While locating, a search whose decisive commits are out of budget and whose best next trial is
+# expected to remove less than this stops: the remaining budget cannot change the answer.
+LOCATE_MIN_GAIN_BITS = 0.01
 # Before one change is accepted, each side of it must carry enough trials, split anywhere, to show a
 # second level step of SECOND_CHANGE_PCT (or SECOND_CHANGE_SHARE of the located one, if bigger) at
 # settings.second_change_z standard errors: a second change hides where nothing was measured.
@@ -358,6 +361,9 @@ class SearchPolicy:
             min_step=log_of_pct(self.settings.min_effect_pct),
             no_change_prior=NO_CHANGE_PRIOR,
             two_change_prior=TWO_CHANGE_PRIOR if self.n >= 3 else 0.0,
+            # drift_check = false: trials are i.i.d. given their commit (the model before drift).
+            rho_grid=RHO_GRID if self.settings.drift_check else (0.0,),
+            rho_prior=RHO_PRIOR if self.settings.drift_check else (1.0,),
         )
 
     def _answer(self, post: ChangePosterior) -> tuple[tuple[int, ...], float]:
@@ -551,6 +557,18 @@ class SearchPolicy:
         j = int(J[best])
         bits = float(gain[best] / math.log(2))
         what = self._describe_key(data, top_key) or "no change"
+        decisive = [b for k in top_key for b in (k, self._parent(k, data))]
+        if phase == "locating" and bits < LOCATE_MIN_GAIN_BITS and decisive and not any(
+            self._budget_left(data, b) for b in decisive
+        ):
+            # The commits that would decide it (the best answer and its parent) are at their
+            # per-commit budget and nothing else can move the answer: stop instead of spending the rest.
+            return self._exhausted(
+                data, post,
+                f"the commits that decide it reached stats.max_trials_per_commit and no other trial can move "
+                f"the answer (the best would remove {bits:.3f} bits)", top_key=top_key, top_p=top_p, ends=ends,
+                ruled_out=ruled_out,
+            )
         return Measure(
             self.commits[j],
             f"{phase}: best answer so far {what} at p={top_p:.2f} (need {self.settings.confidence}); a trial of "

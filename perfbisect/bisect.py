@@ -392,7 +392,7 @@ class SearchPolicy:
         """Size of the change at ``b`` under the most probable hypothesis with answer ``key``."""
         h = post.top(key)
         segs = [int(post.b1[h]), int(post.b2[h])]
-        k = 1 if b == int(data.evidence(self.n).next_testable[segs[0]]) or len(key) == 1 else 2
+        k = 1 if len(key) == 1 or b == key[0] else 2  # which boundary of the hypothesis b is
         d = post.beta[h, k] - post.beta[h, k - 1]
         c = post.cov[h]
         se = math.sqrt(post.s2[h] * max(c[k, k] + c[k - 1, k - 1] - 2 * c[k, k - 1], 1e-300))
@@ -414,7 +414,7 @@ class SearchPolicy:
             ci_low_pct=pct(st.step - half),
             ci_high_pct=pct(st.step + half),
             sigma_b_pct=pct(st.sigma),
-            sigma_source=f"posterior noise per trial ({st.dof:g} dof; drift integrated out)",
+            sigma_source=f"{st.dof:g} dof, drift integrated out",
             n_a=st.n_before,
             n_b=st.n_after,
             p_value=p_not,
@@ -469,7 +469,7 @@ class SearchPolicy:
             ci_low_pct=pct(d - half),
             ci_high_pct=pct(d + half),
             sigma_b_pct=pct(math.sqrt(s2)),
-            sigma_source=f"posterior noise per trial ({dof:g} dof; drift integrated out)",
+            sigma_source=f"{dof:g} dof, drift integrated out",
             n_a=n_a,
             n_b=n_b,
             p_value=None,

@@ -281,10 +281,11 @@ _COVARIATE_WORDS = {
     "utilization_pct": "GPU utilisation",
     "clock_cap_mhz": "the external clock cap",
     "start_temperature_c": "the temperature the trial started at",
-    "other_load": "other processes' load",
+    "other_load": "the CPU load when the trial started",
 }
 
-# State the code under test cannot cause: it may adjust trial summaries across commits.
+# State the code under test cannot cause: it may adjust trial summaries across commits. The CPU
+# load when a trial starts ("other_load") is the machine's: this trial's own load has not begun.
 EXOGENOUS_COVARIATES = ("clock_cap_mhz", "start_temperature_c", "other_load")
 # State the code itself moves (a slower kernel draws less power, heats less, reaches another
 # clock): adjusting for it explains the code change away, so it is only ever shown.
@@ -422,7 +423,7 @@ def covariate_notes(
     cs = [covariates[i] for i in rows]
     bs = [build_ids[i] for i in rows]
     exo = attribute(ys, cs, bs, alpha=alpha, keys=EXOGENOUS_COVARIATES)
-    if exo is not None:
+    if exo is not None and exo.p_value < alpha:
         notes.append(exo.sentence)
         if exo.adjusted:
             for i, v in zip(rows, adjust(ys, cs, exo)):

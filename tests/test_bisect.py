@@ -308,7 +308,7 @@ def test_exogenous_load_adjusts_the_summaries():
         obs.append(Observation(act.commit, y, {"other_load": load}, seq=len(obs)))
     outcome = act.outcome
     assert outcome.culprit == cs[9]
-    assert "other processes' load" in outcome.explanation and "; adjusted" in outcome.explanation
+    assert "the CPU load when the trial started" in outcome.explanation and "; adjusted" in outcome.explanation
 
 
 def test_bad_inputs_raise_usage_errors():

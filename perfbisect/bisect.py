@@ -53,8 +53,8 @@ NO_CHANGE_PRIOR = 0.5
 NO_CHANGE_DOUBT = 0.02
 # Posterior of a second change above which one change is not accepted yet, while trials can still
 # move it by at least MIN_GAIN_BITS each.
-SECOND_CHANGE_DOUBT = 0.02
-MIN_GAIN_BITS = 0.02
+SECOND_CHANGE_DOUBT = 0.04
+MIN_GAIN_BITS = 0.05
 # While locating, a search whose decisive commits are out of budget and whose best next trial is
 # expected to remove less than this stops: the remaining budget cannot change the answer.
 LOCATE_MIN_GAIN_BITS = 0.01

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from .children import own_group
 from .config import BuildStep, expand
 from .errors import BuildError
 from .gitrepo import worktree_tree_hash
@@ -278,8 +279,9 @@ def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, comm
         log.write(f"$ {argv!r}\n# cwd {worktree}\n".encode())
         log.flush()
         try:
-            # Its own session, so a timeout can stop the compiler processes the step spawned too.
-            proc = subprocess.Popen(argv, cwd=worktree, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            # Its own session, so a timeout can stop the compiler processes the step spawned too;
+            # it dies with perfbisect, so a killed bisection leaves no compiler running.
+            proc = subprocess.Popen(argv, cwd=worktree, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **own_group())
         except FileNotFoundError:
             raise BuildError(
                 f"Build step '{step.name}' at {short}: command not found: '{argv[0]}'. Fix: install it, or "
@@ -294,7 +296,10 @@ def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, comm
             ) from None
         try:
             status = proc.wait(timeout=step.timeout_s)
-        except subprocess.TimeoutExpired:
+        except BaseException as exc:  # Ctrl-C / SIGTERM of perfbisect: the step's processes go with it
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                _kill_group(proc)
+                raise
             _kill_group(proc)
             log.write(f"\n# perfbisect: killed after timeout_s={step.timeout_s}\n".encode())
             log.flush()

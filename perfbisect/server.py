@@ -23,6 +23,7 @@ from typing import Callable, Mapping
 
 import httpx
 
+from .children import own_group
 from .config import ModeConfig, ServerConfig, expand
 from .errors import ServerDied, ServerError, ServerNotReady
 from .logtail import log_tail as read_log_tail
@@ -326,7 +327,7 @@ class ServerSession:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group (and session): killable as one
+                    **own_group(),  # its own process group (and session), killable as one; dies with us
                 )
             except FileNotFoundError:
                 raise ServerError(
@@ -475,6 +476,15 @@ class ServerSession:
         if self._proc is None:
             self._teardown = Teardown(how="already-exited", seconds=0.0, notes=("never started",))
             return self._teardown
+        try:
+            return self._stop()
+        except KeyboardInterrupt:
+            # Ctrl-C / SIGTERM in the middle of the grace period: no grace left, but no leftover either.
+            self._signal_group(signal.SIGKILL)
+            raise
+
+    def _stop(self) -> Teardown:
+        assert self._proc is not None
         t0 = time.monotonic()
         proc = self._proc
         notes: list[str] = []

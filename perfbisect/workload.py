@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import httpx
 
+from .children import own_group
 from .config import WorkloadConfig, expand
 from .errors import ConfigError, ServerDied, WorkloadError
 from .model import RunResult
@@ -533,7 +534,7 @@ def _invoke_command(
     try:
         proc = subprocess.Popen(
             argv, cwd=worktree, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, start_new_session=True,
+            stderr=subprocess.PIPE, text=True, **own_group(),
         )
     except FileNotFoundError:
         raise WorkloadError(
@@ -545,7 +546,7 @@ def _invoke_command(
     try:
         stdout, stderr = proc.communicate(timeout=cfg.request_timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc.pid)
         stdout, stderr = proc.communicate()
         _log_invocation(log_path, label, shown, None, stdout, stderr)
         raise WorkloadError(
@@ -553,6 +554,10 @@ def _invoke_command(
             f"{cfg.request_timeout_s:g} s in {worktree} and was killed. Raise the timeout or make the "
             f"command shorter; its output is in {log_path}."
         ) from None
+    except BaseException:  # Ctrl-C / SIGTERM of perfbisect: the benchmark must not run on alone
+        _kill_group(proc.pid)
+        proc.wait()
+        raise
     _log_invocation(log_path, label, shown, proc.returncode, stdout, stderr)
     if proc.returncode != 0:
         raise WorkloadError(
@@ -579,6 +584,13 @@ def _invoke_command(
             f"Print the metric as a JSON number."
         )
     return float(value)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _log_invocation(log_path: Path, label: str, shown: str, rc: int | None, stdout: str, stderr: str) -> None:

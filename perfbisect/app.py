@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from . import sysstate
+from . import locks, sysstate
 from .bisect import Done, Observation, SearchPolicy
 from .build import BuildCache, run_build
 from .config import Config, ModeConfig, expand, load_config
@@ -36,7 +36,7 @@ from .model import (
 )
 from .server import ServerSession, port_holders, port_in_use
 from .stats import NoiseModel, attribute, calibrate_report, compare, history_shift
-from .store import Store, open_store
+from .store import Store, open_store, owner_alive, process_owner
 from .workload import avg_spec_accept_length, run_command_workload, run_workload, server_info
 
 
@@ -132,13 +132,37 @@ def preflight(ws: Workspace) -> None:
         )
 
 
+def exclusive(ws: Workspace, progress: Progress | None = None, *, wait: bool = False, gpu: bool = True):
+    """Hold the repository's lock (and the GPU node's) while a command uses worktrees and servers."""
+    progress = progress or Progress()
+    return locks.exclusive(
+        ws.config.cache_dir,
+        repo=str(ws.config.target.repo),
+        gpu=gpu,
+        wait=wait,
+        on_wait=lambda what, holder: progress.info(f"waiting for {holder.describe()} to release the {what} ..."),
+    )
+
+
+_PIDFILE_OWNER = "owner "
+
+
 def reap_leftover_servers(cache_dir: Path, progress: Progress) -> list[int]:
-    """Kill server process groups a crashed perfbisect left behind: a leftover server poisons later trials."""
+    """Kill server process groups a crashed perfbisect left behind: a leftover server poisons later trials.
+
+    Only pidfiles whose writer is dead are touched: a live perfbisect's server is never reaped.
+    """
     killed = []
     for pidfile in sorted((cache_dir / "servers").glob("*.pid")):
         try:
             pgid = int(pidfile.stem)
-            cmdline = pidfile.read_text()
+            text = pidfile.read_text()
+            owner, cmdline = "", text
+            if text.startswith(_PIDFILE_OWNER):
+                first, _, cmdline = text.partition("\n")
+                owner = first[len(_PIDFILE_OWNER):].strip()
+            if owner and owner_alive(owner) and owner != process_owner():
+                continue  # its perfbisect is running: the server is in use, not left over
             alive = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except (ValueError, OSError):
             alive = ""
@@ -319,7 +343,7 @@ class TrialRunner:
         """Note the server's process group so a crash of this process cannot leave it running unseen."""
         self._pids.mkdir(parents=True, exist_ok=True)
         pidfile = self._pids / f"{session.pid}.pid"
-        pidfile.write_text(" ".join(session.argv))
+        pidfile.write_text(f"{_PIDFILE_OWNER}{process_owner()}\n" + " ".join(session.argv))
         return pidfile
 
     def _ready_progress(self, mode: str) -> Callable[[float, int], None]:
@@ -802,6 +826,6 @@ def run_demo(
     what = f"planted {target.planted[:10]}" if target.planted else "no code change (drift only)"
     progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; server: SGLang emulator")
     config = load_config(target.config)
-    with Workspace.open(config, target.root / "results.sqlite") as ws:
+    with Workspace.open(config, target.root / "results.sqlite") as ws, exclusive(ws, progress):
         result = run_bisection(ws, target.good, target.bad, progress)
     return result, target

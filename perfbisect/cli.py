@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,7 +20,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
-from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, PerfbisectError, UsageError
+from .errors import (
+    EXIT_INCONCLUSIVE,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    Interrupted,
+    PerfbisectError,
+    UsageError,
+)
 
 EPILOG_EXIT = (
     "Exit codes: 0 finished · 1 regression found (with --fail-on-regression) · "
@@ -57,7 +69,11 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and the result.")]
 WaitIdleOpt = Annotated[
     float,
-    typer.Option("--wait-idle", metavar="SECONDS", help="When other processes hold the GPUs, wait up to this long instead of refusing."),
+    typer.Option("--wait-idle", metavar="SECONDS", min=0, help="When other processes hold the GPUs, wait up to this long instead of refusing."),
+]
+WaitOpt = Annotated[
+    bool,
+    typer.Option("--wait", help="When another perfbisect holds this repository or the GPU node, wait for it instead of refusing."),
 ]
 
 
@@ -82,6 +98,52 @@ class ConsoleProgress:
 def fail(exc: PerfbisectError) -> typer.Exit:
     err_console.print(f"[bold red]Error:[/bold red] {escape(str(exc))}")
     return typer.Exit(code=exc.exit_code)
+
+
+def _signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+@contextmanager
+def _interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, options: str = ""):
+    """Turn Ctrl-C / SIGTERM (after every ``with`` inside has torn its server down) into one line
+    saying what was kept and how to go on, and exit 128 + the signal's number."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        try:
+            _trials, bisections = ws.store.release_own()
+        except PerfbisectError:
+            bisections = []
+        bid = resume_id if resume_id is not None else (max(bisections) if bisections else None)
+        if resumable and bid is not None:
+            what = (
+                f"bisection #{bid} is saved with every finished trial; run `perfbisect resume {bid}{options}` "
+                f"to continue it"
+            )
+        elif resumable:
+            what = "the bisection had not started yet: nothing to resume; run the same command again"
+        else:
+            what = "the trials finished so far are stored (see `perfbisect log`)"
+        err_console.print(f"Interrupted by {_signal_name(signum)}: the server was stopped; {escape(what)}.")
+        raise typer.Exit(code=128 + signum) from None
+
+
+def _resume_options(config: Path | None, db: Path | None) -> str:
+    """The -c/--db a resume needs to find the same bisection, as the user gave them."""
+    parts = []
+    if config is not None:
+        parts.append(f" -c {_quote(str(config))}")
+    if db is not None:
+        parts.append(f" --db {_quote(str(db))}")
+    return "".join(parts)
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
 
 
 def _config_path(config: Path | None) -> Path:
@@ -154,6 +216,7 @@ def run(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
+    wait: WaitOpt = False,
     fail_on_regression: Annotated[
         bool, typer.Option("--fail-on-regression", help="Exit 1 when a regression is found (for hooks and CI).")
     ] = False,
@@ -168,8 +231,11 @@ def run(
     try:
         g, b = parse_revs(revs or [], good, bad)
         cfg = _load(config)
-        with core.Workspace.open(cfg, db) as ws:
-            result = core.run_bisection(ws, g, b, ConsoleProgress(quiet), wait_idle_s=wait_idle)
+        progress = ConsoleProgress(quiet)
+        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(
+            ws, resumable=True, options=_resume_options(config, db)
+        ):
+            result = core.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
     except PerfbisectError as exc:
         raise fail(exc) from None
     _show_bisection(result, json_out, fail_on_regression)
@@ -183,6 +249,7 @@ def resume(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
+    wait: WaitOpt = False,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 on a regression.")] = False,
 ) -> None:
     """Continue an interrupted bisection without repeating any stored trial.
@@ -194,9 +261,11 @@ def resume(
 
     try:
         cfg = _load(config)
-        with core.Workspace.open(cfg, db) as ws:
+        progress = ConsoleProgress(quiet)
+        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait):
             bid = bisection if bisection is not None else core.latest_unfinished(ws)
-            result = core.run_bisection(ws, "", "", ConsoleProgress(quiet), wait_idle_s=wait_idle, resume_id=bid)
+            with _interruptible(ws, resume_id=bid, resumable=True, options=_resume_options(config, db)):
+                result = core.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
     except PerfbisectError as exc:
         raise fail(exc) from None
     _show_bisection(result, json_out, fail_on_regression)
@@ -331,6 +400,7 @@ def measure(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
+    wait: WaitOpt = False,
 ) -> None:
     """Measure one commit (every mode, interleaved) and store the trials.
 
@@ -346,8 +416,9 @@ def measure(
     try:
         cfg = _load(config)
         modes = mode or list(cfg.modes)
-        with core.Workspace.open(cfg, db) as ws:
-            result = core.measure(ws, rev, modes, trials, ConsoleProgress(quiet), wait_idle_s=wait_idle)
+        progress = ConsoleProgress(quiet)
+        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
+            result = core.measure(ws, rev, modes, trials, progress, wait_idle_s=wait_idle)
     except PerfbisectError as exc:
         raise fail(exc) from None
     if json_out:
@@ -368,6 +439,7 @@ def compare_cmd(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
+    wait: WaitOpt = False,
 ) -> None:
     """Compare two commits with interleaved trials (A B B A …) until the verdict is clear.
 
@@ -383,8 +455,9 @@ def compare_cmd(
 
     try:
         cfg = _load(config)
-        with core.Workspace.open(cfg, db) as ws:
-            result = core.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], ConsoleProgress(quiet), max_trials=trials, wait_idle_s=wait_idle)
+        progress = ConsoleProgress(quiet)
+        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
+            result = core.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], progress, max_trials=trials, wait_idle_s=wait_idle)
     except PerfbisectError as exc:
         raise fail(exc) from None
     if json_out:
@@ -406,6 +479,7 @@ def calibrate(
     db: DbOpt = None,
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
+    wait: WaitOpt = False,
 ) -> None:
     """Measure this machine's noise on purpose: N server sessions of one build.
 
@@ -418,8 +492,9 @@ def calibrate(
 
     try:
         cfg = _load(config)
-        with core.Workspace.open(cfg, db) as ws:
-            result = core.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, ConsoleProgress(quiet), wait_idle_s=wait_idle)
+        progress = ConsoleProgress(quiet)
+        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
+            result = core.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, progress, wait_idle_s=wait_idle)
     except PerfbisectError as exc:
         raise fail(exc) from None
     _print_lines([f"{result.commit.short} [{result.mode}]: {len(result.trials)} trials"] + result.lines)
@@ -505,7 +580,7 @@ def gc(
     from . import app as core
 
     try:
-        with core.Workspace.open(_load(config), db) as ws:
+        with core.Workspace.open(_load(config), db) as ws, core.exclusive(ws, gpu=False):
             removed = core.gc(ws, build_cache=build_cache)
     except PerfbisectError as exc:
         raise fail(exc) from None
@@ -521,9 +596,55 @@ def _root(
         raise typer.Exit()
 
 
+_signalled: list[int] = []
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    # The first SIGINT/SIGTERM unwinds the run (servers torn down, trial marked interrupted); later
+    # ones are ignored so they cannot cut that teardown short. SIGKILL still ends everything, and
+    # then the children die with us (see perfbisect.children).
+    if _signalled:
+        return
+    _signalled.append(signum)
+    raise Interrupted(signum)
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM behaves like Ctrl-C: an orderly teardown, then exit 143 (130 for Ctrl-C)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _on_signal)
+
+
+def internal_error_message(exc: BaseException) -> str:
+    """One paragraph for an exception no layer turned into a PerfbisectError (a bug, or an
+    environment failure nobody anticipated)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return (
+        f"perfbisect stopped on an unexpected {type(exc).__name__}{where}: {exc}. Results stored before "
+        f"this point are kept. If the message points at the machine (disk full, permissions), fix that and "
+        f"run again (`perfbisect resume` continues a bisection); otherwise it is a bug: report it with the "
+        f"command line and the traceback that PERFBISECT_DEBUG=1 prints."
+    )
+
+
 def main() -> None:
-    """Entry point of the `perfbisect` script."""
-    app()
+    """Entry point of the `perfbisect` script: the one error boundary for what the commands did not catch."""
+    install_signal_handlers()
+    try:
+        app()
+    except SystemExit as exc:
+        # Click turns an interrupt outside a command's own handling into "Aborted!" and status 1.
+        if _signalled and exc.code == 1:
+            sys.exit(128 + _signalled[0])
+        raise
+    except KeyboardInterrupt as exc:
+        sys.exit(128 + getattr(exc, "signum", signal.SIGINT))
+    except Exception as exc:
+        if os.environ.get("PERFBISECT_DEBUG"):
+            traceback.print_exc()
+        err_console.print(f"[bold red]Error:[/bold red] {escape(internal_error_message(exc))}")
+        sys.exit(EXIT_RUNTIME)
 
 
 if __name__ == "__main__":  # pragma: no cover

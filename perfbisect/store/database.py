@@ -349,6 +349,13 @@ class Store:
         with self.session(write=True) as s:
             return queries.recover_interrupted(s, alive)
 
+    def release_own(self) -> tuple[list[int], list[int]]:
+        """Mark this process's running trials and bisections interrupted (an orderly Ctrl-C or
+        SIGTERM exit), along with any left by dead processes. Returns (trial ids, bisection ids)."""
+        mine = self.owner
+        with self.session(write=True) as s:
+            return queries.recover_interrupted(s, lambda owner: owner != mine and owner_alive(owner))
+
     # --- bisections ----------------------------------------------------------------------------
 
     def begin_bisection(
@@ -426,7 +433,7 @@ class Store:
     def resume_bisection(self, bisection_id: int) -> BisectionRecord:
         """Mark an interrupted bisection running again, owned by this process."""
         with self.session(write=True) as s:
-            return queries.set_bisection_running(s, bisection_id, self.owner)
+            return queries.set_bisection_running(s, bisection_id, self.owner, owner_alive)
 
     # --- comparisons ---------------------------------------------------------------------------
 

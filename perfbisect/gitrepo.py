@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import git
 
-from .errors import ConfigError, GitError, PatchError
+from .errors import ConfigError, GitError, InfrastructureError, PatchError, PerfbisectError
 from .model import Commit, content_hash
 
 from .config import SGLANG_IGNORE_PATHS
@@ -31,6 +31,7 @@ _LOG_FORMAT = "%H%x00%P%x00%aI%x00%s"
 _HUNK_FAILED = re.compile(r"patch failed: (.+):(\d+)\s*$")
 _CONFLICTED = re.compile(r"^U (.+)$")
 _APPLIED_WITH_CONFLICTS = re.compile(r"Applied patch to '(.+)' with conflicts")
+_APPLY_CONFLICT = 1  # `git apply`'s status when a patch does not apply; 128 means git itself failed
 
 
 def _run_git(
@@ -52,11 +53,14 @@ def _run_git(
     return int(status or 0), out, err
 
 
-def _check_git(workdir: Path | str, args: Sequence[str], what: str, env: Mapping[str, str] | None = None) -> str:
-    """Run git and raise GitError (with git's own words and ``what`` we were doing) on failure."""
+def _check_git(
+    workdir: Path | str, args: Sequence[str], what: str, env: Mapping[str, str] | None = None,
+    error: type[PerfbisectError] = GitError,
+) -> str:
+    """Run git and raise ``error`` (with git's own words and ``what`` we were doing) on failure."""
     status, out, err = _run_git(workdir, args, env)
     if status != 0:
-        raise GitError(
+        raise error(
             f"git {args[0]} failed in {workdir} while {what}: {err.strip() or out.strip()}. "
             f"Fix the repository state shown above (or run `perfbisect gc` to drop perfbisect's "
             f"worktrees) and try again."
@@ -583,6 +587,20 @@ class PatchStack:
                 if status == 0:
                     chosen = cand
                     break
+                if status != _APPLY_CONFLICT:
+                    # 128 is git dying (index.lock held, disk full, patch file unreadable): a fault of
+                    # this machine, not of the commit, so it must stop the run, never skip the commit.
+                    try:
+                        target.restore(snapshot)
+                    except PerfbisectError:
+                        pass  # the same fault; the worktree is cleaned at its next checkout
+                    words = " ".join(l.strip() for l in err.splitlines() if l.strip())[:400] or f"exit status {status}"
+                    raise InfrastructureError(
+                        f"git could not apply {cand.name} at {commit[:10]} (exit status {status}): {words}. "
+                        f"This is a problem of the repository or the machine (a stale index.lock, a full disk, "
+                        f"permissions), not a patch conflict: fix it and run again (`perfbisect resume` "
+                        f"continues a bisection)."
+                    )
                 # A failed three-way apply leaves conflict markers: undo before anything else.
                 target.restore(snapshot)
                 failures.append((cand, out, err))
@@ -711,10 +729,10 @@ def _read_patch(path: Path, repo: TargetRepo, name: str) -> Patch:
             files.extend(_numstat_paths(parts[2]))
     if status != 0 or not files:
         why = err.strip().splitlines()[-1] if err.strip() else "it holds no diff"
-        raise PatchError(
+        # A config error (exit 2), not a PatchError: that would mark every commit untestable.
+        raise ConfigError(
             f"{path} is not a patch git can read ({why}). Fix: regenerate it with `git format-patch`, "
-            f"or move it out of the patch directory.",
-            patch=name,
+            f"or move it out of the patch directory."
         )
     return Patch(name=name, path=path.resolve(), sha256=_sha256_file(path), files=tuple(dict.fromkeys(files)))
 
@@ -744,12 +762,16 @@ class _WorktreeTarget(_ApplyTarget):
     def __init__(self, worktree: Path):
         self.worktree = worktree
 
+    # A failure here is git's or the machine's (index.lock, disk), never the commit's: exit 4, no skip.
     def snapshot(self) -> str:
-        return _check_git(self.worktree, ["write-tree"], "saving the index before trying a patch variant").strip()
+        return _check_git(
+            self.worktree, ["write-tree"], "saving the index before trying a patch variant", error=InfrastructureError
+        ).strip()
 
     def restore(self, tree: str) -> None:
-        _check_git(self.worktree, ["read-tree", "--reset", "-u", tree], "undoing a patch variant that did not apply")
-        _check_git(self.worktree, ["clean", "-fdq"], "undoing a patch variant that did not apply")
+        what = "undoing a patch variant that did not apply"
+        _check_git(self.worktree, ["read-tree", "--reset", "-u", tree], what, error=InfrastructureError)
+        _check_git(self.worktree, ["clean", "-fdq"], what, error=InfrastructureError)
 
     def apply(self, patch: Path) -> tuple[int, str, str]:
         return _run_git(self.worktree, ["apply", "--3way", "--index", "--whitespace=nowarn", str(patch)])

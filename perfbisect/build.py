@@ -140,9 +140,14 @@ class BuildCache:
         return CacheEntry(key, final, total, tuple(files))
 
     def restore(self, entry: CacheEntry, worktree: Path) -> list[str]:
-        """Copy an entry's artefacts back into the worktree at their original paths."""
-        for rel in entry.files:
-            src, dst = entry.files_dir / rel, worktree / rel
+        """Copy an entry's artefacts back into the worktree at their original paths.
+
+        UnsafeRestore (nothing written) when a path would leave the worktree: a ``..``, or a
+        directory on the way that is a symlink, which the checked-out commit may itself carry.
+        """
+        destinations = [_inside(Path(worktree), rel) for rel in entry.files]
+        for rel, dst in zip(entry.files, destinations):
+            src = entry.files_dir / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             if dst.is_dir() and not dst.is_symlink():
                 shutil.rmtree(dst)
@@ -188,6 +193,26 @@ class BuildCache:
         """Remove every entry (``perfbisect gc --builds``)."""
         shutil.rmtree(self.entries_dir, ignore_errors=True)
         self.entries_dir.mkdir(parents=True, exist_ok=True)
+
+
+class UnsafeRestore(Exception):
+    """A cached artefact's path would be written outside the worktree (through a symlink, or ``..``)."""
+
+
+def _inside(worktree: Path, rel: str) -> Path:
+    """``worktree / rel``, refusing any path whose directories leave the worktree."""
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or ".." in parts:
+        raise UnsafeRestore(f"artefact path {rel!r} is not inside the worktree")
+    current = worktree
+    for part in parts[:-1]:
+        current = current / part
+        if current.is_symlink():
+            raise UnsafeRestore(
+                f"{current.relative_to(worktree)} is a symlink (to {os.readlink(current)!r}) in the checked-out "
+                f"commit; restoring {rel} through it would write outside the worktree"
+            )
+    return worktree / rel
 
 
 def _expand_artifacts(worktree: Path, artifacts: Sequence[str]) -> list[str]:
@@ -246,15 +271,20 @@ def run_build(
         start = time.perf_counter()
         cacheable = cache is not None and step.cache and bool(step.artifacts)
         entry = cache.get(key) if cacheable else None
+        refused = ""
         if entry is not None:
-            cache.restore(entry, worktree)
+            try:
+                cache.restore(entry, worktree)
+            except UnsafeRestore as exc:  # never write outside the worktree: build it for real instead
+                entry, refused = None, f"# perfbisect: build cache not used: {exc}\n"
+        if entry is not None:
             log_path.write_text(
                 f"cache hit: step {step.name!r} key {key}\nrestored {len(entry.files)} artefact file(s) from "
                 f"{entry.path}\noriginal build log: {entry.path / 'build.log'}\n"
             )
             results.append(StepResult(step.name, key, True, step.python_only, time.perf_counter() - start, str(log_path)))
             continue
-        _run_step(step, worktree, python, log_path, commit)
+        _run_step(step, worktree, python, log_path, commit, note=refused)
         stored = False
         if cacheable:
             try:
@@ -272,11 +302,11 @@ def run_build(
     return BuildResult(content_hash(_KEY_VERSION, [[r.name, r.key] for r in results]), tuple(results))
 
 
-def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, commit: Commit | str) -> None:
+def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, commit: Commit | str, note: str = "") -> None:
     argv = expand(step.command, python=python, worktree=str(worktree))
     short = (commit.short if isinstance(commit, Commit) else str(commit)[:10])
     with log_path.open("wb") as log:
-        log.write(f"$ {argv!r}\n# cwd {worktree}\n".encode())
+        log.write(f"{note}$ {argv!r}\n# cwd {worktree}\n".encode())
         log.flush()
         try:
             # Its own session, so a timeout can stop the compiler processes the step spawned too;

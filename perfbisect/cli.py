@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import traceback
@@ -77,6 +78,21 @@ WaitOpt = Annotated[
 ]
 
 
+# C0/C1 control characters except tab and newline, and the bidi overrides that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(text: str) -> str:
+    """Repository text (subjects, paths, workload output) made harmless for a terminal: escape
+    sequences and control characters are shown as \\xNN instead of acting on the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+
+
+def _show(text: str) -> str:
+    """Text printed as it is: inert, and no rich markup."""
+    return escape(inert(text))
+
+
 class ConsoleProgress:
     """Progress on stderr: steps, finer detail (unless --quiet) and warnings."""
 
@@ -85,18 +101,18 @@ class ConsoleProgress:
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            err_console.print(escape(message))
+            err_console.print(_show(message))
 
     def detail(self, message: str) -> None:
         if not self.quiet:
-            err_console.print(f"[dim]{escape(message)}[/dim]")
+            err_console.print(f"[dim]{_show(message)}[/dim]")
 
     def warn(self, message: str) -> None:
-        err_console.print(f"[yellow]warning:[/yellow] {escape(message)}")
+        err_console.print(f"[yellow]warning:[/yellow] {_show(message)}")
 
 
 def fail(exc: PerfbisectError) -> typer.Exit:
-    err_console.print(f"[bold red]Error:[/bold red] {escape(str(exc))}")
+    err_console.print(f"[bold red]Error:[/bold red] {_show(str(exc))}")
     return typer.Exit(code=exc.exit_code)
 
 
@@ -126,7 +142,7 @@ def _interruptible(ws, *, resume_id: int | None = None, resumable: bool = False,
             what = "the bisection had not started yet: nothing to resume; run the same command again"
         else:
             what = "the trials finished so far are stored (see `perfbisect log`)"
-        err_console.print(f"Interrupted by {_signal_name(signum)}: the server was stopped; {escape(what)}.")
+        err_console.print(f"Interrupted by {_signal_name(signum)}: the server was stopped; {_show(what)}.")
         raise typer.Exit(code=128 + signum) from None
 
 
@@ -193,7 +209,7 @@ def _show_bisection(result, json_out: bool, fail_on_regression: bool) -> None:
         out_console.print_json(json.dumps(outcome_json(result)))
     else:
         for line in format_outcome(result):
-            out_console.print(escape(line))
+            out_console.print(_show(line))
     raise typer.Exit(code=_exit_for(result.outcome, fail_on_regression))
 
 
@@ -313,11 +329,11 @@ def demo(
         out_console.print_json(json.dumps(data))
     else:
         for line in format_outcome(result):
-            out_console.print(escape(line))
+            out_console.print(_show(line))
         planted = target.planted[:10] if target.planted else "nothing (drift only)"
         hit = (result.outcome.culprit == target.planted) if target.planted else result.outcome.culprit is None
         mark = "[green]✓[/green]" if hit else "[red]✗[/red]"
-        out_console.print(f"{mark} planted: {escape(planted)}")
+        out_console.print(f"{mark} planted: {_show(planted)}")
     raise typer.Exit(code=_exit_for(result.outcome, False))
 
 
@@ -328,7 +344,7 @@ BadOpt = Annotated[Optional[str], typer.Option("--bad", help="A later commit kno
 
 def _print_lines(lines: list[str]) -> None:
     for line in lines:
-        out_console.print(escape(line))
+        out_console.print(_show(line))
 
 
 @app.command()
@@ -516,7 +532,7 @@ def doctor(
     findings = run_doctor(_config_path(config), db, launch=launch)
     style = {"ok": "green", "warn": "yellow", "error": "bold red", "info": "dim"}
     for f in findings:
-        out_console.print(f"[{style[f.state]}]{f.state:>5}[/] {escape(f.check)}: {escape(f.message)}")
+        out_console.print(f"[{style[f.state]}]{f.state:>5}[/] {_show(f.check)}: {_show(f.message)}")
     if any(f.state == "error" for f in findings):
         raise typer.Exit(code=EXIT_USAGE)
 
@@ -539,7 +555,7 @@ def init(
     if path.exists() and not force:
         raise fail(UsageError(f"{path} already exists. Pass --force to overwrite it, or --path to write elsewhere."))
     path.write_text(render_sglang_config(python or sys.executable, model, draft))
-    out_console.print(f"wrote {escape(str(path))}: edit the model paths and the patch directory, then run `perfbisect doctor`")
+    out_console.print(f"wrote {_show(str(path))}: edit the model paths and the patch directory, then run `perfbisect doctor`")
 
 
 @app.command()
@@ -643,7 +659,7 @@ def main() -> None:
     except Exception as exc:
         if os.environ.get("PERFBISECT_DEBUG"):
             traceback.print_exc()
-        err_console.print(f"[bold red]Error:[/bold red] {escape(internal_error_message(exc))}")
+        err_console.print(f"[bold red]Error:[/bold red] {_show(internal_error_message(exc))}")
         sys.exit(EXIT_RUNTIME)
 
 

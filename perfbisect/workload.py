@@ -27,6 +27,7 @@ complete only when every request returned all its tokens.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -520,8 +521,17 @@ def run_command_workload(
     for index in range(cfg.warmup + 1):
         warmup = index < cfg.warmup
         value = _invoke_command(cfg, argv, Path(worktree), full_env, log_path, warmup, index)
+        error = None
+        if not (math.isfinite(value) and value > 0):
+            # inf, NaN, 0 or negative is a broken measurement, not a very fast or slow one: the run is
+            # kept, flagged, and stays out of every statistic (they work on the log of the metric).
+            error = (
+                f"workload.metric '{cfg.metric}' came back as {value!r}, not a finite positive number; "
+                f"run flagged, not used"
+            )
+            value = None if not math.isfinite(value) else value
         results.append(
-            RunResult(index=index, warmup=warmup, requested_tokens=0, output_tokens=0, metric_value=value)
+            RunResult(index=index, warmup=warmup, requested_tokens=0, output_tokens=0, metric_value=value, error=error)
         )
     return results
 
@@ -572,12 +582,16 @@ def _invoke_command(
             f'line like {{"{cfg.metric}": 123.4}}. Last lines of its stdout:\n{_tail(stdout) or "(empty)"}'
         )
     if cfg.metric not in obj:
-        raise WorkloadError(
+        # The config asks for a key this command does not print: no commit can be measured, so it
+        # is the config's error (exit 2), not a failed trial that would end a bisection inconclusive.
+        raise ConfigError(
             f"The workload command {shown} printed a JSON object without the key '{cfg.metric}' "
             f"(workload.metric); it has: {', '.join(sorted(obj)) or '(no keys)'}. Print that key or set "
             f"workload.metric to one of these."
         )
     value = obj[cfg.metric]
+    if value is None:  # JSON null: what a benchmark prints for a NaN it could not encode
+        return math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise WorkloadError(
             f"The workload command {shown} printed '{cfg.metric}': {value!r}, which is not a number. "

@@ -71,9 +71,10 @@ class Workspace:
     def open(cls, config: Config, db_path: Path | None = None) -> "Workspace":
         repo = TargetRepo(config.target.repo)
         db = Path(db_path) if db_path else config.default_db
+        cache = config.cache_dir
+        check_cache_dir(config)
         stack = PatchStack.load(config.patches, repo) if (config.patches.dir or config.patches.branch) else None
         store = open_store(db)
-        cache = config.cache_dir
         return cls(
             config=config,
             repo=repo,
@@ -94,6 +95,40 @@ class Workspace:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_cache_dir(config: Config) -> None:
+    """The cache directory (worktrees, builds, logs, locks) must be a writable directory."""
+    cache = config.cache_dir
+    key = "target.cache_dir" if config.target.cache_dir else "target.cache_dir (default <repo>/.git/perfbisect)"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        probe = cache / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"{config.path}: {key} is {cache}, which cannot be used: {exc.strerror or exc}. perfbisect keeps "
+            f"its worktrees, build cache, logs and locks there: set target.cache_dir to a writable directory."
+        ) from None
+
+
+def measured_nothing(ws: Workspace, bisection_id: int) -> str | None:
+    """When no trial of a bisection produced a number: why the first one failed (else None)."""
+    return why_nothing_measured(ws.store.trials(bisection_id=bisection_id, status=None))
+
+
+def why_nothing_measured(trials: Sequence[TrialResult]) -> str | None:
+    """None when some trial produced a number; else the first reason one did not."""
+    if not trials or any(t.summary is not None for t in trials):
+        return None
+    for t in trials:
+        if t.error:
+            return t.error
+        for r in t.runs:
+            if r.error and not r.warmup:
+                return r.error
+    return "no trial produced a usable run"
 
 
 @dataclass
@@ -308,10 +343,11 @@ class TrialRunner:
         except (ServerError, WorkloadError) as exc:
             status, error = TrialStatus.FAILED, str(exc)
             self.progress.warn(f"{commit.short} [{mode.name}] trial failed: {exc}")
-        except BaseException as exc:  # Ctrl-C or a bug: record what happened, keep the runs
+        except BaseException as exc:  # Ctrl-C, SIGTERM, a config error or a bug: record what happened, keep the runs
+            what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "aborted"
             store.finish_trial(
                 trial_id, TrialStatus.FAILED, system=sampler.summary(),
-                error=f"interrupted: {type(exc).__name__}: {exc}",
+                error=f"{what}: {type(exc).__name__}: {exc}",
             )
             raise
         if prepared.versions is None:

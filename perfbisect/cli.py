@@ -93,6 +93,13 @@ def _show(text: str) -> str:
     return escape(inert(text))
 
 
+def _print_json(data) -> None:
+    """One JSON object on stdout: never NaN or Infinity (not JSON; null instead)."""
+    from .summary import _jsonable
+
+    out_console.print_json(json.dumps(_jsonable(data), default=str, allow_nan=False))
+
+
 class ConsoleProgress:
     """Progress on stderr: steps, finer detail (unless --quiet) and warnings."""
 
@@ -201,16 +208,33 @@ def _exit_for(outcome, fail_on_regression: bool) -> int:
     return EXIT_OK
 
 
-def _show_bisection(result, json_out: bool, fail_on_regression: bool) -> None:
-    """Print a finished bisection (lines, or one JSON object) and exit with its documented code."""
+def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: str | None = None) -> None:
+    """Print a finished bisection (lines, or one JSON object) and exit with its documented code.
+
+    ``broken``: no trial measured anything (the server never started, every run failed). That is
+    a measurement that broke (4), not evidence too weak to decide (3).
+    """
     from .summary import format_outcome, outcome_json
 
     if json_out:
-        out_console.print_json(json.dumps(outcome_json(result)))
+        _print_json(outcome_json(result))
     else:
         for line in format_outcome(result):
             out_console.print(_show(line))
+    if broken:
+        err_console.print(
+            f"[bold red]Error:[/bold red] {_show(_nothing_measured(broken))}"
+        )
+        raise typer.Exit(code=EXIT_RUNTIME)
     raise typer.Exit(code=_exit_for(result.outcome, fail_on_regression))
+
+
+def _nothing_measured(first_error: str) -> str:
+    first = " ".join(first_error.split())[:600]
+    return (
+        f"No trial produced a measurement, so nothing was compared. The first trial failed with: {first} "
+        f"Fix that (run `perfbisect doctor --launch` to try the server once) and run again."
+    )
 
 
 def _load(config: Path | None):
@@ -252,9 +276,10 @@ def run(
             ws, resumable=True, options=_resume_options(config, db)
         ):
             result = core.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
+            broken = core.measured_nothing(ws, result.bisection_id)
     except PerfbisectError as exc:
         raise fail(exc) from None
-    _show_bisection(result, json_out, fail_on_regression)
+    _show_bisection(result, json_out, fail_on_regression, broken)
 
 
 @app.command()
@@ -282,9 +307,10 @@ def resume(
             bid = bisection if bisection is not None else core.latest_unfinished(ws)
             with _interruptible(ws, resume_id=bid, resumable=True, options=_resume_options(config, db)):
                 result = core.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
+            broken = core.measured_nothing(ws, result.bisection_id)
     except PerfbisectError as exc:
         raise fail(exc) from None
-    _show_bisection(result, json_out, fail_on_regression)
+    _show_bisection(result, json_out, fail_on_regression, broken)
 
 
 @app.command()
@@ -326,7 +352,7 @@ def demo(
         data = outcome_json(result)
         data["planted"] = target.planted
         data["demo_dir"] = str(target.root)
-        out_console.print_json(json.dumps(data))
+        _print_json(data)
     else:
         for line in format_outcome(result):
             out_console.print(_show(line))
@@ -371,7 +397,7 @@ def plan(
     except PerfbisectError as exc:
         raise fail(exc) from None
     if json_out:
-        out_console.print_json(json.dumps(_jsonable(result), default=str))
+        _print_json(result)
     else:
         _print_lines(format_plan(result))
 
@@ -439,9 +465,13 @@ def measure(
         raise fail(exc) from None
     if json_out:
         data = {"commit": result.commit.sha, "trials": {m: [trial_row(t) for t in ts] for m, ts in result.trials.items()}}
-        out_console.print_json(json.dumps(data))
+        _print_json(data)
     else:
         _print_lines(format_measure(result, cfg))
+    broken = core.why_nothing_measured([t for ts in result.trials.values() for t in ts])
+    if broken:
+        err_console.print(f"[bold red]Error:[/bold red] {_show(_nothing_measured(broken))}")
+        raise typer.Exit(code=EXIT_RUNTIME)
 
 
 @app.command("compare")
@@ -479,7 +509,7 @@ def compare_cmd(
     if json_out:
         data = {"a": result.a.sha, "b": result.b.sha, "mode": result.mode, "comparison_id": result.comparison_id,
                 **_jsonable(result.comparison), "history": result.history, "attribution": result.attribution}
-        out_console.print_json(json.dumps(data, default=str))
+        _print_json(data)
     else:
         _print_lines(format_comparison(result))
     code = EXIT_INCONCLUSIVE if result.comparison.verdict.value == "inconclusive" else EXIT_OK

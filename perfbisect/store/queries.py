@@ -565,7 +565,7 @@ def _trial_row(session: Session, trial_id: int, *, with_runs: bool = False) -> T
     if row is None:
         raise StoreError(
             f"There is no trial {trial_id} in the results database; list stored trials with "
-            "`perfbisect history` and use one of their ids."
+            "`perfbisect log` and use one of their ids."
         )
     return row
 
@@ -575,7 +575,7 @@ def _bisection_row(session: Session, bisection_id: int) -> BisectionRow:
     if row is None:
         raise StoreError(
             f"There is no bisection {bisection_id} in the results database; list stored "
-            "bisections with `perfbisect history` and use one of their ids."
+            "bisections with `perfbisect log` and use one of their ids."
         )
     return row
 

@@ -95,7 +95,7 @@ def server_groups(cache_dir: Path) -> list[int]:
 
 
 def wait_gone(pids_of, what: str) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + EVENT_TIMEOUT_S
     while pids_of():
         assert time.monotonic() < deadline, f"{what} still alive: {pids_of()}"
         time.sleep(0.05)

@@ -351,7 +351,10 @@ class TrialRunner:
             )
             raise
         if prepared.versions is None:
-            prepared.versions = sysstate.target_versions(cfg.target.python, cwd=prepared.worktree)
+            # Read through the server's env (PYTHONPATH to the checkout): the versions it imports.
+            server_env = {k: expand((v,), python=cfg.target.python, worktree=str(prepared.worktree))[0]
+                          for k, v in cfg.server.env.items()}
+            prepared.versions = sysstate.target_versions(cfg.target.python, cwd=prepared.worktree, extra_env=server_env)
         since, until = (window[0], window[-1]) if len(window) == 2 else (None, None)
         system = sampler.summary(since=since, until=until)
         if system.samples == 0:  # runs shorter than the sampling interval: use the whole session

@@ -580,12 +580,22 @@ def init(
 
     Example:  cd ~/sglang && perfbisect init --sglang --model /models/Kimi-K2.5 --draft /models/eagle3
     """
-    from .init_template import render_sglang_config
+    from .init_template import find_target_python, render_sglang_config
 
     if path.exists() and not force:
         raise fail(UsageError(f"{path} already exists. Pass --force to overwrite it, or --path to write elsewhere."))
-    path.write_text(render_sglang_config(python or sys.executable, model, draft))
+    if python:
+        target, imports, how = python, True, "--python"
+    else:
+        target, imports, how = find_target_python()
+    path.write_text(render_sglang_config(target, model, draft))
     out_console.print(f"wrote {_show(str(path))}: edit the model paths and the patch directory, then run `perfbisect doctor`")
+    out_console.print(f"target.python = {_show(target)} ({_show(how)})")
+    if not imports:
+        err_console.print(
+            f"[yellow]warning:[/yellow] no interpreter that imports sglang was found; {_show(target)} was written. "
+            f"Set target.python to the one SGLang runs under (or pass --python)."
+        )
 
 
 @app.command()

@@ -271,8 +271,12 @@ class ServerSession:
         return self._proc is not None and self._proc.poll() is None
 
     def configured_env(self) -> dict[str, str]:
-        """The variables the config asks the server to get: server.env, then mode.env."""
-        return {**self.server.env, **self.mode.env}
+        """The variables the config asks the server to get: server.env, then mode.env, with their
+        placeholders filled (PYTHONPATH = "{worktree}/python" imports the checkout under test)."""
+        values = {"python": self.python, "worktree": str(self.worktree), "host": self.server.host}
+        if self._port is not None:
+            values["port"] = str(self._port)
+        return {name: expand((value,), **values)[0] for name, value in {**self.server.env, **self.mode.env}.items()}
 
     # -- start ----------------------------------------------------------------------------
 
@@ -309,7 +313,7 @@ class ServerSession:
             worktree=str(self.worktree),
             host=host,
         )
-        env = {**os.environ, **self.server.env, **self.mode.env, **self.extra_env}
+        env = {**os.environ, **self.configured_env(), **self.extra_env}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             # A header so a log read later says what was launched, where, with which extra env.

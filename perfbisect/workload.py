@@ -514,7 +514,7 @@ def run_command_workload(
     if not cfg.command:
         raise WorkloadError("workload.kind is 'command' but workload.command is empty: set the benchmark command in the config.")
     argv = expand(cfg.command, python=python, worktree=str(worktree))
-    full_env = {**os.environ, **env}
+    full_env = {**os.environ, **{k: expand((v,), python=python, worktree=str(worktree))[0] for k, v in env.items()}}
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     results = []

@@ -182,33 +182,59 @@ def exclusive(ws: Workspace, progress: Progress | None = None, *, wait: bool = F
 _PIDFILE_OWNER = "owner "
 
 
+@dataclass(frozen=True)
+class ServerPidfile:
+    """A server process group perfbisect started, as its pidfile under <cache_dir>/servers says."""
+
+    path: Path
+    pgid: int
+    owner: str  # host:pid:start of the perfbisect that started it ("" in pidfiles of older versions)
+    cmdline: str
+
+    @property
+    def owner_pid(self) -> int | None:
+        parts = self.owner.split(":")
+        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
+
+
+def server_pidfiles(cache_dir: Path) -> list[ServerPidfile]:
+    """Every server pidfile of this cache directory (unreadable ones skipped)."""
+    out = []
+    for pidfile in sorted((Path(cache_dir) / "servers").glob("*.pid")):
+        try:
+            pgid = int(pidfile.stem)
+            text = pidfile.read_text()
+        except (ValueError, OSError):
+            continue
+        owner, cmdline = "", text
+        if text.startswith(_PIDFILE_OWNER):
+            first, _, cmdline = text.partition("\n")
+            owner = first[len(_PIDFILE_OWNER):].strip()
+        out.append(ServerPidfile(pidfile, pgid, owner, cmdline))
+    return out
+
+
 def reap_leftover_servers(cache_dir: Path, progress: Progress) -> list[int]:
     """Kill server process groups a crashed perfbisect left behind: a leftover server poisons later trials.
 
     Only pidfiles whose writer is dead are touched: a live perfbisect's server is never reaped.
     """
     killed = []
-    for pidfile in sorted((cache_dir / "servers").glob("*.pid")):
+    for pf in server_pidfiles(cache_dir):
+        if pf.owner and pf.owner != process_owner() and owner_alive(pf.owner):
+            continue  # its perfbisect is running: the server is in use, not left over
         try:
-            pgid = int(pidfile.stem)
-            text = pidfile.read_text()
-            owner, cmdline = "", text
-            if text.startswith(_PIDFILE_OWNER):
-                first, _, cmdline = text.partition("\n")
-                owner = first[len(_PIDFILE_OWNER):].strip()
-            if owner and owner_alive(owner) and owner != process_owner():
-                continue  # its perfbisect is running: the server is in use, not left over
-            alive = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except (ValueError, OSError):
+            alive = Path(f"/proc/{pf.pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
             alive = ""
-        if alive and alive == cmdline.strip():
+        if alive and alive == pf.cmdline.strip():
             try:
-                os.killpg(pgid, signal.SIGKILL)
-                killed.append(pgid)
-                progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pgid}: {alive[:80]})")
+                os.killpg(pf.pgid, signal.SIGKILL)
+                killed.append(pf.pgid)
+                progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pf.pgid}: {alive[:80]})")
             except OSError:
                 pass
-        pidfile.unlink(missing_ok=True)
+        pf.path.unlink(missing_ok=True)
     return killed
 
 

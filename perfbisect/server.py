@@ -143,6 +143,14 @@ def _stat_fields(pid: int) -> tuple[str, int, int] | None:
     return rest[0], int(rest[2]), int(rest[3])
 
 
+def group_and_session(pid: int) -> tuple[int, int] | None:
+    """(process group, session) of a live process, or None when it is gone, a zombie or unreadable."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return None
+    return fields[1], fields[2]
+
+
 def _read_environ(pid: int) -> dict[str, str] | None:
     try:
         raw = (_PROC / str(pid) / "environ").read_bytes()

@@ -246,6 +246,7 @@ class TrialRunner:
         self.progress = progress or Progress()
         self.wait_idle_s = wait_idle_s
         self._prepared: Prepared | None = None
+        self._unobserved: dict[int, list[TrialResult]] = {}  # per bisection: stored trials no observation holds
         self._logs = ws.config.cache_dir / "logs"
         self._pids = ws.config.cache_dir / "servers"
         reap_leftover_servers(ws.config.cache_dir, self.progress)
@@ -309,6 +310,12 @@ class TrialRunner:
             trial_id = store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id)
             store.finish_trial(trial_id, TrialStatus.SKIPPED, error=prepared.untestable)
             return store.trial(trial_id)
+        stored = self._stored_unobserved(identity, purpose, bisection_id)
+        if stored is not None:
+            self.progress.info(
+                f"trial #{stored.id}: {commit.short} [{mode.name}] was stored before the interruption: used, not measured again"
+            )
+            return stored
 
         sysstate.wait_until_idle(
             timeout_s=self.wait_idle_s,
@@ -403,6 +410,30 @@ class TrialRunner:
                 f"  → {math.exp(result.summary):.1f} tok/s (median of {len(result.usable_runs)} runs{flagged}{extra})"
             )
         return result
+
+    def _stored_unobserved(self, identity: TrialIdentity, purpose: str, bisection_id: int | None) -> TrialResult | None:
+        """A finished trial of this bisection with this identity that no observation holds yet.
+
+        Such a trial is what a kill between the trials of one observation leaves (a ratio metric
+        measures two modes per commit): a resumed bisection uses it instead of measuring it again.
+        Each is handed out once; the list is taken when this runner first looks, so trials this
+        process measures itself are never handed back.
+        """
+        if bisection_id is None or purpose != "bisect":
+            return None
+        if bisection_id not in self._unobserved:
+            store = self.ws.store
+            held = {tid for o in store.observations(bisection_id) for tid in o.trial_ids}
+            self._unobserved[bisection_id] = [
+                t for t in store.trials(bisection_id=bisection_id, status=TrialStatus.OK)
+                if t.id not in held and t.summary is not None
+            ]
+        pool = self._unobserved[bisection_id]
+        for t in pool:
+            if t.identity == identity:
+                pool.remove(t)
+                return t
+        return None
 
     def _remember(self, session: ServerSession) -> Path:
         """Note the server's process group so a crash of this process cannot leave it running unseen."""

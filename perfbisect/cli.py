@@ -348,6 +348,10 @@ def demo(
         )
     except PerfbisectError as exc:
         raise fail(exc) from None
+    except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
+        signum = getattr(exc, "signum", signal.SIGINT)
+        err_console.print(f"Interrupted by {_signal_name(signum)}: the demo's servers were stopped.")
+        raise typer.Exit(code=128 + signum) from None
     if json_out:
         data = outcome_json(result)
         data["planted"] = target.planted

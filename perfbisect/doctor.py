@@ -175,10 +175,14 @@ def _launch(ctx: dict) -> list[Finding]:
     mode = cfg.modes.get("baseline") or next(iter(cfg.modes.values()))
     log = cfg.cache_dir / "logs" / "doctor-server.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    from . import locks
+
     try:
-        with ServerSession(cfg.server, mode, cfg.target.repo, cfg.target.python, log) as session:
-            seconds = session.wait_ready()
-            checks = session.check_env()
+        # The same locks as a trial: a launch next to a running bisection would disturb its numbers.
+        with locks.exclusive(cfg.cache_dir, repo=str(cfg.target.repo)):
+            with ServerSession(cfg.server, mode, cfg.target.repo, cfg.target.python, log) as session:
+                seconds = session.wait_ready()
+                checks = session.check_env()
     except PerfbisectError as exc:
         return [Finding("server launch", "error", str(exc))]
     out = [Finding("server launch", "ok", f"[{mode.name}] ready in {seconds:.1f}s; {len(checks)} processes in its group")]

@@ -1,5 +1,6 @@
-"""doctor tells perfbisect's own servers apart from other GPU users (real process groups and
-pidfiles; the GPU holder list is given, as this machine has no GPU to hold)."""
+"""Server pidfiles: doctor tells perfbisect's own servers apart from other GPU users, and reaping
+spares a server whose perfbisect is alive (real process groups and pidfiles; the GPU holder list
+is given, as this machine has no GPU to hold)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +28,10 @@ def sleepers():
 
     yield start
     for proc in procs:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait()
 
 
@@ -56,3 +61,33 @@ def test_without_pidfiles_every_holder_is_another_process(tmp_path, sleepers):
     pid = sleepers()
     assert split_own_servers([(0, pid, "python")], tmp_path) == ([(0, pid, "python")], [])
     assert split_own_servers([(0, pid, "python")], None) == ([(0, pid, "python")], [])
+
+
+def _owner_of_a_live_process() -> tuple[subprocess.Popen, str]:
+    """A live process other than this one, and its owner string as perfbisect writes it."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "from perfbisect.store import process_owner; import time; "
+         "print(process_owner(), flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    owner = child.stdout.readline().strip()
+    return child, owner
+
+
+def test_reaping_spares_a_server_whose_perfbisect_lives_and_kills_it_once_that_one_is_dead(tmp_path, sleepers):
+    from perfbisect.app import Progress, reap_leftover_servers
+
+    server = sleepers()
+    owner_proc, owner = _owner_of_a_live_process()
+    try:
+        cmdline = Path(f"/proc/{server}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        (tmp_path / "servers").mkdir()
+        pidfile = tmp_path / "servers" / f"{server}.pid"
+        pidfile.write_text(f"owner {owner}\n{cmdline}")
+        assert reap_leftover_servers(tmp_path, Progress()) == []
+        assert pidfile.exists() and Path(f"/proc/{server}").exists()  # in use by a live perfbisect
+    finally:
+        owner_proc.kill()
+        owner_proc.wait()
+    assert reap_leftover_servers(tmp_path, Progress()) == [server]  # its perfbisect is gone now
+    assert not pidfile.exists()

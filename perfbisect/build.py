@@ -25,7 +25,7 @@ from typing import Sequence
 
 from .children import own_group
 from .config import BuildStep, expand
-from .errors import BuildError
+from .errors import BuildError, InfrastructureError
 from .gitrepo import worktree_tree_hash
 from .logtail import log_tail
 from .model import Commit, content_hash
@@ -342,6 +342,7 @@ def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, comm
             ) from None
     if status != 0:
         tail = _tail(log_path)
+        _refuse_machine_fault(step, short, worktree, log_path, tail)
         raise BuildError(
             f"Build step '{step.name}' failed at {short} (exit status {status}); the commit is skipped, "
             f"never blamed. Fix: read the log {log_path} and fix the step's command (build.steps[]) "
@@ -349,6 +350,29 @@ def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, comm
             log_path=str(log_path),
             log_tail=tail,
         )
+
+
+# What a build prints when the machine, not the commit, failed it.
+_MACHINE_FAULTS = ("No space left on device", "Disk quota exceeded", "Read-only file system")
+_FULL_DISK_BYTES = 64 * 1024 * 1024
+
+
+def _refuse_machine_fault(step: BuildStep, short: str, worktree: Path, log_path: Path, tail: str) -> None:
+    """A step that failed because the disk is full (or read-only) says nothing about the commit:
+    raise InfrastructureError (the run stops, exit 4) instead of a BuildError that skips it."""
+    try:
+        free = shutil.disk_usage(worktree).free
+    except OSError:
+        free = None
+    fault = next((f for f in _MACHINE_FAULTS if f in tail), None)
+    if fault is None and (free is None or free >= _FULL_DISK_BYTES):
+        return
+    what = fault or f"only {free / 1e6:.0f} MB free"
+    raise InfrastructureError(
+        f"Build step '{step.name}' at {short} failed because of the machine, not the commit ({what} on the "
+        f"disk of {worktree}). Free space (`perfbisect gc --build-cache` drops perfbisect's build cache) and "
+        f"run again: `perfbisect resume` continues a bisection. Log: {log_path}"
+    )
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -197,3 +197,21 @@ def test_cache_restore_never_writes_through_a_committed_symlink(setup, tmp_path)
     again = run_build((step,), wt, evil, "s", cache, sys.executable, logs)
     assert not again.steps[0].cached and _runs(counter) == 2
     assert "build cache not used" in Path(again.steps[0].log_path).read_text()
+
+
+def test_a_step_failing_on_a_full_disk_stops_the_run_instead_of_skipping_the_commit(setup):
+    """ENOSPC is the machine's fault: InfrastructureError (exit 4), never a BuildError (a skip)."""
+    from perfbisect.errors import InfrastructureError
+
+    r, shas, pool, steps, cache, counter, logs = setup
+    full = BuildStep(name="pip", command=("{python}", "-c",
+                     "import sys; print('ERROR: Could not install packages due to an OSError: [Errno 28] "
+                     "No space left on device'); sys.exit(1)"))
+    wt = pool.checkout(shas["c0"])
+    with pytest.raises(InfrastructureError, match="No space left on device") as err:
+        run_build((full,), wt, shas["c0"], "s", cache, sys.executable, logs)
+    assert not isinstance(err.value, BuildError) and err.value.exit_code == 4
+    # An ordinary failure is still the commit's: a BuildError, so the commit is skipped.
+    broken = BuildStep(name="compile", command=("{python}", "-c", "import sys; print('syntax error'); sys.exit(1)"))
+    with pytest.raises(BuildError):
+        run_build((broken,), wt, shas["c0"], "s", cache, sys.executable, logs)

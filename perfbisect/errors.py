@@ -112,3 +112,9 @@ class StoreError(PerfbisectError):
     """The results database cannot be opened or migrated."""
 
     exit_code = EXIT_USAGE
+
+
+class StoreWriteError(StoreError):
+    """The results database failed after it was opened (disk full, lock held too long)."""
+
+    exit_code = EXIT_RUNTIME

@@ -19,7 +19,7 @@ from sqlalchemy import URL, Engine, create_engine, event
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreWriteError
 from ..model import (
     BisectOutcome,
     Comparison,
@@ -276,10 +276,13 @@ class Store:
             with Session(self._write_engine if write else self.engine) as s, s.begin():
                 yield s
         except SQLAlchemyError as exc:
-            raise StoreError(
+            # Failing once open (a full disk, a lock held too long) is the machine's trouble, not a
+            # bad argument: exit 4, like any measurement that broke.
+            raise StoreWriteError(
                 f"The results database {self.path} failed: {_reason(exc)}. Results stored before "
                 "this point are kept. If it is locked, another perfbisect process is writing: let "
-                "it finish; otherwise check that the file is writable and the disk has space."
+                "it finish; otherwise check that the file is writable and the disk has space, then "
+                "`perfbisect resume` continues a bisection."
             ) from exc
 
     # --- trials --------------------------------------------------------------------------------

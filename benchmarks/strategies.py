@@ -2,14 +2,28 @@
 
 Cost model (the user's node, DESIGN.md §1/§6): a trial is a 5.5 min server start plus
 (2 warm-up + 5 measured runs) × 25 s; building a commit (Python-only) costs 0.5 min the first time
-it is measured, and an untestable commit costs that build attempt and no trial.
+it is measured, and an untestable commit costs that build attempt and no trial. A simulated wall
+clock advances by those costs, so every trial has a run position (``seq``) and a start time (``at``).
 
-A trial summary = level(commit) + session drift N(0, σ_b) + median of 5 runs of N(0, σ_w)
-(+ a throttle penalty in S6, recorded as the SM-clock covariate).
+A trial summary = level(commit) + session effect + median of 5 runs of N(0, σ_w). The session effect
+comes from the scenario's noise process, evaluated at the trial's position in run order:
+  iid     N(0, σ_b) (S0–S6)
+  ar1     AR(1) drift over trial order (phi, stationary sd) plus an iid N(0, σ_b) part
+  shift   iid N(0, σ_b) plus one ±shift of the whole machine from a trial drawn in a window onwards
+  t3      Student-t, 3 dof, scaled so its sd is σ_b (heavy tails)
+  bursts  iid N(0, σ_b) plus bursts of other CPU load (−10…−15% while they last), recorded as the
+          exogenous covariate ``other_load``
+  replay  bootstrap of recorded per-session summaries of one build, centred on their mean
+On top: throttled trials (S6: clock recorded; S6c: the external clock cap recorded too; T1: the runner
+flags them and re-runs them) and, in M1, mediators (power, utilisation, temperature) that the code
+change itself moves and that track the session effect within a build.
 
 Usage:
     python benchmarks/strategies.py --json                    # every scenario, 1,000 reps per cell
     python benchmarks/strategies.py --reps 100 --scenarios S2,S3
+    python benchmarks/strategies.py --reps 40 --scenarios S2,D2,D2-AA,M1 --strategies perfbisect,oracle-sprt
+    python benchmarks/strategies.py --quick                   # 40 reps of S2, D1, D2, M1 and twins, A/A compare
+    python benchmarks/strategies.py --aa-only --aa-reps 2000  # only the A/A repeated-look table
 """
 
 from __future__ import annotations
@@ -20,8 +34,9 @@ import math
 import multiprocessing as mp
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from scipy import stats as sps
@@ -30,12 +45,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfbisect.bisect import Done, Observation, SearchPolicy  # noqa: E402
 from perfbisect.config import StatsConfig  # noqa: E402
-from perfbisect.stats import NoiseModel  # noqa: E402
+from perfbisect.stats import NoiseModel, compare  # noqa: E402
 
 TRIAL_MIN = 5.5 + (2 + 5) * 25 / 60
 BUILD_MIN = 0.5
 RUNS = 5
 CLOCK_MHZ = 1980.0
+CLOCK_CAP_MHZ = 1780.0  # the external cap a throttled trial runs under
+MAX_RERUNS = 3  # the runner re-runs a flagged trial at most this often, then keeps the last one
+T0_UNIX = 1_796_083_200.0  # 2026-12-01 00:00 UTC: the simulated clock's start
+
+# Per-session summaries of one build (same commit, same mode), used by the replay scenarios.
+# H200: mean decode tok/s of four server sessions of one build (DESIGN.md §1; σ_w 6.2% inside a session).
+H200_SESSIONS = (39.4, 43.5, 44.0, 39.8)
+H200_SIGMA_W_PCT = 6.2
+# Dev machine (2 cores, shared: a 2-worker run of this benchmark was going at the same time), recorded
+# 2026-11-30 18:28 UTC: 20 separate `python3 -c` processes, each timing a pure-Python loop
+# (sum(i*i % 7), 300k iterations) 2 warm-up + 7 measured times; per process the median rate, calls/s.
+# sd of the session summaries 16.4% (log), pooled within-process σ_w 21.4%.
+DEV_SESSIONS = (17.95, 20.97, 23.16, 16.95, 21.02, 20.49, 21.06, 19.12, 20.80, 21.12,
+                21.69, 20.47, 20.28, 20.06, 21.04, 15.51, 15.09, 12.59, 14.02, 18.13)
+DEV_SIGMA_W_PCT = 21.4
+
+# Mediator scenario (M1): power at the good build's level, and how strongly power, utilisation and
+# throughput move together (log power = POWER_ELASTICITY × log throughput change): −15% throughput
+# takes 650 W to 560 W.
+POWER_W = 650.0
+POWER_ELASTICITY = math.log(560.0 / 650.0) / math.log(0.85)
+POWER_NOISE_W = 20.0  # power noise not shared with throughput: within a build r(throughput, power) ≈ 0.7
+UTIL_PCT = 97.0
+UTIL_ELASTICITY = 0.6
 
 
 @dataclass(frozen=True)
@@ -49,54 +88,223 @@ class Scenario:
     untestable_frac: float = 0.0
     throttle_frac: float = 0.0  # share of trials that run throttled (clock −10%, throughput −6%)
     history_good_pct: float | None = None  # a stored earlier trial of the good commit, this much higher
+    # session-noise process (see the module docstring)
+    noise: str = "iid"  # iid | ar1 | shift | t3 | bursts | replay
+    ar_phi: float = 0.9
+    ar_sd_pct: float = 0.0
+    shift_pct: float = 0.0  # ± this (sign drawn per target), from a trial drawn uniformly in shift_window
+    shift_window: tuple[int, int] = (6, 25)  # 1-based trial numbers
+    burst_start_prob: float = 0.0  # per trial, outside a burst
+    burst_len: tuple[int, int] = (3, 6)  # trials, inclusive
+    burst_pct: tuple[float, float] = (10.0, 15.0)  # throughput lost during a burst
+    replay: tuple[float, ...] = ()  # per-session summaries of one build, resampled and centred
+    # what the runner records / flags
+    flag_throttled: bool = False  # throttled trials come back flagged (and are re-run)
+    clock_cap: bool = False  # record the exogenous clock_cap_mhz next to the mediator sm_clock_mean_mhz
+    mediator: bool = False  # record power / utilisation / temperature that the code change moves
+    twin_of: str | None = None  # A/A twin: the same noise as this scenario, no change
 
 
-SCENARIOS = {
-    "S0": Scenario("S0", "drift only: 9 commits, no change, σ_w 0.8%, σ_b 3%, history +7%", 9, 3.0, 0.8,
-                   history_good_pct=7.0),
-    "S1": Scenario("S1", "user's case: 9 commits, speculative mode −27%, σ_w 8%, σ_b 3%", 9, 3.0, 8.0, (-27.0,)),
-    "S2": Scenario("S2", "64 commits, one −8% step, σ_b 3%, σ_w 1%", 64, 3.0, 1.0, (-8.0,)),
-    "S3": Scenario("S3", "64 commits, one −4% step, σ_b 1.5%, σ_w 1%", 64, 1.5, 1.0, (-4.0,)),
-    "S4": Scenario("S4", "S2 with 15% untestable commits, some next to the culprit", 64, 3.0, 1.0, (-8.0,),
-                   untestable_frac=0.15),
-    "S5": Scenario("S5", "64 commits, −10% at one commit and −6% at a later one", 64, 3.0, 1.0, (-10.0, -6.0)),
-    "S6": Scenario("S6", "S2 with a third of trials throttled (clock −10%, −6%), clock recorded", 64, 3.0, 1.0,
-                   (-8.0,), throttle_frac=1 / 3),
-}
+def _aa(s: Scenario) -> Scenario:
+    return replace(s, name=f"{s.name}-AA", title=f"A/A twin of {s.name}: same noise, no change, {s.n} commits",
+                   steps_pct=(), twin_of=s.name)
+
+
+_BASE = [
+    Scenario("S0", "drift only: 9 commits, no change, σ_w 0.8%, σ_b 3%, history +7%", 9, 3.0, 0.8,
+             history_good_pct=7.0),
+    Scenario("S1", "user's case: 9 commits, speculative mode −27%, σ_w 8%, σ_b 3%", 9, 3.0, 8.0, (-27.0,)),
+    Scenario("S2", "64 commits, one −8% step, σ_b 3%, σ_w 1%", 64, 3.0, 1.0, (-8.0,)),
+    Scenario("S3", "64 commits, one −4% step, σ_b 1.5%, σ_w 1%", 64, 1.5, 1.0, (-4.0,)),
+    Scenario("S4", "S2 with 15% untestable commits, some next to the culprit", 64, 3.0, 1.0, (-8.0,),
+             untestable_frac=0.15),
+    Scenario("S5", "64 commits, −10% at one commit and −6% at a later one", 64, 3.0, 1.0, (-10.0, -6.0)),
+    Scenario("S6", "S2 with a third of trials throttled (clock −10%, −6%), clock recorded", 64, 3.0, 1.0,
+             (-8.0,), throttle_frac=1 / 3),
+    Scenario("S6c", "S6 with the external clock cap (exogenous clock_cap_mhz) recorded too", 64, 3.0, 1.0,
+             (-8.0,), throttle_frac=1 / 3, clock_cap=True),
+]
+_WITH_TWINS = [
+    Scenario("D1", "64 commits, −8%; AR(1) drift over trial order (phi 0.9, sd 3%) + iid σ_b 1.5%, σ_w 1%",
+             64, 1.5, 1.0, (-8.0,), noise="ar1", ar_phi=0.9, ar_sd_pct=3.0),
+    Scenario("D2", "S2 (64 commits, −8%, σ_b 3%, σ_w 1%) + one ±7% machine shift from a trial in 6..25",
+             64, 3.0, 1.0, (-8.0,), noise="shift", shift_pct=7.0),
+    Scenario("D3", "64 commits, −8%; heavy-tailed session effects: Student-t 3 dof with sd 3%, σ_w 1%",
+             64, 3.0, 1.0, (-8.0,), noise="t3"),
+    Scenario("D4", "S2 + CPU-load bursts (p 0.08/trial, 3–6 trials, −10…−15%), other_load recorded",
+             64, 3.0, 1.0, (-8.0,), noise="bursts", burst_start_prob=0.08),
+    Scenario("M1", "9 commits, −15% that also takes power 650→560 W and utilisation 97→88%; σ_b 3%, σ_w 1%",
+             9, 3.0, 1.0, (-15.0,), mediator=True),
+    Scenario("T1", "S2 with a third of trials throttled (−6%), flagged by the runner and re-run",
+             64, 3.0, 1.0, (-8.0,), throttle_frac=1 / 3, flag_throttled=True),
+    Scenario("R1", "9 commits, −8%; session effects replayed from 4 H200 sessions (sd ≈5%), σ_w 6.2%",
+             9, 0.0, H200_SIGMA_W_PCT, (-8.0,), noise="replay", replay=H200_SESSIONS),
+    Scenario("R2", "9 commits, −27%; session effects replayed from 20 dev-machine processes (sd 16%), σ_w 21%",
+             9, 0.0, DEV_SIGMA_W_PCT, (-27.0,), noise="replay", replay=DEV_SESSIONS),
+]
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in _BASE}
+for _s in _WITH_TWINS:
+    SCENARIOS[_s.name] = _s
+    SCENARIOS[f"{_s.name}-AA"] = _aa(_s)
+# The default set (every scenario); S6c is S6 with one more covariate, so it is left out unless named.
+DEFAULT_SCENARIOS = [k for k in SCENARIOS if k != "S6c"]
+# --quick: one plain case, the two drift cases and the mediator case, each with its A/A twin.
+QUICK_SCENARIOS = ["S2", "D1", "D1-AA", "D2", "D2-AA", "M1", "M1-AA"]
+
+
+@dataclass
+class Trial:
+    """One server session as the runner reports it."""
+
+    value: float  # log summary (median of the runs)
+    runs: np.ndarray
+    cov: dict[str, float]
+    flag: str | None
+    seq: int  # trial number on this target, flagged trials included
+    at: float  # wall-clock start (unix seconds, simulated)
+    known: float = 0.0  # the part of the session effect the oracle knows and removes (throttle, burst)
+
+
+class SessionNoise:
+    """The session effect (log) of the k-th trial in run order, drawn in order from its own stream.
+
+    ``draw`` must be called with k = 0, 1, 2, ...; the sequence depends only on the seed, so every
+    strategy on one seed meets the same machine history (except iid, which keeps S0–S6's stream).
+    """
+
+    def __init__(self, scn: Scenario, rng: np.random.Generator):
+        self.scn, self.rng = scn, rng
+        self.k = 0
+        self.sb = math.log1p(scn.sigma_b_pct / 100)
+        self.ar = 0.0
+        if scn.noise == "ar1":
+            self.ar_sd = math.log1p(scn.ar_sd_pct / 100)
+            self.ar = float(rng.normal(0.0, self.ar_sd))  # stationary start
+        if scn.noise == "shift":
+            lo, hi = scn.shift_window
+            self.shift_at = int(rng.integers(lo - 1, hi))  # 0-based trial index
+            sign = 1.0 if rng.random() < 0.5 else -1.0
+            self.shift = math.log1p(sign * scn.shift_pct / 100)
+        if scn.noise == "bursts":
+            self.burst_left = 0
+            self.burst_pen = 0.0
+        if scn.noise == "replay":
+            logs = np.log(np.asarray(scn.replay, dtype=float))
+            self.replay = logs - logs.mean()
+
+    @property
+    def sd(self) -> float:
+        """Marginal sd of the part of the session effect the oracle does not know."""
+        s = self.scn
+        if s.noise == "ar1":
+            return math.hypot(self.sb, math.log1p(s.ar_sd_pct / 100))
+        if s.noise == "replay":
+            logs = np.log(np.asarray(s.replay, dtype=float))
+            return float(logs.std())
+        return self.sb
+
+    def draw(self, k: int) -> tuple[float, dict[str, float], float]:
+        """(session effect, covariates it records, known part) for trial number k."""
+        assert k == self.k, "session noise must be drawn in run order"
+        self.k += 1
+        s, rng = self.scn, self.rng
+        if s.noise == "ar1":
+            if k > 0:
+                self.ar = s.ar_phi * self.ar + float(rng.normal(0.0, self.ar_sd * math.sqrt(1 - s.ar_phi**2)))
+            return self.ar + float(rng.normal(0.0, self.sb)), {}, 0.0
+        if s.noise == "shift":
+            return float(rng.normal(0.0, self.sb)) + (self.shift if k >= self.shift_at else 0.0), {}, 0.0
+        if s.noise == "t3":
+            return self.sb / math.sqrt(3.0) * float(rng.standard_t(3)), {}, 0.0
+        if s.noise == "bursts":
+            if self.burst_left == 0 and rng.random() < s.burst_start_prob:
+                self.burst_left = int(rng.integers(s.burst_len[0], s.burst_len[1] + 1))
+                self.burst_pen = math.log1p(-float(rng.uniform(*s.burst_pct)) / 100)
+            z = float(rng.normal(0.0, self.sb))
+            if self.burst_left > 0:
+                self.burst_left -= 1
+                load = float(np.clip(rng.normal(0.95, 0.03), 0.0, 1.0))
+                return z + self.burst_pen, {"other_load": load}, self.burst_pen
+            return z, {"other_load": float(abs(rng.normal(0.0, 0.03)))}, 0.0
+        if s.noise == "replay":
+            return float(rng.choice(self.replay)), {}, 0.0
+        raise ValueError(f"unknown noise process {s.noise!r}")
 
 
 @dataclass
 class Target:
-    """One simulated bisection problem: true levels, change positions, untestable commits."""
+    """One simulated bisection problem: true levels, change positions, untestable commits, a clock."""
 
     scn: Scenario
     levels: np.ndarray  # log scale
     changes: tuple[int, ...]
     untestable: frozenset[int]
     rng: np.random.Generator
+    noise: SessionNoise | None = None
     trials: int = 0
     built: set | None = None
+    clock: float = T0_UNIX
 
     def __post_init__(self):
         self.built = set()
 
-    def trial(self, j: int) -> tuple[float, np.ndarray, dict[str, float]]:
-        """One server session: (summary, log run values, covariates)."""
+    def _build(self, j: int) -> None:
+        if j not in self.built:
+            self.built.add(j)
+            self.clock += BUILD_MIN * 60
+
+    def raw_trial(self, j: int) -> Trial:
+        """One server session exactly as the runner sees it (flagged trials included)."""
         scn, rng = self.scn, self.rng
+        self._build(j)
+        k, at = self.trials, self.clock
         self.trials += 1
-        self.built.add(j)
-        session = self.levels[j] + rng.normal(0.0, math.log1p(scn.sigma_b_pct / 100))
-        cov = {}
+        self.clock += TRIAL_MIN * 60
+        if scn.noise == "iid":  # S0–S6's exact random stream
+            z, cov, known = float(rng.normal(0.0, math.log1p(scn.sigma_b_pct / 100))), {}, 0.0
+        else:
+            z, cov, known = self.noise.draw(k)
+            cov = dict(cov)
+        session = self.levels[j] + z
+        flag = None
         if scn.throttle_frac:
             throttled = rng.random() < scn.throttle_frac
             clock = CLOCK_MHZ * (0.9 if throttled else 1.0) + rng.normal(0.0, 5.0)
             session += math.log(0.94) if throttled else 0.0
-            cov = {"sm_clock_mean_mhz": clock}
+            known += math.log(0.94) if throttled else 0.0
+            cov["sm_clock_mean_mhz"] = float(clock)
+            if scn.clock_cap:
+                cov["clock_cap_mhz"] = CLOCK_CAP_MHZ if throttled else CLOCK_MHZ
+            if throttled and scn.flag_throttled:
+                flag = "throttled: HW slowdown"
+        if scn.mediator:
+            # the code change moves power and utilisation (mediators); within a build they track
+            # the session effect: a session that runs faster draws more power
+            code = float(self.levels[j] - self.levels[0])
+            power = POWER_W * math.exp(POWER_ELASTICITY * (code + z)) + rng.normal(0.0, POWER_NOISE_W)
+            util = min(100.0, UTIL_PCT * math.exp(UTIL_ELASTICITY * (code + z)) + rng.normal(0.0, 1.0))
+            cov["power_mean_w"] = float(power)
+            cov["utilization_pct"] = float(util)
+            cov["temperature_mean_c"] = float(35.0 + 0.07 * power + rng.normal(0.0, 1.0))
+            cov["sm_clock_mean_mhz"] = float(CLOCK_MHZ + rng.normal(0.0, 5.0))
         runs = session + rng.normal(0.0, math.log1p(scn.sigma_w_pct / 100), RUNS)
-        return float(np.median(runs)), runs, cov
+        return Trial(float(np.median(runs)), runs, cov, flag, k, at, known)
+
+    def measure(self, j: int) -> Trial:
+        """A trial as a strategy gets it from the runner: flagged trials re-run (each costs a trial)."""
+        for _ in range(MAX_RERUNS):
+            tr = self.raw_trial(j)
+            if tr.flag is None:
+                return tr
+        return self.raw_trial(j)
+
+    def trial(self, j: int) -> tuple[float, np.ndarray, dict[str, float]]:
+        """One usable server session: (summary, log run values, covariates)."""
+        tr = self.measure(j)
+        return tr.value, tr.runs, tr.cov
 
     def try_build(self, j: int) -> bool:
-        self.built.add(j)
+        self._build(j)
         return j not in self.untestable
 
     @property
@@ -105,8 +313,8 @@ class Target:
 
     @property
     def sigma_total(self) -> float:
-        """sd of a trial summary (what the oracle knows): σ_b and the median of 5 runs."""
-        sb = math.log1p(self.scn.sigma_b_pct / 100)
+        """sd of a trial summary (what the oracle knows): session sd and the median of 5 runs."""
+        sb = self.noise.sd if self.noise is not None else math.log1p(self.scn.sigma_b_pct / 100)
         sw = math.log1p(self.scn.sigma_w_pct / 100)
         return math.sqrt(sb * sb + 1.4338 * sw * sw / RUNS)
 
@@ -132,21 +340,53 @@ def make_target(scn: Scenario, seed: int) -> Target:
         untestable.update(near)
         rest = [j for j in pool if j not in untestable]
         untestable.update(rng.choice(rest, size=max(count - len(untestable), 0), replace=False).tolist())
-    return Target(scn, levels, changes, frozenset(untestable), np.random.default_rng([seed, 2]))
+    noise = SessionNoise(scn, np.random.default_rng([seed, 3]))
+    return Target(scn, levels, changes, frozenset(untestable), np.random.default_rng([seed, 2]), noise)
 
 
 # --------------------------------------------------------------------------------------------
-# strategies: each returns {"changes": tuple of named first-bad indices, "set": tuple}
+# strategies: each returns {"changes": tuple of named first-bad indices, "set": tuple, ...}
 
 
-def run_perfbisect(t: Target) -> dict:
+def _outcome_fields(o, settings: StatsConfig) -> dict:
+    """What the score needs from a BisectOutcome; new attributes read with getattr (old engines lack them)."""
+    cc = o.culprit_comparison
+    eff = o.effect_pct if o.effect_pct is not None else (cc.effect_pct if cc is not None else None)
+    budget = getattr(o, "budget_exhausted", None)
+    if budget is None:  # engines before `budget_exhausted`: the total trial budget was reached
+        budget = o.trials_used >= settings.max_trials_total
+    ap = getattr(o, "answer_probability", None)
+    return {
+        "verdict": o.verdict.value,
+        "effect_pct": math.nan if eff is None else float(eff),
+        "ci": (float(cc.ci_low_pct), float(cc.ci_high_pct)) if cc is not None else (math.nan, math.nan),
+        "improvements": tuple(int(c[1:]) for c in (getattr(o, "improvements", ()) or ())),
+        "budget_exhausted": bool(budget),
+        "answer_probability": math.nan if ap is None else float(ap),
+    }
+
+
+def run_perfbisect_learned(t: Target) -> dict:
+    """perfbisect on a host where an earlier bisection already measured the noise (20 dof)."""
+    rng = np.random.default_rng([getattr(t, "seed", 0), 7])
+    learned = t.sigma_total * math.sqrt(rng.chisquare(20) / 20)
+    return run_perfbisect(t, NoiseModel(learned, 20.0, "learned by an earlier bisection (simulated, 20 dof)"))
+
+
+def run_perfbisect_thorough(t: Target) -> dict:
+    """perfbisect with stats.second_change_z = 3: looks harder for a second change (costs trials)."""
+    return run_perfbisect(t, settings=StatsConfig(second_change_z=3.0))
+
+
+def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsConfig | None = None) -> dict:
     n = t.scn.n
     commits = [f"c{j:03d}" for j in range(n)]
-    settings = StatsConfig()
+    settings = settings or StatsConfig()
     history = ()
     if t.scn.history_good_pct is not None:
-        history = (Observation(commits[0], t.levels[0] + math.log1p(t.scn.history_good_pct / 100), day="11-28"),)
-    policy = SearchPolicy(commits, settings, NoiseModel.prior(settings.prior_sigma_pct), history=history)
+        history = (Observation(commits[0], t.levels[0] + math.log1p(t.scn.history_good_pct / 100), day="11-28",
+                               at=T0_UNIX - 3 * 86400.0),)
+    policy = SearchPolicy(commits, settings, noise or NoiseModel.prior(settings.prior_sigma_pct), history=history)
     obs: list[Observation] = []
     for _ in range(1000):
         act = policy.next(obs)
@@ -156,13 +396,17 @@ def run_perfbisect(t: Target) -> dict:
             if o.culprit is not None:
                 named = (int(o.culprit[1:]), *(int(c[1:]) for c in o.extra_changes))
             cset = tuple(int(c[1:]) for c in o.culprit_set) or named[:1]
-            return {"changes": named, "set": cset, "verdict": o.verdict.value}
+            return {"changes": named, "set": cset, **_outcome_fields(o, settings)}
         j = int(act.commit[1:])
         if not t.try_build(j):
-            obs.append(Observation(act.commit, None, seq=len(obs)))
+            obs.append(Observation(act.commit, None, seq=len(obs), at=t.clock))
             continue
-        y, _, cov = t.trial(j)
-        obs.append(Observation(act.commit, y, cov, seq=len(obs)))
+        # the runner re-runs a flagged trial; the policy sees the flagged one too (and must exclude it)
+        for _ in range(MAX_RERUNS + 1):
+            tr = t.raw_trial(j)
+            obs.append(Observation(act.commit, tr.value, tr.cov, seq=len(obs), at=tr.at, flag=tr.flag))
+            if tr.flag is None:
+                break
     raise RuntimeError("policy did not finish in 1000 steps")
 
 
@@ -225,7 +469,11 @@ def run_ten_trials(t: Target) -> dict:
 
 
 def run_oracle(t: Target) -> dict:
-    """Knows the true levels and σ: SPRT (α = β = 1%) at each midpoint, no endpoint trials."""
+    """Knows the true levels and the session sd: SPRT (α = β = 1%) at each midpoint, no endpoint trials.
+
+    It also knows the penalties the runner records (throttle, CPU burst) and removes them; it does not
+    know a drift's path or a machine shift.
+    """
     if not t.changes:
         return {"changes": (), "set": ()}
     sigma = t.sigma_total
@@ -240,9 +488,8 @@ def run_oracle(t: Target) -> dict:
         def bad(j, mu_g=mu_g, mu_b=mu_b):
             llr = 0.0
             while -bound < llr < bound:
-                y, _, cov = t.trial(j)
-                if cov and cov["sm_clock_mean_mhz"] < 0.95 * CLOCK_MHZ:
-                    y -= math.log(0.94)  # the oracle knows the throttle penalty
+                tr = t.measure(j)
+                y = tr.value - tr.known
                 llr += ((y - mu_g) ** 2 - (y - mu_b) ** 2) / (2 * sigma * sigma)
             return llr >= bound
 
@@ -255,6 +502,8 @@ def run_oracle(t: Target) -> dict:
 
 STRATEGIES = {
     "perfbisect": run_perfbisect,
+    "perfbisect-learned-noise": run_perfbisect_learned,
+    "perfbisect-thorough": run_perfbisect_thorough,
     "git-bisect-1-trial": run_git_bisect,
     "1-trial-5-runs-ttest": run_runs_ttest,
     "10-trials-mannwhitney": run_ten_trials,
@@ -278,12 +527,30 @@ def score(t: Target, res: dict) -> dict:
     else:
         correct = named[:1] == truth
         false_blame = bool(named) and not correct
+    # effect and interval against the true step: single-change scenarios, runs with the right culprit
+    effect_err = effect_bias = covered = math.nan
+    eff = res.get("effect_pct", math.nan)
+    if len(truth) == 1 and correct and named and math.isfinite(eff):
+        true_pct = t.scn.steps_pct[0]
+        effect_err = abs(eff - true_pct)
+        effect_bias = eff - true_pct
+        lo, hi = res.get("ci", (math.nan, math.nan))
+        if math.isfinite(lo) and math.isfinite(hi):
+            covered = float(lo <= true_pct <= hi)
     return {
         "correct": correct,
         "false_blame": false_blame,
         "trials": t.trials,
         "gpu_hours": t.gpu_hours,
         "set_size": len(res["set"]) if res["set"] else len(named[:1]),
+        # every simulated scenario is a slowdown (or nothing): any named improvement is a false one
+        "false_improvement": bool(res.get("improvements", ())),
+        "budget_exhausted": res.get("budget_exhausted", math.nan),
+        "effect_err": effect_err,
+        "effect_bias": effect_bias,
+        "covered": covered,
+        "answer_probability": res.get("answer_probability", math.nan),
+        "verdict": res.get("verdict"),
     }
 
 
@@ -293,29 +560,184 @@ def run_cell(args) -> list[dict]:
     out = []
     for seed in seeds:
         t = make_target(scn, seed)
+        t.seed = seed  # the learned-noise strategy draws its earlier estimate from it
         out.append(score(t, STRATEGIES[strat](t)))
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# A/A check of `compare` under repeated looks: interleaved A B B A trials of one level, a rule
+# consulted after every pair, stop at the first verdict that is not "inconclusive".
+
+Rule = Callable[[list[float], list[float], int], str]
+
+
+def _current_compare_rule(min_trials: int = 2, single_look_at: int | None = None) -> Rule:
+    """perfbisect.stats.compare as `perfbisect compare` runs it today (empty database: prior noise)."""
+    settings = StatsConfig()
+    noise = NoiseModel.prior(settings.prior_sigma_pct)
+
+    def decide(a: list[float], b: list[float], look: int) -> str:
+        if len(a) < min_trials or len(b) < min_trials:
+            return "inconclusive"
+        if single_look_at is not None and min(len(a), len(b)) < single_look_at:
+            return "inconclusive"
+        return compare(a, b, noise, settings).verdict.value
+
+    return decide
+
+
+# Named rules for run_aa_compare. To try a new stopping rule, add an entry, e.g.
+#   AA_RULES["sequential"] = lambda a, b, look: SequentialCompare(...).verdict(a, b).value
+def _sequential_rule(min_trials: int = 2) -> Rule:
+    """`perfbisect compare` as it runs now: a look after every pair, each spending its share of alpha."""
+    from perfbisect.stats import compare_sequential
+
+    settings = StatsConfig()
+    noise = NoiseModel.prior(settings.prior_sigma_pct)
+    max_looks = settings.max_trials_per_commit - min_trials + 1
+
+    def decide(a: list[float], b: list[float], look: int) -> str:
+        if len(a) < min_trials or len(b) < min_trials:
+            return "inconclusive"
+        k = min(len(a), len(b)) - min_trials + 1
+        return compare_sequential(a, b, noise, settings, look=k, max_looks=max_looks).verdict.value
+
+    return decide
+
+
+AA_RULES: dict[str, Rule] = {
+    "fixed alpha, look every pair (before)": _current_compare_rule(),
+    "alpha spending, look every pair (now)": _sequential_rule(),
+    "one look at 10+10": _current_compare_rule(single_look_at=10),
+}
+# Noise processes for the A/A compare table: the session noise of these scenarios, one level.
+AA_NOISE = {"iid 3% (S2)": "S2", "AR(1) drift (D1)": "D1", "±7% shift (D2)": "D2", "t3 (D3)": "D3",
+            "CPU bursts (D4)": "D4", "throttle flagged (T1)": "T1", "H200 replay (R1)": "R1",
+            "dev replay (R2)": "R2"}
+
+
+def run_aa_compare(noise_process: Scenario | str, reps: int, rules: dict[str, Rule] | None = None,
+                   max_per_side: int | None = None, seed0: int = 10_000) -> dict[str, dict]:
+    """A/A pairs (A and B the same level) under the scenario's session noise; per rule the verdict shares.
+
+    Each rep: rounds of interleaved trials (A B, then B A, ...); flagged trials are re-run by the runner
+    and never reach the rule; after each round ``decide(a_values, b_values, look_index)``; stop at the
+    first verdict other than "inconclusive", or when each side has ``max_per_side`` trials.
+    Every rule sees the same machine history for a given rep.
+    """
+    scn = SCENARIOS[noise_process] if isinstance(noise_process, str) else noise_process
+    scn = replace(scn, n=2, steps_pct=(), untestable_frac=0.0, history_good_pct=None)
+    rules = AA_RULES if rules is None else rules
+    max_per_side = max_per_side or StatsConfig().max_trials_per_commit
+    out = {}
+    for name, decide in rules.items():
+        counts: dict[str, int] = {}
+        trials = 0
+        for rep in range(reps):
+            t = make_target(scn, seed0 + rep)
+            a: list[float] = []
+            b: list[float] = []
+            verdict = "inconclusive"
+            for look in range(max_per_side):
+                for side in ((0, 1) if look % 2 == 0 else (1, 0)):
+                    (a if side == 0 else b).append(t.measure(side).value)
+                verdict = decide(a, b, look)
+                if verdict != "inconclusive":
+                    break
+            counts[verdict] = counts.get(verdict, 0) + 1
+            trials += t.trials
+        share = {v: c / reps for v, c in counts.items()}
+        out[name] = {
+            "reps": reps,
+            "false_verdict": share.get("regressed", 0.0) + share.get("improved", 0.0),
+            "regressed": share.get("regressed", 0.0),
+            "improved": share.get("improved", 0.0),
+            "same": share.get("same", 0.0),
+            "inconclusive": share.get("inconclusive", 0.0),
+            "mean_trials": trials / reps,
+        }
+    return out
+
+
+def _aa_job(args) -> tuple[str, dict]:
+    label, scn_name, reps = args
+    return label, run_aa_compare(scn_name, reps)
+
+
+def _mean(rows: list[dict], key: str) -> float:
+    vals = [float(r[key]) for r in rows if r.get(key) is not None and math.isfinite(float(r[key]))]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def _fmt(x: float, width: int, digits: int = 3) -> str:
+    return f"{x:{width}.{digits}f}" if math.isfinite(x) else f"{'-':>{width}}"
+
+
+def _nan_to_none(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=1000, help="simulated bisections per cell (default 1000)")
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated, e.g. S2,S3")
-    ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated strategy names")
+    ap.add_argument("--reps", type=int, default=None, help="simulated bisections per cell (default 1000; 40 with --quick)")
+    ap.add_argument("--scenarios", default=None,
+                    help="comma-separated, e.g. S2,D2,D2-AA (default: all but S6c; with --quick: "
+                    + ",".join(QUICK_SCENARIOS) + ")")
+    ap.add_argument("--strategies", default=None,
+                    help="comma-separated strategy names (default all; perfbisect,oracle-sprt with --quick)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--quick", action="store_true",
+                    help="40 reps of the quick scenarios, perfbisect + oracle only, and the A/A compare table "
+                    "with 300 reps (~3 min on 2 cores)")
+    ap.add_argument("--aa-reps", type=int, default=None,
+                    help="A/A compare pairs per noise process and rule (default 1000; 300 with --quick; 0 = skip)")
+    ap.add_argument("--aa-noise", default=None, help="comma-separated labels or scenario names for the A/A table")
+    ap.add_argument("--aa-only", action="store_true", help="only the A/A compare table")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     args = ap.parse_args(argv)
-    scns = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    strats = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    chunk = 25
+    reps = args.reps if args.reps is not None else (40 if args.quick else 1000)
+    default_scns = QUICK_SCENARIOS if args.quick else DEFAULT_SCENARIOS
+    scns = [s.strip() for s in (args.scenarios or ",".join(default_scns)).split(",") if s.strip()]
+    strats_arg = args.strategies or ("perfbisect,oracle-sprt" if args.quick else ",".join(STRATEGIES))
+    strats = [s.strip() for s in strats_arg.split(",") if s.strip()]
+    for s in scns:
+        if s not in SCENARIOS:
+            ap.error(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS)}")
+    for s in strats:
+        if s not in STRATEGIES:
+            ap.error(f"unknown strategy {s!r}; known: {', '.join(STRATEGIES)}")
+    aa_reps = args.aa_reps if args.aa_reps is not None else (300 if args.quick else 1000)
+    if args.aa_only:
+        scns = []
+    # the A/A compare table runs by default only for --quick, --aa-only or an explicit --aa-reps/--aa-noise
+    want_aa = aa_reps > 0 and (args.quick or args.aa_only or args.aa_reps is not None or args.aa_noise is not None)
+    aa_noise = dict(AA_NOISE)
+    if args.aa_noise:
+        picked = {}
+        for lab in (x.strip() for x in args.aa_noise.split(",") if x.strip()):
+            if lab in aa_noise:
+                picked[lab] = aa_noise[lab]
+            elif lab in SCENARIOS:
+                picked[lab] = lab
+            else:
+                ap.error(f"unknown A/A noise {lab!r}; use a scenario name or one of: {', '.join(AA_NOISE)}")
+        aa_noise = picked
+
+    chunk = 25 if reps >= 100 else 10
     jobs = []
     for s in scns:
         for st in strats:
-            for start in range(0, args.reps, chunk):
-                jobs.append((s, st, list(range(start, min(start + chunk, args.reps)))))
+            for start in range(0, reps, chunk):
+                jobs.append((s, st, list(range(start, min(start + chunk, reps)))))
+    aa_jobs = [(lab, sc, aa_reps) for lab, sc in aa_noise.items()] if want_aa else []
     t0 = time.time()
     with mp.get_context("fork").Pool(args.workers) as pool:
+        aa_async = pool.map_async(_aa_job, aa_jobs, chunksize=1) if aa_jobs else None
         results = pool.map(run_cell, jobs, chunksize=1)
+        aa_results = aa_async.get() if aa_async is not None else []
     cells: dict[tuple[str, str], list[dict]] = {}
     for (s, st, _), res in zip(jobs, results):
         cells.setdefault((s, st), []).extend(res)
@@ -332,21 +754,53 @@ def main(argv=None) -> int:
                 "mean_trials": float(np.mean([r["trials"] for r in rows])),
                 "mean_gpu_hours": float(np.mean([r["gpu_hours"] for r in rows])),
                 "mean_set_size": float(np.mean([r["set_size"] for r in rows])),
+                "false_improvement": float(np.mean([r["false_improvement"] for r in rows])),
+                "budget_exhausted": _mean(rows, "budget_exhausted"),
+                # over runs with the right culprit (single-change scenarios, strategies that report an effect)
+                "effect_err_pts": _mean(rows, "effect_err"),
+                "effect_bias_pts": _mean(rows, "effect_bias"),
+                "ci_coverage": _mean(rows, "covered"),
+                "effect_n": int(sum(1 for r in rows if math.isfinite(r["effect_err"]))),
+                "mean_answer_probability": _mean(rows, "answer_probability"),
+                # perfbisect's own verdicts (regressed / same / inconclusive ...): share of runs
+                "verdicts": {v: sum(1 for r in rows if r["verdict"] == v) / len(rows)
+                             for v in sorted({r["verdict"] for r in rows if r["verdict"]})},
             })
+    aa_table = []
+    for label, by_rule in aa_results:
+        for rule, r in by_rule.items():
+            aa_table.append({"noise": label, "scenario": aa_noise[label], "rule": rule, **r})
     doc = {
-        "cost_model": {"trial_min": TRIAL_MIN, "build_min": BUILD_MIN, "runs_per_trial": RUNS},
+        "cost_model": {"trial_min": TRIAL_MIN, "build_min": BUILD_MIN, "runs_per_trial": RUNS,
+                       "max_reruns_of_flagged": MAX_RERUNS},
         "scenarios": {s: SCENARIOS[s].title for s in scns},
-        "results": table,
+        "results": [{k: _nan_to_none(v) for k, v in r.items()} for r in table],
+        "aa_compare": aa_table,
         "seconds": round(time.time() - t0, 1),
     }
     if args.json:
         print(json.dumps(doc, indent=2))
-    else:
-        print(f"{'scn':4} {'strategy':24} {'acc':>6} {'false':>6} {'trials':>7} {'GPU-h':>6}")
+        return 0
+    if table:
+        print(f"{'scn':6} {'strategy':22} {'acc':>6} {'false':>6} {'trials':>7} {'GPU-h':>6} "
+              f"{'budget':>6} {'impr':>5} {'effErr':>6} {'bias':>6} {'cover':>6}")
         for r in table:
-            print(f"{r['scenario']:4} {r['strategy']:24} {r['accuracy']:6.3f} {r['false_blame']:6.3f} "
-                  f"{r['mean_trials']:7.1f} {r['mean_gpu_hours']:6.2f}")
-        print(f"({doc['seconds']} s)")
+            print(f"{r['scenario']:6} {r['strategy']:22} {r['accuracy']:6.3f} {r['false_blame']:6.3f} "
+                  f"{r['mean_trials']:7.1f} {r['mean_gpu_hours']:6.2f} {_fmt(r['budget_exhausted'], 6)} "
+                  f"{r['false_improvement']:5.3f} {_fmt(r['effect_err_pts'], 6, 2)} {_fmt(r['effect_bias_pts'], 6, 2)} {_fmt(r['ci_coverage'], 6)}")
+        print("acc: exact culprit (in the set for S4; both for S5; nothing named for A/A twins) · false: a named"
+              " culprit that is wrong, or any in an A/A twin · budget: share ending with the trial budget spent ·"
+              " impr: share naming an improvement (all false here) · effErr: mean |effect − true step| in points, bias: mean (effect − true step)"
+              " and cover: share of culprit intervals holding the true step, both over runs with the right culprit")
+    if aa_table:
+        print()
+        print(f"A/A compare, repeated looks (A B B A pairs of one level, stop at the first verdict, "
+              f"≤ {StatsConfig().max_trials_per_commit} per side)")
+        print(f"{'noise':24} {'rule':38} {'false':>6} {'regr':>6} {'impr':>6} {'same':>6} {'incon':>6} {'trials':>6}")
+        for r in aa_table:
+            print(f"{r['noise']:24} {r['rule']:38} {r['false_verdict']:6.3f} {r['regressed']:6.3f} "
+                  f"{r['improved']:6.3f} {r['same']:6.3f} {r['inconclusive']:6.3f} {r['mean_trials']:6.1f}")
+    print(f"({doc['seconds']} s)")
     return 0
 
 

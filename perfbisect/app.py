@@ -29,14 +29,15 @@ from .model import (
     Comparison,
     EnvCheck,
     RunResult,
+    SystemSummary,
     TrialIdentity,
     TrialResult,
     TrialStatus,
     Verdict,
 )
 from .server import ServerSession, port_holders, port_in_use
-from .stats import NoiseModel, attribute, calibrate_report, compare, history_shift
-from .store import Store, open_store, owner_alive, process_owner
+from .stats import NoiseModel, calibrate_report, compare, compare_sequential, covariate_notes, history_shift, pct
+from .store import NoiseEstimate, Store, open_store, owner_alive, process_owner
 from .workload import avg_spec_accept_length, run_command_workload, run_workload, server_info
 
 
@@ -392,6 +393,7 @@ class TrialRunner:
         system = sampler.summary(since=since, until=until)
         if system.samples == 0:  # runs shorter than the sampling interval: use the whole session
             system = sampler.summary()
+        system = with_start_state(system, sampler.snapshots)
         result = store.finish_trial(
             trial_id,
             status,
@@ -479,11 +481,17 @@ def format_run(run: RunResult) -> str:
 
 
 def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: int) -> tuple[Observation, list[int]]:
-    """Measure the bisection metric at ``commit`` once: one trial per needed mode."""
+    """Measure the bisection metric at ``commit`` once: one trial per needed mode.
+
+    A trial the machine spoiled (throttled by an external cause, another process on the GPUs) is
+    kept but flagged: the search excludes it and asks for the commit again, like nvbench re-runs.
+    """
     cfg = runner.ws.config
     summaries: dict[str, float] = {}
     trial_ids: list[int] = []
     covariates: dict[str, float] = {}
+    flags: list[str] = []
+    started: float | None = None
     modes = interleaved(cfg.metric_modes, seq)
     for mode in modes:
         result = None
@@ -496,7 +504,28 @@ def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: 
             return Observation(commit=commit.sha, value=None, seq=seq), trial_ids
         summaries[mode] = result.summary
         covariates.update(result.system.as_covariates())
-    return Observation(commit=commit.sha, value=metric_value(cfg, summaries), covariates=covariates, seq=seq), trial_ids
+        started = result.started_at if started is None else started
+        why = result.system.exclusion()
+        if why:
+            flags.append(f"[{mode}] {why}")
+            runner.progress.warn(f"{commit.short} [{mode}]: {why}: the search leaves this trial out and measures again")
+    return Observation(
+        commit=commit.sha, value=metric_value(cfg, summaries), covariates=covariates, seq=seq,
+        at=started, flag="; ".join(flags) or None,
+    ), trial_ids
+
+
+def with_start_state(system: SystemSummary, snapshots: Sequence) -> SystemSummary:
+    """Add the state before the trial's own load (first snapshot): temperature and CPU load then."""
+    if not snapshots:
+        return system
+    first = snapshots[0]
+    temps = [g.temperature_c for g in first.gpus if g.temperature_c is not None]
+    return replace(
+        system,
+        start_temperature_c=(sum(temps) / len(temps)) if temps else None,
+        start_load_avg=first.load_avg_1m,
+    )
 
 
 def interleaved(items: Sequence, round_index: int) -> list:
@@ -522,16 +551,57 @@ def noise_key(ws: Workspace, mode: ModeConfig) -> tuple[str, str, str, str]:
     return (ws.host, mode.name, mode.config_hash(cfg.server), cfg.workload.config_hash())
 
 
+# A learned noise level counts as this many pseudo-observations at most: it stays a prior that
+# today's own trials can overrule when the machine has changed.
+LEARNED_DOF_CAP = 30.0
+
+
 def noise_model(ws: Workspace, mode_names: Sequence[str]) -> NoiseModel:
-    """Between-trial noise for this host/mode/workload from stored A/A data, else the stated prior."""
+    """Between-trial noise for this host/mode/workload: stored A/A data pooled with what earlier
+    bisections on this host learned, else the stated prior."""
+    return noise_model_and_note(ws, mode_names)[0]
+
+
+def noise_model_and_note(ws: Workspace, mode_names: Sequence[str]) -> tuple[NoiseModel, str | None]:
+    """The noise model, and a note when it was learned elsewhere or the host has changed."""
     cfg = ws.config
     prior = NoiseModel.prior(cfg.stats.prior_sigma_pct)
     if len(mode_names) != 1:
-        return prior  # ratio metrics: A/A data of the ratio itself is not pooled yet
-    groups = ws.store.identical_build_groups(noise_key(ws, cfg.mode(mode_names[0])))
+        return prior, None  # ratio metrics: A/A data of the ratio itself is not pooled yet
+    mode = cfg.mode(mode_names[0])
+    key = noise_key(ws, mode)
+    note = None
+    estimates = [e for e in ws.store.noise_estimates(mode.name, key[3]) if e.source.startswith("bisection")]
+    here = [e for e in estimates if (e.host, e.mode, e.mode_hash, e.workload_hash) == key]
+    if here:
+        e = here[0]
+        prior = NoiseModel(
+            sigma_b=e.sigma_b, dof=min(e.dof, LEARNED_DOF_CAP),
+            source=f"learned on this host by {e.source.split(':')[0]} ({pct(e.sigma_b):.1f}%, {e.dof:g} dof)",
+            sigma_w=e.sigma_w,
+        )
+    elif estimates:
+        note = (
+            f"the noise was learned on another host ({estimates[0].host}); this host ({ws.host}) differs "
+            f"(GPU, count or driver), so the search starts from the {cfg.stats.prior_sigma_pct:g}% prior"
+        )
+    groups = ws.store.identical_build_groups(key)
     summaries = [[t.summary for t in g if t.summary is not None] for g in groups]
     within = run_logs(t for g in groups for t in g)
-    return NoiseModel.from_groups([s for s in summaries if s], within=within, prior=prior)
+    return NoiseModel.from_groups([s for s in summaries if s], within=within, prior=prior), note
+
+
+def keep_noise(ws: Workspace, mode_names: Sequence[str], sigma_pct: float | None, dof: float | None, source: str,
+               sigma_w: float | None = None) -> None:
+    """Store the noise a calibration or a finished bisection measured, for the next one on this host."""
+    if sigma_pct is None or not dof or dof < 2 or len(mode_names) != 1 or not math.isfinite(sigma_pct):
+        return
+    mode = ws.config.mode(mode_names[0])
+    host, name, mode_hash, workload_hash = noise_key(ws, mode)
+    ws.store.add_noise_estimate(NoiseEstimate(
+        host=host, mode=name, mode_hash=mode_hash, workload_hash=workload_hash,
+        sigma_b=math.log1p(sigma_pct / 100.0), dof=float(dof), sigma_w=sigma_w, source=source, created_at=time.time(),
+    ))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -613,8 +683,10 @@ def run_bisection(
         f"range {good_c.short}..{bad_c.short}: {len(commits)} commits, {len(candidates)} candidates, "
         f"{len(filtered)} not measured (only paths that cannot affect throughput)"
     )
-    noise = noise_model(ws, cfg.metric_modes)
+    noise, noise_note = noise_model_and_note(ws, cfg.metric_modes)
     progress.info(f"noise model: {noise.describe()}")
+    if noise_note:
+        progress.warn(noise_note)
     shas = [c.sha for c in candidates]
     if resume_id is None:
         bisection_id = store.begin_bisection(
@@ -628,7 +700,8 @@ def run_bisection(
             progress.warn("the candidate list changed since this bisection started (config filters?); using the stored one")
             shas = list(record.commits)
         observations = [
-            Observation(commit=o.commit, value=o.value, covariates=dict(o.covariates), seq=o.seq)
+            Observation(commit=o.commit, value=o.value, covariates=dict(o.covariates), seq=o.seq,
+                        at=o.recorded_at or None, flag=o.flag)
             for o in store.observations(bisection_id)
         ]
         progress.info(f"resuming bisection #{bisection_id}: {len(observations)} stored observations, none repeated")
@@ -641,12 +714,16 @@ def run_bisection(
             outcome = action.outcome
             break
         commit = by_sha[action.commit]
-        progress.info(f"[{len(observations) + 1}] {commit.short}: {action.reason}")
+        progress.info(f"[{len(observations) + 1}] {commit.short} ({action.phase}): {action.reason}")
         obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations))
-        store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates)
+        store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag)
         observations.append(obs)
     outcome = _expand_merge_culprit(ws, outcome, by_sha)
     store.finish_bisection(bisection_id, outcome)
+    keep_noise(
+        ws, cfg.metric_modes, outcome.noise_sigma_pct, outcome.noise_dof,
+        f"bisection #{bisection_id}: residual noise of {outcome.trials_used} trials after the change(s) and drift",
+    )
     trials = store.trials(bisection_id=bisection_id, status=None)
     return BisectResult(
         bisection_id=bisection_id, outcome=outcome, commits=by_sha, filtered=filtered, db_path=ws.db_path,
@@ -783,6 +860,7 @@ def compare_commits(
     tb: list[TrialResult] = []
     cmp: Comparison | None = None
     i = 0
+    looks = 0  # each look spends part of alpha (stats.spent_alpha): stopping early stays honest
     while True:
         for commit, bucket in interleaved([(a, ta), (b, tb)], i):
             bucket.append(runner.trial(commit, mode, purpose="compare"))
@@ -790,7 +868,11 @@ def compare_commits(
         sa = [t.summary for t in ta if t.summary is not None]
         sb = [t.summary for t in tb if t.summary is not None]
         if len(sa) >= min_trials and len(sb) >= min_trials:
-            cmp = compare(sa, sb, noise, cfg.stats, higher_is_better=cfg.workload.higher_is_better)
+            looks += 1
+            cmp = compare_sequential(
+                sa, sb, noise, cfg.stats, look=looks, max_looks=max(max_trials - min_trials + 1, 1),
+                higher_is_better=cfg.workload.higher_is_better,
+            )
             progress.info(f"after {len(sa)}+{len(sb)} trials: {cmp.verdict.value} ({cmp.effect_pct:+.1f}%)")
             if cmp.verdict is not Verdict.INCONCLUSIVE:
                 break
@@ -828,10 +910,10 @@ def _attribution_line(trials: list[TrialResult]) -> str | None:
     ok = [t for t in trials if t.summary is not None]
     if len(ok) < 4:
         return None
-    found = attribute(
-        [t.summary for t in ok], [t.system.as_covariates() for t in ok], [t.identity.build_key for t in ok]
+    _, notes = covariate_notes(
+        [t.summary for t in ok], [t.system.as_covariates() for t in ok], [t.identity.build_key for t in ok], min_rows=4
     )
-    return found.sentence if found else None
+    return "; ".join(notes) if notes else None
 
 
 @dataclass
@@ -862,6 +944,12 @@ def calibrate(
     attribution = _attribution_line(done)
     if attribution:
         lines.append(attribution)
+    if measured.measured:
+        raw_dof = sum(len(g) - 1 for g in groups.values() if len(g) >= 2)
+        raw = math.sqrt(sum(sum((v - sum(g) / len(g)) ** 2 for v in g) for g in groups.values()) / raw_dof) if raw_dof else None
+        if raw is not None:
+            keep_noise(ws, [mode], pct(raw), raw_dof, f"calibrate: {len(done)} trials of {result.commit.short}",
+                       sigma_w=measured.sigma_w)
     return CalibrateResult(result.commit, mode, measured, done, lines)
 
 

@@ -5,25 +5,30 @@ the observations, so a bisection resumed from the database replays to the same s
 
 How it decides (DESIGN.md §5):
 
-1. A cheap endpoint gate: two interleaved trials of each end (good, bad, bad, good). ``same``
-   (the (1 − 2·alpha) interval inside ± the minimum effect) or a significantly faster bad end stops
-   there; nothing else is decided from the endpoints alone.
-2. A Bayesian posterior over "no change", "the first bad commit is k" and "changes at k1 and k2"
-   (a midpoint unlike both ends): each hypothesis is scored by its marginal likelihood with the
-   segment levels and the noise σ integrated out (Normal / scaled-inverse-χ² conjugacy, the noise
-   model as the prior), so every trial — endpoints, midpoints, repeats — sharpens the levels and σ
-   and keeps testing "no change" against "a change somewhere". While "no change" is likeliest the
-   endpoints are measured; otherwise the next commit is the one whose next trial is expected to
-   remove the most uncertainty about the answer. The search stops when the answer holds
-   ``settings.confidence`` of the posterior given that something changed, and "no change" is
-   below NO_CHANGE_DOUBT.
-3. Before one change is accepted, each side of it must carry enough trials, split anywhere, to show
-   a second SECOND_CHANGE_PCT step; a second change the posterior cannot rule out keeps it searching.
-4. Each change is confirmed by the trials of the good-like segment before it against those of the
-   bad-like segment after it, one-sided at alpha, the interval reaching the minimum effect.
-5. Untestable commits (value None) are never measured again and never blamed: a change next to
-   them is reported as the set of skipped commits plus the first testable bad one. The good
-   endpoint is measured again late (drift guard); if it moved, the outcome is inconclusive.
+1. Each endpoint is measured once; from then on every trial (endpoints, midpoints, repeats) feeds
+   one posterior over "no change", "the first change is at k" and "changes at k1 and k2"
+   (changepoint.py), in which the segment levels, the noise σ *and the machine's drift over the run
+   order* are integrated out. A commit is never confounded with when it was measured: trials far
+   apart in time count for less when the data show drift, contrasts of neighbouring trials keep
+   their weight.
+2. Every decision is a posterior threshold, so looking after every trial does not inflate its error
+   rate (the thresholds are checked by simulation in benchmarks/strategies.py):
+   - ``same`` when "no change ≥ min_effect" holds ``confidence`` of the posterior;
+   - ``improved`` (nothing to bisect) when the bad end is faster than the good one beyond the
+     minimum effect with probability ``confidence``;
+   - a change is named when its location holds ``confidence`` and "no change" is below
+     NO_CHANGE_DOUBT; a second change is searched for only while trials are expected to move the
+     answer (SECOND_CHANGE_DOUBT and MIN_GAIN_BITS), never until a budget runs out.
+3. The next commit is the one whose next trial is expected to remove the most uncertainty about
+   the answer (a one-step look-ahead over the posterior's predictive distributions, drift included).
+4. The culprit is the first located change that is a *regression*; a located improvement is reported
+   as such, never as the first bad commit.
+5. Trials flagged by the runner (throttled by an external cause, contended) are excluded and said so.
+   Only state the code cannot cause (external clock caps, other processes' load, the temperature a
+   trial started at) may adjust trial summaries; power, utilisation, the load's own clock and
+   temperature are mediators: shown, never adjusted for.
+6. Untestable commits (value None) are never measured again and never blamed: a change next to
+   them is reported as the set of skipped commits plus the first testable bad one.
 """
 
 from __future__ import annotations
@@ -34,30 +39,33 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from .changepoint import RHO_GRID, RHO_PRIOR, ChangePosterior, Evidence, posterior
 from .config import StatsConfig
 from .errors import UsageError
 from .model import BisectOutcome, Comparison, Verdict
-from .stats import NoiseModel, adjust, attribute, compare, history_shift, log_of_pct, normal_cdf
+from .stats import NoiseModel, covariate_notes, history_shift, log_of_pct, pct, t_cdf, t_quantile
 
 # Prior probability that the range holds two changes rather than one.
 TWO_CHANGE_PRIOR = 0.1
-# Hypotheses kept for the look-ahead once sorted by posterior mass (the rest hold < 1e-6 of it).
-MAX_HYPOTHESES = 128
-LOOKAHEAD_GRID = 32
 # Prior probability that nothing changed in the range (the endpoints differ by noise only).
 NO_CHANGE_PRIOR = 0.5
 # Posterior of "no change" below which a located change may be named.
-NO_CHANGE_DOUBT = 0.05
-# Interleaved trials of each endpoint before the search starts.
-GATE_TRIALS = 2
-# A second level step this big (percent) must be visible, at this many standard errors, on
-# each side of a located change before one change is accepted.
-SECOND_CHANGE_PCT = 5.0
-SECOND_CHANGE_Z = 3.0
-# ... or this share of the located change, when that is bigger.
-SECOND_CHANGE_SHARE = 0.3
-# Posterior of a second change above which one change is not accepted yet.
+NO_CHANGE_DOUBT = 0.02
+# Posterior of a second change above which one change is not accepted yet, while trials can still
+# move it by at least MIN_GAIN_BITS each.
 SECOND_CHANGE_DOUBT = 0.04
+MIN_GAIN_BITS = 0.05
+# While locating, a search whose decisive commits are out of budget and whose best next trial is
+# expected to remove less than this stops: the remaining budget cannot change the answer.
+LOCATE_MIN_GAIN_BITS = 0.01
+# Before one change is accepted, each side of it must carry enough trials, split anywhere, to show a
+# second level step of SECOND_CHANGE_PCT (or SECOND_CHANGE_SHARE of the located one, if bigger) at
+# settings.second_change_z standard errors: a second change hides where nothing was measured.
+SECOND_CHANGE_PCT = 5.0
+SECOND_CHANGE_SHARE = 0.5
+# Hypotheses kept for the look-ahead once sorted by posterior mass (the rest hold < 1e-6 of it).
+MAX_HYPOTHESES = 160
+LOOKAHEAD_GRID = 32
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,8 @@ class Measure:
 
     commit: str
     reason: str
+    phase: str = "locating"  # endpoints | locating | second-change check | confirming
+    gain_bits: float = 0.0  # uncertainty about the answer this trial is expected to remove
 
 
 @dataclass(frozen=True)
@@ -90,46 +100,48 @@ class Done:
 
 @dataclass
 class _Data:
-    """Observations regrouped by commit index, in the order they ran."""
+    """Usable observations regrouped by commit index, with their run-order positions."""
 
-    values: list[list[float]]  # per commit, log summaries (covariate-adjusted where earned)
-    orders: list[list[int]]  # per commit, position of each value in the run order
+    values: list[list[float]]  # per commit, log summaries (adjusted for exogenous state where earned)
+    times: list[list[int]]  # per commit, run-order position of each value
     untestable: set[int]
-    trials: int
-    attribution_note: str | None
+    trials: int  # usable trials
+    spent: int  # every trial run, excluded ones included (the budget counts these)
+    excluded: list[str]  # "c0ffee1234: throttled: HwSlowdown" per excluded trial
+    notes: list[str]  # covariate sentences
+
+    def evidence(self, n: int) -> Evidence:
+        commit, time, value = [], [], []
+        for i, (vs, ts) in enumerate(zip(self.values, self.times)):
+            for v, t in zip(vs, ts):
+                commit.append(i)
+                time.append(t)
+                value.append(v)
+        nt = np.arange(n)
+        nxt = n - 1
+        for k in range(n - 1, -1, -1):
+            if k not in self.untestable:
+                nxt = k
+            nt[k] = nxt
+        order = np.argsort(np.asarray(time), kind="stable")
+        return Evidence(
+            np.asarray(commit, dtype=int)[order], np.asarray(time, dtype=float)[order],
+            np.asarray(value, dtype=float)[order], n, nt,
+        )
 
 
 @dataclass(frozen=True)
-class _Posterior:
-    """Posterior over change hypotheses: boundaries (b1, b2); b2 == n is one change, b1 == b2 == n none."""
+class _Step:
+    """A change's size under the posterior: step (log), its scale, dof and the trials on each side."""
 
-    b1: np.ndarray
-    b2: np.ndarray
-    logw: np.ndarray
-    w: np.ndarray  # normalised
-    keys: list[tuple[int, ...]]  # per hypothesis, its reportable answer (skip sets merged; () = no change)
-    groups: dict[tuple[int, ...], float]
-    p_none: float  # posterior of "no change in the range"
-    sigma_top: float  # posterior noise estimate (log) under the most probable hypothesis
-
-
-def _cumulative_sums(data: _Data) -> tuple[float, float, np.ndarray, np.ndarray, np.ndarray]:
-    """Trial count, grand mean and cumulative count / sum / sum of squares per commit index.
-
-    Values are centred on the grand mean so sums of squares stay well conditioned; any segment's
-    sufficient statistics are then a difference of two entries (O(1) per hypothesis).
-    """
-    cnt = np.array([len(v) for v in data.values], dtype=float)
-    sm = np.array([sum(v) for v in data.values], dtype=float)
-    sq = np.array([sum(x * x for x in v) for v in data.values], dtype=float)
-    N = cnt.sum()
-    m0 = sm.sum() / N
-    sq = sq - 2 * m0 * sm + m0 * m0 * cnt
-    sm = sm - m0 * cnt
-    C = np.concatenate([[0.0], np.cumsum(cnt)])
-    S = np.concatenate([[0.0], np.cumsum(sm)])
-    Q = np.concatenate([[0.0], np.cumsum(sq)])
-    return N, m0, C, S, Q
+    at: int
+    parent: int
+    step: float
+    se: float
+    dof: float
+    n_before: int
+    n_after: int
+    sigma: float
 
 
 class SearchPolicy:
@@ -161,7 +173,6 @@ class SearchPolicy:
         self.history = tuple(history)
         self.higher_is_better = higher_is_better
         self.n = len(commits)
-        # Next testable commit at or after k, filled per call (depends on which commits are skipped).
 
     # ----------------------------------------------------------------------------------------
     # public
@@ -181,204 +192,113 @@ class SearchPolicy:
                         f"to bisect against. Pick an endpoint that builds and serves."
                     ),
                 )
+        for end in (good, bad):
+            if not data.values[end]:
+                if not self._budget_left(data, end):
+                    return self._exhausted(data, None, "the endpoints could not both be measured")
+                return Measure(self.commits[end], "measuring the endpoints first (good, then bad)", "endpoints")
 
-        # 1. A cheap endpoint gate: a couple of interleaved trials of each end (A B B A). From
-        # then on the endpoints are one more pair of commits in the posterior, and every trial
-        # (midpoints included) keeps testing "no change at all" against "a change somewhere".
-        endpoint_cmp = self._endpoint_comparison(data)
-        if min(len(data.values[good]), len(data.values[bad])) < GATE_TRIALS:
-            return self._measure_endpoint(data, endpoint_cmp)
-        if endpoint_cmp.verdict is Verdict.SAME or self._significantly_better(endpoint_cmp):
-            word = (
-                "no regression beyond noise" if endpoint_cmp.verdict is Verdict.SAME
-                else "the bad endpoint is faster than the good one: no regression to bisect"
-            )
-            verdict = Verdict.SAME if endpoint_cmp.verdict is Verdict.SAME else Verdict.IMPROVED
-            return self._done(
-                verdict, data, endpoint_cmp=endpoint_cmp,
-                explanation=f"Endpoints compared first: {word}. {endpoint_cmp.explanation}",
-            )
-
-        # 2. Posterior over "no change", one change at k, or changes at (k1, k2).
         post = self._posterior(data)
-        if post.p_none >= 0.5:
-            # No change is the likeliest story: the endpoints settle it (equivalence or a difference).
-            return self._measure_endpoint(data, endpoint_cmp, p_none=post.p_none)
+        ends, p_better = self._endpoint_comparison(data, post)
+        ruled_out = self._ruled_out(ends)
         top_key, top_p = self._answer(post)
-        # Whenever the good endpoint has been measured again since the search began, check it did
-        # not move: if it did, every comparison straddling the move is suspect, so stop honestly.
-        moved = self._drift_note(data)
-        if moved is not None:
+
+        # No regression: "no change at all" holds the posterior, or the bad end is faster.
+        if post.p_none >= s.confidence:
             return self._done(
-                Verdict.INCONCLUSIVE, data, endpoint_cmp=endpoint_cmp, post=post, drift_note=moved,
+                Verdict.SAME, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
                 explanation=(
-                    f"{moved} The search pointed at {self._describe_key(data, top_key) or 'no change'}, but "
-                    f"that cannot be trusted while the baseline itself drifts. Let the machine settle "
-                    f"(clocks, temperature) and run the bisection again."
+                    f"No regression beyond noise: no change of {s.min_effect_pct:g}% or more anywhere in the "
+                    f"range holds {post.p_none:.3f} of the posterior after {data.trials} trials. "
+                    f"Endpoints: {ends.explanation}"
                 ),
             )
-        p_two = sum(p for k, p in post.groups.items() if len(k) == 2)
-        # A second change that is neither ruled out nor located keeps the search going.
-        if (
-            top_p < s.confidence
-            or post.p_none >= NO_CHANGE_DOUBT
-            or (len(top_key) == 1 and p_two >= SECOND_CHANGE_DOUBT)
-        ):
-            return self._search_step(data, post, top_key, top_p, endpoint_cmp)
+        if p_better >= s.confidence:
+            return self._done(
+                Verdict.IMPROVED, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
+                explanation=(
+                    f"The bad endpoint is faster than the good one (probability {p_better:.3f} of a gain beyond "
+                    f"{s.min_effect_pct:g}%): no regression to bisect. {ends.explanation}"
+                ),
+            )
+        if s.stop_when_ruled_out_pct and ruled_out is not None and ruled_out <= s.stop_when_ruled_out_pct:
+            return self._done(
+                Verdict.SAME, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
+                explanation=(
+                    f"No regression ≥ {ruled_out:.1f}% ({100 * (1 - s.alpha):g}%): that answers the question asked "
+                    f"(stats.stop_when_ruled_out_pct = {s.stop_when_ruled_out_pct:g}). {ends.explanation}"
+                ),
+            )
 
-        # 3. One change located. A second change hides where nothing was measured: each side of
-        # it must carry enough trials, split anywhere, to show a level step the size of
-        # SECOND_CHANGE_PCT; the posterior then weighs the two-change hypotheses on real evidence.
-        changes = list(top_key)
-        if len(changes) == 1:
-            probe = self._second_change_probe(data, post, changes[0])
+        if post.p_none >= 0.5:
+            # No change is the likeliest story: the endpoints settle it, interleaved.
+            return self._measure_endpoint(data, post, ends, ruled_out)
+
+        located = top_p >= s.confidence and post.p_none < NO_CHANGE_DOUBT
+        if not located:
+            return self._search_step(data, post, top_key, top_p, ends, ruled_out, phase="locating")
+
+        p_two = sum(p for k, p in post.groups.items() if len(k) == 2)
+        doubt = None
+        if len(top_key) == 1 and p_two >= SECOND_CHANGE_DOUBT:
+            step = self._search_step(data, post, top_key, top_p, ends, ruled_out, phase="second-change check")
+            if isinstance(step, Done) or step.gain_bits >= MIN_GAIN_BITS:
+                return step
+            doubt = p_two
+
+        # Located: size each change under the posterior; the culprit is the first regression.
+        steps = [self._step(data, post, top_key, b) for b in top_key]
+        if len(top_key) == 1:
+            probe = self._second_change_probe(data, post, steps[0])
             if probe is not None:
                 return Measure(
                     self.commits[probe],
-                    f"one change or two: {self._describe_key(data, top_key)} holds {top_p:.3f} of the posterior; "
+                    f"second-change check: {self._describe_key(data, top_key)} holds {top_p:.3f} of the posterior; "
                     f"measuring this side of it so a second level step would show",
+                    "second-change check",
                 )
-
-        # 4. Confirm each change: the trials of the good-like segment before it against those of
-        # the bad-like segment after it (the same pooling the posterior uses), one-sided at alpha.
-        confirmations: list[Comparison] = []
-        bounds = [0, *changes, self.n]
-        for idx, b in enumerate(changes):
-            lo_seg, hi_seg = bounds[idx], bounds[idx + 2]
-            before = [v for i in range(lo_seg, b) for v in data.values[i]]
-            after = [v for i in range(b, hi_seg) for v in data.values[i]]
-            cmp = compare(before, after, self.noise, s, self.higher_is_better, alpha=2 * s.alpha)
-            if not self._shows_regression(cmp, data, top_key, b):
-                parent = self._parent(b, data)
-                step = self._confirm_step(data, parent, b, cmp, endpoint_cmp)
-                if isinstance(step, Measure):
-                    return step
-                return self._done(
-                    Verdict.INCONCLUSIVE, data, endpoint_cmp=endpoint_cmp, culprit_cmp=cmp, post=post,
-                    top_key=top_key,
-                    explanation=(
-                        f"The search points at {self._describe_key(data, (b,))} (posterior "
-                        f"{top_p:.3f}), but the commits before it against those after it give "
-                        f"{cmp.verdict.value} and the trial budget is spent: {cmp.explanation}"
-                    ),
-                )
-            confirmations.append(cmp)
-
-        # 5. Drift guard: the good endpoint measured again late in the search.
-        drift_note = None
-        if s.drift_check and not self._late_good(data) and self._budget_left(data, good):
-            return Measure(
-                self.commits[good],
-                "drift guard: re-measuring the good endpoint late in the search to check the machine did not move",
+        for st in steps:
+            p_dir = t_cdf(-abs(st.step) / st.se, st.dof) if st.se > 0 else 0.0
+            if p_dir > 1.0 - s.confidence:
+                move = self._confirm_step(data, st)
+                if move is not None:
+                    return move
+        regressions = [st for st in steps if self._is_regression(st.step)]
+        improvements = [st for st in steps if not self._is_regression(st.step)]
+        if not regressions:
+            return self._done(
+                Verdict.IMPROVED, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out, top_key=top_key,
+                improvements=tuple(self.commits[st.at] for st in improvements),
+                explanation=(
+                    f"The only change located is an improvement: {self._describe_steps(data, improvements)}. "
+                    f"No regression to blame. Endpoints: {ends.explanation}"
+                ),
             )
-
-        first = confirmations[0]
-        extra = ", ".join(self.commits[b][:10] for b in changes[1:])
+        first = regressions[0]
+        cmp = self._step_comparison(first, Verdict.REGRESSED)
         expl = (
-            f"First bad commit {self._describe_key(data, (changes[0],))}: {first.effect_pct:+.1f}% from the "
-            f"commits before it to the commits from it on, tested one-sided at {s.alpha:g} in the direction "
-            f"of the change ({first.explanation}) Posterior probability of this answer {top_p:.3f}, of no "
-            f"change at all {post.p_none:.1g}, after {data.trials} trials; the endpoints differ by "
-            f"{endpoint_cmp.effect_pct:+.1f}%."
+            f"First bad commit {self._describe_key(data, (first.at,))}: {cmp.effect_pct:+.1f}% "
+            f"[{cmp.ci_low_pct:+.1f}%, {cmp.ci_high_pct:+.1f}%] from the commits before it to the commits from it on "
+            f"({first.n_before} vs {first.n_after} trials, noise {pct(first.sigma):.1f}% per trial). Posterior "
+            f"probability of this answer {top_p:.3f}, of no change at all {post.p_none:.1g}, after {data.trials} "
+            f"trials; the endpoints differ by {ends.effect_pct:+.1f}%."
         )
-        if extra:
+        if len(regressions) > 1:
+            expl += f" A further regression: {self._describe_steps(data, regressions[1:])}."
+        if improvements:
+            expl += f" An improvement was also located (not the culprit): {self._describe_steps(data, improvements)}."
+        if doubt is not None:
             expl += (
-                f" More than one change: a further change at {extra} "
-                f"({', '.join(f'{c.effect_pct:+.1f}%' for c in confirmations[1:])} against the commits before it)."
+                f" A second, smaller change elsewhere keeps {doubt:.2f} of the posterior and further trials "
+                f"are not expected to settle it (each < {MIN_GAIN_BITS:g} bits): the first bad commit stands."
             )
         return self._done(
-            Verdict.REGRESSED, data, endpoint_cmp=endpoint_cmp, culprit_cmp=first, post=post,
-            top_key=top_key, drift_note=drift_note, explanation=expl, confirmed=True,
+            Verdict.REGRESSED, data, post=post, endpoint_cmp=ends, culprit_cmp=cmp, ruled_out=ruled_out,
+            top_key=top_key, culprit=first.at,
+            extra=tuple(self.commits[st.at] for st in regressions[1:]),
+            improvements=tuple(self.commits[st.at] for st in improvements),
+            probability=top_p, explanation=expl,
         )
-
-    def _shows_regression(self, cmp: Comparison, data: _Data, key, b: int) -> bool:
-        """Significant one-sided at alpha in the direction the levels give, and not shown smaller than the minimum effect."""
-        s = self.settings
-        if cmp.p_value is None or not cmp.p_value < 2 * s.alpha:
-            return False
-        worse = cmp.effect_pct < 0 if self.higher_is_better else cmp.effect_pct > 0
-        want = self._wanted_verdict(self._segment_mean(data, key, self._parent(b, data)), self._segment_mean(data, key, b))
-        if worse != (want is Verdict.REGRESSED):
-            return False
-        # The far end of the interval must reach the minimum effect (the change may matter).
-        far = cmp.ci_low_pct if cmp.effect_pct < 0 else cmp.ci_high_pct
-        return abs(far) >= s.min_effect_pct
-
-    def _late_good(self, data: _Data) -> list[float]:
-        """Good-endpoint trials run after the search began (the drift guard's evidence)."""
-        started = self._search_started_at(data)
-        return [v for v, o in zip(data.values[0], data.orders[0]) if o > started]
-
-    def _drift_note(self, data: _Data) -> str | None:
-        """A sentence when the good endpoint moved beyond noise between the gate and later in the search."""
-        if not self.settings.drift_check:
-            return None
-        late = self._late_good(data)
-        if not late:
-            return None
-        started = self._search_started_at(data)
-        early = [v for v, o in zip(data.values[0], data.orders[0]) if o <= started]
-        drift = compare(early, late, self._noise_with(data), self.settings, self.higher_is_better)
-        if drift.verdict not in (Verdict.REGRESSED, Verdict.IMPROVED):
-            return None
-        return (
-            f"The good endpoint {self.commits[0][:10]} moved during the bisection "
-            f"({drift.effect_pct:+.1f}%, {drift.explanation}) — same code, different machine "
-            f"state: comparisons that straddle the move are not trusted."
-        )
-
-    def _significantly_better(self, cmp: Comparison) -> bool:
-        better = cmp.effect_pct > 0 if self.higher_is_better else cmp.effect_pct < 0
-        return cmp.verdict is Verdict.IMPROVED and better and cmp.p_value is not None and cmp.p_value < self.settings.alpha
-
-    def _search_started_at(self, data: _Data) -> int:
-        """Run-order position of the first trial of a commit other than the endpoints."""
-        inner = [o for i in range(1, self.n - 1) for o in data.orders[i]]
-        return min(inner) if inner else max((o for v in data.orders for o in v), default=-1)
-
-    def _second_change_probe(self, data: _Data, post: "_Posterior", b: int) -> int | None:
-        """A commit to measure so that a second step on either side of the change ``b`` could show, or None.
-
-        For every split point inside a side segment, the trials on its two sides give an
-        effective count n_a·n_b/(n_a + n_b); the weakest split must reach the count that shows
-        a SECOND_CHANGE_PCT step at SECOND_CHANGE_Z standard errors under the current noise.
-        """
-        sigma = post.sigma_top
-        # Next to a big change a second step matters in proportion to it; a fixed 5% would ask a
-        # noisy mode (σ ≈ 5%) for dozens of trials to rule out a step far smaller than the one found.
-        key = (b,)
-        found = abs(self._segment_mean(data, key, b) - self._segment_mean(data, key, self._parent(b, data)))
-        step = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SHARE * found) if math.isfinite(found) else log_of_pct(SECOND_CHANGE_PCT)
-        need = (SECOND_CHANGE_Z * sigma / step) ** 2
-        cnt = np.array([len(v) for v in data.values], dtype=float)
-        best: tuple[float, int] | None = None
-        for lo, hi in ((0, b), (b, self.n)):
-            idx = np.array([j for j in range(lo, hi) if j not in data.untestable])
-            if len(idx) < 2:
-                continue
-            c = cnt[idx]
-            worst = self._weakest_split(c)
-            if worst >= need:
-                continue
-            # Try one more trial at each commit of the segment; keep the one that lifts the weakest split most.
-            trial = c[None, :] + np.eye(len(idx))
-            lifted = np.array([self._weakest_split(row) for row in trial])
-            ok = np.array([self._budget_left(data, int(j)) for j in idx])
-            if not ok.any():
-                continue
-            lifted = np.where(ok, lifted, -1.0)
-            k = int(np.argmax(lifted))
-            cand = (-(need - worst), int(idx[k]))
-            if best is None or cand < best:
-                best = cand
-        return None if best is None else best[1]
-
-    @staticmethod
-    def _weakest_split(c: np.ndarray) -> float:
-        left = np.cumsum(c)[:-1]
-        right = c.sum() - left
-        tot = np.maximum(left + right, 1e-9)
-        return float((left * right / tot).min())
 
     # ----------------------------------------------------------------------------------------
     # observations
@@ -386,8 +306,9 @@ class SearchPolicy:
     def _regroup(self, observations: Sequence[Observation]) -> _Data:
         ordered = sorted(enumerate(observations), key=lambda io: (io[1].seq, io[0]))
         values: list[list[float]] = [[] for _ in range(self.n)]
-        orders: list[list[int]] = [[] for _ in range(self.n)]
+        times: list[list[int]] = [[] for _ in range(self.n)]
         untestable: set[int] = set()
+        excluded: list[str] = []
         rows = []
         for pos, (_, o) in enumerate(ordered):
             i = self.index.get(o.commit)
@@ -399,158 +320,54 @@ class SearchPolicy:
             if o.value is None or not math.isfinite(o.value):
                 untestable.add(i)
                 continue
+            if o.flag:
+                excluded.append(f"{o.commit[:10]}: {o.flag}")
+                continue
             rows.append((i, pos, float(o.value), o.covariates))
         # A commit that failed once is untestable: its earlier values (if any) are kept out too,
         # since a build that sometimes fails is not one identity to compare.
         rows = [r for r in rows if r[0] not in untestable]
-        note = None
-        with_cov = [r for r in rows if r[3]]
-        adjusted = {pos: v for _, pos, v, _ in rows}
-        if len(with_cov) >= 6:
-            att = attribute([r[2] for r in with_cov], [r[3] for r in with_cov], [r[0] for r in with_cov], alpha=self.settings.alpha)
-            if att is not None:
-                note = att.sentence
-                if att.adjusted:
-                    for r, v in zip(with_cov, adjust([r[2] for r in with_cov], [r[3] for r in with_cov], att)):
-                        adjusted[r[1]] = v
-        for i, pos, _, _ in rows:
-            values[i].append(adjusted[pos])
-            orders[i].append(pos)
-        return _Data(values, orders, untestable, len(rows), note)
+        adjusted, notes = covariate_notes(
+            [r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows], alpha=self.settings.alpha
+        )
+        for (i, pos, _, _), v in zip(rows, adjusted):
+            values[i].append(v)
+            times[i].append(pos)
+        return _Data(values, times, untestable, len(rows), len(rows) + len(excluded), excluded, notes)
 
     def _budget_left(self, data: _Data, i: int) -> bool:
         s = self.settings
-        return data.trials < s.max_trials_total and len(data.values[i]) < s.max_trials_per_commit
+        return data.spent < s.max_trials_total and len(data.values[i]) < s.max_trials_per_commit
 
     def _noise_with(self, data: _Data) -> NoiseModel:
         """The noise model sharpened by this bisection's own repeats of identical builds."""
         return NoiseModel.from_groups([v for v in data.values if len(v) >= 2], prior=self.noise)
 
     # ----------------------------------------------------------------------------------------
-    # phase 1: endpoints
+    # posterior
 
-    def _endpoint_comparison(self, data: _Data) -> Comparison:
-        """Bad endpoint vs good endpoint on all their trials; ``same`` is the equivalence test at alpha.
+    def _level_prior_ratio(self, data: _Data) -> float:
+        """Prior variance of segment levels as a multiple of σ²: wide enough for the endpoints' gap."""
+        a, b = data.values[0], data.values[-1]
+        gap = abs(float(np.mean(b)) - float(np.mean(a))) if a and b else 0.0
+        return max(4.0, 2.0 * (gap / self.noise.sigma_b) ** 2)
 
-        compare() at 2·alpha gives a (1 − 2·alpha) interval: inside ± the minimum effect it is
-        TOST at alpha. A regression is never decided here: the posterior and the confirmation
-        of the located change do that with every trial of the range.
-        """
-        s = self.settings
-        good, bad = 0, self.n - 1
-        return compare(data.values[good], data.values[bad], self.noise, s, self.higher_is_better, alpha=2 * s.alpha)
-
-    def _measure_endpoint(self, data: _Data, cmp: Comparison, p_none: float | None = None) -> Measure | Done:
-        good, bad = 0, self.n - 1
-        m = len(data.values[good]) + len(data.values[bad])
-        order = [good, bad, bad, good][m % 4]
-        other = bad if order == good else good
-        for i in (order, other):
-            if self._budget_left(data, i):
-                state = "" if m < 4 else f" so far {cmp.effect_pct:+.1f}% ({cmp.verdict.value})"
-                if p_none is not None:
-                    state += f"; no change at all is still likeliest (posterior {p_none:.2f})"
-                return Measure(self.commits[i], f"comparing the endpoints (interleaved good/bad, trial {m + 1}){state}")
-        return self._done(
-            Verdict.INCONCLUSIVE, data, endpoint_cmp=cmp,
-            explanation=(
-                f"No regression beyond noise could be shown between the endpoints within the budget "
-                f"({len(data.values[good])} + {len(data.values[bad])} trials): {cmp.explanation} "
-                f"Raise stats.max_trials_per_commit, lower the noise (calibrate, quieter machine), or accept "
-                f"that any change is smaller than this interval."
-            ),
+    def _posterior(self, data: _Data) -> ChangePosterior:
+        return posterior(
+            data.evidence(self.n),
+            sigma0=self.noise.sigma_b,
+            dof0=self.noise.dof,
+            level_ratio=self._level_prior_ratio(data),
+            min_step=log_of_pct(self.settings.min_effect_pct),
+            no_change_prior=NO_CHANGE_PRIOR,
+            two_change_prior=TWO_CHANGE_PRIOR if self.n >= 3 else 0.0,
+            # drift_check = false: trials are i.i.d. given their commit (the model before drift).
+            rho_grid=RHO_GRID if self.settings.drift_check else (0.0,),
+            rho_prior=RHO_PRIOR if self.settings.drift_check else (1.0,),
         )
 
-    # ----------------------------------------------------------------------------------------
-    # phase 2: change-point posterior
-
-    def _next_testable(self, data: _Data) -> np.ndarray:
-        nt = np.arange(self.n)
-        nxt = self.n - 1
-        for k in range(self.n - 1, -1, -1):
-            if k not in data.untestable:
-                nxt = k
-            nt[k] = nxt
-        return nt
-
-    def _posterior(self, data: _Data) -> _Posterior:
-        n = self.n
-        N, m0, C, S, Q = _cumulative_sums(data)
-        nu0, s0 = self.noise.dof, self.noise.sigma_b
-        g = self._level_prior_ratio(data)
-
-        # Hypotheses: one change at k (b1 = k, b2 = n), two at (k1, k2), and none (b1 = b2 = n).
-        ks = np.arange(1, n)
-        b1 = [ks]
-        b2 = [np.full(len(ks), n)]
-        if n >= 3:
-            i1, i2 = np.triu_indices(n - 1, k=1)
-            b1.append(i1 + 1)
-            b2.append(i2 + 1)
-        b1.append(np.array([n]))
-        b2.append(np.array([n]))
-        b1a = np.concatenate(b1)
-        b2a = np.concatenate(b2)
-        zero = np.zeros_like(b1a)
-        full = np.full_like(b1a, n)
-        R = np.zeros(len(b1a))
-        occam = np.zeros(len(b1a))
-        means, precs = [], []
-        for lo, hi in ((zero, b1a), (b1a, b2a), (b2a, full)):
-            ns = C[hi] - C[lo]
-            ss = S[hi] - S[lo]
-            qs = Q[hi] - Q[lo]
-            safe = np.maximum(ns, 1.0)
-            R += np.where(ns > 0, qs - ss * ss / safe + (ss / safe) ** 2 * ns / (1.0 + g * ns), 0.0)
-            occam += -0.5 * np.log1p(g * ns)
-            means.append(ss / (ns + 1.0 / g))
-            precs.append(ns + 1.0 / g)
-        # σ is integrated out with the noise model as a scaled-inverse-χ² prior: every trial's
-        # residual under each hypothesis (levels fitted) is evidence about the noise.
-        logml = occam - 0.5 * (nu0 + N) * np.log(nu0 * s0 * s0 + np.maximum(R, 1e-300))
-        none = b1a == n
-        single = (b2a == n) & ~none
-        two = ~(single | none)
-        # A "change" smaller than the minimum effect is no change to the user: weigh each
-        # hypothesis by the posterior probability that each of its steps is at least that big
-        # (a truncated prior on step sizes). Without it, splits of one level into two equal
-        # ones keep posterior mass that no trial can remove, and "no change" could never win.
-        m = log_of_pct(self.settings.min_effect_pct)
-        s2 = (nu0 * s0 * s0 + R) / (nu0 + N)
-        for a, b, mask in ((0, 1, ~none), (1, 2, two)):
-            d = means[b] - means[a]
-            se = np.sqrt(s2 * (1.0 / precs[a] + 1.0 / precs[b]))
-            big = normal_cdf((-m - d) / se) + normal_cdf((d - m) / se)
-            logml = logml + np.where(mask, np.log(np.maximum(big, 1e-300)), 0.0)
-        n_pairs = max(int(two.sum()), 1)
-        p_change = 1.0 - NO_CHANGE_PRIOR
-        two_prior = TWO_CHANGE_PRIOR if n >= 3 else 0.0
-        with np.errstate(divide="ignore"):
-            logprior = np.where(
-                none, math.log(NO_CHANGE_PRIOR),
-                np.where(single, math.log(p_change * (1 - two_prior)) - math.log(n - 1),
-                         np.log(p_change * two_prior) - math.log(n_pairs)),
-            )
-        logw = logml + logprior
-        logw -= logw.max()
-        w = np.exp(logw)
-        w /= w.sum()
-        nt = self._next_testable(data)
-        keys: list[tuple[int, ...]] = []
-        groups: dict[tuple[int, ...], float] = {}
-        for x1, x2, wi in zip(b1a.tolist(), b2a.tolist(), w.tolist()):
-            if x1 == n:
-                key: tuple[int, ...] = ()
-            else:
-                k1 = int(nt[x1])
-                key = (k1,) if x2 == n or int(nt[x2]) == k1 else (k1, int(nt[x2]))
-            keys.append(key)
-            groups[key] = groups.get(key, 0.0) + wi
-        top = int(np.argmax(np.where(none, -np.inf, logw)))
-        return _Posterior(b1a, b2a, logw, w, keys, groups, groups.get((), 0.0), float(math.sqrt(s2[top])))
-
-    def _answer(self, post: _Posterior) -> tuple[tuple[int, ...], float]:
-        """The best answer and how sure the posterior is of it.
+    def _answer(self, post: ChangePosterior) -> tuple[tuple[int, ...], float]:
+        """The best answer and how sure the posterior is of it, given that something changed.
 
         With one change likelier than two, the answer is the commit most probably a change point,
         scored by the mass of every hypothesis containing it (a possible small second change
@@ -559,7 +376,6 @@ class SearchPolicy:
         """
         p_two = sum(p for k, p in post.groups.items() if len(k) == 2)
         p_one = sum(p for k, p in post.groups.items() if len(k) == 1)
-        # Where the change is, given that there is one ("no change" is weighed on its own).
         some = max(p_one + p_two, 1e-300)
         if p_two < p_one:
             cp: dict[int, float] = {}
@@ -568,65 +384,154 @@ class SearchPolicy:
                     cp[b] = cp.get(b, 0.0) + p
             b, p = max(cp.items(), key=lambda kv: (kv[1], -kv[0]))
             return (b,), min(p / some, 1.0)
-        # Two changes are likelier than one: where they are, given that there are two. Whether the
-        # second is real is then up to its own confirmation (the segments around it, one-sided at
-        # alpha); the posterior of "two" itself carries the look-elsewhere cost of every possible
-        # pair, which no affordable number of trials of one modest step can overcome.
         pairs = {k: p for k, p in post.groups.items() if len(k) == 2}
         key, p = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
         return key, min(p / max(p_two, 1e-300), 1.0)
 
-    def _level_prior_ratio(self, data: _Data) -> float:
-        """Prior variance of segment levels as a multiple of σ²: wide enough for the endpoints' gap."""
-        a, b = data.values[0], data.values[-1]
-        gap = abs(float(np.mean(b)) - float(np.mean(a))) if a and b else 0.0
-        return max(4.0, 2.0 * (gap / self.noise.sigma_b) ** 2)
+    def _step(self, data: _Data, post: ChangePosterior, key: tuple[int, ...], b: int) -> _Step:
+        """Size of the change at ``b`` under the most probable hypothesis with answer ``key``."""
+        h = post.top(key)
+        segs = [int(post.b1[h]), int(post.b2[h])]
+        k = 1 if len(key) == 1 or b == key[0] else 2  # which boundary of the hypothesis b is
+        d = post.beta[h, k] - post.beta[h, k - 1]
+        c = post.cov[h]
+        se = math.sqrt(post.s2[h] * max(c[k, k] + c[k - 1, k - 1] - 2 * c[k, k - 1], 1e-300))
+        bounds = [0, segs[0], segs[1], self.n]
+        n_before = sum(len(data.values[i]) for i in range(bounds[k - 1], bounds[k]))
+        n_after = sum(len(data.values[i]) for i in range(bounds[k], bounds[k + 1]))
+        return _Step(b, self._parent(b, data), float(d), se, post.dof, n_before, n_after, math.sqrt(post.s2[h]))
 
-    def _search_step(self, data: _Data, post: _Posterior, top_key, top_p, endpoint_cmp) -> Measure | Done:
-        """Pick the commit whose next trial is expected to remove the most posterior entropy."""
+    def _is_regression(self, step: float) -> bool:
+        return step < 0 if self.higher_is_better else step > 0
+
+    def _step_comparison(self, st: _Step, verdict: Verdict) -> Comparison:
+        s = self.settings
+        half = t_quantile(1.0 - s.alpha, st.dof) * st.se
+        p_not = t_cdf(-abs(st.step) / st.se, st.dof) if st.se > 0 else 0.0
+        return Comparison(
+            verdict=verdict,
+            effect_pct=pct(st.step),
+            ci_low_pct=pct(st.step - half),
+            ci_high_pct=pct(st.step + half),
+            sigma_b_pct=pct(st.sigma),
+            sigma_source=f"{st.dof:g} dof, drift integrated out",
+            n_a=st.n_before,
+            n_b=st.n_after,
+            p_value=p_not,
+            min_effect_pct=s.min_effect_pct,
+            explanation=(
+                f"{pct(st.step):+.1f}% ({100 * (1 - 2 * s.alpha):g}% interval [{pct(st.step - half):+.1f}%, "
+                f"{pct(st.step + half):+.1f}%]) from {st.n_before} trials before the change to {st.n_after} from it on; "
+                f"probability the step goes the other way {p_not:.1g}."
+            ),
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # endpoints
+
+    def _endpoint_comparison(self, data: _Data, post: ChangePosterior) -> tuple[Comparison, float]:
+        """Bad vs good endpoint from every trial: one level per measured commit, drift as in the posterior.
+
+        The drift scale is the posterior's most probable one; the noise is the posterior's σ, so
+        midpoint trials sharpen the endpoints' comparison through σ and the drift path. Returns the
+        comparison and the probability that the bad end is *better* beyond the minimum effect.
+        """
+        s = self.settings
+        h = post.top()
+        fit = post.fits[int(post.rho_index[h])]
+        # Saturated model: every measured commit its own level (level prior as in the posterior).
+        g = self._level_prior_ratio(data)
+        M = fit.W.T @ fit.W + np.eye(self.n) / g
+        rhs = fit.W.T @ fit.u
+        cov = np.linalg.inv(M)
+        beta = cov @ rhs
+        good, bad = 0, self.n - 1
+        s2 = float(post.s2[h])
+        d = float(beta[bad] - beta[good])
+        se = math.sqrt(max(s2 * (cov[good, good] + cov[bad, bad] - 2 * cov[good, bad]), 1e-300))
+        dof = post.dof
+        half = t_quantile(1.0 - s.alpha, dof) * se
+        n_a, n_b = len(data.values[good]), len(data.values[bad])
+        m = log_of_pct(s.min_effect_pct)
+        p_worse = t_cdf((-m - d) / se, dof) if self.higher_is_better else 1.0 - t_cdf((m - d) / se, dof)
+        p_better = 1.0 - t_cdf((m - d) / se, dof) if self.higher_is_better else t_cdf((-m - d) / se, dof)
+        if p_worse >= s.confidence:
+            verdict = Verdict.REGRESSED
+        elif p_better >= s.confidence:
+            verdict = Verdict.IMPROVED
+        elif t_cdf((m - d) / se, dof) - t_cdf((-m - d) / se, dof) >= s.confidence:
+            verdict = Verdict.SAME
+        else:
+            verdict = Verdict.INCONCLUSIVE
+        return Comparison(
+            verdict=verdict,
+            effect_pct=pct(d),
+            ci_low_pct=pct(d - half),
+            ci_high_pct=pct(d + half),
+            sigma_b_pct=pct(math.sqrt(s2)),
+            sigma_source=f"{dof:g} dof, drift integrated out",
+            n_a=n_a,
+            n_b=n_b,
+            p_value=None,
+            min_effect_pct=s.min_effect_pct,
+            explanation=(
+                f"bad vs good {pct(d):+.1f}% ({100 * (1 - 2 * s.alpha):g}% interval [{pct(d - half):+.1f}%, "
+                f"{pct(d + half):+.1f}%]) from {n_a} + {n_b} trials, noise {pct(math.sqrt(s2)):.1f}% per trial; "
+                f"probability of a regression beyond {s.min_effect_pct:g}%: {p_worse:.2g}."
+            ),
+        ), p_better
+
+    def _ruled_out(self, cmp: Comparison) -> float | None:
+        """The size of regression the endpoints already rule out at 1 − alpha (one-sided), in percent."""
+        bound = cmp.ci_low_pct if self.higher_is_better else cmp.ci_high_pct
+        if not math.isfinite(bound):
+            return None
+        size = -bound if self.higher_is_better else bound
+        return max(size, 0.0)
+
+    def _measure_endpoint(self, data: _Data, post: ChangePosterior, ends: Comparison, ruled_out: float | None) -> Measure | Done:
+        good, bad = 0, self.n - 1
+        m = len(data.values[good]) + len(data.values[bad])
+        order = [good, bad, bad, good][m % 4]
+        other = bad if order == good else good
+        for i in (order, other):
+            if self._budget_left(data, i):
+                return Measure(
+                    self.commits[i],
+                    f"comparing the endpoints (interleaved good/bad, trial {m + 1}): so far {ends.effect_pct:+.1f}%, "
+                    f"no change at all is likeliest (posterior {post.p_none:.2f})"
+                    + (f"; no regression ≥ {ruled_out:.1f}% already ruled out" if ruled_out is not None else ""),
+                    "endpoints",
+                )
+        return self._exhausted(data, post, "no change at all is likeliest but not certain", ends=ends, ruled_out=ruled_out)
+
+    # ----------------------------------------------------------------------------------------
+    # search
+
+    def _search_step(self, data: _Data, post: ChangePosterior, top_key, top_p, ends, ruled_out, phase: str) -> Measure | Done:
+        """Pick the commit whose next trial is expected to remove the most uncertainty about the answer."""
         n = self.n
         order = np.argsort(-post.w, kind="stable")
         csum = np.cumsum(post.w[order])
         keep = order[: max(1, min(MAX_HYPOTHESES, int(np.searchsorted(csum, 1 - 1e-6)) + 1))]
         w = post.w[keep] / post.w[keep].sum()
-        b1, b2 = post.b1[keep], post.b2[keep]
         cand = [j for j in range(n) if j not in data.untestable and self._budget_left(data, j)]
         if not cand:
-            return self._done(
-                Verdict.INCONCLUSIVE, data, endpoint_cmp=endpoint_cmp, post=post, top_key=top_key,
-                explanation=(
-                    f"The trial budget ran out before the change could be located: the best answer, "
-                    f"{self._describe_key(data, top_key)}, holds {top_p:.2f} of the posterior (needed "
-                    f"{self.settings.confidence}). {data.trials} trials used. Raise stats.max_trials_total "
-                    f"or stats.max_trials_per_commit, or narrow the range."
-                ),
-            )
+            return self._exhausted(data, post, f"the best answer holds {top_p:.2f}", top_key=top_key, top_p=top_p,
+                                   ends=ends, ruled_out=ruled_out)
         J = np.asarray(cand)
+        b1, b2 = post.b1[keep], post.b2[keep]
         seg = (J[None, :] >= b1[:, None]).astype(int) + (J[None, :] >= b2[:, None]).astype(int)
-        # Only commits whose segment is still uncertain can move the posterior much.
+        # Only commits whose segment is still uncertain can move the posterior much — unless the
+        # machine drifts, when re-measuring a settled commit next to the others pays too.
         purity = np.max(np.stack([(w[:, None] * (seg == i)).sum(axis=0) for i in range(3)]), axis=0)
+        drifting = post.rho_weights[0] < 0.5 if post.rho_weights else False
         varies = purity < 0.995
-        if varies.any():
-            J, seg = J[varies], seg[:, varies]
-        # Segment posterior means and predictive scales per kept hypothesis.
-        N, m0, C, S, Q = _cumulative_sums(data)
-        g = self._level_prior_ratio(data)
-        nu0, s0 = self.noise.dof, self.noise.sigma_b
-        bounds = [np.zeros_like(b1), b1, b2, np.full_like(b1, n)]
-        seg_n, seg_mean = [], []
-        R = np.zeros(len(b1))
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            ns, ss, qs = C[hi] - C[lo], S[hi] - S[lo], Q[hi] - Q[lo]
-            safe = np.maximum(ns, 1.0)
-            R += np.where(ns > 0, qs - ss * ss / safe + (ss / safe) ** 2 * ns / (1.0 + g * ns), 0.0)
-            seg_n.append(ns)
-            seg_mean.append(ss / (ns + 1.0 / g))
-        seg_n_a = np.stack(seg_n, axis=1)
-        seg_mean_a = np.stack(seg_mean, axis=1)
-        nu = nu0 + N
-        s2 = (nu0 * s0 * s0 + R) / nu
-        loc = np.take_along_axis(seg_mean_a, seg, axis=1)
-        scale = np.sqrt(s2[:, None] * (1.0 + 1.0 / (np.take_along_axis(seg_n_a, seg, axis=1) + 1.0 / g)))
+        if varies.any() and not drifting:
+            J = J[varies]
+        t_new = float(data.spent)
+        loc, scale = post.predict(keep, J, t_new)
+        nu = post.dof
         lo_y = float((loc - 4.5 * scale).min())
         hi_y = float((loc + 4.5 * scale).max())
         y = np.linspace(lo_y, hi_y, LOOKAHEAD_GRID)
@@ -636,14 +541,11 @@ class SearchPolicy:
         joint = w[:, None, None] * f  # (H, J, G)
         marg = joint.sum(axis=0)  # (J, G)
         postw = joint / np.maximum(marg[None], 1e-300)
-        # The uncertainty that matters is about the answer, not about which of thousands of
-        # near-equivalent pair hypotheses holds: while one change is likelier, it is where the
-        # first change is plus how many changes there are; once two are likelier, which pair.
-        onehots = self._answer_groups(post, keep, n)
+        onehots = self._answer_groups(post, keep)
         ent = np.zeros(postw.shape[1:])
         for oh in onehots:
             pg = np.einsum("hk,hjy->kjy", oh, postw)
-            ent += -(pg * np.log(np.maximum(pg, 1e-300))).sum(axis=0)  # (J, G)
+            ent += -(pg * np.log(np.maximum(pg, 1e-300))).sum(axis=0)
         py = marg / marg.sum(axis=1, keepdims=True)
         expected = (py * ent).sum(axis=1)
         h0 = 0.0
@@ -653,14 +555,29 @@ class SearchPolicy:
         gain = h0 - expected
         best = int(np.argmax(gain))
         j = int(J[best])
+        bits = float(gain[best] / math.log(2))
+        what = self._describe_key(data, top_key) or "no change"
+        decisive = [b for k in top_key for b in (k, self._parent(k, data))]
+        if phase == "locating" and bits < LOCATE_MIN_GAIN_BITS and decisive and not any(
+            self._budget_left(data, b) for b in decisive
+        ):
+            # The commits that would decide it (the best answer and its parent) are at their
+            # per-commit budget and nothing else can move the answer: stop instead of spending the rest.
+            return self._exhausted(
+                data, post,
+                f"the commits that decide it reached stats.max_trials_per_commit and no other trial can move "
+                f"the answer (the best would remove {bits:.3f} bits)", top_key=top_key, top_p=top_p, ends=ends,
+                ruled_out=ruled_out,
+            )
         return Measure(
             self.commits[j],
-            f"locating the change: best answer so far {self._describe_key(data, top_key)} at "
-            f"p={top_p:.2f} (need {self.settings.confidence}); a trial of this commit is expected to "
-            f"remove {gain[best] / math.log(2):.2f} bits of uncertainty",
+            f"{phase}: best answer so far {what} at p={top_p:.2f} (need {self.settings.confidence}); a trial of "
+            f"this commit is expected to remove {bits:.2f} bits of uncertainty",
+            phase,
+            bits,
         )
 
-    def _answer_groups(self, post: "_Posterior", keep: np.ndarray, n: int) -> list[np.ndarray]:
+    def _answer_groups(self, post: ChangePosterior, keep: np.ndarray) -> list[np.ndarray]:
         """One-hot maps (kept hypotheses × answers) whose entropies sum to the answer's uncertainty."""
         keys = [post.keys[i] for i in keep.tolist()]
         p_two = sum(p for k, p in post.groups.items() if len(k) == 2)
@@ -678,36 +595,58 @@ class SearchPolicy:
             out.append(oh)
         return out
 
-    def _segment_mean(self, data: _Data, key, j: int) -> float:
-        """Mean of the trials in the segment of commit j under the answer ``key``."""
-        bounds = [0, *key, self.n]
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            if lo <= j < hi:
-                vals = [v for i in range(lo, hi) for v in data.values[i]]
-                return float(np.mean(vals)) if vals else math.nan
-        return math.nan
+    def _confirm_step(self, data: _Data, st: _Step) -> Measure | None:
+        """The change's direction is not yet certain: measure its two sides directly."""
+        first, second = (st.parent, st.at) if len(data.values[st.parent]) <= len(data.values[st.at]) else (st.at, st.parent)
+        for i in (first, second):
+            if self._budget_left(data, i):
+                return Measure(
+                    self.commits[i],
+                    f"confirming the change at {self.commits[st.at][:10]} against its parent directly: "
+                    f"{pct(st.step):+.1f}% so far",
+                    "confirming",
+                )
+        return None
+
+    def _second_change_probe(self, data: _Data, post: ChangePosterior, st: _Step) -> int | None:
+        """A commit to measure so that a second step on either side of the change could show, or None.
+
+        For every split point inside a side segment, the trials on its two sides give an effective
+        count n_a·n_b/(n_a + n_b); the weakest split must reach the count that shows the step at
+        ``settings.second_change_z`` standard errors under the current noise.
+        """
+        step = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SHARE * abs(st.step))
+        z = self.settings.second_change_z
+        if z <= 0:
+            return None
+        need = (z * post.sigma_top / step) ** 2
+        cnt = np.array([len(v) for v in data.values], dtype=float)
+        best: tuple[float, int] | None = None
+        for lo, hi in ((0, st.at), (st.at, self.n)):
+            idx = np.array([j for j in range(lo, hi) if j not in data.untestable])
+            if len(idx) < 2:
+                continue
+            c = cnt[idx]
+            worst = _weakest_split(c)
+            if worst >= need:
+                continue
+            trial = c[None, :] + np.eye(len(idx))
+            lifted = np.array([_weakest_split(row) for row in trial])
+            ok = np.array([self._budget_left(data, int(j)) for j in idx])
+            if not ok.any():
+                continue
+            lifted = np.where(ok, lifted, -1.0)
+            k = int(np.argmax(lifted))
+            cand = (-(need - worst), int(idx[k]))
+            if best is None or cand < best:
+                best = cand
+        return None if best is None else best[1]
 
     def _parent(self, b: int, data: _Data) -> int:
         p = b - 1
         while p > 0 and p in data.untestable:
             p -= 1
         return p
-
-    def _wanted_verdict(self, parent_level: float, level: float) -> Verdict:
-        """The direction the segment levels give a change (so its direct test can be one-sided)."""
-        lower = level < parent_level
-        return Verdict.REGRESSED if lower == self.higher_is_better else Verdict.IMPROVED
-
-    def _confirm_step(self, data: _Data, parent: int, b: int, cmp: Comparison, endpoint_cmp) -> Measure | None:
-        first, second = (parent, b) if len(data.values[parent]) <= len(data.values[b]) else (b, parent)
-        for i in (first, second):
-            if self._budget_left(data, i):
-                return Measure(
-                    self.commits[i],
-                    f"confirming the change at {self.commits[b][:10]} against its parent directly: "
-                    f"{cmp.effect_pct:+.1f}% so far, {cmp.verdict.value}",
-                )
-        return None
 
     # ----------------------------------------------------------------------------------------
     # reporting
@@ -722,6 +661,9 @@ class SearchPolicy:
                 parts.append(self.commits[b][:10])
         return " and ".join(parts)
 
+    def _describe_steps(self, data: _Data, steps: Sequence[_Step]) -> str:
+        return ", ".join(f"{self._describe_key(data, (st.at,))} ({pct(st.step):+.1f}%)" for st in steps)
+
     def _skipped_before(self, b: int, data: _Data) -> list[int]:
         out = []
         i = b - 1
@@ -735,11 +677,49 @@ class SearchPolicy:
         for c, i in sorted(self.index.items(), key=lambda kv: kv[1]):
             earlier = [(o.day or "an earlier day", o.value) for o in self.history if o.commit == c and o.value is not None]
             if earlier and data.values[i]:
-                raw = data.values[i]
-                note = history_shift(raw, earlier, noise, build=c[:10], alpha=self.settings.alpha)
+                note = history_shift(data.values[i], earlier, noise, build=c[:10], alpha=self.settings.alpha)
                 if note:
                     notes.append(note)
         return "; ".join(notes) if notes else None
+
+    def _drift(self, data: _Data, post: ChangePosterior) -> tuple[float | None, str | None]:
+        """Estimated drift of the machine over the bisection (percent, range of the fitted path) and a note."""
+        if post is None or not post.fits or post.rho_weights[0] >= 0.5:
+            return None, None
+        h = post.top()
+        fit = post.fits[int(post.rho_index[h])]
+        if fit.rho == 0.0:
+            return None, None
+        ev = data.evidence(self.n)
+        b = [0, int(post.b1[h]), int(post.b2[h]), self.n]
+        seg = np.searchsorted(np.asarray(b[1:3]), ev.commit, side="right")
+        resid = ev.value - post.beta[h][seg]
+        K = np.minimum(ev.time[:, None], ev.time[None, :])
+        alpha = np.linalg.solve(fit.L.T, np.linalg.solve(fit.L, resid))
+        path = fit.rho * K @ alpha
+        span = pct(float(path.max() - path.min()))
+        note = (
+            f"The machine drifted during the bisection (a level path spanning about {span:.1f}% over "
+            f"{data.spent} trials, probability {1 - post.rho_weights[0]:.2f} that it moved at all): the model "
+            f"weighs trials far apart in time less and lets neighbouring trials carry the contrasts."
+        )
+        return span, note
+
+    def _exhausted(self, data: _Data, post: ChangePosterior | None, why: str, *, top_key=None, top_p=None,
+                   ends: Comparison | None = None, ruled_out: float | None = None) -> Done:
+        s = self.settings
+        best = self._describe_key(data, top_key) if top_key else "no change"
+        bound = f" No regression ≥ {ruled_out:.1f}% ({100 * (1 - s.alpha):g}%, from the endpoints)." if ruled_out is not None else ""
+        return self._done(
+            Verdict.INCONCLUSIVE, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out, top_key=top_key,
+            probability=top_p, budget_exhausted=True, best=top_key or (),
+            explanation=(
+                f"The trial budget ran out ({data.spent} trials; stats.max_trials_total = {s.max_trials_total}, "
+                f"stats.max_trials_per_commit = {s.max_trials_per_commit}) before the answer was clear: {why}. "
+                f"Best answer: {best}" + (f" (probability {top_p:.2f})" if top_p is not None else "") + "."
+                + bound + " Raise the budget, narrow the range, or calibrate the noise first."
+            ),
+        )
 
     def _done(
         self,
@@ -747,42 +727,74 @@ class SearchPolicy:
         data: _Data,
         *,
         explanation: str,
+        post: ChangePosterior | None = None,
         endpoint_cmp: Comparison | None = None,
         culprit_cmp: Comparison | None = None,
-        post: _Posterior | None = None,
+        ruled_out: float | None = None,
         top_key: tuple[int, ...] | None = None,
-        drift_note: str | None = None,
-        confirmed: bool = False,
+        culprit: int | None = None,
+        extra: tuple[str, ...] = (),
+        improvements: tuple[str, ...] = (),
+        probability: float | None = None,
+        budget_exhausted: bool = False,
+        best: tuple[int, ...] = (),
     ) -> Done:
-        culprit = None
+        culprit_sha = None
         culprit_set: tuple[str, ...] = ()
-        extra: tuple[str, ...] = ()
-        if confirmed and top_key:
-            b = top_key[0]
-            culprit = self.commits[b]
-            skipped = self._skipped_before(b, data)
+        if culprit is not None:
+            culprit_sha = self.commits[culprit]
+            skipped = self._skipped_before(culprit, data)
             if skipped:
-                culprit_set = tuple(self.commits[i] for i in (*skipped, b))
-            extra = tuple(self.commits[k] for k in top_key[1:])
-        notes = [n for n in (drift_note, self._history_note(data, self._noise_with(data))) if n]
-        if data.attribution_note:
-            explanation += f" System state: {data.attribution_note}."
+                culprit_set = tuple(self.commits[i] for i in (*skipped, culprit))
+        drift_pct, drift_note = self._drift(data, post) if post is not None else (None, None)
+        notes = [x for x in (drift_note, self._history_note(data, self._noise_with(data))) if x]
+        if data.notes:
+            explanation += " System state: " + "; ".join(data.notes) + "."
+        if data.excluded:
+            explanation += (
+                f" Excluded {len(data.excluded)} trial(s) the runner flagged (like nvbench, a throttled or "
+                f"contended trial is re-run, not averaged in): " + "; ".join(data.excluded[:5])
+                + ("; …" if len(data.excluded) > 5 else "") + "."
+            )
+        sigma = noise_dof = None
+        if post is not None and data.trials > 2 + len(top_key or ()):
+            # What this bisection learned about the noise, for the next one on this host to start from.
+            sigma = pct(post.sigma_top)
+            noise_dof = float(data.trials - 1 - len(top_key or ()))
+        effect = culprit_cmp.effect_pct if culprit_cmp is not None else (endpoint_cmp.effect_pct if endpoint_cmp else None)
         outcome = BisectOutcome(
             verdict=verdict,
             good=self.commits[0],
             bad=self.commits[-1],
-            culprit=culprit,
+            culprit=culprit_sha,
             culprit_set=culprit_set,
-            effect_pct=culprit_cmp.effect_pct if culprit_cmp and confirmed else (endpoint_cmp.effect_pct if endpoint_cmp else None),
+            effect_pct=effect,
             endpoint_comparison=endpoint_cmp,
             culprit_comparison=culprit_cmp,
             extra_changes=extra,
+            improvements=improvements,
             skipped=tuple(self.commits[i] for i in sorted(data.untestable)),
-            trials_used=data.trials,
+            trials_used=data.spent,
             drift_note="; ".join(notes) if notes else None,
             explanation=explanation,
+            answer_probability=probability,
+            best_answer=tuple(self.commits[i] for i in best),
+            budget_exhausted=budget_exhausted,
+            ruled_out_pct=ruled_out,
+            excluded=tuple(data.excluded),
+            drift_pct=drift_pct,
+            noise_sigma_pct=sigma,
+            noise_dof=noise_dof,
         )
         return Done(outcome)
+
+
+def _weakest_split(c: np.ndarray) -> float:
+    """Smallest effective count n_a·n_b/(n_a + n_b) over the split points of a run of commits."""
+    left = np.cumsum(c)[:-1]
+    right = c.sum() - left
+    tot = np.maximum(left + right, 1e-9)
+    return float((left * right / tot).min())
 
 
 __all__ = ["Done", "Measure", "Observation", "SearchPolicy"]

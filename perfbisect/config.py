@@ -138,7 +138,9 @@ class StatsConfig:
     max_trials_per_commit: int = 10
     max_trials_total: int = 80
     prior_sigma_pct: float = 5.0  # between-trial noise assumed before any is measured
-    drift_check: bool = True  # re-measure the good endpoint late in a bisection
+    drift_check: bool = True  # model the machine's drift over the run order (and say when it moved)
+    stop_when_ruled_out_pct: float = 0.0  # > 0: stop once regressions this big are ruled out
+    second_change_z: float = 2.0  # how hard to look for a second change (3: thorough, 0: off)
 
 
 @dataclass(frozen=True)
@@ -431,7 +433,16 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None, base_dir: Pa
         max_trials_total=st.positive("max_trials_total", int, 80),
         prior_sigma_pct=st.positive("prior_sigma_pct", float, 5.0),
         drift_check=st.get("drift_check", bool, True),
+        stop_when_ruled_out_pct=float(st.get("stop_when_ruled_out_pct", (int, float), 0.0)),
+        second_change_z=float(st.get("second_change_z", (int, float), 2.0)),
     )
+    if stats.second_change_z < 0:
+        raise ConfigError(f"{path}: key 'stats.second_change_z' must be ≥ 0 (0 turns the check off), got {stats.second_change_z}.")
+    if stats.stop_when_ruled_out_pct < 0:
+        raise ConfigError(
+            f"{path}: key 'stats.stop_when_ruled_out_pct' must be 0 (off) or a positive percent, got "
+            f"{stats.stop_when_ruled_out_pct}."
+        )
     if not (0 < stats.alpha < 0.5):
         raise ConfigError(f"{path}: key 'stats.alpha' must lie between 0 and 0.5, got {stats.alpha}.")
     if not (0.5 < stats.confidence < 1):

@@ -142,6 +142,11 @@ class SystemSnapshot:
     source: str = ""  # "nvml", "nvidia-smi", "proc", ...
 
 
+# NVML clock-event reasons that come from outside the code under test.
+_EXTERNAL_NAMES = ((0x8, "HwSlowdown"), (0x20, "SwThermalSlowdown"), (0x40, "HwThermalSlowdown"), (0x80, "HwPowerBrakeSlowdown"))
+EXTERNAL_THROTTLE = sum(bit for bit, _ in _EXTERNAL_NAMES)
+
+
 @dataclass(frozen=True)
 class SystemSummary:
     """A trial's system state reduced to the numbers the statistics and reports use."""
@@ -158,16 +163,40 @@ class SystemSummary:
     load_avg_1m: float | None = None
     other_gpu_processes: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
+    # State before the trial's own load started: the code under test cannot have caused it.
+    start_temperature_c: float | None = None
+    start_load_avg: float | None = None
 
     def as_covariates(self) -> dict[str, float]:
-        """Numeric state variables that the statistics may try to attribute noise to."""
+        """Numeric state variables the statistics may relate to trial summaries.
+
+        Mediators (the load's own clock, temperature, power, throttled time) are only ever shown;
+        ``start_temperature_c`` and ``other_load`` are exogenous and may adjust (stats.covariate_notes).
+        """
         out = {
             "sm_clock_mean_mhz": self.sm_clock_mean_mhz,
             "temperature_mean_c": self.temperature_mean_c,
             "throttled_fraction": self.throttled_fraction,
             "power_mean_w": self.power_mean_w,
+            "start_temperature_c": self.start_temperature_c,
+            "other_load": self.start_load_avg,
         }
         return {k: float(v) for k, v in out.items() if v is not None}
+
+    def exclusion(self) -> str | None:
+        """Why a trial should not count (nvbench's habit), or None.
+
+        Throttled by a cause outside the code (hardware slowdown, thermal or power-brake events)
+        for a fifth of the samples or more, or another process on the GPUs. The power cap
+        (SwPowerCap) is not a reason: the load itself reaches it, so a faster build would hit it more.
+        """
+        external = self.throttle_reasons_seen & EXTERNAL_THROTTLE
+        if external and (self.throttled_fraction or 0.0) >= 0.2:
+            names = [name for bit, name in _EXTERNAL_NAMES if external & bit]
+            return f"throttled: {', '.join(names)} in {100 * (self.throttled_fraction or 0):.0f}% of samples"
+        if self.other_gpu_processes:
+            return f"contended: other GPU processes {', '.join(map(str, self.other_gpu_processes[:4]))}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -295,3 +324,12 @@ class BisectOutcome:
     trials_used: int = 0
     drift_note: str | None = None
     explanation: str = ""
+    improvements: tuple[str, ...] = ()  # located changes that made it faster (never the culprit)
+    answer_probability: float | None = None  # posterior of the named (or best) answer
+    best_answer: tuple[str, ...] = ()  # when inconclusive: where the change most probably is
+    budget_exhausted: bool = False  # the trial budget ended the search before the answer was clear
+    ruled_out_pct: float | None = None  # no regression of this size or more (one-sided, 1 − alpha)
+    excluded: tuple[str, ...] = ()  # trials left out (throttled, contended) and why
+    drift_pct: float | None = None  # span of the machine's fitted drift over the bisection
+    noise_sigma_pct: float | None = None  # noise per trial this bisection measured (kept for the next)
+    noise_dof: float | None = None

@@ -9,7 +9,7 @@ that two or three repeats cannot make the tool overconfident.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -40,6 +40,16 @@ def _t_sf(t: float, dof: float) -> float:
 
 def _t_ppf(q: float, dof: float) -> float:
     return float(special.stdtrit(dof, q))
+
+
+def t_cdf(x: float, dof: float) -> float:
+    """Student's t CDF."""
+    return float(special.stdtr(dof, x))
+
+
+def t_quantile(q: float, dof: float) -> float:
+    """Student's t quantile."""
+    return _t_ppf(q, dof)
 
 
 def normal_cdf(x: np.ndarray) -> np.ndarray:
@@ -268,7 +278,18 @@ _COVARIATE_WORDS = {
     "temperature_mean_c": "mean GPU temperature",
     "throttled_fraction": "throttled time",
     "power_mean_w": "mean power",
+    "utilization_pct": "GPU utilisation",
+    "clock_cap_mhz": "the external clock cap",
+    "start_temperature_c": "the temperature the trial started at",
+    "other_load": "the CPU load when the trial started",
 }
+
+# State the code under test cannot cause: it may adjust trial summaries across commits. The CPU
+# load when a trial starts ("other_load") is the machine's: this trial's own load has not begun.
+EXOGENOUS_COVARIATES = ("clock_cap_mhz", "start_temperature_c", "other_load")
+# State the code itself moves (a slower kernel draws less power, heats less, reaches another
+# clock): adjusting for it explains the code change away, so it is only ever shown.
+MEDIATOR_COVARIATES = ("sm_clock_mean_mhz", "power_mean_w", "utilization_pct", "temperature_mean_c", "throttled_fraction")
 
 
 @dataclass(frozen=True)
@@ -301,6 +322,7 @@ def attribute(
     build_ids: Sequence[object],
     alpha: float = 0.01,
     min_reduction: float = 0.2,
+    keys: Sequence[str] | None = None,
 ) -> Attribution | None:
     """Regress within-build summary residuals on each recorded state variable; keep the best one.
 
@@ -313,7 +335,8 @@ def attribute(
     n = len(y)
     if n < 4 or len(covariates) != n or len(build_ids) != n:
         return None
-    keys = sorted(set.intersection(*(set(c) for c in covariates))) if covariates else []
+    common = sorted(set.intersection(*(set(c) for c in covariates))) if covariates else []
+    keys = [k for k in common if keys is None or k in keys]
     if not keys:
         return None
     index: dict[object, int] = {}
@@ -378,6 +401,79 @@ def adjust(
     return out
 
 
+def covariate_notes(
+    summaries: Sequence[float],
+    covariates: Sequence[Mapping[str, float]],
+    build_ids: Sequence[object],
+    alpha: float = 0.01,
+    min_rows: int = 6,
+) -> tuple[list[float], list[str]]:
+    """Summaries adjusted for exogenous state where the fit earns it, and what state they track.
+
+    Only EXOGENOUS_COVARIATES may move a summary (fitted within builds, then applied across
+    them). A mediator that tracks the summaries is reported with "not adjusted": the code change
+    may be what moved it (measured: a −33.8% change reported as −60.3% when power was adjusted for).
+    """
+    values = [float(v) for v in summaries]
+    rows = [i for i, c in enumerate(covariates) if c]
+    notes: list[str] = []
+    if len(rows) < min_rows:
+        return values, notes
+    ys = [values[i] for i in rows]
+    cs = [covariates[i] for i in rows]
+    bs = [build_ids[i] for i in rows]
+    exo = attribute(ys, cs, bs, alpha=alpha, keys=EXOGENOUS_COVARIATES)
+    if exo is not None and exo.p_value < alpha:
+        notes.append(exo.sentence)
+        if exo.adjusted:
+            for i, v in zip(rows, adjust(ys, cs, exo)):
+                values[i] = v
+    med = attribute(ys, cs, bs, alpha=alpha, keys=MEDIATOR_COVARIATES)
+    if med is not None and med.p_value < alpha:
+        word = _COVARIATE_WORDS.get(med.covariate, med.covariate)
+        notes.append(
+            f"trial summaries track {word} (r={med.r:.2f}, p={med.p_value:.2g}) — shown, not adjusted for: "
+            f"the code under test can move {word} itself"
+        )
+    return values, notes
+
+
+# --------------------------------------------------------------------------------------------
+# Repeated looks
+
+
+def spent_alpha(alpha: float, look: int, max_looks: int, power: float = 2.0) -> float:
+    """The share of ``alpha`` a test may spend at look ``look`` of at most ``max_looks``.
+
+    Lan–DeMets power-family spending, alpha·(k/K)^power − alpha·((k−1)/K)^power: by the union
+    bound the chance of *any* false verdict over all looks stays ≤ alpha, whatever the data do
+    (stopping at the first significant look of a fixed-alpha test does not: an A/A pair was
+    called −26%, p = 0.008).
+    """
+    k_max = max(int(max_looks), 1)
+    k = min(max(int(look), 1), k_max)
+    return alpha * ((k / k_max) ** power - ((k - 1) / k_max) ** power)
+
+
+def compare_sequential(
+    a: Sequence[float],
+    b: Sequence[float],
+    noise: NoiseModel,
+    settings: StatsConfig,
+    look: int,
+    max_looks: int,
+    higher_is_better: bool = True,
+) -> Comparison:
+    """One look of a repeated comparison: ``compare`` at the alpha this look may spend."""
+    alpha_k = spent_alpha(settings.alpha, look, max_looks)
+    cmp = compare(a, b, noise, settings, higher_is_better, alpha=alpha_k)
+    note = (
+        f" Look {look} of at most {max_looks}: this look spends alpha {alpha_k:.2g} of {settings.alpha:g} "
+        f"(so repeated looks keep the false-verdict rate ≤ {settings.alpha:g})."
+    )
+    return replace(cmp, explanation=cmp.explanation + note)
+
+
 # --------------------------------------------------------------------------------------------
 # History and calibration
 
@@ -435,6 +531,13 @@ def two_sided_t_quantile(alpha: float, dof: float) -> float:
 
 
 __all__ = [
+    "EXOGENOUS_COVARIATES",
+    "MEDIATOR_COVARIATES",
+    "compare_sequential",
+    "covariate_notes",
+    "spent_alpha",
+    "t_cdf",
+    "t_quantile",
     "Attribution",
     "NoiseModel",
     "adjust",

@@ -46,8 +46,8 @@ def comparison_line(label: str, cmp: Comparison | None) -> str | None:
         return None
     return (
         f"{label}: {effect_text(cmp)} "
-        f"({cmp.n_a} vs {cmp.n_b} trials, between-session noise {pct(cmp.sigma_b_pct, sign=False)}, "
-        f"{cmp.sigma_source}) → {cmp.verdict.value}"
+        f"({cmp.n_a} vs {cmp.n_b} trials; noise {pct(cmp.sigma_b_pct, sign=False)} per trial, {cmp.sigma_source}) "
+        f"→ {cmp.verdict.value}"
     )
 
 
@@ -75,15 +75,25 @@ def format_outcome(result: Any) -> list[str]:
         lines.append("culprit is one of (untestable neighbours or a merged branch):")
         lines.extend(f"  {describe(s)}" for s in out.culprit_set)
     for sha in out.extra_changes:
-        lines.append(f"another change: {describe(sha)}")
+        lines.append(f"another regression: {describe(sha)}")
+    for sha in out.improvements:
+        lines.append(f"improvement (not the culprit): {describe(sha)}")
+    if out.budget_exhausted:
+        best = ", ".join(describe(s) for s in out.best_answer) or "no change"
+        prob = f" (probability {out.answer_probability:.2f})" if out.answer_probability is not None else ""
+        lines.append(f"budget exhausted: best answer {best}{prob}")
+    if out.ruled_out_pct is not None and math.isfinite(out.ruled_out_pct) and out.verdict is not Verdict.REGRESSED:
+        lines.append(f"ruled out: no regression ≥ {out.ruled_out_pct:.1f}% between the endpoints")
     for line in (
         comparison_line("endpoints (bad vs good)", out.endpoint_comparison),
-        comparison_line("from the culprit on vs before it (segments pooled)", out.culprit_comparison),
+        comparison_line("from the culprit on vs before it (drift and noise integrated out)", out.culprit_comparison),
     ):
         if line:
             lines.append(line)
     if out.drift_note:
         lines.append(f"drift: {out.drift_note}")
+    if out.excluded:
+        lines.append(f"excluded trials (flagged, re-run): {len(out.excluded)}: {'; '.join(out.excluded[:3])}")
     for line in getattr(result, "state", ()):
         lines.append(f"system state: {line}")
     if out.skipped:

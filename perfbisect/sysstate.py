@@ -687,6 +687,28 @@ def _resolve_pids(exclude_pids: ExcludePids) -> set[int]:
     return {int(p) for p in pids} | {os.getpid()}
 
 
+def _parent_pid(pid: int, proc_root: Path = Path("/proc")) -> int | None:
+    """Parent pid from /proc/<pid>/stat (the command name may hold spaces or parentheses)."""
+    try:
+        stat = (proc_root / str(pid) / "stat").read_text()
+        return int(stat[stat.rindex(")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def descends_from(pid: int, ancestor: int, proc_root: Path = Path("/proc")) -> bool:
+    """True when ``pid`` is ``ancestor`` or one of its descendants (walks /proc parent links)."""
+    seen = 0
+    while pid and pid > 1 and seen < 64:
+        if pid == ancestor:
+            return True
+        parent = _parent_pid(pid, proc_root)
+        if parent is None:
+            return False
+        pid, seen = parent, seen + 1
+    return pid == ancestor
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -756,6 +778,7 @@ class Sampler:
         self._exclude = exclude_pids
         self._set: CollectorSet | None = None
         self._snapshots: list[SystemSnapshot] = []
+        self._own: set[int] = set()  # GPU pids seen to descend from this process
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -782,8 +805,14 @@ class Sampler:
         self.stopped_at = time.time()
 
     def _append(self, snap: SystemSnapshot) -> None:
+        # GPU processes that are perfbisect's own children (its server and workers, a command
+        # workload) are recognised while they live: after teardown their parentage is gone, and
+        # reporting them as "other GPU processes" would flag every trial as contended.
+        me = os.getpid()
+        own = {p for g in snap.gpus for p in g.processes if p not in self._own and descends_from(p, me)}
         with self._lock:
             self._snapshots.append(snap)
+            self._own.update(own)
 
     def _loop(self) -> None:
         assert self._set is not None
@@ -809,7 +838,9 @@ class Sampler:
             for s in self.snapshots
             if (since is None or s.t >= since) and (until is None or s.t <= until)
         ]
-        return summarize(snaps, notes=self.notes, exclude_pids=self._exclude)
+        own = set(self._own)
+        exclude = self._exclude
+        return summarize(snaps, notes=self.notes, exclude_pids=lambda: own | _resolve_pids(exclude))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -171,7 +171,18 @@ def test_json_never_holds_nan_and_lines_never_say_nan(demo, tmp_path):
     data = json.loads(proc.stdout, parse_constant=refuse)
     assert data["verdict"] == "inconclusive" and data["effect_pct"] is None
     lines = subprocess.run([*base, "--db", str(tmp_path / "b.sqlite")], capture_output=True, text=True, timeout=300, env=env)
-    assert lines.returncode == 3 and "nan%" not in lines.stdout.lower() and "n/a" in lines.stdout
+    assert lines.returncode == 3 and "nan%" not in lines.stdout.lower(), lines.stdout
+
+
+def test_a_comparison_without_an_estimate_reads_n_a():
+    from perfbisect.model import Comparison, Verdict
+    from perfbisect.summary import _jsonable, comparison_line
+
+    nan = float("nan")
+    cmp = Comparison(Verdict.INCONCLUSIVE, nan, nan, nan, 5.0, "prior", 1, 0)
+    line = comparison_line("endpoints", cmp)
+    assert "nan" not in line.lower() and "n/a" in line
+    assert _jsonable(cmp)["effect_pct"] is None and _jsonable({"x": [float("inf")]}) == {"x": [None]}
 
 
 def test_port_in_use_is_a_config_error(demo, tmp_path):

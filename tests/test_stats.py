@@ -150,3 +150,55 @@ def test_history_shift_reports_seven_percent_as_system_state():
     assert "bba2fc4: 87.7 tok/s on 11-28" in note and "today" in note
     assert "system state, not code" in note
     assert history_shift(today, [("11-28", math.log(82.2))], noise, build="bba2fc4") is None
+
+
+def test_spent_alpha_adds_up_to_alpha_over_every_look():
+    from perfbisect.stats import spent_alpha
+
+    shares = [spent_alpha(0.01, k, 9) for k in range(1, 10)]
+    assert sum(shares) == pytest.approx(0.01)
+    assert all(a < b for a, b in zip(shares, shares[1:]))  # early looks spend least
+    assert spent_alpha(0.01, 1, 1) == pytest.approx(0.01)
+
+
+def test_repeated_looks_on_aa_pairs_keep_the_false_verdict_rate_within_alpha():
+    # The real stopping rule of `compare`: a look after every interleaved pair from 2+2 trials,
+    # stop at the first verdict that is not inconclusive, at most 10 per side.
+    from perfbisect.stats import compare_sequential
+
+    rng = np.random.default_rng(17)
+    settings = StatsConfig()
+    noise = NoiseModel.prior(3.0)
+    false = 0
+    reps = 300
+    for _ in range(reps):
+        a, b = [], []
+        for i in range(10):
+            a.append(LOG82 + rng.normal(0, 0.03))
+            b.append(LOG82 + rng.normal(0, 0.03))
+            if i >= 1:
+                cmp = compare_sequential(a, b, noise, settings, look=i, max_looks=9)
+                if cmp.verdict is not Verdict.INCONCLUSIVE:
+                    break
+        false += cmp.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)
+    assert false / reps <= 0.01
+    assert "Look" in cmp.explanation
+
+
+def test_mediators_are_shown_and_exogenous_state_adjusts():
+    from perfbisect.stats import covariate_notes
+
+    rng = np.random.default_rng(18)
+    builds = [0] * 8 + [1] * 8
+    session = rng.normal(0, 0.03, 16)
+    values = [LOG82 + (0 if b == 0 else math.log(0.8)) + s for b, s in zip(builds, session)]
+    power = [{"power_mean_w": (650 if b == 0 else 560) + 1000 * s} for b, s in zip(builds, session)]
+    adjusted, notes = covariate_notes(values, power, builds)
+    assert adjusted == values  # never adjusted for a mediator
+    assert notes and "not adjusted" in notes[0] and "mean power" in notes[0]
+    load = [{"other_load": 1000 * s} for s in session]
+    adjusted, notes = covariate_notes(values, load, builds)
+    assert adjusted != values and "; adjusted" in notes[0]
+    # The adjustment removes the load's share: what is left of the spread within builds is small.
+    within = np.array(adjusted[:8]) - np.mean(adjusted[:8])
+    assert np.std(within) < 0.3 * np.std(session[:8])

@@ -853,3 +853,53 @@ def test_real_versions_fingerprint_and_teardown_check():
     assert len(baseline) == REAL_GPUS
     assert sysstate.gpu_memory_released(baseline, tolerance_mib=1024)()
     assert all(pid != os.getpid() for _, pid, _ in sysstate.gpu_busy_processes())
+
+
+class ProcessListCollector:
+    """A GPU collector whose one GPU lists the pids it is given (the processes are real)."""
+
+    name = "pids"
+    kind = "gpu"
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.notes: list[str] = []
+
+    def available(self) -> bool:
+        return True
+
+    def collect(self) -> tuple[GpuSample, ...]:
+        return (GpuSample(index=0, name="listed", processes=tuple(self.pids)),)
+
+    def processes(self) -> list[sysstate.GpuProcess]:
+        return []
+
+    def driver_version(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def test_own_children_on_the_gpu_are_not_other_processes_even_after_they_exit():
+    # A server perfbisect started (its own process group) is on the GPU while the trial runs; the
+    # summary is taken after teardown, when the parentage can no longer be read. It must not be
+    # reported as another process (that would flag every trial as contended).
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    stranger = 1  # init: on the "GPU" too, and not ours
+    try:
+        with sysstate.Sampler(interval_s=0.01, collectors=[ProcessListCollector([child.pid, stranger])]) as sampler:
+            deadline = time.monotonic() + 5
+            while len(sampler.snapshots) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        child.kill()
+        child.wait()
+    summary = sampler.summary()
+    assert child.pid not in summary.other_gpu_processes
+    assert stranger in summary.other_gpu_processes
+    assert sysstate.descends_from(os.getpid(), os.getpid())
+    assert not sysstate.descends_from(stranger, os.getpid())

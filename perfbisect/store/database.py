@@ -34,7 +34,7 @@ from ..model import (
 from . import queries
 from .migrations import upgrade_to_head
 from .queries import NoiseKey, TrialDetails
-from .records import BisectionRecord, ComparisonRecord, ObservationRecord, TrialPurpose
+from .records import BisectionRecord, ComparisonRecord, NoiseEstimate, ObservationRecord, TrialPurpose
 
 DB_FILENAME = "results.sqlite"
 DEFAULT_BUSY_TIMEOUT_S = 30.0
@@ -445,10 +445,21 @@ class Store:
         value: float | None,
         trial_ids: Iterable[int] = (),
         covariates: Mapping[str, float] | None = None,
+        flag: str | None = None,
     ) -> None:
         """Append one observation (committed before this returns)."""
         with self.session(write=True) as s:
-            queries.insert_observation(s, bisection_id, seq, commit, value, trial_ids, covariates)
+            queries.insert_observation(s, bisection_id, seq, commit, value, trial_ids, covariates, flag=flag)
+
+    def add_noise_estimate(self, estimate: NoiseEstimate) -> None:
+        """Keep a measured noise level (committed before this returns)."""
+        with self.session(write=True) as s:
+            queries.insert_noise_estimate(s, estimate)
+
+    def noise_estimates(self, mode: str, workload_hash: str) -> list[NoiseEstimate]:
+        """Stored noise estimates for (mode, workload) on every host, newest first."""
+        with self.session() as s:
+            return queries.load_noise_estimates(s, mode, workload_hash)
 
     def observations(self, bisection_id: int) -> list[ObservationRecord]:
         """A bisection's observations in replay order."""

@@ -35,6 +35,7 @@ from .records import (
     UNFINISHED_ERROR,
     BisectionRecord,
     ComparisonRecord,
+    NoiseEstimate,
     ObservationRecord,
     TrialPurpose,
 )
@@ -45,6 +46,7 @@ from .schema import (
     TRIAL_RUNNING,
     BisectionRow,
     ComparisonRow,
+    NoiseEstimateRow,
     ObservationRow,
     RunRow,
     TrialRow,
@@ -353,6 +355,7 @@ def insert_observation(
     covariates: Mapping[str, float] | None = None,
     *,
     recorded_at: float | None = None,
+    flag: str | None = None,
 ) -> None:
     """Append one observation of a bisection; seq must be new for that bisection."""
     _bisection_row(session, bisection_id)
@@ -376,6 +379,7 @@ def insert_observation(
             trial_ids=[int(t) for t in trial_ids],
             covariates={str(k): float(v) for k, v in (covariates or {}).items()},
             recorded_at=time.time() if recorded_at is None else recorded_at,
+            flag=flag,
         )
     )
     session.flush()
@@ -398,8 +402,34 @@ def load_observations(session: Session, bisection_id: int) -> list[ObservationRe
             trial_ids=tuple(row.trial_ids),
             covariates=dict(row.covariates),
             recorded_at=row.recorded_at,
+            flag=row.flag,
         )
         for row in rows
+    ]
+
+
+def insert_noise_estimate(session: Session, estimate: NoiseEstimate) -> None:
+    """Keep a measured noise level for later bisections on the same host."""
+    session.add(
+        NoiseEstimateRow(
+            host=estimate.host, mode=estimate.mode, mode_hash=estimate.mode_hash,
+            workload_hash=estimate.workload_hash, sigma_b=estimate.sigma_b, dof=estimate.dof,
+            sigma_w=estimate.sigma_w, source=estimate.source, created_at=estimate.created_at,
+        )
+    )
+    session.flush()
+
+
+def load_noise_estimates(session: Session, mode: str, workload_hash: str) -> list[NoiseEstimate]:
+    """Every stored estimate for (mode, workload) on any host, newest first (the caller picks the host)."""
+    rows = session.scalars(
+        select(NoiseEstimateRow)
+        .where(NoiseEstimateRow.mode == mode, NoiseEstimateRow.workload_hash == workload_hash)
+        .order_by(NoiseEstimateRow.created_at.desc(), NoiseEstimateRow.id.desc())
+    )
+    return [
+        NoiseEstimate(r.host, r.mode, r.mode_hash, r.workload_hash, r.sigma_b, r.dof, r.sigma_w, r.source, r.created_at)
+        for r in rows
     ]
 
 

@@ -44,6 +44,22 @@ class ObservationRecord:
     trial_ids: tuple[int, ...] = ()
     covariates: Mapping[str, float] = field(default_factory=dict)
     recorded_at: float = 0.0
+    flag: str | None = None  # why the search excludes it (throttled, contended), if it does
+
+
+@dataclass(frozen=True)
+class NoiseEstimate:
+    """Noise measured on one host for one (mode, workload): what the next bisection starts from."""
+
+    host: str
+    mode: str
+    mode_hash: str
+    workload_hash: str
+    sigma_b: float  # log scale
+    dof: float
+    sigma_w: float | None
+    source: str
+    created_at: float
 
 
 @dataclass(frozen=True)

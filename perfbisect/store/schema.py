@@ -163,11 +163,31 @@ class ObservationRow(Base):
     trial_ids: Mapped[list[int]] = mapped_column(JSON)
     covariates: Mapped[dict[str, float]] = mapped_column(JSON)
     recorded_at: Mapped[float] = mapped_column(Float)
+    flag: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it is excluded, if it is
 
     bisection: Mapped[BisectionRow] = relationship(back_populates="observations")
 
     # The replay order is seq; a duplicate seq would make the replay ambiguous.
     __table_args__ = (UniqueConstraint("bisection_id", "seq"),)
+
+
+class NoiseEstimateRow(Base):
+    """Between-trial noise measured on one host for one mode and workload (calibrate, bisections)."""
+
+    __tablename__ = "noise_estimates"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    mode: Mapped[str] = mapped_column(String(64))
+    mode_hash: Mapped[str] = mapped_column(String(64))
+    workload_hash: Mapped[str] = mapped_column(String(64))
+    sigma_b: Mapped[float] = mapped_column(Float)  # log scale
+    dof: Mapped[float] = mapped_column(Float)
+    sigma_w: Mapped[float | None] = mapped_column(Float, nullable=True)
+    source: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index(None, "mode", "workload_hash"),)
 
 
 class ComparisonRow(Base):

@@ -1,0 +1,278 @@
+"""The change-point posterior under machine drift: numpy only (the normal CDF comes from stats), no I/O.
+
+Model of one trial summary (log scale) of commit ``c`` run at position ``t`` of the run order::
+
+    y = level(segment of c) + drift(t) + e,     e ~ N(0, σ²),   drift ~ random walk, var ρ·σ² per trial
+
+A hypothesis is a set of change points: none, one (the first bad commit ``b1``), or two (``b1 < b2``),
+splitting the commits into at most three segments with their own levels. The levels (Normal prior,
+``g``·σ² wide), the drift path (Gaussian) and σ² (scaled-inverse-χ², the noise model as its prior)
+are integrated out in closed form; the drift scale ρ is marginalised over a small grid with a prior
+that favours "no drift". Every hypothesis is scored by its marginal likelihood, so:
+
+- with ρ = 0 this is the i.i.d. model (segments pooled, σ learned from every residual);
+- when trials of one commit taken at different times disagree beyond σ, larger ρ wins and
+  comparisons between trials far apart in time lose weight, while contrasts between trials run
+  next to each other keep theirs: the commit a trial measured is no longer confounded with *when*
+  it was measured.
+
+Generalised least squares with the sufficient statistics of all hypotheses at once: with
+V = I + ρK (K_ij = min(t_i, t_j)), Cholesky V = LLᵀ, W = L⁻¹Z (Z: trial → commit incidence) and
+u = L⁻¹y, every segment's block of ZᵀV⁻¹Z is a difference of 2-D prefix sums of M = WᵀW, so each
+hypothesis costs O(1) after O(N²n) per ρ.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .stats import normal_cdf
+
+# Drift scales (random-walk variance per trial, as a multiple of σ²) and their prior weights:
+# most bisections run on a steady machine; the rest drift slowly, moderately or jump.
+RHO_GRID = (0.0, 0.03, 0.15, 0.6)
+RHO_PRIOR = (0.85, 0.05, 0.05, 0.05)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Usable trials regrouped for the model: commit index, run-order position and log value each."""
+
+    commit: np.ndarray  # int, per trial
+    time: np.ndarray  # float, run-order position per trial (gaps where trials were excluded)
+    value: np.ndarray  # float, log summaries
+    n: int  # number of commits in the range
+    next_testable: np.ndarray  # per commit index, the next testable commit at or after it
+
+    @property
+    def trials(self) -> int:
+        return len(self.value)
+
+
+@dataclass
+class _RhoFit:
+    """Per drift scale: the whitened design, data and prefix sums every hypothesis reads from."""
+
+    rho: float
+    logdet_v: float
+    L: np.ndarray
+    W: np.ndarray  # L⁻¹ Z
+    u: np.ndarray  # L⁻¹ (y − m0)
+    q: float  # uᵀu
+    CM: np.ndarray  # 2-D prefix sums of WᵀW, (n+1)×(n+1)
+    Cv: np.ndarray  # prefix sums of Wᵀu, n+1
+
+
+@dataclass
+class ChangePosterior:
+    """Posterior over (hypothesis, drift scale) pairs, with what the look-ahead and reports need."""
+
+    b1: np.ndarray  # first boundary; == n means no change
+    b2: np.ndarray  # second boundary; == n means at most one change
+    rho_index: np.ndarray
+    logw: np.ndarray
+    w: np.ndarray  # normalised over every (hypothesis, ρ) pair
+    beta: np.ndarray  # (H, 3) segment levels, posterior means (log scale, absolute)
+    cov: np.ndarray  # (H, 3, 3) posterior covariance of the levels divided by s2
+    s2: np.ndarray  # (H,) posterior noise variance estimate
+    dof: float  # ν0 + N: the Student-t degrees of freedom of every predictive
+    keys: list[tuple[int, ...]]  # per hypothesis, its reportable answer (skip sets merged; () = none)
+    groups: dict[tuple[int, ...], float]
+    p_none: float
+    rho_weights: tuple[float, ...]  # posterior of each drift scale
+    fits: list[_RhoFit]
+    m0: float
+    times: np.ndarray
+    n: int
+
+    def top(self, key: tuple[int, ...] | None = None) -> int:
+        """Index of the most probable (hypothesis, ρ) pair, optionally among those with answer ``key``."""
+        if key is None:
+            return int(np.argmax(self.logw))
+        mask = np.array([k == key for k in self.keys])
+        return int(np.argmax(np.where(mask, self.logw, -np.inf)))
+
+    @property
+    def sigma_top(self) -> float:
+        """Posterior noise σ (log) under the most probable change hypothesis."""
+        none = self.b1 == self.n
+        i = int(np.argmax(np.where(none, -np.inf, self.logw))) if (~none).any() else self.top()
+        return float(math.sqrt(self.s2[i]))
+
+    @property
+    def drift_scale(self) -> float:
+        """Posterior mean of √ρ·σ: the drift's standard deviation per trial (log scale)."""
+        sig = math.sqrt(float((self.w * self.s2).sum()))
+        return float(sum(w * math.sqrt(f.rho) for w, f in zip(self.rho_weights, self.fits))) * sig
+
+    def predict(self, idx: np.ndarray, commits: np.ndarray, t_new: float) -> tuple[np.ndarray, np.ndarray]:
+        """Predictive location and scale of one new trial of each commit at time ``t_new``, per hypothesis.
+
+        Returns (loc, scale), each (len(idx), len(commits)): a Student-t with ``dof`` degrees of
+        freedom. The drift at ``t_new`` is predicted from the residuals (kriging under the random
+        walk); its uncertainty and the levels' uncertainty widen the scale.
+        """
+        b1, b2 = self.b1[idx], self.b2[idx]
+        seg = (commits[None, :] >= b1[:, None]).astype(int) + (commits[None, :] >= b2[:, None]).astype(int)
+        beta = self.beta[idx]
+        loc = np.take_along_axis(beta, seg, axis=1)
+        cov = self.cov[idx]
+        lvar = np.take_along_axis(cov.reshape(len(idx), 9), seg * 4, axis=1)  # diagonal entries (s, s)
+        extra_mean = np.zeros(len(idx))
+        extra_var = np.zeros(len(idx))
+        rho_i = self.rho_index[idx]
+        for r, fit in enumerate(self.fits):
+            sel = rho_i == r
+            if not sel.any() or fit.rho == 0.0:
+                continue
+            k = np.minimum(self.times, t_new)
+            wk = np.linalg.solve(fit.L, k)
+            a = float(wk @ fit.u)
+            gvec = fit.W.T @ wk  # n
+            Cg = np.concatenate([[0.0], np.cumsum(gvec)])
+            bounds = np.stack([np.zeros_like(b1[sel]), b1[sel], b2[sel], np.full_like(b1[sel], self.n)], axis=1)
+            segsum = Cg[bounds[:, 1:]] - Cg[bounds[:, :-1]]  # (h, 3)
+            centred = beta[sel] - self.m0
+            extra_mean[sel] = fit.rho * (a - (segsum * centred).sum(axis=1))
+            extra_var[sel] = max(fit.rho * t_new - fit.rho**2 * float(wk @ wk), 0.0)
+        loc = loc + extra_mean[:, None]
+        scale = np.sqrt(self.s2[idx][:, None] * (1.0 + extra_var[:, None] + lvar))
+        return loc, scale
+
+
+def _hypotheses(n: int, two: bool) -> tuple[np.ndarray, np.ndarray]:
+    ks = np.arange(1, n)
+    b1 = [ks]
+    b2 = [np.full(len(ks), n)]
+    if two and n >= 3:
+        i1, i2 = np.triu_indices(n - 1, k=1)
+        b1.append(i1 + 1)
+        b2.append(i2 + 1)
+    b1.append(np.array([n]))
+    b2.append(np.array([n]))
+    return np.concatenate(b1), np.concatenate(b2)
+
+
+def _fit_rho(ev: Evidence, y: np.ndarray, rho: float) -> _RhoFit:
+    N, n = ev.trials, ev.n
+    Z = np.zeros((N, n))
+    Z[np.arange(N), ev.commit] = 1.0
+    if rho == 0.0:
+        L = np.eye(N)
+        W, u, logdet = Z, y.copy(), 0.0
+    else:
+        t = ev.time
+        V = np.eye(N) + rho * np.minimum(t[:, None], t[None, :])
+        L = np.linalg.cholesky(V)
+        W = np.linalg.solve(L, Z)
+        u = np.linalg.solve(L, y)
+        logdet = 2.0 * float(np.log(np.diag(L)).sum())
+    M = W.T @ W
+    CM = np.zeros((n + 1, n + 1))
+    CM[1:, 1:] = M.cumsum(axis=0).cumsum(axis=1)
+    Cv = np.concatenate([[0.0], np.cumsum(W.T @ u)])
+    return _RhoFit(rho, logdet, L, W, u, float(u @ u), CM, Cv)
+
+
+def posterior(
+    ev: Evidence,
+    *,
+    sigma0: float,
+    dof0: float,
+    level_ratio: float,
+    min_step: float,
+    no_change_prior: float,
+    two_change_prior: float,
+    rho_grid: tuple[float, ...] = RHO_GRID,
+    rho_prior: tuple[float, ...] = RHO_PRIOR,
+) -> ChangePosterior:
+    """Score every (hypothesis, drift scale) pair by its marginal likelihood times its prior.
+
+    ``min_step`` (log): a change smaller than this is no change to the user, so each hypothesis is
+    weighed by the posterior probability that each of its steps is at least that big (a truncated
+    prior on step sizes); without it, splits of one level into two equal ones keep mass no trial
+    can remove and "no change" could never win.
+    """
+    n, N = ev.n, ev.trials
+    m0 = float(ev.value.mean())
+    y = ev.value - m0
+    g = level_ratio
+    hb1, hb2 = _hypotheses(n, two_change_prior > 0)
+    H = len(hb1)
+    none = hb1 == n
+    single = (hb2 == n) & ~none
+    two = ~(single | none)
+    n_pairs = max(int(two.sum()), 1)
+    p_change = 1.0 - no_change_prior
+    tp = two_change_prior if n >= 3 else 0.0
+    with np.errstate(divide="ignore"):
+        logprior_h = np.where(
+            none, math.log(no_change_prior),
+            np.where(single, math.log(p_change * (1 - tp)) - math.log(n - 1),
+                     np.log(p_change * tp) - math.log(n_pairs)),
+        )
+    bounds = np.stack([np.zeros(H, dtype=int), hb1, hb2, np.full(H, n)], axis=1)
+    lo, hi = bounds[:, :-1], bounds[:, 1:]  # (H, 3) segment ranges
+    all_b1, all_b2, all_r, all_logw, all_beta, all_cov, all_s2 = [], [], [], [], [], [], []
+    fits = []
+    for r, (rho, prior_r) in enumerate(zip(rho_grid, rho_prior)):
+        if rho > 0 and N < 3:
+            continue
+        fit = _fit_rho(ev, y, rho)
+        fits.append(fit)
+        CM, Cv = fit.CM, fit.Cv
+        G = (
+            CM[hi[:, :, None], hi[:, None, :]] - CM[lo[:, :, None], hi[:, None, :]]
+            - CM[hi[:, :, None], lo[:, None, :]] + CM[lo[:, :, None], lo[:, None, :]]
+        )  # (H, 3, 3)
+        G = G + np.eye(3)[None] / g
+        rv = Cv[hi] - Cv[lo]  # (H, 3)
+        cov = np.linalg.inv(G)
+        beta_c = np.einsum("hij,hj->hi", cov, rv)
+        R = np.maximum(fit.q - (rv * beta_c).sum(axis=1), 1e-300)
+        _, logdet_g = np.linalg.slogdet(G)
+        occam = -0.5 * (3.0 * math.log(g) + logdet_g)
+        logml = -0.5 * fit.logdet_v + occam - 0.5 * (dof0 + N) * np.log(dof0 * sigma0 * sigma0 + R)
+        s2 = (dof0 * sigma0 * sigma0 + R) / (dof0 + N)
+        for a, b, mask in ((0, 1, ~none), (1, 2, two)):
+            d = beta_c[:, b] - beta_c[:, a]
+            se = np.sqrt(s2 * np.maximum(cov[:, a, a] + cov[:, b, b] - 2 * cov[:, a, b], 1e-300))
+            big = normal_cdf((-min_step - d) / se) + normal_cdf((d - min_step) / se)
+            logml = logml + np.where(mask, np.log(np.maximum(big, 1e-300)), 0.0)
+        all_b1.append(hb1)
+        all_b2.append(hb2)
+        all_r.append(np.full(H, len(fits) - 1))
+        all_logw.append(logml + logprior_h + math.log(prior_r))
+        all_beta.append(beta_c + m0)
+        all_cov.append(cov)
+        all_s2.append(s2)
+    b1 = np.concatenate(all_b1)
+    b2 = np.concatenate(all_b2)
+    rho_index = np.concatenate(all_r)
+    logw = np.concatenate(all_logw)
+    logw = logw - logw.max()
+    w = np.exp(logw)
+    w /= w.sum()
+    nt = ev.next_testable
+    keys: list[tuple[int, ...]] = []
+    groups: dict[tuple[int, ...], float] = {}
+    for x1, x2, wi in zip(b1.tolist(), b2.tolist(), w.tolist()):
+        if x1 == n:
+            key: tuple[int, ...] = ()
+        else:
+            k1 = int(nt[x1])
+            key = (k1,) if x2 == n or int(nt[x2]) == k1 else (k1, int(nt[x2]))
+        keys.append(key)
+        groups[key] = groups.get(key, 0.0) + wi
+    rho_w = tuple(float(w[rho_index == r].sum()) for r in range(len(fits)))
+    return ChangePosterior(
+        b1=b1, b2=b2, rho_index=rho_index, logw=logw, w=w, beta=np.concatenate(all_beta),
+        cov=np.concatenate(all_cov), s2=np.concatenate(all_s2), dof=dof0 + N, keys=keys, groups=groups,
+        p_none=groups.get((), 0.0), rho_weights=rho_w, fits=fits, m0=m0, times=ev.time.astype(float), n=n,
+    )
+
+
+__all__ = ["ChangePosterior", "Evidence", "RHO_GRID", "RHO_PRIOR", "posterior"]

@@ -40,14 +40,14 @@ def effect_text(cmp: Comparison) -> str:
     return f"{pct(cmp.effect_pct)} [{pct(cmp.ci_low_pct)}, {pct(cmp.ci_high_pct)}]"
 
 
-def comparison_line(label: str, cmp: Comparison | None) -> str | None:
-    """One line: effect, interval, noise, trials, verdict."""
+def comparison_line(label: str, cmp: Comparison | None, verdict: bool = True) -> str | None:
+    """One line: effect, interval, noise, trials, and (unless it is evidence for another verdict) its verdict."""
     if cmp is None:
         return None
     return (
         f"{label}: {effect_text(cmp)} "
-        f"({cmp.n_a} vs {cmp.n_b} trials; noise {pct(cmp.sigma_b_pct, sign=False)} per trial, {cmp.sigma_source}) "
-        f"→ {cmp.verdict.value}"
+        f"({cmp.n_a} vs {cmp.n_b} trials; noise {pct(cmp.sigma_b_pct, sign=False)} per trial, {cmp.sigma_source})"
+        + (f" → {cmp.verdict.value}" if verdict else "")
     )
 
 
@@ -85,7 +85,8 @@ def format_outcome(result: Any) -> list[str]:
     if out.ruled_out_pct is not None and math.isfinite(out.ruled_out_pct) and out.verdict is not Verdict.REGRESSED:
         lines.append(f"ruled out: no regression ≥ {out.ruled_out_pct:.1f}% between the endpoints")
     for line in (
-        comparison_line("endpoints (bad vs good)", out.endpoint_comparison),
+        # Evidence, not a second verdict: the bisection's verdict is the headline.
+        comparison_line("endpoints (bad vs good)", out.endpoint_comparison, verdict=False),
         comparison_line("from the culprit on vs before it (drift and noise integrated out)", out.culprit_comparison),
     ):
         if line:

@@ -43,14 +43,18 @@ class SimulatedTarget:
 
 
 def drive(policy: SearchPolicy, target: SimulatedTarget, cs: list[str], limit: int = 400):
+    return drive_with(policy, cs, lambda j, seq, commit: Observation(commit, target.trial(j, seq), seq=seq), limit)
+
+
+def drive_with(pol: SearchPolicy, cs: list[str], observe, limit: int = 200):
+    """Run the policy to the end; ``observe(j, seq, commit)`` makes each trial's Observation."""
     obs: list[Observation] = []
     for _ in range(limit):
-        act = policy.next(obs)
+        act = pol.next(obs)
         if isinstance(act, Done):
             return act.outcome, obs
         assert isinstance(act, Measure) and act.reason
-        j = cs.index(act.commit)
-        obs.append(Observation(act.commit, target.trial(j, len(obs)), seq=len(obs)))
+        obs.append(observe(cs.index(act.commit), len(obs), act.commit))
     raise AssertionError("the policy did not finish")
 
 
@@ -213,17 +217,13 @@ def test_an_improvement_before_the_regression_is_reported_as_such():
 def test_flagged_trials_are_excluded_and_said_so():
     cs = commits(12)
     target = SimulatedTarget({5: -15.0}, 12, 1.0, seed=14)
-    pol = policy(cs)
-    obs: list[Observation] = []
-    for _ in range(200):
-        act = pol.next(obs)
-        if isinstance(act, Done):
-            break
-        j = cs.index(act.commit)
-        spoiled = len(obs) % 3 == 2
-        y = target.trial(j, len(obs)) + (math.log(0.7) if spoiled else 0.0)
-        obs.append(Observation(act.commit, y, seq=len(obs), flag="throttled: HwSlowdown" if spoiled else None))
-    outcome = act.outcome
+
+    def observe(j, seq, commit):
+        spoiled = seq % 3 == 2
+        y = target.trial(j, seq) + (math.log(0.7) if spoiled else 0.0)
+        return Observation(commit, y, seq=seq, flag="throttled: HwSlowdown" if spoiled else None)
+
+    outcome, obs = drive_with(policy(cs), cs, observe)
     assert outcome.culprit == cs[5]
     n_flagged = sum(o.flag is not None for o in obs)
     assert n_flagged > 0 and len(outcome.excluded) == n_flagged
@@ -251,18 +251,13 @@ def test_a_mediator_cannot_explain_the_change_away():
     rng = np.random.default_rng(16)
     levels = np.full(12, LOG82)
     levels[7:] += math.log(0.85)
-    pol = policy(cs)
-    obs: list[Observation] = []
-    for _ in range(200):
-        act = pol.next(obs)
-        if isinstance(act, Done):
-            break
-        j = cs.index(act.commit)
+
+    def observe(j, seq, commit):
         session = rng.normal(0, 0.05)
         power = (650.0 if j < 7 else 560.0) + 600.0 * session + rng.normal(0, 3)
-        obs.append(Observation(act.commit, float(levels[j] + session + rng.normal(0, 0.005)),
-                               {"power_mean_w": power}, seq=len(obs)))
-    outcome = act.outcome
+        return Observation(commit, float(levels[j] + session + rng.normal(0, 0.005)), {"power_mean_w": power}, seq=seq)
+
+    outcome, _ = drive_with(policy(cs), cs, observe)
     assert outcome.culprit == cs[7]
     cmp = outcome.culprit_comparison
     assert abs(cmp.effect_pct - (-15.0)) < 5.0
@@ -297,18 +292,14 @@ def test_exogenous_load_adjusts_the_summaries():
     rng = np.random.default_rng(12)
     levels = np.full(16, LOG82)
     levels[9:] += math.log(0.92)
-    pol = policy(cs)
-    obs: list[Observation] = []
-    for _ in range(200):
-        act = pol.next(obs)
-        if isinstance(act, Done):
-            break
-        j = cs.index(act.commit)
+
+    def observe(j, seq, commit):
         busy = rng.random() < 0.4
         load = (1.0 if busy else 0.0) + rng.normal(0, 0.02)
-        y = levels[j] + (math.log(0.90) if busy else 0.0) + rng.normal(0, 0.01)
-        obs.append(Observation(act.commit, y, {"other_load": load}, seq=len(obs)))
-    outcome = act.outcome
+        return Observation(commit, levels[j] + (math.log(0.90) if busy else 0.0) + rng.normal(0, 0.01),
+                           {"other_load": load}, seq=seq)
+
+    outcome, _ = drive_with(policy(cs), cs, observe)
     assert outcome.culprit == cs[9]
     assert "the CPU load when the trial started" in outcome.explanation and "; adjusted" in outcome.explanation
 

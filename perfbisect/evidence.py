@@ -26,8 +26,10 @@ from .summary import speculative_health, trial_row
 # Replaying the search re-fits the posterior once per step; past this many steps, steps are sampled
 # evenly (the last one always kept) so a long bisection still renders in seconds.
 MAX_REPLAY_STEPS = 60
-# System-state samples drawn per trial in the timeline (stride-sampled beyond this).
+REPLAY_BUDGET_S = 1.0
+# System-state samples drawn per trial in the timeline (stride-sampled beyond this), and in all.
 MAX_SAMPLES_PER_TRIAL = 24
+MAX_SAMPLES = 2400
 LOG_TAIL_LINES = 25
 
 _FORGES = {
@@ -238,13 +240,21 @@ def state_samples(store: Any, trials: Sequence[TrialResult], budget: int = MAX_S
     from .sysstate import expand_compact
 
     rows: list[dict[str, Any]] = []
+    from .store import queries
+
+    budget = max(2, min(budget, MAX_SAMPLES // max(1, len(trials))))
+    ids = [t.id for t in trials if t.id is not None]
+    stored: dict[int, Any] = {}
+    with store.session() as s:  # one transaction for all of them, not one per trial
+        for tid in ids:
+            stored[tid] = queries.trial_samples(s, tid)
     for t in trials:
         if t.id is None:
             continue
         try:
-            data = store.trial_samples(t.id)
+            data = stored.get(t.id)
             snaps = expand_compact(data) if data else []
-        except (ValueError, KeyError, PerfbisectError):
+        except (ValueError, KeyError, TypeError):
             continue
         stride = max(1, math.ceil(len(snaps) / budget))
         for s in snaps[::stride]:
@@ -364,41 +374,74 @@ def speculative_rows(trials: Sequence[TrialResult], order: Sequence[str]) -> lis
 # The search's reasoning, replayed
 
 
+def _coarse_to_fine(n: int, limit: int) -> list[int]:
+    """Step numbers 1..n in an order that covers the whole search early: the last, the middle, quarters..."""
+    order, seen = [], set()
+    parts = 1
+    while len(order) < min(n, limit):
+        for j in range(parts, 0, -1):
+            k = max(1, round(n * j / parts))
+            if k not in seen:
+                seen.add(k)
+                order.append(k)
+                if len(order) >= min(n, limit):
+                    break
+        if parts > 2 * n:
+            break
+        parts *= 2
+    return order
+
+
 def replay(record: Any, observations: Sequence[Any], noise: NoiseModel | None = None,
-           higher_is_better: bool = True, max_steps: int = MAX_REPLAY_STEPS) -> dict[str, Any]:
+           higher_is_better: bool = True, max_steps: int = MAX_REPLAY_STEPS,
+           budget_s: float = REPLAY_BUDGET_S) -> dict[str, Any]:
     """Posterior over commits after each step and why each next commit was chosen.
 
     The policy is a pure function of its settings and the observations, so replaying it prefix by
     prefix over the stored observations shows what it believed when it chose. The noise it started
-    from is the configured prior unless given (a learned noise is not stored per bisection).
+    from is the configured prior unless given (a learned noise is not stored per bisection). Each
+    step re-fits the posterior, so a long search is replayed coarse to fine (last step, middle,
+    quarters...) until ``budget_s`` is spent, and the report says how many steps it shows.
     """
     settings = _stats_config(record.settings)
     noise = noise or NoiseModel.prior(settings.prior_sigma_pct)
     policy = SearchPolicy(list(record.commits), settings, noise, higher_is_better=higher_is_better)
+    seen_post: list[Any] = []
+    fit = policy._posterior
+
+    def remembered(data: Any) -> Any:  # next() fits the full posterior first: keep it, don't fit twice
+        post = fit(data)
+        seen_post.append(post)
+        return post
+
+    policy._posterior = remembered  # type: ignore[method-assign]
     obs = [Observation(commit=o.commit, value=o.value, covariates=dict(o.covariates), seq=o.seq,
                        at=o.recorded_at or None, flag=o.flag) for o in observations]
     n = len(obs)
-    ks = list(range(1, n + 1))
-    if len(ks) > max_steps:
-        stride = len(ks) / max_steps
-        ks = sorted({ks[int(i * stride)] for i in range(max_steps)} | {n})
-    steps, cells = [], []
-    for k in ks:
+    deadline = time.monotonic() + budget_s
+    done: dict[int, tuple[Any, Any]] = {}
+    for k in _coarse_to_fine(n, max_steps):
+        if done and time.monotonic() > deadline:
+            break
         prefix = obs[:k]
         try:
-            post = policy._posterior(policy._regroup(prefix))
+            seen_post.clear()
             action = policy.next(prefix)
-        except (PerfbisectError, ValueError, FloatingPointError, np.linalg.LinAlgError) as exc:  # pragma: no cover
-            steps.append({"step": k, "error": str(exc)})
+            post = seen_post[0] if seen_post else fit(policy._regroup(prefix))
+        except (PerfbisectError, ValueError, FloatingPointError, np.linalg.LinAlgError):  # pragma: no cover
             continue
+        done[k] = (post, action)
+    steps, cells = [], []
+    for k in sorted(done):
+        post, action = done[k]
         mass = [0.0] * policy.n
         for key, p in post.groups.items():
             for b in key:
                 mass[b] += p
         for i, p in enumerate(mass):
-            if p >= 1e-4:
-                cells.append({"step": k, "commit": record.commits[i][:10], "p": round(p, 4)})
-        cells.append({"step": k, "commit": "no change", "p": round(post.p_none, 4)})
+            if p >= 1e-3:
+                cells.append({"step": k, "commit": record.commits[i][:10], "p": round(p, 3)})
+        cells.append({"step": k, "commit": "no change", "p": round(post.p_none, 3)})
         last = obs[k - 1]
         nxt = {"commit": "", "phase": "done", "reason": "the search stopped: the outcome above"}
         if not isinstance(action, Done):
@@ -406,11 +449,13 @@ def replay(record: Any, observations: Sequence[Any], noise: NoiseModel | None = 
         top = max(range(policy.n), key=lambda i: mass[i])
         steps.append({
             "step": k, "measured": last.commit[:10], "value": _exp(last.value), "flag": last.flag or "",
-            "p_none": post.p_none, "top": record.commits[top][:10], "top_p": mass[top], **{"next_" + a: b for a, b in nxt.items()},
+            "p_none": post.p_none, "top": record.commits[top][:10], "top_p": mass[top],
+            **{"next_" + a: b for a, b in nxt.items()},
         })
-    first = policy.next([])
-    opening = first.reason if not isinstance(first, Done) else ""
-    return {"steps": steps, "cells": cells, "sampled": len(ks) < n, "noise": noise.describe(), "opening": opening}
+    first = policy.next([]) if n else None
+    opening = first.reason if first is not None and not isinstance(first, Done) else ""
+    return {"steps": steps, "cells": cells, "sampled": len(done) < n, "shown": len(done), "total": n,
+            "noise": noise.describe(), "opening": opening}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -899,6 +899,9 @@ def run_demo(
 # perfbisect report
 
 
+INDEX_REPLAY_BUDGET_S = 0.1
+
+
 def report_path(db_path: Path, name: str) -> Path:
     """Where a report goes by default: ``reports/`` beside the results database."""
     return Path(db_path).expanduser().absolute().parent / "reports" / f"{name}.html"
@@ -953,7 +956,9 @@ def report_index(store: Store, directory: Path, config: Config | None = None, pr
     directory = Path(directory).expanduser().absolute()
     views = []
     for b in store.bisections(1 << 30):
-        views.append(evidence.bisection_view(store, b.id, config))
+        # A site of many reports replays each search on a tighter budget (coarse to fine: the last
+        # steps and the overall shape stay; `perfbisect report N` shows more).
+        views.append(evidence.bisection_view(store, b.id, config, replay_budget_s=INDEX_REPLAY_BUDGET_S))
     for c in store.comparisons(1 << 30):
         views.append(evidence.comparison_view(store, c.id, config))
     entries, history = evidence.index_entries(views)

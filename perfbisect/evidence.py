@@ -11,6 +11,7 @@ import dataclasses
 import math
 import re
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -520,8 +521,9 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
 # A bisection
 
 
-def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: Path | None = None) -> dict[str, Any]:
-    """Everything the report of one bisection shows."""
+def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: Path | None = None,
+                   replay_budget_s: float = REPLAY_BUDGET_S) -> dict[str, Any]:
+    """Everything the report of one bisection shows (the search replayed within ``replay_budget_s``)."""
     record = store.bisection(bisection_id)
     out: BisectOutcome | None = record.outcome
     repo = _Repo(record.target)
@@ -628,7 +630,9 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
                 "url": commit_url(repo.remote, sha)}
 
     try:
-        reasoning = replay(record, observations, higher_is_better=higher)
+        with warnings.catch_warnings():  # early prefixes (one endpoint measured) make numpy warn on empty means
+            warnings.simplefilter("ignore", RuntimeWarning)
+            reasoning = replay(record, observations, higher_is_better=higher, budget_s=replay_budget_s)
     except PerfbisectError as exc:
         reasoning = {"steps": [], "cells": [], "sampled": False, "noise": "", "opening": "", "error": str(exc)}
     comparisons = [c for c in (

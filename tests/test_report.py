@@ -172,3 +172,22 @@ def test_payloads_stay_text_in_chromium(payload_results, tmp_path):
     page = dom.stdout
     assert '<img src="x"' not in page and "<script>alert(" not in page
     assert "&lt;script&gt;alert('subject')&lt;/script&gt;" in page  # shown as text
+
+
+def test_compare_and_calibrate_write_reports(tmp_path):
+    from perfbisect.demo.target import make_demo_target
+
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    db = tmp_path / "r.sqlite"
+    proc = cli("compare", target.good, target.planted, "--max-trials", "2", "-c", str(target.config),
+               "--db", str(db), "--json")
+    assert proc.returncode in (0, 3), proc.stderr
+    result = json.loads(proc.stdout)
+    html = Path(result["report"]).read_text()
+    assert Path(result["report"]).is_absolute() and target.planted in html and "B vs A" in html
+    cal = cli("calibrate", "HEAD", "-n", "2", "-m", "baseline", "-c", str(target.config), "--db", str(db), "--json")
+    assert cal.returncode == 0, cal.stderr
+    report = Path(json.loads(cal.stdout)["report"])
+    assert report.is_file() and "NOISE CALIBRATION" in report.read_text()
+    text = cli("report", f"c{result['comparison_id']}", "--db", str(db))
+    assert text.returncode == 0 and "report: " in text.stdout

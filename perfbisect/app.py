@@ -987,7 +987,7 @@ def demo_report(target: DemoTarget, result: BisectResult) -> Path:
         return report(store, str(result.bisection_id), config=config)[0]
 
 
-def calibrate_report(ws: Workspace, result: CalibrateResult) -> Path:
+def calibration_report(ws: Workspace, result: CalibrateResult) -> Path:
     """The report of a calibration: its trials over time, the machine state and the noise it measured."""
     from . import evidence
     from .report import render_report, write_html

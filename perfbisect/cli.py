@@ -452,7 +452,7 @@ def calibrate(
         with core.Workspace.open(cfg, db) as ws:
             progress = ConsoleProgress(quiet)
             result = core.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, progress, wait_idle_s=wait_idle)
-            report = core.report_quietly(progress, lambda: core.calibrate_report(ws, result))
+            report = core.report_quietly(progress, lambda: core.calibration_report(ws, result))
     except PerfbisectError as exc:
         raise fail(exc) from None
     if json_out:

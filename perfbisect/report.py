@@ -208,7 +208,7 @@ def history_spec(points: Sequence[Mapping[str, Any]], mode: str) -> dict[str, An
     """One mode's levels across dates, with their noise bands; each point links to its report."""
     spec = _base(height=240)
     spec["data"] = {"values": list(points)}
-    x = {"field": "date", "type": "temporal", "title": "when measured"}
+    x = {"field": "date", "type": "temporal", "title": "when measured", "axis": {"format": "%Y-%m-%d %H:%M", "labelOverlap": True}}
     spec["layer"] = [
         {"mark": {"type": "rule", "strokeWidth": 6, "opacity": 0.25},
          "encoding": {"x": x, "y": {"field": "band_low", "type": "quantitative", "scale": {"zero": False},

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from . import sysstate
+from . import locks, sysstate
 from .bisect import Done, Observation, SearchPolicy
 from .build import BuildCache, run_build
 from .config import Config, ModeConfig, expand, load_config
@@ -37,7 +37,7 @@ from .model import (
 )
 from .server import ServerSession, port_holders, port_in_use
 from .stats import NoiseModel, calibrate_report, compare, compare_sequential, covariate_notes, history_shift, pct
-from .store import NoiseEstimate, Store, open_store
+from .store import NoiseEstimate, Store, open_store, owner_alive, process_owner
 from .workload import avg_spec_accept_length, run_command_workload, run_workload, server_info
 
 
@@ -72,9 +72,10 @@ class Workspace:
     def open(cls, config: Config, db_path: Path | None = None) -> "Workspace":
         repo = TargetRepo(config.target.repo)
         db = Path(db_path) if db_path else config.default_db
+        cache = config.cache_dir
+        check_cache_dir(config)
         stack = PatchStack.load(config.patches, repo) if (config.patches.dir or config.patches.branch) else None
         store = open_store(db)
-        cache = config.cache_dir
         return cls(
             config=config,
             repo=repo,
@@ -95,6 +96,40 @@ class Workspace:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_cache_dir(config: Config) -> None:
+    """The cache directory (worktrees, builds, logs, locks) must be a writable directory."""
+    cache = config.cache_dir
+    key = "target.cache_dir" if config.target.cache_dir else "target.cache_dir (default <repo>/.git/perfbisect)"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        probe = cache / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"{config.path}: {key} is {cache}, which cannot be used: {exc.strerror or exc}. perfbisect keeps "
+            f"its worktrees, build cache, logs and locks there: set target.cache_dir to a writable directory."
+        ) from None
+
+
+def measured_nothing(ws: Workspace, bisection_id: int) -> str | None:
+    """When no trial of a bisection produced a number: why the first one failed (else None)."""
+    return why_nothing_measured(ws.store.trials(bisection_id=bisection_id, status=None))
+
+
+def why_nothing_measured(trials: Sequence[TrialResult]) -> str | None:
+    """None when some trial produced a number; else the first reason one did not."""
+    if not trials or any(t.summary is not None for t in trials):
+        return None
+    for t in trials:
+        if t.error:
+            return t.error
+        for r in t.runs:
+            if r.error and not r.warmup:
+                return r.error
+    return "no trial produced a usable run"
 
 
 @dataclass
@@ -133,24 +168,74 @@ def preflight(ws: Workspace) -> None:
         )
 
 
-def reap_leftover_servers(cache_dir: Path, progress: Progress) -> list[int]:
-    """Kill server process groups a crashed perfbisect left behind: a leftover server poisons later trials."""
-    killed = []
-    for pidfile in sorted((cache_dir / "servers").glob("*.pid")):
+def exclusive(ws: Workspace, progress: Progress | None = None, *, wait: bool = False, gpu: bool = True):
+    """Hold the repository's lock (and the GPU node's) while a command uses worktrees and servers."""
+    progress = progress or Progress()
+    return locks.exclusive(
+        ws.config.cache_dir,
+        repo=str(ws.config.target.repo),
+        gpu=gpu,
+        wait=wait,
+        on_wait=lambda what, holder: progress.info(f"waiting for {holder.describe()} to release the {what} ..."),
+    )
+
+
+_PIDFILE_OWNER = "owner "
+
+
+@dataclass(frozen=True)
+class ServerPidfile:
+    """A server process group perfbisect started, as its pidfile under <cache_dir>/servers says."""
+
+    path: Path
+    pgid: int
+    owner: str  # host:pid:start of the perfbisect that started it ("" in pidfiles of older versions)
+    cmdline: str
+
+    @property
+    def owner_pid(self) -> int | None:
+        parts = self.owner.split(":")
+        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
+
+
+def server_pidfiles(cache_dir: Path) -> list[ServerPidfile]:
+    """Every server pidfile of this cache directory (unreadable ones skipped)."""
+    out = []
+    for pidfile in sorted((Path(cache_dir) / "servers").glob("*.pid")):
         try:
             pgid = int(pidfile.stem)
-            cmdline = pidfile.read_text()
-            alive = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            text = pidfile.read_text()
         except (ValueError, OSError):
+            continue
+        owner, cmdline = "", text
+        if text.startswith(_PIDFILE_OWNER):
+            first, _, cmdline = text.partition("\n")
+            owner = first[len(_PIDFILE_OWNER):].strip()
+        out.append(ServerPidfile(pidfile, pgid, owner, cmdline))
+    return out
+
+
+def reap_leftover_servers(cache_dir: Path, progress: Progress) -> list[int]:
+    """Kill server process groups a crashed perfbisect left behind: a leftover server poisons later trials.
+
+    Only pidfiles whose writer is dead are touched: a live perfbisect's server is never reaped.
+    """
+    killed = []
+    for pf in server_pidfiles(cache_dir):
+        if pf.owner and pf.owner != process_owner() and owner_alive(pf.owner):
+            continue  # its perfbisect is running: the server is in use, not left over
+        try:
+            alive = Path(f"/proc/{pf.pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
             alive = ""
-        if alive and alive == cmdline.strip():
+        if alive and alive == pf.cmdline.strip():
             try:
-                os.killpg(pgid, signal.SIGKILL)
-                killed.append(pgid)
-                progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pgid}: {alive[:80]})")
+                os.killpg(pf.pgid, signal.SIGKILL)
+                killed.append(pf.pgid)
+                progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pf.pgid}: {alive[:80]})")
             except OSError:
                 pass
-        pidfile.unlink(missing_ok=True)
+        pf.path.unlink(missing_ok=True)
     return killed
 
 
@@ -162,6 +247,7 @@ class TrialRunner:
         self.progress = progress or Progress()
         self.wait_idle_s = wait_idle_s
         self._prepared: Prepared | None = None
+        self._unobserved: dict[int, list[TrialResult]] = {}  # per bisection: stored trials no observation holds
         self._logs = ws.config.cache_dir / "logs"
         self._pids = ws.config.cache_dir / "servers"
         reap_leftover_servers(ws.config.cache_dir, self.progress)
@@ -225,6 +311,12 @@ class TrialRunner:
             trial_id = store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id)
             store.finish_trial(trial_id, TrialStatus.SKIPPED, error=prepared.untestable)
             return store.trial(trial_id)
+        stored = self._stored_unobserved(identity, purpose, bisection_id)
+        if stored is not None:
+            self.progress.info(
+                f"trial #{stored.id}: {commit.short} [{mode.name}] was stored before the interruption: used, not measured again"
+            )
+            return stored
 
         sysstate.wait_until_idle(
             timeout_s=self.wait_idle_s,
@@ -285,14 +377,18 @@ class TrialRunner:
         except (ServerError, WorkloadError) as exc:
             status, error = TrialStatus.FAILED, str(exc)
             self.progress.warn(f"{commit.short} [{mode.name}] trial failed: {exc}")
-        except BaseException as exc:  # Ctrl-C or a bug: record what happened, keep the runs
+        except BaseException as exc:  # Ctrl-C, SIGTERM, a config error or a bug: record what happened, keep the runs
+            what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "aborted"
             store.finish_trial(
                 trial_id, TrialStatus.FAILED, system=sampler.summary(),
-                error=f"interrupted: {type(exc).__name__}: {exc}",
+                error=f"{what}: {type(exc).__name__}: {exc}",
             )
             raise
         if prepared.versions is None:
-            prepared.versions = sysstate.target_versions(cfg.target.python, cwd=prepared.worktree)
+            # Read through the server's env (PYTHONPATH to the checkout): the versions it imports.
+            server_env = {k: expand((v,), python=cfg.target.python, worktree=str(prepared.worktree))[0]
+                          for k, v in cfg.server.env.items()}
+            prepared.versions = sysstate.target_versions(cfg.target.python, cwd=prepared.worktree, extra_env=server_env)
         since, until = (window[0], window[-1]) if len(window) == 2 else (None, None)
         system = sampler.summary(since=since, until=until)
         if system.samples == 0:  # runs shorter than the sampling interval: use the whole session
@@ -317,11 +413,35 @@ class TrialRunner:
             )
         return result
 
+    def _stored_unobserved(self, identity: TrialIdentity, purpose: str, bisection_id: int | None) -> TrialResult | None:
+        """A finished trial of this bisection with this identity that no observation holds yet.
+
+        Such a trial is what a kill between the trials of one observation leaves (a ratio metric
+        measures two modes per commit): a resumed bisection uses it instead of measuring it again.
+        Each is handed out once; the list is taken when this runner first looks, so trials this
+        process measures itself are never handed back.
+        """
+        if bisection_id is None or purpose != "bisect":
+            return None
+        if bisection_id not in self._unobserved:
+            store = self.ws.store
+            held = {tid for o in store.observations(bisection_id) for tid in o.trial_ids}
+            self._unobserved[bisection_id] = [
+                t for t in store.trials(bisection_id=bisection_id, status=TrialStatus.OK)
+                if t.id not in held and t.summary is not None
+            ]
+        pool = self._unobserved[bisection_id]
+        for t in pool:
+            if t.identity == identity:
+                pool.remove(t)
+                return t
+        return None
+
     def _remember(self, session: ServerSession) -> Path:
         """Note the server's process group so a crash of this process cannot leave it running unseen."""
         self._pids.mkdir(parents=True, exist_ok=True)
         pidfile = self._pids / f"{session.pid}.pid"
-        pidfile.write_text(" ".join(session.argv))
+        pidfile.write_text(f"{_PIDFILE_OWNER}{process_owner()}\n" + " ".join(session.argv))
         return pidfile
 
     def _ready_progress(self, mode: str) -> Callable[[float, int], None]:
@@ -890,7 +1010,7 @@ def run_demo(
     what = f"planted {target.planted[:10]}" if target.planted else "no code change (drift only)"
     progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; server: SGLang emulator")
     config = load_config(target.config)
-    with Workspace.open(config, target.root / "results.sqlite") as ws:
+    with Workspace.open(config, target.root / "results.sqlite") as ws, exclusive(ws, progress):
         result = run_bisection(ws, target.good, target.bad, progress)
     return result, target
 

@@ -22,7 +22,8 @@ How it decides (DESIGN.md §5):
 3. The next commit is the one whose next trial is expected to remove the most uncertainty about
    the answer (a one-step look-ahead over the posterior's predictive distributions, drift included).
 4. The culprit is the first located change that is a *regression*; a located improvement is reported
-   as such, never as the first bad commit.
+   as such, never as the first bad commit. The commits on each side of a named change carry at
+   least MIN_TRIALS_AT_CHANGE trials each, so a single wild session cannot carry a verdict.
 5. Trials flagged by the runner (throttled by an external cause, contended) are excluded and said so.
    Only state the code cannot cause (external clock caps, other processes' load, the temperature a
    trial started at) may adjust trial summaries; power, utilisation, the load's own clock and
@@ -55,6 +56,8 @@ NO_CHANGE_DOUBT = 0.02
 # move it by at least MIN_GAIN_BITS each.
 SECOND_CHANGE_DOUBT = 0.04
 MIN_GAIN_BITS = 0.05
+# The commits on each side of a named change carry at least this many trials each.
+MIN_TRIALS_AT_CHANGE = 2
 # While locating, a search whose decisive commits are out of budget and whose best next trial is
 # expected to remove less than this stops: the remaining budget cannot change the answer.
 LOCATE_MIN_GAIN_BITS = 0.01
@@ -263,6 +266,17 @@ class SearchPolicy:
                 move = self._confirm_step(data, st)
                 if move is not None:
                     return move
+        # One wild session must not carry a verdict alone: the commits on both sides of a change are
+        # each measured at least twice before it is named (heavy-tailed session effects did that).
+        for st in steps:
+            for i in (st.parent, st.at):
+                if len(data.values[i]) < MIN_TRIALS_AT_CHANGE and self._budget_left(data, i):
+                    return Measure(
+                        self.commits[i],
+                        f"confirming the change at {self.commits[st.at][:10]} ({pct(st.step):+.1f}%): a second trial of "
+                        f"{'its parent' if i == st.parent else 'the commit'} so no single session carries the verdict",
+                        "confirming",
+                    )
         regressions = [st for st in steps if self._is_regression(st.step)]
         improvements = [st for st in steps if not self._is_regression(st.step)]
         if not regressions:

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from .children import own_group
 from .config import BuildStep, expand
-from .errors import BuildError
+from .errors import BuildError, InfrastructureError
 from .gitrepo import worktree_tree_hash
 from .logtail import log_tail
 from .model import Commit, content_hash
@@ -139,9 +140,14 @@ class BuildCache:
         return CacheEntry(key, final, total, tuple(files))
 
     def restore(self, entry: CacheEntry, worktree: Path) -> list[str]:
-        """Copy an entry's artefacts back into the worktree at their original paths."""
-        for rel in entry.files:
-            src, dst = entry.files_dir / rel, worktree / rel
+        """Copy an entry's artefacts back into the worktree at their original paths.
+
+        UnsafeRestore (nothing written) when a path would leave the worktree: a ``..``, or a
+        directory on the way that is a symlink, which the checked-out commit may itself carry.
+        """
+        destinations = [_inside(Path(worktree), rel) for rel in entry.files]
+        for rel, dst in zip(entry.files, destinations):
+            src = entry.files_dir / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             if dst.is_dir() and not dst.is_symlink():
                 shutil.rmtree(dst)
@@ -187,6 +193,26 @@ class BuildCache:
         """Remove every entry (``perfbisect gc --builds``)."""
         shutil.rmtree(self.entries_dir, ignore_errors=True)
         self.entries_dir.mkdir(parents=True, exist_ok=True)
+
+
+class UnsafeRestore(Exception):
+    """A cached artefact's path would be written outside the worktree (through a symlink, or ``..``)."""
+
+
+def _inside(worktree: Path, rel: str) -> Path:
+    """``worktree / rel``, refusing any path whose directories leave the worktree."""
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or ".." in parts:
+        raise UnsafeRestore(f"artefact path {rel!r} is not inside the worktree")
+    current = worktree
+    for part in parts[:-1]:
+        current = current / part
+        if current.is_symlink():
+            raise UnsafeRestore(
+                f"{current.relative_to(worktree)} is a symlink (to {os.readlink(current)!r}) in the checked-out "
+                f"commit; restoring {rel} through it would write outside the worktree"
+            )
+    return worktree / rel
 
 
 def _expand_artifacts(worktree: Path, artifacts: Sequence[str]) -> list[str]:
@@ -245,15 +271,20 @@ def run_build(
         start = time.perf_counter()
         cacheable = cache is not None and step.cache and bool(step.artifacts)
         entry = cache.get(key) if cacheable else None
+        refused = ""
         if entry is not None:
-            cache.restore(entry, worktree)
+            try:
+                cache.restore(entry, worktree)
+            except UnsafeRestore as exc:  # never write outside the worktree: build it for real instead
+                entry, refused = None, f"# perfbisect: build cache not used: {exc}\n"
+        if entry is not None:
             log_path.write_text(
                 f"cache hit: step {step.name!r} key {key}\nrestored {len(entry.files)} artefact file(s) from "
                 f"{entry.path}\noriginal build log: {entry.path / 'build.log'}\n"
             )
             results.append(StepResult(step.name, key, True, step.python_only, time.perf_counter() - start, str(log_path)))
             continue
-        _run_step(step, worktree, python, log_path, commit)
+        _run_step(step, worktree, python, log_path, commit, note=refused)
         stored = False
         if cacheable:
             try:
@@ -271,15 +302,16 @@ def run_build(
     return BuildResult(content_hash(_KEY_VERSION, [[r.name, r.key] for r in results]), tuple(results))
 
 
-def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, commit: Commit | str) -> None:
+def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, commit: Commit | str, note: str = "") -> None:
     argv = expand(step.command, python=python, worktree=str(worktree))
     short = (commit.short if isinstance(commit, Commit) else str(commit)[:10])
     with log_path.open("wb") as log:
-        log.write(f"$ {argv!r}\n# cwd {worktree}\n".encode())
+        log.write(f"{note}$ {argv!r}\n# cwd {worktree}\n".encode())
         log.flush()
         try:
-            # Its own session, so a timeout can stop the compiler processes the step spawned too.
-            proc = subprocess.Popen(argv, cwd=worktree, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            # Its own session, so a timeout can stop the compiler processes the step spawned too;
+            # it dies with perfbisect, so a killed bisection leaves no compiler running.
+            proc = subprocess.Popen(argv, cwd=worktree, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **own_group())
         except FileNotFoundError:
             raise BuildError(
                 f"Build step '{step.name}' at {short}: command not found: '{argv[0]}'. Fix: install it, or "
@@ -294,7 +326,10 @@ def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, comm
             ) from None
         try:
             status = proc.wait(timeout=step.timeout_s)
-        except subprocess.TimeoutExpired:
+        except BaseException as exc:  # Ctrl-C / SIGTERM of perfbisect: the step's processes go with it
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                _kill_group(proc)
+                raise
             _kill_group(proc)
             log.write(f"\n# perfbisect: killed after timeout_s={step.timeout_s}\n".encode())
             log.flush()
@@ -307,6 +342,7 @@ def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, comm
             ) from None
     if status != 0:
         tail = _tail(log_path)
+        _refuse_machine_fault(step, short, worktree, log_path, tail)
         raise BuildError(
             f"Build step '{step.name}' failed at {short} (exit status {status}); the commit is skipped, "
             f"never blamed. Fix: read the log {log_path} and fix the step's command (build.steps[]) "
@@ -314,6 +350,29 @@ def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, comm
             log_path=str(log_path),
             log_tail=tail,
         )
+
+
+# What a build prints when the machine, not the commit, failed it.
+_MACHINE_FAULTS = ("No space left on device", "Disk quota exceeded", "Read-only file system")
+_FULL_DISK_BYTES = 64 * 1024 * 1024
+
+
+def _refuse_machine_fault(step: BuildStep, short: str, worktree: Path, log_path: Path, tail: str) -> None:
+    """A step that failed because the disk is full (or read-only) says nothing about the commit:
+    raise InfrastructureError (the run stops, exit 4) instead of a BuildError that skips it."""
+    try:
+        free = shutil.disk_usage(worktree).free
+    except OSError:
+        free = None
+    fault = next((f for f in _MACHINE_FAULTS if f in tail), None)
+    if fault is None and (free is None or free >= _FULL_DISK_BYTES):
+        return
+    what = fault or f"only {free / 1e6:.0f} MB free"
+    raise InfrastructureError(
+        f"Build step '{step.name}' at {short} failed because of the machine, not the commit ({what} on the "
+        f"disk of {worktree}). Free space (`perfbisect gc --build-cache` drops perfbisect's build cache) and "
+        f"run again: `perfbisect resume` continues a bisection. Log: {log_path}"
+    )
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import sys
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,7 +21,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
-from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, PerfbisectError, UsageError
+from .errors import (
+    EXIT_INCONCLUSIVE,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    Interrupted,
+    PerfbisectError,
+    UsageError,
+)
 
 EPILOG_EXIT = (
     "Exit codes: 0 finished · 1 regression found (with --fail-on-regression) · "
@@ -57,8 +70,34 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and the result.")]
 WaitIdleOpt = Annotated[
     float,
-    typer.Option("--wait-idle", metavar="SECONDS", help="When other processes hold the GPUs, wait up to this long instead of refusing."),
+    typer.Option("--wait-idle", metavar="SECONDS", min=0, help="When other processes hold the GPUs, wait up to this long instead of refusing."),
 ]
+WaitOpt = Annotated[
+    bool,
+    typer.Option("--wait", help="When another perfbisect holds this repository or the GPU node, wait for it instead of refusing."),
+]
+
+
+# C0/C1 control characters except tab and newline, and the bidi overrides that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(text: str) -> str:
+    """Repository text (subjects, paths, workload output) made harmless for a terminal: escape
+    sequences and control characters are shown as \\xNN instead of acting on the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+
+
+def _show(text: str) -> str:
+    """Text printed as it is: inert, and no rich markup."""
+    return escape(inert(text))
+
+
+def _print_json(data) -> None:
+    """One JSON object on stdout: never NaN or Infinity (not JSON; null instead)."""
+    from .summary import _jsonable
+
+    out_console.print_json(json.dumps(_jsonable(data), default=str, allow_nan=False))
 
 
 class ConsoleProgress:
@@ -69,19 +108,65 @@ class ConsoleProgress:
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            err_console.print(escape(message))
+            err_console.print(_show(message))
 
     def detail(self, message: str) -> None:
         if not self.quiet:
-            err_console.print(f"[dim]{escape(message)}[/dim]")
+            err_console.print(f"[dim]{_show(message)}[/dim]")
 
     def warn(self, message: str) -> None:
-        err_console.print(f"[yellow]warning:[/yellow] {escape(message)}")
+        err_console.print(f"[yellow]warning:[/yellow] {_show(message)}")
 
 
 def fail(exc: PerfbisectError) -> typer.Exit:
-    err_console.print(f"[bold red]Error:[/bold red] {escape(str(exc))}")
+    err_console.print(f"[bold red]Error:[/bold red] {_show(str(exc))}")
     return typer.Exit(code=exc.exit_code)
+
+
+def _signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+@contextmanager
+def _interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, options: str = ""):
+    """Turn Ctrl-C / SIGTERM (after every ``with`` inside has torn its server down) into one line
+    saying what was kept and how to go on, and exit 128 + the signal's number."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        try:
+            _trials, bisections = ws.store.release_own()
+        except PerfbisectError:
+            bisections = []
+        bid = resume_id if resume_id is not None else (max(bisections) if bisections else None)
+        if resumable and bid is not None:
+            what = (
+                f"bisection #{bid} is saved with every finished trial; run `perfbisect resume {bid}{options}` "
+                f"to continue it"
+            )
+        elif resumable:
+            what = "the bisection had not started yet: nothing to resume; run the same command again"
+        else:
+            what = "the trials finished so far are stored (see `perfbisect log`)"
+        err_console.print(f"Interrupted by {_signal_name(signum)}: the server was stopped; {_show(what)}.")
+        raise typer.Exit(code=128 + signum) from None
+
+
+def _resume_options(config: Path | None, db: Path | None) -> str:
+    """The -c/--db a resume needs to find the same bisection, as the user gave them."""
+    parts = []
+    if config is not None:
+        parts.append(f" -c {_quote(str(config))}")
+    if db is not None:
+        parts.append(f" --db {_quote(str(db))}")
+    return "".join(parts)
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
 
 
 def _config_path(config: Path | None) -> Path:
@@ -123,23 +208,42 @@ def _exit_for(outcome, fail_on_regression: bool) -> int:
     return EXIT_OK
 
 
-def _show_bisection(result, json_out: bool, fail_on_regression: bool, report: tuple[Path, str] | None = None) -> None:
-    """Print a finished bisection (lines, or one JSON object) and exit with its documented code."""
+def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: str | None = None,
+                    report: tuple[Path, str] | None = None) -> None:
+    """Print a finished bisection (lines, or one JSON object) and exit with its documented code.
+
+    ``broken``: no trial measured anything (the server never started, every run failed). That is
+    a measurement that broke (4), not evidence too weak to decide (3). ``report``: the HTML report's
+    path and the short line that ends the text output.
+    """
     from .summary import format_outcome, outcome_json
 
     if json_out:
-        out_console.print_json(json.dumps({**outcome_json(result), "report": str(report[0]) if report else None}))
+        _print_json({**outcome_json(result), "report": str(report[0]) if report else None})
     else:
         for line in format_outcome(result):
-            out_console.print(escape(line))
+            out_console.print(_show(line))
         if report is not None:
-            out_console.print(escape(report[1]))
+            out_console.print(_show(report[1]))
+    if broken:
+        err_console.print(
+            f"[bold red]Error:[/bold red] {_show(_nothing_measured(broken))}"
+        )
+        raise typer.Exit(code=EXIT_RUNTIME)
     raise typer.Exit(code=_exit_for(result.outcome, fail_on_regression))
+
+
+def _nothing_measured(first_error: str) -> str:
+    first = " ".join(first_error.split())[:600]
+    return (
+        f"No trial produced a measurement, so nothing was compared. The first trial failed with: {first} "
+        f"Fix that (run `perfbisect doctor --launch` to try the server once) and run again."
+    )
 
 
 def _print_report(report: Path | None) -> None:
     if report is not None:
-        out_console.print(f"report: {escape(str(report))}")
+        out_console.print(f"report: {_show(str(report))}")
 
 
 def _bisection_report(core, ws, result, progress) -> tuple[Path, str] | None:
@@ -172,6 +276,7 @@ def run(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
+    wait: WaitOpt = False,
     fail_on_regression: Annotated[
         bool, typer.Option("--fail-on-regression", help="Exit 1 when a regression is found (for hooks and CI).")
     ] = False,
@@ -186,13 +291,16 @@ def run(
     try:
         g, b = parse_revs(revs or [], good, bad)
         cfg = _load(config)
-        with core.Workspace.open(cfg, db) as ws:
-            progress = ConsoleProgress(quiet)
+        progress = ConsoleProgress(quiet)
+        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(
+            ws, resumable=True, options=_resume_options(config, db)
+        ):
             result = core.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
+            broken = core.measured_nothing(ws, result.bisection_id)
             report = _bisection_report(core, ws, result, progress)
     except PerfbisectError as exc:
         raise fail(exc) from None
-    _show_bisection(result, json_out, fail_on_regression, report)
+    _show_bisection(result, json_out, fail_on_regression, broken, report)
 
 
 @app.command()
@@ -203,6 +311,7 @@ def resume(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
+    wait: WaitOpt = False,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 on a regression.")] = False,
 ) -> None:
     """Continue an interrupted bisection without repeating any stored trial.
@@ -214,14 +323,16 @@ def resume(
 
     try:
         cfg = _load(config)
-        with core.Workspace.open(cfg, db) as ws:
+        progress = ConsoleProgress(quiet)
+        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait):
             bid = bisection if bisection is not None else core.latest_unfinished(ws)
-            progress = ConsoleProgress(quiet)
-            result = core.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
+            with _interruptible(ws, resume_id=bid, resumable=True, options=_resume_options(config, db)):
+                result = core.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
+            broken = core.measured_nothing(ws, result.bisection_id)
             report = _bisection_report(core, ws, result, progress)
     except PerfbisectError as exc:
         raise fail(exc) from None
-    _show_bisection(result, json_out, fail_on_regression, report)
+    _show_bisection(result, json_out, fail_on_regression, broken, report)
 
 
 @app.command()
@@ -261,19 +372,23 @@ def demo(
         report = core.report_quietly(progress, lambda: core.demo_report(target, result))
     except PerfbisectError as exc:
         raise fail(exc) from None
+    except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
+        signum = getattr(exc, "signum", signal.SIGINT)
+        err_console.print(f"Interrupted by {_signal_name(signum)}: the demo's servers were stopped.")
+        raise typer.Exit(code=128 + signum) from None
     if json_out:
         data = outcome_json(result)
         data["planted"] = target.planted
         data["demo_dir"] = str(target.root)
         data["report"] = str(report) if report else None
-        out_console.print_json(json.dumps(data))
+        _print_json(data)
     else:
         for line in format_outcome(result):
-            out_console.print(escape(line))
+            out_console.print(_show(line))
         planted = target.planted[:10] if target.planted else "nothing (drift only)"
         hit = (result.outcome.culprit == target.planted) if target.planted else result.outcome.culprit is None
         mark = "[green]✓[/green]" if hit else "[red]✗[/red]"
-        out_console.print(f"{mark} planted: {escape(planted)}")
+        out_console.print(f"{mark} planted: {_show(planted)}")
         _print_report(report)
     raise typer.Exit(code=_exit_for(result.outcome, False))
 
@@ -285,7 +400,7 @@ BadOpt = Annotated[Optional[str], typer.Option("--bad", help="A later commit kno
 
 def _print_lines(lines: list[str]) -> None:
     for line in lines:
-        out_console.print(escape(line))
+        out_console.print(_show(line))
 
 
 @app.command()
@@ -312,7 +427,7 @@ def plan(
     except PerfbisectError as exc:
         raise fail(exc) from None
     if json_out:
-        out_console.print_json(json.dumps(_jsonable(result), default=str))
+        _print_json(result)
     else:
         _print_lines(format_plan(result))
 
@@ -357,6 +472,7 @@ def measure(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
+    wait: WaitOpt = False,
 ) -> None:
     """Measure one commit (every mode, interleaved) and store the trials.
 
@@ -372,15 +488,20 @@ def measure(
     try:
         cfg = _load(config)
         modes = mode or list(cfg.modes)
-        with core.Workspace.open(cfg, db) as ws:
-            result = core.measure(ws, rev, modes, trials, ConsoleProgress(quiet), wait_idle_s=wait_idle)
+        progress = ConsoleProgress(quiet)
+        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
+            result = core.measure(ws, rev, modes, trials, progress, wait_idle_s=wait_idle)
     except PerfbisectError as exc:
         raise fail(exc) from None
     if json_out:
         data = {"commit": result.commit.sha, "trials": {m: [trial_row(t) for t in ts] for m, ts in result.trials.items()}}
-        out_console.print_json(json.dumps(data))
+        _print_json(data)
     else:
         _print_lines(format_measure(result, cfg))
+    broken = core.why_nothing_measured([t for ts in result.trials.values() for t in ts])
+    if broken:
+        err_console.print(f"[bold red]Error:[/bold red] {_show(_nothing_measured(broken))}")
+        raise typer.Exit(code=EXIT_RUNTIME)
 
 
 @app.command("compare")
@@ -394,6 +515,7 @@ def compare_cmd(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
+    wait: WaitOpt = False,
 ) -> None:
     """Compare two commits with interleaved trials (A B B A …) until the verdict is clear.
 
@@ -409,8 +531,8 @@ def compare_cmd(
 
     try:
         cfg = _load(config)
-        with core.Workspace.open(cfg, db) as ws:
-            progress = ConsoleProgress(quiet)
+        progress = ConsoleProgress(quiet)
+        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
             result = core.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], progress, max_trials=trials, wait_idle_s=wait_idle)
             report = core.report_quietly(progress, lambda: core.report(ws.store, f"c{result.comparison_id}", config=cfg)[0])
     except PerfbisectError as exc:
@@ -419,7 +541,7 @@ def compare_cmd(
         data = {"a": result.a.sha, "b": result.b.sha, "mode": result.mode, "comparison_id": result.comparison_id,
                 **_jsonable(result.comparison), "history": result.history, "attribution": result.attribution,
                 "report": str(report) if report else None}
-        out_console.print_json(json.dumps(data, default=str))
+        _print_json(data)
     else:
         _print_lines(format_comparison(result))
         _print_report(report)
@@ -437,6 +559,7 @@ def calibrate(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
+    wait: WaitOpt = False,
 ) -> None:
     """Measure this machine's noise on purpose: N server sessions of one build.
 
@@ -449,8 +572,8 @@ def calibrate(
 
     try:
         cfg = _load(config)
-        with core.Workspace.open(cfg, db) as ws:
-            progress = ConsoleProgress(quiet)
+        progress = ConsoleProgress(quiet)
+        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
             result = core.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, progress, wait_idle_s=wait_idle)
             report = core.report_quietly(progress, lambda: core.calibration_report(ws, result))
     except PerfbisectError as exc:
@@ -458,7 +581,7 @@ def calibrate(
     if json_out:
         data = {"commit": result.commit.sha, "mode": result.mode, "trials": [t.id for t in result.trials],
                 "lines": result.lines, "report": str(report) if report else None}
-        out_console.print_json(json.dumps(data))
+        _print_json(data)
         return
     _print_lines([f"{result.commit.short} [{result.mode}]: {len(result.trials)} trials"] + result.lines)
     _print_report(report)
@@ -511,9 +634,9 @@ def report_cmd(
     except PerfbisectError as exc:
         raise fail(exc) from None
     if json_out:
-        out_console.print_json(json.dumps({"report": str(written), "verdict": view["verdict"] if view else None}))
+        _print_json({"report": str(written), "verdict": view["verdict"] if view else None})
         return
-    out_console.print(escape(line))
+    out_console.print(_show(line))
     _print_report(written)
 
 
@@ -533,7 +656,7 @@ def doctor(
     findings = run_doctor(_config_path(config), db, launch=launch)
     style = {"ok": "green", "warn": "yellow", "error": "bold red", "info": "dim"}
     for f in findings:
-        out_console.print(f"[{style[f.state]}]{f.state:>5}[/] {escape(f.check)}: {escape(f.message)}")
+        out_console.print(f"[{style[f.state]}]{f.state:>5}[/] {_show(f.check)}: {_show(f.message)}")
     if any(f.state == "error" for f in findings):
         raise typer.Exit(code=EXIT_USAGE)
 
@@ -551,12 +674,22 @@ def init(
 
     Example:  cd ~/sglang && perfbisect init --sglang --model /models/Kimi-K2.5 --draft /models/eagle3
     """
-    from .init_template import render_sglang_config
+    from .init_template import find_target_python, render_sglang_config
 
     if path.exists() and not force:
         raise fail(UsageError(f"{path} already exists. Pass --force to overwrite it, or --path to write elsewhere."))
-    path.write_text(render_sglang_config(python or sys.executable, model, draft))
-    out_console.print(f"wrote {escape(str(path))}: edit the model paths and the patch directory, then run `perfbisect doctor`")
+    if python:
+        target, imports, how = python, True, "--python"
+    else:
+        target, imports, how = find_target_python()
+    path.write_text(render_sglang_config(target, model, draft))
+    out_console.print(f"wrote {_show(str(path))}: edit the model paths and the patch directory, then run `perfbisect doctor`")
+    out_console.print(f"target.python = {_show(target)} ({_show(how)})")
+    if not imports:
+        err_console.print(
+            f"[yellow]warning:[/yellow] no interpreter that imports sglang was found; {_show(target)} was written. "
+            f"Set target.python to the one SGLang runs under (or pass --python)."
+        )
 
 
 @app.command()
@@ -597,7 +730,7 @@ def gc(
     from . import app as core
 
     try:
-        with core.Workspace.open(_load(config), db) as ws:
+        with core.Workspace.open(_load(config), db) as ws, core.exclusive(ws, gpu=False):
             removed = core.gc(ws, build_cache=build_cache)
     except PerfbisectError as exc:
         raise fail(exc) from None
@@ -613,9 +746,55 @@ def _root(
         raise typer.Exit()
 
 
+_signalled: list[int] = []
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    # The first SIGINT/SIGTERM unwinds the run (servers torn down, trial marked interrupted); later
+    # ones are ignored so they cannot cut that teardown short. SIGKILL still ends everything, and
+    # then the children die with us (see perfbisect.children).
+    if _signalled:
+        return
+    _signalled.append(signum)
+    raise Interrupted(signum)
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM behaves like Ctrl-C: an orderly teardown, then exit 143 (130 for Ctrl-C)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _on_signal)
+
+
+def internal_error_message(exc: BaseException) -> str:
+    """One paragraph for an exception no layer turned into a PerfbisectError (a bug, or an
+    environment failure nobody anticipated)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return (
+        f"perfbisect stopped on an unexpected {type(exc).__name__}{where}: {exc}. Results stored before "
+        f"this point are kept. If the message points at the machine (disk full, permissions), fix that and "
+        f"run again (`perfbisect resume` continues a bisection); otherwise it is a bug: report it with the "
+        f"command line and the traceback that PERFBISECT_DEBUG=1 prints."
+    )
+
+
 def main() -> None:
-    """Entry point of the `perfbisect` script."""
-    app()
+    """Entry point of the `perfbisect` script: the one error boundary for what the commands did not catch."""
+    install_signal_handlers()
+    try:
+        app()
+    except SystemExit as exc:
+        # Click turns an interrupt outside a command's own handling into "Aborted!" and status 1.
+        if _signalled and exc.code == 1:
+            sys.exit(128 + _signalled[0])
+        raise
+    except KeyboardInterrupt as exc:
+        sys.exit(128 + getattr(exc, "signum", signal.SIGINT))
+    except Exception as exc:
+        if os.environ.get("PERFBISECT_DEBUG"):
+            traceback.print_exc()
+        err_console.print(f"[bold red]Error:[/bold red] {_show(internal_error_message(exc))}")
+        sys.exit(EXIT_RUNTIME)
 
 
 if __name__ == "__main__":  # pragma: no cover

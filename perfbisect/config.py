@@ -7,6 +7,7 @@ Every error names the file and the key and says what would be accepted. Unknown 
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -466,6 +467,14 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None, base_dir: Pa
         stats=stats,
         filters=filters,
     )
+    metric = stats.metric
+    if metric.startswith("ratio:"):
+        spec, sep, base = metric[len("ratio:") :].partition("/")
+        if not sep or not spec or not base or "/" in base or spec == base:
+            raise ConfigError(
+                f"{path}: key 'stats.metric' is {metric!r}; a ratio metric names two different modes as "
+                f"\"ratio:SPEC/BASE\" (for example \"ratio:eagle3/baseline\"), or give one mode name."
+            )
     for needed in config.metric_modes:
         if needed not in modes:
             raise ConfigError(
@@ -494,11 +503,17 @@ def load_config(path: Path) -> Config:
     return parse_config(data, path=path.resolve())
 
 
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_]+)\}")
+
+
 def expand(argv: tuple[str, ...], **values: str) -> list[str]:
-    """Fill {port}/{python}/{worktree}/{host} placeholders in each argument (no shell involved)."""
-    out = []
-    for arg in argv:
-        for key, val in values.items():
-            arg = arg.replace("{" + key + "}", str(val))
-        out.append(arg)
-    return out
+    """Fill {port}/{python}/{worktree}/{host} placeholders in each argument (no shell involved).
+
+    One pass: text that a placeholder brings in (a repository path containing "{host}") is never
+    expanded again. Unknown placeholders stay as written.
+    """
+    def fill(match: re.Match) -> str:
+        key = match.group(1)
+        return str(values[key]) if key in values else match.group(0)
+
+    return [_PLACEHOLDER.sub(fill, arg) for arg in argv]

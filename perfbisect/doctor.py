@@ -90,13 +90,51 @@ def _gpus(ctx: dict) -> list[Finding]:
             out.append(Finding("clocks", "warn", f"GPU {g.index} is being throttled now ({', '.join(names)}): trials will be slower and noisier until it stops"))
         if g.pcie_gen is not None and g.pcie_width is not None and g.pcie_width < 16:
             out.append(Finding("PCIe", "warn", f"GPU {g.index} PCIe link is x{g.pcie_width} gen {g.pcie_gen}: below x16, all-reduce over PCIe will be slow"))
-    busy = sysstate.gpu_busy_processes()
-    if busy:
-        who = ", ".join(f"pid {pid} ({name or '?'}) on GPU {gpu}" for gpu, pid, name in busy)
+    cfg = ctx.get("config")
+    others, ours = split_own_servers(sysstate.gpu_busy_processes(), cfg.cache_dir if cfg else None)
+    out.extend(ours)
+    if others:
+        who = ", ".join(f"pid {pid} ({name or '?'}) on GPU {gpu}" for gpu, pid, name in others)
         out.append(Finding("GPU idle", "error", f"other processes hold the GPUs: {who}. Trials will refuse to start; stop them or pass --wait-idle SECONDS."))
-    else:
+    elif not ours:
         out.append(Finding("GPU idle", "ok", "no other process holds a GPU"))
     return out
+
+
+def split_own_servers(
+    busy: list[tuple[int, int, str]], cache_dir: Path | None
+) -> tuple[list[tuple[int, int, str]], list[Finding]]:
+    """Split GPU holders into other processes and perfbisect's own servers (found through the
+    pidfiles under ``cache_dir/servers``), which are described as what they are instead."""
+    from .app import server_pidfiles
+    from .server import group_and_session
+    from .store import owner_alive
+
+    groups = {pf.pgid: pf for pf in server_pidfiles(cache_dir)} if cache_dir is not None else {}
+    others: list[tuple[int, int, str]] = []
+    ours: dict[int, list[tuple[int, int]]] = {}
+    for gpu, pid, name in busy:
+        ids = group_and_session(pid)
+        pgid = next((g for g in (ids or ()) if g in groups), None)
+        if pgid is None:
+            others.append((gpu, pid, name))
+        else:
+            ours.setdefault(pgid, []).append((gpu, pid))
+    findings = []
+    for pgid, holders in ours.items():
+        pf = groups[pgid]
+        where = ", ".join(f"pid {pid} on GPU {gpu}" for gpu, pid in holders)
+        if pf.owner and owner_alive(pf.owner):
+            findings.append(Finding("GPU idle", "warn", (
+                f"perfbisect's own server holds the GPUs ({where}; process group {pgid}, started by perfbisect "
+                f"pid {pf.owner_pid}): a bisection or measurement is running. New trials wait for it (--wait)."
+            )))
+        else:
+            findings.append(Finding("GPU idle", "error", (
+                f"a server left by an interrupted perfbisect holds the GPUs ({where}; process group {pgid}). The "
+                f"next run kills it; to free the GPUs now: kill -9 -{pgid}"
+            )))
+    return others, findings
 
 
 def _cpu(ctx: dict) -> list[Finding]:
@@ -137,10 +175,14 @@ def _launch(ctx: dict) -> list[Finding]:
     mode = cfg.modes.get("baseline") or next(iter(cfg.modes.values()))
     log = cfg.cache_dir / "logs" / "doctor-server.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    from . import locks
+
     try:
-        with ServerSession(cfg.server, mode, cfg.target.repo, cfg.target.python, log) as session:
-            seconds = session.wait_ready()
-            checks = session.check_env()
+        # The same locks as a trial: a launch next to a running bisection would disturb its numbers.
+        with locks.exclusive(cfg.cache_dir, repo=str(cfg.target.repo)):
+            with ServerSession(cfg.server, mode, cfg.target.repo, cfg.target.python, log) as session:
+                seconds = session.wait_ready()
+                checks = session.check_env()
     except PerfbisectError as exc:
         return [Finding("server launch", "error", str(exc))]
     out = [Finding("server launch", "ok", f"[{mode.name}] ready in {seconds:.1f}s; {len(checks)} processes in its group")]

@@ -7,12 +7,33 @@ fix; it never prints or exits. ``perfbisect.cli`` is the one place that turns th
 
 from __future__ import annotations
 
+import signal
+
 # Documented exit codes (README, `perfbisect --help`).
 EXIT_OK = 0
 EXIT_REGRESSION = 1  # a regression was found and the caller asked to fail on one (--fail-on-regression)
 EXIT_USAGE = 2  # bad input: config, revisions, flags
 EXIT_INCONCLUSIVE = 3  # the evidence was not enough within the budget
 EXIT_RUNTIME = 4  # something broke while measuring (server crash with no way to continue, ...)
+# Stopped by a signal: 128 + its number, as a shell reports it (130 for Ctrl-C, 143 for SIGTERM).
+EXIT_SIGINT = 128 + signal.SIGINT
+EXIT_SIGTERM = 128 + signal.SIGTERM
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived. Raised in the main thread so every ``with`` block unwinds (the
+    server group is torn down, the trial is stored as interrupted) before perfbisect exits.
+
+    A KeyboardInterrupt on purpose: ``except Exception`` anywhere must not swallow it.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
 
 
 class PerfbisectError(Exception):
@@ -82,7 +103,18 @@ class MachineBusy(PerfbisectError):
     """Another process holds the GPUs: benchmarking now would measure the neighbour."""
 
 
+class InfrastructureError(PerfbisectError):
+    """perfbisect's own machinery failed (git could not write its index, a disk is full, a lock
+    file is unreadable): never a property of the commit being measured, so never a skip."""
+
+
 class StoreError(PerfbisectError):
     """The results database cannot be opened or migrated."""
 
     exit_code = EXIT_USAGE
+
+
+class StoreWriteError(StoreError):
+    """The results database failed after it was opened (disk full, lock held too long)."""
+
+    exit_code = EXIT_RUNTIME

@@ -15,11 +15,11 @@ import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 import git
 
-from .errors import ConfigError, GitError, PatchError
+from .errors import ConfigError, GitError, InfrastructureError, PatchError, PerfbisectError
 from .model import Commit, content_hash
 
 from .config import SGLANG_IGNORE_PATHS
@@ -31,6 +31,7 @@ _LOG_FORMAT = "%H%x00%P%x00%aI%x00%s"
 _HUNK_FAILED = re.compile(r"patch failed: (.+):(\d+)\s*$")
 _CONFLICTED = re.compile(r"^U (.+)$")
 _APPLIED_WITH_CONFLICTS = re.compile(r"Applied patch to '(.+)' with conflicts")
+_APPLY_CONFLICT = 1  # `git apply`'s status when a patch does not apply; 128 means git itself failed
 
 
 def _run_git(
@@ -39,7 +40,8 @@ def _run_git(
     """Run ``git ARGS`` in ``workdir``; return (status, stdout, stderr) without raising."""
     try:
         status, out, err = git.Git(str(workdir)).execute(
-            ["git", *args],
+            # Paths verbatim (UTF-8, quotes, tabs) wherever git would print them C-quoted.
+            ["git", "-c", "core.quotePath=false", *args],
             with_extended_output=True,
             with_exceptions=False,
             strip_newline_in_stdout=False,
@@ -52,16 +54,45 @@ def _run_git(
     return int(status or 0), out, err
 
 
-def _check_git(workdir: Path | str, args: Sequence[str], what: str, env: Mapping[str, str] | None = None) -> str:
-    """Run git and raise GitError (with git's own words and ``what`` we were doing) on failure."""
+def _check_git(
+    workdir: Path | str, args: Sequence[str], what: str, env: Mapping[str, str] | None = None,
+    error: type[PerfbisectError] = GitError,
+) -> str:
+    """Run git and raise ``error`` (with git's own words and ``what`` we were doing) on failure."""
     status, out, err = _run_git(workdir, args, env)
     if status != 0:
-        raise GitError(
+        raise error(
             f"git {args[0]} failed in {workdir} while {what}: {err.strip() or out.strip()}. "
             f"Fix the repository state shown above (or run `perfbisect gc` to drop perfbisect's "
             f"worktrees) and try again."
         )
     return out
+
+
+def _records(out: str, n_fields: int, body: Callable[[list[str]], list]) -> Iterator[tuple[list[str], list]]:
+    """Split ``git log -z`` output made with a format that starts with ``%x00``.
+
+    Every record is an empty token, ``n_fields`` format fields, then the tokens of its diff part
+    (``--name-only`` paths, ``--raw`` pairs), which git separates from the header by one newline.
+    Paths and raw entries are never empty, so an empty token is always the next record: no byte a
+    subject or a file name may hold (\x01, tabs, quotes, newlines) can split a record or invent one.
+    """
+    tokens = out.split("\x00")
+    i = 0
+    while i < len(tokens):
+        if tokens[i] != "" or i + n_fields >= len(tokens):
+            i += 1
+            continue
+        fields = tokens[i + 1 : i + 1 + n_fields]
+        j = i + 1 + n_fields
+        rest = []
+        while j < len(tokens) and tokens[j] != "":
+            rest.append(tokens[j])
+            j += 1
+        if rest and rest[0].startswith("\n"):
+            rest[0] = rest[0][1:]
+        yield fields, body(rest)
+        i = j
 
 
 def _parse_commit(fields: Sequence[str]) -> Commit:
@@ -264,20 +295,12 @@ class TargetRepo:
             "--no-renames",
             "--name-only",
             "--reverse",
-            f"--format=%x01{_LOG_FORMAT}",
+            f"--format=%x00{_LOG_FORMAT}",
             f"{good_sha}..{bad_sha}",
         )
         commits = []
-        for chunk in out.split("\x01"):
-            if not chunk.strip("\x00\n"):
-                continue
-            fields = chunk.split("\x00")
-            commit = _parse_commit(fields[:4])
-            paths = []
-            for raw in fields[4:]:
-                p = raw.lstrip("\n")
-                if p:
-                    paths.append(p)
+        for fields, paths in _records(out, 4, lambda tokens: list(tokens)):
+            commit = _parse_commit(fields)
             self._changed[commit.sha] = tuple(paths)
             self._commits[commit.sha] = commit
             commits.append(commit)
@@ -583,6 +606,20 @@ class PatchStack:
                 if status == 0:
                     chosen = cand
                     break
+                if status != _APPLY_CONFLICT:
+                    # 128 is git dying (index.lock held, disk full, patch file unreadable): a fault of
+                    # this machine, not of the commit, so it must stop the run, never skip the commit.
+                    try:
+                        target.restore(snapshot)
+                    except PerfbisectError:
+                        pass  # the same fault; the worktree is cleaned at its next checkout
+                    words = " ".join(l.strip() for l in err.splitlines() if l.strip())[:400] or f"exit status {status}"
+                    raise InfrastructureError(
+                        f"git could not apply {cand.name} at {commit[:10]} (exit status {status}): {words}. "
+                        f"This is a problem of the repository or the machine (a stale index.lock, a full disk, "
+                        f"permissions), not a patch conflict: fix it and run again (`perfbisect resume` "
+                        f"continues a bisection)."
+                    )
                 # A failed three-way apply leaves conflict markers: undo before anything else.
                 target.restore(snapshot)
                 failures.append((cand, out, err))
@@ -668,21 +705,18 @@ class PatchStack:
             return {}
         out = self.repo.git(
             "log", "-z", "--first-parent", "--diff-merges=first-parent", "--no-renames", "--raw", "--no-abbrev",
-            "--format=%x01%H", f"{good}..{bad}", "--", *paths,
+            "--format=%x00%H", f"{good}..{bad}", "--", *paths,
         )
         changes: dict[str, list[tuple[str, tuple[str, str] | None]]] = {}
-        for chunk in out.split("\x01"):
-            fields = chunk.split("\x00")
-            sha = fields[0].strip()
-            if not sha:
-                continue
-            rows = changes.setdefault(sha, [])
-            for j in range(1, len(fields) - 1, 2):
-                meta = fields[j].lstrip("\n")
+        for (sha,), raw in _records(out, 1, lambda tokens: list(tokens)):
+            rows = changes.setdefault(sha.strip(), [])
+            # --raw -z: ":old_mode new_mode old_blob new_blob status", then the path, as two tokens.
+            for j in range(0, len(raw) - 1, 2):
+                meta, path = raw[j], raw[j + 1]
                 if not meta.startswith(":"):
                     continue
                 _old_mode, new_mode, _old, new_blob, _status = meta[1:].split()
-                rows.append((fields[j + 1], None if set(new_blob) == {"0"} else (new_mode, new_blob)))
+                rows.append((path, None if set(new_blob) == {"0"} else (new_mode, new_blob)))
         return changes
 
     def cleanup(self) -> None:
@@ -703,32 +737,29 @@ def _retarget(conflict: PatchConflict | None, sha: str) -> PatchConflict | None:
 def _read_patch(path: Path, repo: TargetRepo, name: str) -> Patch:
     if not path.is_file():
         raise ConfigError(f"Patch file {path} does not exist. Fix the path in [patches] (dir or variants).")
-    status, out, err = repo.run("apply", "--numstat", str(path.resolve()))
+    # -z: names verbatim (never C-quoted: non-ASCII, quotes, tabs), a rename as two more tokens.
+    status, out, err = repo.run("apply", "--numstat", "-z", str(path.resolve()))
     files = []
-    for line in out.splitlines():
-        parts = line.split("\t", 2)
-        if len(parts) == 3:
-            files.extend(_numstat_paths(parts[2]))
+    tokens = out.split("\x00")
+    i = 0
+    while i < len(tokens):
+        parts = tokens[i].split("\t", 2)
+        i += 1
+        if len(parts) != 3:
+            continue
+        if parts[2]:
+            files.append(parts[2])
+        else:  # "added\tdeleted\t" then the old and the new name
+            files.extend(t for t in tokens[i : i + 2] if t)
+            i += 2
     if status != 0 or not files:
         why = err.strip().splitlines()[-1] if err.strip() else "it holds no diff"
-        raise PatchError(
+        # A config error (exit 2), not a PatchError: that would mark every commit untestable.
+        raise ConfigError(
             f"{path} is not a patch git can read ({why}). Fix: regenerate it with `git format-patch`, "
-            f"or move it out of the patch directory.",
-            patch=name,
+            f"or move it out of the patch directory."
         )
     return Patch(name=name, path=path.resolve(), sha256=_sha256_file(path), files=tuple(dict.fromkeys(files)))
-
-
-def _numstat_paths(spec: str) -> list[str]:
-    """numstat names renames as 'a/{x => y}/b' or 'x => y'; return both sides."""
-    if " => " not in spec:
-        return [spec]
-    m = re.match(r"(.*)\{(.*) => (.*)\}(.*)", spec)
-    if m:
-        pre, a, b, post = m.groups()
-        return [re.sub("//+", "/", pre + a + post), re.sub("//+", "/", pre + b + post)]
-    a, b = spec.split(" => ", 1)
-    return [a, b]
 
 
 class _ApplyTarget:
@@ -744,12 +775,16 @@ class _WorktreeTarget(_ApplyTarget):
     def __init__(self, worktree: Path):
         self.worktree = worktree
 
+    # A failure here is git's or the machine's (index.lock, disk), never the commit's: exit 4, no skip.
     def snapshot(self) -> str:
-        return _check_git(self.worktree, ["write-tree"], "saving the index before trying a patch variant").strip()
+        return _check_git(
+            self.worktree, ["write-tree"], "saving the index before trying a patch variant", error=InfrastructureError
+        ).strip()
 
     def restore(self, tree: str) -> None:
-        _check_git(self.worktree, ["read-tree", "--reset", "-u", tree], "undoing a patch variant that did not apply")
-        _check_git(self.worktree, ["clean", "-fdq"], "undoing a patch variant that did not apply")
+        what = "undoing a patch variant that did not apply"
+        _check_git(self.worktree, ["read-tree", "--reset", "-u", tree], what, error=InfrastructureError)
+        _check_git(self.worktree, ["clean", "-fdq"], what, error=InfrastructureError)
 
     def apply(self, patch: Path) -> tuple[int, str, str]:
         return _run_git(self.worktree, ["apply", "--3way", "--index", "--whitespace=nowarn", str(patch)])

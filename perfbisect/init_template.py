@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 SGLANG_TEMPLATE = """\
 # perfbisect.toml for an SGLang checkout — written by `perfbisect init --sglang`.
 # Every key is documented in perfbisect's README; unknown keys are errors.
@@ -21,13 +27,18 @@ dir = "perfbisect-patches"
 # patch = "0002-deepseek_v2-hidden-state-fix.patch"
 # alternatives = ["perfbisect-patches/variants/0002-before-refactor.patch"]
 
+# Python-only commits need no install: the server imports sglang from the checkout under test
+# through PYTHONPATH (see [server.env]), so perfbisect never touches your environment and your own
+# `import sglang` stays what it was. This step only byte-compiles it (a syntax error skips the commit).
 [[build.steps]]
-name = "sglang-python"           # Python-only: seconds, no artefacts to cache
-command = ["{{python}}", "-m", "pip", "install", "-e", "python", "--no-deps", "-q"]
+name = "sglang-python"
+command = ["{{python}}", "-m", "compileall", "-q", "python/sglang"]
 paths = ["python/**"]
 python_only = true
 
 # Uncomment to build sgl-kernel from source (~25 min); cached by the tree hash of sgl-kernel/**.
+# This one installs into target.python: point target.python at a venv made for perfbisect
+# (python -m venv --system-site-packages) so your own environment keeps its sgl-kernel.
 # [[build.steps]]
 # name = "sgl-kernel"
 # command = ["{{python}}", "-m", "pip", "install", "-e", "sgl-kernel", "--no-build-isolation", "-q"]
@@ -43,6 +54,7 @@ ready_timeout_s = 900            # a ~1T MoE model takes ~6 minutes to load
 shutdown_grace_s = 30
 
 [server.env]                     # checked in every worker process after readiness
+PYTHONPATH = "{{worktree}}/python"  # import sglang from the checkout under test, not an install
 NCCL_PROTO = "LL"
 NCCL_ALGO = "Ring"
 NCCL_P2P_LEVEL = "SYS"
@@ -82,3 +94,46 @@ ignore = []
 def render_sglang_config(python: str, model: str, draft: str) -> str:
     """Fill the template with the interpreter and model paths the user gave."""
     return SGLANG_TEMPLATE.format(python=python, model=model, draft=draft)
+
+
+def _imports_sglang(python: str, timeout_s: float = 30.0) -> bool:
+    try:
+        proc = subprocess.run(
+            [python, "-c", "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 1)"],
+            capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def find_target_python() -> tuple[str, bool, str]:
+    """The interpreter SGLang most likely runs under: (path, imports sglang, where it was found).
+
+    perfbisect's own interpreter is often an isolated tool environment (pipx, uv tool) without
+    sglang, so it is not taken blindly: the active venv / conda env and the python on PATH are asked
+    first, and the first that can import sglang wins.
+    """
+    candidates: list[tuple[str, str]] = []
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        root = os.environ.get(var)
+        if root:
+            candidates.append((str(Path(root) / "bin" / "python"), f"${var}"))
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        for name in ("python", "python3"):
+            found = shutil.which(name, path=directory) if directory else None
+            if found:
+                candidates.append((found, "PATH"))
+    candidates.append((sys.executable, "perfbisect's own interpreter"))
+    seen: set[str] = set()
+    unique = []
+    for path, how in candidates:
+        if path not in seen and os.access(path, os.X_OK):
+            seen.add(path)
+            unique.append((path, how))
+    for path, how in unique:
+        if _imports_sglang(path):
+            return path, True, how
+    # None imports sglang: the user's python (not perfbisect's own), to be fixed by hand.
+    path, how = next(((p, h) for p, h in unique if p != sys.executable), (sys.executable, "perfbisect's own interpreter"))
+    return path, False, how

@@ -90,7 +90,8 @@ class RunResult:
     @property
     def usable(self) -> bool:
         """Counts towards statistics: measured (not warm-up), complete, with a metric."""
-        return (not self.warmup) and self.complete and self.value is not None and self.value > 0
+        value = self.value
+        return (not self.warmup) and self.complete and value is not None and math.isfinite(value) and value > 0
 
     @property
     def value(self) -> float | None:

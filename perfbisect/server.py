@@ -23,6 +23,7 @@ from typing import Callable, Mapping
 
 import httpx
 
+from .children import own_group
 from .config import ModeConfig, ServerConfig, expand
 from .errors import ServerDied, ServerError, ServerNotReady
 from .logtail import log_tail as read_log_tail
@@ -140,6 +141,14 @@ def _stat_fields(pid: int) -> tuple[str, int, int] | None:
     if len(rest) < 4:
         return None
     return rest[0], int(rest[2]), int(rest[3])
+
+
+def group_and_session(pid: int) -> tuple[int, int] | None:
+    """(process group, session) of a live process, or None when it is gone, a zombie or unreadable."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return None
+    return fields[1], fields[2]
 
 
 def _read_environ(pid: int) -> dict[str, str] | None:
@@ -270,8 +279,12 @@ class ServerSession:
         return self._proc is not None and self._proc.poll() is None
 
     def configured_env(self) -> dict[str, str]:
-        """The variables the config asks the server to get: server.env, then mode.env."""
-        return {**self.server.env, **self.mode.env}
+        """The variables the config asks the server to get: server.env, then mode.env, with their
+        placeholders filled (PYTHONPATH = "{worktree}/python" imports the checkout under test)."""
+        values = {"python": self.python, "worktree": str(self.worktree), "host": self.server.host}
+        if self._port is not None:
+            values["port"] = str(self._port)
+        return {name: expand((value,), **values)[0] for name, value in {**self.server.env, **self.mode.env}.items()}
 
     # -- start ----------------------------------------------------------------------------
 
@@ -308,7 +321,7 @@ class ServerSession:
             worktree=str(self.worktree),
             host=host,
         )
-        env = {**os.environ, **self.server.env, **self.mode.env, **self.extra_env}
+        env = {**os.environ, **self.configured_env(), **self.extra_env}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             # A header so a log read later says what was launched, where, with which extra env.
@@ -326,7 +339,7 @@ class ServerSession:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group (and session): killable as one
+                    **own_group(),  # its own process group (and session), killable as one; dies with us
                 )
             except FileNotFoundError:
                 raise ServerError(
@@ -475,6 +488,15 @@ class ServerSession:
         if self._proc is None:
             self._teardown = Teardown(how="already-exited", seconds=0.0, notes=("never started",))
             return self._teardown
+        try:
+            return self._stop()
+        except KeyboardInterrupt:
+            # Ctrl-C / SIGTERM in the middle of the grace period: no grace left, but no leftover either.
+            self._signal_group(signal.SIGKILL)
+            raise
+
+    def _stop(self) -> Teardown:
+        assert self._proc is not None
         t0 = time.monotonic()
         proc = self._proc
         notes: list[str] = []

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from typing import Any
 
 from .model import BisectOutcome, Comparison, Verdict
 
 
 def _jsonable(value: Any) -> Any:
+    """Plain JSON values; a NaN or infinity (an empty comparison, one trial) becomes null, since
+    JSON has no such number and a consumer's parser would reject the whole object."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if isinstance(value, enum.Enum):
         return value.value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -21,13 +26,27 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def pct(value: float | None, sign: bool = True) -> str:
+    """A percentage for a line, or "n/a" where there is no number (never "+nan%")."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:+.1f}%" if sign else f"{value:.1f}%"
+
+
+def effect_text(cmp: Comparison) -> str:
+    """"-12.3% [-15.0%, -9.6%]", or "effect n/a (too few trials)" when there is no estimate."""
+    if cmp.effect_pct is None or not math.isfinite(cmp.effect_pct):
+        return "effect n/a (too few trials to estimate)"
+    return f"{pct(cmp.effect_pct)} [{pct(cmp.ci_low_pct)}, {pct(cmp.ci_high_pct)}]"
+
+
 def comparison_line(label: str, cmp: Comparison | None, verdict: bool = True) -> str | None:
     """One line: effect, interval, noise, trials, and (unless it is evidence for another verdict) its verdict."""
     if cmp is None:
         return None
     return (
-        f"{label}: {cmp.effect_pct:+.1f}% [{cmp.ci_low_pct:+.1f}%, {cmp.ci_high_pct:+.1f}%] "
-        f"({cmp.n_a} vs {cmp.n_b} trials; noise {cmp.sigma_b_pct:.1f}% per trial, {cmp.sigma_source})"
+        f"{label}: {effect_text(cmp)} "
+        f"({cmp.n_a} vs {cmp.n_b} trials; noise {pct(cmp.sigma_b_pct, sign=False)} per trial, {cmp.sigma_source})"
         + (f" → {cmp.verdict.value}" if verdict else "")
     )
 
@@ -63,7 +82,7 @@ def format_outcome(result: Any) -> list[str]:
         best = ", ".join(describe(s) for s in out.best_answer) or "no change"
         prob = f" (probability {out.answer_probability:.2f})" if out.answer_probability is not None else ""
         lines.append(f"budget exhausted: best answer {best}{prob}")
-    if out.ruled_out_pct is not None and out.verdict is not Verdict.REGRESSED:
+    if out.ruled_out_pct is not None and math.isfinite(out.ruled_out_pct) and out.verdict is not Verdict.REGRESSED:
         lines.append(f"ruled out: no regression ≥ {out.ruled_out_pct:.1f}% between the endpoints")
     for line in (
         # Evidence, not a second verdict: the bisection's verdict is the headline.
@@ -105,7 +124,7 @@ def outcome_json(result: Any) -> dict[str, Any]:
             "system_state": list(getattr(result, "state", ())),
         }
     )
-    return data
+    return _jsonable(data)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -284,7 +303,7 @@ def format_log(bisections: Any, comparisons: Any) -> list[str]:
         cmp = c.comparison
         lines.append(
             f"compare #{c.id}  {when}  {c.b[:10]} vs {c.a[:10]}  [{c.mode}]  {cmp.verdict.value} "
-            f"{cmp.effect_pct:+.1f}% [{cmp.ci_low_pct:+.1f}%, {cmp.ci_high_pct:+.1f}%]"
+            f"{effect_text(cmp)}"
         )
     if not lines:
         lines.append("no bisections or comparisons stored yet")

@@ -1164,10 +1164,14 @@ def target_versions(
     cwd: Path | None = None,
     collectors: Sequence[Any] | None = None,
     timeout_s: float = 180.0,
+    extra_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """torch, CUDA, NCCL, sglang, sgl-kernel, flashinfer, transformers and python versions of the
-    target's interpreter, plus the driver from NVML/nvidia-smi; a missing package has no entry."""
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    target's interpreter, plus the driver from NVML/nvidia-smi; a missing package has no entry.
+
+    ``extra_env`` is what the server gets (PYTHONPATH to the checkout): the versions are those the
+    server imports."""
+    env = dict(os.environ, **(extra_env or {}), CUDA_VISIBLE_DEVICES="")
     try:
         proc = subprocess.run(
             [python, "-c", VERSIONS_SCRIPT],

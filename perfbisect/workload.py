@@ -27,6 +27,7 @@ complete only when every request returned all its tokens.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -38,6 +39,7 @@ from typing import Any, Callable
 
 import httpx
 
+from .children import own_group
 from .config import WorkloadConfig, expand
 from .errors import ConfigError, ServerDied, WorkloadError
 from .model import RunResult
@@ -512,15 +514,24 @@ def run_command_workload(
     if not cfg.command:
         raise WorkloadError("workload.kind is 'command' but workload.command is empty: set the benchmark command in the config.")
     argv = expand(cfg.command, python=python, worktree=str(worktree))
-    full_env = {**os.environ, **env}
+    full_env = {**os.environ, **{k: expand((v,), python=python, worktree=str(worktree))[0] for k, v in env.items()}}
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     results = []
     for index in range(cfg.warmup + 1):
         warmup = index < cfg.warmup
         value = _invoke_command(cfg, argv, Path(worktree), full_env, log_path, warmup, index)
+        error = None
+        if not (math.isfinite(value) and value > 0):
+            # inf, NaN, 0 or negative is a broken measurement, not a very fast or slow one: the run is
+            # kept, flagged, and stays out of every statistic (they work on the log of the metric).
+            error = (
+                f"workload.metric '{cfg.metric}' came back as {value!r}, not a finite positive number; "
+                f"run flagged, not used"
+            )
+            value = None if not math.isfinite(value) else value
         results.append(
-            RunResult(index=index, warmup=warmup, requested_tokens=0, output_tokens=0, metric_value=value)
+            RunResult(index=index, warmup=warmup, requested_tokens=0, output_tokens=0, metric_value=value, error=error)
         )
     return results
 
@@ -533,7 +544,7 @@ def _invoke_command(
     try:
         proc = subprocess.Popen(
             argv, cwd=worktree, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, start_new_session=True,
+            stderr=subprocess.PIPE, text=True, **own_group(),
         )
     except FileNotFoundError:
         raise WorkloadError(
@@ -545,7 +556,7 @@ def _invoke_command(
     try:
         stdout, stderr = proc.communicate(timeout=cfg.request_timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc.pid)
         stdout, stderr = proc.communicate()
         _log_invocation(log_path, label, shown, None, stdout, stderr)
         raise WorkloadError(
@@ -553,6 +564,10 @@ def _invoke_command(
             f"{cfg.request_timeout_s:g} s in {worktree} and was killed. Raise the timeout or make the "
             f"command shorter; its output is in {log_path}."
         ) from None
+    except BaseException:  # Ctrl-C / SIGTERM of perfbisect: the benchmark must not run on alone
+        _kill_group(proc.pid)
+        proc.wait()
+        raise
     _log_invocation(log_path, label, shown, proc.returncode, stdout, stderr)
     if proc.returncode != 0:
         raise WorkloadError(
@@ -567,18 +582,29 @@ def _invoke_command(
             f'line like {{"{cfg.metric}": 123.4}}. Last lines of its stdout:\n{_tail(stdout) or "(empty)"}'
         )
     if cfg.metric not in obj:
-        raise WorkloadError(
+        # The config asks for a key this command does not print: no commit can be measured, so it
+        # is the config's error (exit 2), not a failed trial that would end a bisection inconclusive.
+        raise ConfigError(
             f"The workload command {shown} printed a JSON object without the key '{cfg.metric}' "
             f"(workload.metric); it has: {', '.join(sorted(obj)) or '(no keys)'}. Print that key or set "
             f"workload.metric to one of these."
         )
     value = obj[cfg.metric]
+    if value is None:  # JSON null: what a benchmark prints for a NaN it could not encode
+        return math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise WorkloadError(
             f"The workload command {shown} printed '{cfg.metric}': {value!r}, which is not a number. "
             f"Print the metric as a JSON number."
         )
     return float(value)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _log_invocation(log_path: Path, label: str, shown: str, rc: int | None, stdout: str, stderr: str) -> None:

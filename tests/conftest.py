@@ -28,6 +28,13 @@ EMULATOR_TEST_ENV = {
 }
 
 
+@pytest.fixture(autouse=True)
+def private_node_lock(tmp_path_factory, monkeypatch):
+    """Each test gets its own GPU-node lock file, so tests never queue behind a perfbisect (or
+    another test session) running elsewhere on this machine."""
+    monkeypatch.setenv("PERFBISECT_LOCK_DIR", str(tmp_path_factory.mktemp("node-lock")))
+
+
 def free_port() -> int:
     """A port that was free a moment ago on 127.0.0.1."""
     with socket.socket() as s:

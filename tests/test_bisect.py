@@ -70,6 +70,8 @@ def test_finds_a_planted_step():
     assert cs[19][:10] in outcome.explanation and "trials" in outcome.explanation
     # Far fewer trials than commits × 10: the search does not measure every commit.
     assert len({o.commit for o in obs}) < 20
+    # No single session carries the verdict: the culprit and its parent were each measured twice or more.
+    assert sum(o.commit == cs[19] for o in obs) >= 2 and sum(o.commit == cs[18] for o in obs) >= 2
 
 
 def test_endpoints_are_measured_first():

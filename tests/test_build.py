@@ -170,3 +170,48 @@ def test_cache_evicts_least_recently_used(tmp_path):
     target.mkdir()
     assert cache.restore(cache.get("a"), target) == ["lib.so"]
     assert (target / "lib.so").read_bytes() == b"a" * 1000
+
+
+def test_cache_restore_never_writes_through_a_committed_symlink(setup, tmp_path):
+    """A hostile commit makes the artefact's directory a symlink out of the worktree: the cached
+    artefact is not restored through it (nothing lands outside); the step runs for real instead."""
+    import dataclasses
+    import os
+
+    from perfbisect.build import UnsafeRestore
+
+    r, shas, pool, steps, cache, counter, logs = setup
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    step = dataclasses.replace(steps[0], paths=("sgl-kernel/csrc/**",))  # the symlink leaves the key alone
+    wt = pool.checkout(shas["kernel"])
+    built = run_build((step,), wt, shas["kernel"], "s", cache, sys.executable, logs)
+    assert built.steps[0].stored
+    os.symlink(outside, r.path / "sgl-kernel" / "build")
+    evil = r.commit("hostile: build directory is a symlink")
+    wt = pool.checkout(evil)
+    entry = cache.get(built.steps[0].key)
+    with pytest.raises(UnsafeRestore, match="symlink"):
+        cache.restore(entry, wt)
+    assert list(outside.iterdir()) == []
+    again = run_build((step,), wt, evil, "s", cache, sys.executable, logs)
+    assert not again.steps[0].cached and _runs(counter) == 2
+    assert "build cache not used" in Path(again.steps[0].log_path).read_text()
+
+
+def test_a_step_failing_on_a_full_disk_stops_the_run_instead_of_skipping_the_commit(setup):
+    """ENOSPC is the machine's fault: InfrastructureError (exit 4), never a BuildError (a skip)."""
+    from perfbisect.errors import InfrastructureError
+
+    r, shas, pool, steps, cache, counter, logs = setup
+    full = BuildStep(name="pip", command=("{python}", "-c",
+                     "import sys; print('ERROR: Could not install packages due to an OSError: [Errno 28] "
+                     "No space left on device'); sys.exit(1)"))
+    wt = pool.checkout(shas["c0"])
+    with pytest.raises(InfrastructureError, match="No space left on device") as err:
+        run_build((full,), wt, shas["c0"], "s", cache, sys.executable, logs)
+    assert not isinstance(err.value, BuildError) and err.value.exit_code == 4
+    # An ordinary failure is still the commit's: a BuildError, so the commit is skipped.
+    broken = BuildStep(name="compile", command=("{python}", "-c", "import sys; print('syntax error'); sys.exit(1)"))
+    with pytest.raises(BuildError):
+        run_build((broken,), wt, shas["c0"], "s", cache, sys.executable, logs)

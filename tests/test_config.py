@@ -89,6 +89,20 @@ def test_metric_needs_its_modes(tmp_path):
     assert ok.metric_modes == ("baseline", "eagle3")
 
 
+@pytest.mark.parametrize("metric", ["ratio:eagle3", "ratio:/baseline", "ratio:eagle3/", "ratio:eagle3/eagle3", "ratio:a/b/c"])
+def test_malformed_ratio_metric_is_a_config_error(tmp_path, metric):
+    path = write(tmp_path, MINIMAL + f'\n[stats]\nmetric = "{metric}"\n')
+    with pytest.raises(ConfigError, match="ratio:SPEC/BASE"):
+        load_config(path)
+
+
+def test_placeholders_are_filled_in_one_pass():
+    """A value that itself contains a placeholder (a repository under /srv/{host}/) is not expanded again."""
+    argv = expand(("{python}", "--dir", "{worktree}/x", "--host", "{host}", "{unknown}", "{{port}}"),
+                  python="/srv/{host}/py", worktree="/w/{port}", host="127.0.0.1", port="80")
+    assert argv == ["/srv/{host}/py", "--dir", "/w/{port}/x", "--host", "127.0.0.1", "{unknown}", "{80}"]
+
+
 def test_string_commands_are_split_not_shelled(tmp_path):
     text = MINIMAL.replace(
         'command = ["{python}", "-m", "sglang.launch_server", "--port", "{port}", "--tp", "8"]',

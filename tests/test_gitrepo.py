@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.config import SGLANG_IGNORE_PATHS, PatchesConfig, PatchVariant
-from perfbisect.errors import ConfigError, GitError, PatchError
+from perfbisect.errors import ConfigError, GitError, InfrastructureError, PatchError
 from perfbisect.gitrepo import (
     PatchConflictError,
     PatchStack,
@@ -277,6 +277,33 @@ def test_apply_in_worktree_and_conflict_error(target, history, tmp_path):
     assert "UU" not in status.stdout  # no half-applied conflict left behind
 
 
+def test_git_failure_while_applying_is_not_a_conflict(target, history, tmp_path):
+    """A held index.lock (or a full disk) makes `git apply` die: that must stop the run, never skip the commit."""
+    stack = _stack(target, history)
+    wt = WorktreePool(target, tmp_path / "cache").checkout(history.shas["c5"])
+    admin = Path(subprocess.run(["git", "rev-parse", "--git-dir"], cwd=wt, capture_output=True, text=True, check=True).stdout.strip())
+    lock = (admin if admin.is_absolute() else wt / admin) / "index.lock"
+    lock.write_text("")
+    try:
+        with pytest.raises(InfrastructureError) as err:
+            stack.apply(wt, target.resolve(history.shas["c5"]))
+    finally:
+        lock.unlink()
+    assert not isinstance(err.value, PatchError) and err.value.exit_code == 4
+    assert "index.lock" in str(err.value)
+    assert stack.apply(wt, target.resolve(history.shas["c5"])).variants  # fine once the lock is gone
+    # git dies (status 128) inside `git apply` itself: the patch file vanished after the stack was read.
+    copy = tmp_path / "patches"
+    copy.mkdir()
+    for patch in history.patch_dir.glob("*.patch"):
+        (copy / patch.name).write_text(patch.read_text())
+    stack = PatchStack.load(PatchesConfig(dir=copy), target)
+    (copy / "0001-nccl-env.patch").unlink()
+    wt = WorktreePool(target, tmp_path / "cache").checkout(history.shas["c1"])
+    with pytest.raises(InfrastructureError, match="not a patch conflict"):
+        stack.apply(wt, target.resolve(history.shas["c1"]))
+
+
 def test_stack_from_branch(target, history, tmp_path):
     r, s = history.repo, history.shas
     r.switch("my-patches", create_at=s["c0"])
@@ -303,7 +330,7 @@ def test_patch_input_errors(target, history, tmp_path):
     bad.mkdir()
     (bad / "0001-real.patch").write_text((history.patch_dir / "0001-nccl-env.patch").read_text())
     (bad / "0002-garbage.patch").write_text("this is not a diff\n")
-    with pytest.raises(PatchError) as err:
+    with pytest.raises(ConfigError) as err:  # a broken patch file is the config's fault, not every commit's
         PatchStack.load(PatchesConfig(dir=bad), target)
     assert "0002-garbage.patch" in str(err.value) and "format-patch" in str(err.value)
     with pytest.raises(ConfigError, match="0009-missing.patch"):

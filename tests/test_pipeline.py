@@ -72,6 +72,17 @@ def test_demo_names_the_planted_commit(tmp_path):
     runs = db_rows(db, "select count(*) from runs")[0][0]
     assert trials == result["trials_used"] and runs >= trials * 5
     assert "trial #" in proc.stderr and "planted" not in proc.stdout.split("\n")[0]
+    assert result["budget_exhausted"] is False and result["answer_probability"] >= 0.99
+    assert result["improvements"] == [] and result["ruled_out_pct"] is not None
+    # The noise this bisection measured is kept for the next one on this host, which says so.
+    (source,) = db_rows(db, "select source from noise_estimates")[0]
+    assert source.startswith("bisection #1")
+    demo = tmp_path / "demo"
+    again = cli("run", f"good={result['good']}", f"bad={result['bad']}", "-c", str(demo / "perfbisect.toml"),
+                "--db", str(db), "--json", cwd=demo)
+    assert again.returncode == 0, again.stderr
+    assert "learned on this host by bisection #1" in again.stderr
+    assert json.loads(again.stdout)["culprit"] == result["planted"]
 
 
 def test_drift_only_demo_blames_nothing(tmp_path):
@@ -142,7 +153,7 @@ def test_crash_in_the_middle_loses_nothing_and_resume_repeats_no_trial(tmp_path)
          "-c", str(target.config), "--db", str(db)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 900  # a bound on a hang, not on speed: the wait is for 4 stored observations
     try:
         while time.monotonic() < deadline:
             if db.exists():

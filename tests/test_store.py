@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import socket
 import sqlite3
 import subprocess
@@ -736,3 +737,89 @@ def test_two_stores_on_one_file_both_work(db: Path):
     finally:
         first.close()
         second.close()
+
+
+def test_a_damaged_database_is_refused_by_quick_check(db: Path):
+    with open_store(db) as store:
+        for i in range(40):  # enough rows for several pages
+            store_trial(store, ok_trial(identity(), [80.0 + i, 81.0, 82.0]))
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page = sqlite_rows(db, "PRAGMA page_size")[0][0]
+    data = bytearray(db.read_bytes())
+    assert len(data) > 4 * page
+    data[2 * page : 4 * page] = bytes((i * 37 + 11) % 256 for i in range(2 * page))  # tear two pages
+    db.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="is damaged") as err:
+        open_store(db)
+    assert str(db) in str(err.value) and "--db" in str(err.value)
+    assert db.read_bytes() == bytes(data)  # nothing written into it
+
+
+def test_a_database_on_a_read_only_file_system_says_so(tmp_path: Path):
+    """A real read-only mount (a tmpfs in a private mount namespace): the message says read-only."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    code = (
+        "import sys\n"
+        "from perfbisect.store import open_store\n"
+        "from perfbisect.errors import StoreError\n"
+        "if sys.argv[1] == 'create':\n"
+        "    open_store(sys.argv[2]).close()\n"
+        "else:\n"
+        "    try:\n"
+        "        open_store(sys.argv[2]).close()\n"
+        "    except StoreError as exc:\n"
+        "        print(exc)\n"
+    )
+    db = mnt / "results.sqlite"
+    script = (
+        f"mount -t tmpfs tmpfs {mnt} && "
+        f"{sys.executable} -c \"$0\" create {db} && "
+        f"mount -o remount,ro {mnt} && "
+        f"{sys.executable} -c \"$0\" open {db}"
+    )
+    try:
+        proc = subprocess.run(["unshare", "-rm", "sh", "-c", script, code], capture_output=True, text=True,
+                              timeout=60, cwd=REPO_ROOT)
+    except FileNotFoundError:
+        pytest.skip("no unshare(1) here")
+    if proc.returncode != 0 and ("unshare" in proc.stderr or "mount" in proc.stderr):
+        pytest.skip(f"cannot make a private read-only mount here: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 0, proc.stderr
+    assert "read-only file system" in proc.stdout and "--db PATH" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_full_disk_while_storing_is_a_runtime_error_not_a_usage_error(tmp_path: Path):
+    """A real full file system (a small tmpfs in a private mount namespace) under an open store."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    code = (
+        "import sys\n"
+        "from perfbisect.store import open_store\n"
+        "from perfbisect.errors import StoreError\n"
+        "from perfbisect.model import TrialIdentity\n"
+        "store = open_store(sys.argv[1] + '/results.sqlite')\n"
+        "try:\n"
+        "    with open(sys.argv[1] + '/filler', 'wb') as fh:\n"
+        "        while True:\n"
+        "            fh.write(b'x' * 65536)\n"
+        "            fh.flush()\n"
+        "except OSError:\n"
+        "    pass\n"
+        "try:\n"
+        "    for i in range(10000):\n"
+        "        store.begin_trial(TrialIdentity('c' * 40, 'p' * 200, 'b', 'baseline', 'm', 'w', 'h'), 'measure')\n"
+        "    print('no error')\n"
+        "except StoreError as exc:\n"
+        "    print(type(exc).__name__, exc.exit_code, 'disk has space' in str(exc))\n"
+    )
+    script = f"mount -t tmpfs -o size=2m tmpfs {mnt} && {sys.executable} -c \"$0\" {mnt}"
+    try:
+        proc = subprocess.run(["unshare", "-rm", "sh", "-c", script, code], capture_output=True, text=True,
+                              timeout=120, cwd=REPO_ROOT)
+    except FileNotFoundError:
+        pytest.skip("no unshare(1) here")
+    if proc.returncode != 0 and ("unshare" in proc.stderr or "mount" in proc.stderr):
+        pytest.skip(f"cannot make a private tmpfs here: {proc.stderr.strip()[:200]}")
+    assert proc.stdout.split() == ["StoreWriteError", "4", "True"], proc.stdout + proc.stderr

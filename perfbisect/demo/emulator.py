@@ -58,6 +58,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..children import die_with_parent
+
 EMULATOR_VERSION = "0.0.0+perfbisect.emulator"
 
 # Defaults for the speed knobs read from the worktree's code.
@@ -766,6 +768,8 @@ def start_workers(count: int, drop_env: list[str]) -> list[subprocess.Popen]:
             [sys.executable, "-c", _WORKER_SOURCE, f"perfbisect-emulator-worker-TP{rank}"],
             env=env,
             stdin=subprocess.DEVNULL,
+            # Like SGLang's schedulers (kill_itself_when_parent_died): workers die with the server.
+            preexec_fn=die_with_parent(),
         )
         for rank in range(count)
     ]

@@ -19,7 +19,7 @@ from sqlalchemy import URL, Engine, create_engine, event
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreWriteError
 from ..model import (
     BisectOutcome,
     Comparison,
@@ -146,6 +146,7 @@ def open_store(
     _check_file(db_path)
     engine = make_engine(db_path, busy_timeout_s)
     try:
+        _check_integrity(engine, db_path)
         upgrade_to_head(engine, db_path)
     except StoreError:
         engine.dispose()
@@ -167,6 +168,38 @@ def open_store(
     return store
 
 
+def _check_integrity(engine: Engine, db_path: Path) -> None:
+    """PRAGMA quick_check: a damaged file is refused before anything reads results from it or
+    writes more into it (a bisection resumed on a torn page would replay wrong observations)."""
+    if not db_path.is_file() or db_path.stat().st_size == 0:
+        return
+    try:
+        with engine.connect() as conn:
+            rows = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA quick_check(5)").fetchall()]
+            conn.rollback()
+    except SQLAlchemyError as exc:
+        rows = [_reason(exc)]
+    if rows != ["ok"]:
+        raise StoreError(
+            f"The results database {db_path} is damaged (SQLite quick_check: {'; '.join(rows)[:300]}). "
+            f"perfbisect will not read or add results to it. Move it aside (perfbisect then starts a new "
+            f"one), try `sqlite3 {db_path} .recover > recovered.sql` to save what is readable, or pass "
+            f"another file with --db PATH."
+        )
+
+
+def _read_only_reason(path: Path) -> str | None:
+    """Why ``path`` (a directory or a file) cannot be written, or None when it can."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "is on a read-only file system"
+    except OSError:
+        return None
+    if not os.access(path, os.W_OK):
+        return "is not writable by this user"
+    return None
+
+
 def _check_file(db_path: Path) -> None:
     if db_path.is_dir():
         raise StoreError(
@@ -180,6 +213,15 @@ def _check_file(db_path: Path) -> None:
             f"Cannot create the directory {db_path.parent} for the results database: "
             f"{exc.strerror or exc}. Choose a writable location with --db PATH."
         ) from exc
+    # SQLite in WAL mode writes beside the file (-wal, -shm): the directory must be writable too.
+    for path in (db_path, db_path.parent):
+        why = _read_only_reason(path) if path.exists() else None
+        if why:
+            raise StoreError(
+                f"The results database {db_path} cannot be written: {path} {why}. perfbisect stores "
+                f"every run as it lands, so it needs a writable database: pass --db PATH on a writable "
+                f"disk (copy the file there to keep its results)."
+            )
     if db_path.is_file():
         try:
             with db_path.open("rb") as fh:
@@ -234,10 +276,13 @@ class Store:
             with Session(self._write_engine if write else self.engine) as s, s.begin():
                 yield s
         except SQLAlchemyError as exc:
-            raise StoreError(
+            # Failing once open (a full disk, a lock held too long) is the machine's trouble, not a
+            # bad argument: exit 4, like any measurement that broke.
+            raise StoreWriteError(
                 f"The results database {self.path} failed: {_reason(exc)}. Results stored before "
                 "this point are kept. If it is locked, another perfbisect process is writing: let "
-                "it finish; otherwise check that the file is writable and the disk has space."
+                "it finish; otherwise check that the file is writable and the disk has space, then "
+                "`perfbisect resume` continues a bisection."
             ) from exc
 
     # --- trials --------------------------------------------------------------------------------
@@ -349,6 +394,13 @@ class Store:
         with self.session(write=True) as s:
             return queries.recover_interrupted(s, alive)
 
+    def release_own(self) -> tuple[list[int], list[int]]:
+        """Mark this process's running trials and bisections interrupted (an orderly Ctrl-C or
+        SIGTERM exit), along with any left by dead processes. Returns (trial ids, bisection ids)."""
+        mine = self.owner
+        with self.session(write=True) as s:
+            return queries.recover_interrupted(s, lambda owner: owner != mine and owner_alive(owner))
+
     # --- bisections ----------------------------------------------------------------------------
 
     def begin_bisection(
@@ -437,7 +489,7 @@ class Store:
     def resume_bisection(self, bisection_id: int) -> BisectionRecord:
         """Mark an interrupted bisection running again, owned by this process."""
         with self.session(write=True) as s:
-            return queries.set_bisection_running(s, bisection_id, self.owner)
+            return queries.set_bisection_running(s, bisection_id, self.owner, owner_alive)
 
     # --- comparisons ---------------------------------------------------------------------------
 

@@ -452,13 +452,22 @@ def finish_bisection(
     return _bisection_record(session, row)
 
 
-def set_bisection_running(session: Session, bisection_id: int, owner: str) -> BisectionRecord:
-    """Take over an interrupted bisection (for `perfbisect resume`)."""
+def set_bisection_running(
+    session: Session, bisection_id: int, owner: str, owner_alive: Callable[[str], bool] = lambda _o: False
+) -> BisectionRecord:
+    """Take over an interrupted bisection (for `perfbisect resume`); refuse one whose process lives."""
     row = _bisection_row(session, bisection_id)
     if row.status == BISECTION_DONE:
         raise StoreError(
             f"Bisection {bisection_id} ({row.good[:10]}..{row.bad[:10]}) is already done "
             f"(verdict {row.verdict}); there is nothing to resume. Start a new run instead."
+        )
+    if row.status == BISECTION_RUNNING and row.owner and row.owner != owner and owner_alive(row.owner):
+        pid = row.owner.split(":")[1] if row.owner.count(":") >= 2 else row.owner
+        raise StoreError(
+            f"Bisection {bisection_id} ({row.good[:10]}..{row.bad[:10]}) is still running in process "
+            f"{pid}; resuming it now would measure on top of it. Wait for it to finish, or stop it "
+            f"(kill {pid}) and run `perfbisect resume {bisection_id}` again."
         )
     row.status = BISECTION_RUNNING
     row.owner = owner
@@ -586,7 +595,7 @@ def _trial_row(session: Session, trial_id: int, *, with_runs: bool = False) -> T
     if row is None:
         raise StoreError(
             f"There is no trial {trial_id} in the results database; list stored trials with "
-            "`perfbisect history` and use one of their ids."
+            "`perfbisect log` and use one of their ids."
         )
     return row
 
@@ -596,7 +605,7 @@ def _bisection_row(session: Session, bisection_id: int) -> BisectionRow:
     if row is None:
         raise StoreError(
             f"There is no bisection {bisection_id} in the results database; list stored "
-            "bisections with `perfbisect history` and use one of their ids."
+            "bisections with `perfbisect log` and use one of their ids."
         )
     return row
 

@@ -1095,9 +1095,14 @@ def report_quietly(progress: Progress | None, render: Callable[[], Path]) -> Pat
 
     try:
         return render()
-    except (PerfbisectError, OSError, ValueError) as exc:
+    except (PerfbisectError, OSError) as exc:
         (progress or Progress()).warn(f"the HTML report could not be written: {exc}")
-        return None
+    except Exception as exc:  # a rendering bug: the measured verdict still prints and keeps its exit code
+        (progress or Progress()).warn(
+            f"the HTML report could not be rendered ({type(exc).__name__}: {exc}); this is a bug, please report it. "
+            f"`perfbisect report` renders it again from the database once fixed."
+        )
+    return None
 
 
 def demo_report(target: DemoTarget, result: BisectResult) -> Path:

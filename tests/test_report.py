@@ -191,3 +191,16 @@ def test_compare_and_calibrate_write_reports(tmp_path):
     assert report.is_file() and "NOISE CALIBRATION" in report.read_text()
     text = cli("report", f"c{result['comparison_id']}", "--db", str(db))
     assert text.returncode == 0 and "report: " in text.stdout
+
+
+def test_a_bisection_without_any_measurement_still_renders(tmp_path):
+    """An unfinished bisection, or one whose every trial failed, has no points: the report says so."""
+    from perfbisect import app
+    from perfbisect.store import open_store
+
+    with open_store(tmp_path / "r.sqlite") as store:
+        bid = store.begin_bisection(good="a" * 40, bad="b" * 40, commits=["a" * 40, "b" * 40], metric="baseline",
+                                    settings={"metric": "baseline"}, target=str(tmp_path / "gone"))
+        path, view = app.report(store, str(bid), tmp_path / "empty.html")
+    html = path.read_text()
+    assert view["verdict"]["headline"] == "UNFINISHED" and "No trial produced a number" in html

@@ -1013,3 +1013,117 @@ def run_demo(
     with Workspace.open(config, target.root / "results.sqlite") as ws, exclusive(ws, progress):
         result = run_bisection(ws, target.good, target.bad, progress)
     return result, target
+
+
+# ------------------------------------------------------------------------------------------------
+# perfbisect report
+
+
+INDEX_REPLAY_BUDGET_S = 0.1
+
+
+def report_path(db_path: Path, name: str) -> Path:
+    """Where a report goes by default: ``reports/`` beside the results database."""
+    return Path(db_path).expanduser().absolute().parent / "reports" / f"{name}.html"
+
+
+def report(store: Store, which: str = "latest", out: Path | None = None, config: Config | None = None) -> tuple[Path, dict]:
+    """Render one stored bisection (``N``, ``bN``), comparison (``cN``) or the ``latest`` of either."""
+    from . import evidence
+    from .report import render_report, write_html
+
+    kind, number = _report_target(store, which)
+    if kind == "bisection":
+        view = evidence.bisection_view(store, number, config)
+    else:
+        view = evidence.comparison_view(store, number, config)
+    path = write_html(render_report(view), out or report_path(store.path, f"{kind}-{number}"))
+    return path, view
+
+
+def _report_target(store: Store, which: str) -> tuple[str, int]:
+    from .errors import PerfbisectError
+
+    text = (which or "latest").strip().lower()
+    if text == "latest":
+        b = store.bisections(1)
+        c = store.comparisons(1)
+        if not b and not c:
+            raise UsageError(f"{store.path} holds no bisection or comparison yet: run `perfbisect run good=REV bad=REV` first.")
+        if b and (not c or b[0].started_at >= c[0].created_at):
+            return "bisection", b[0].id
+        return "comparison", c[0].id
+    kind = "comparison" if text.startswith("c") else "bisection"
+    digits = text.lstrip("bc#")
+    if not digits.isdigit():
+        raise UsageError(
+            f"Cannot read report id '{which}': give a bisection id (3 or b3), a comparison id (c2) or 'latest' "
+            f"(see `perfbisect log`)."
+        )
+    if kind == "bisection":
+        try:
+            store.bisection(int(digits))
+        except PerfbisectError:
+            raise UsageError(f"No bisection #{digits} in {store.path}. List the stored ones with `perfbisect log`.") from None
+    return kind, int(digits)
+
+
+def report_index(store: Store, directory: Path, config: Config | None = None, progress: Progress | None = None) -> Path:
+    """A static site: every bisection's and comparison's report, and an index with a history chart per mode."""
+    from . import evidence
+    from .report import render_index, render_report, write_html
+
+    directory = Path(directory).expanduser().absolute()
+    views = []
+    for b in store.bisections(1 << 30):
+        # A site of many reports replays each search on a tighter budget (coarse to fine: the last
+        # steps and the overall shape stay; `perfbisect report N` shows more).
+        views.append(evidence.bisection_view(store, b.id, config, replay_budget_s=INDEX_REPLAY_BUDGET_S))
+    for c in store.comparisons(1 << 30):
+        views.append(evidence.comparison_view(store, c.id, config))
+    entries, history = evidence.index_entries(views)
+    for view, entry in zip(views, entries):
+        write_html(render_report(view), directory / entry["href"])
+        if progress:
+            progress.detail(f"wrote {directory / entry['href']}")
+    return write_html(render_index(entries, history, str(store.path)), directory / "index.html")
+
+
+def report_quietly(progress: Progress | None, render: Callable[[], Path]) -> Path | None:
+    """Write a command's report at its end; a failure to render never hides the verdict just measured."""
+    from .errors import PerfbisectError
+
+    try:
+        return render()
+    except (PerfbisectError, OSError) as exc:
+        (progress or Progress()).warn(f"the HTML report could not be written: {exc}")
+    except Exception as exc:  # a rendering bug: the measured verdict still prints and keeps its exit code
+        (progress or Progress()).warn(
+            f"the HTML report could not be rendered ({type(exc).__name__}: {exc}); this is a bug, please report it. "
+            f"`perfbisect report` renders it again from the database once fixed."
+        )
+    return None
+
+
+def demo_report(target: DemoTarget, result: BisectResult) -> Path:
+    """The demo's report, beside its database (``<demo dir>/reports/bisection-N.html``)."""
+    config = load_config(target.config)
+    with open_store(target.root / "results.sqlite", recover=False) as store:
+        return report(store, str(result.bisection_id), config=config)[0]
+
+
+def calibration_report(ws: Workspace, result: CalibrateResult) -> Path:
+    """The report of a calibration: its trials over time, the machine state and the noise it measured."""
+    from . import evidence
+    from .report import render_report, write_html
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    db = ws.db_path
+    cfg = f" -c {ws.config.path}" if ws.config.path else ""
+    view = evidence.trials_view(
+        ws.store, f"perfbisect calibrate: {result.commit.short} [{result.mode}], {len(result.trials)} trials", "calibrate",
+        result.trials, lines=result.lines, config=ws.config,
+        reproduce=[f"perfbisect calibrate {result.commit.sha} --mode {result.mode} --trials {len(result.trials)}{cfg} --db {db}"],
+    )
+    view["id"] = f"{result.commit.short}-{stamp}"
+    return write_html(render_report(view), report_path(db, f"calibrate-{result.commit.short}-{stamp}"))

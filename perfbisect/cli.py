@@ -208,19 +208,23 @@ def _exit_for(outcome, fail_on_regression: bool) -> int:
     return EXIT_OK
 
 
-def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: str | None = None) -> None:
+def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: str | None = None,
+                    report: tuple[Path, str] | None = None) -> None:
     """Print a finished bisection (lines, or one JSON object) and exit with its documented code.
 
     ``broken``: no trial measured anything (the server never started, every run failed). That is
-    a measurement that broke (4), not evidence too weak to decide (3).
+    a measurement that broke (4), not evidence too weak to decide (3). ``report``: the HTML report's
+    path and the short line that ends the text output.
     """
     from .summary import format_outcome, outcome_json
 
     if json_out:
-        _print_json(outcome_json(result))
+        _print_json({**outcome_json(result), "report": str(report[0]) if report else None})
     else:
         for line in format_outcome(result):
             out_console.print(_show(line))
+        if report is not None:
+            out_console.print(_show(report[1]))
     if broken:
         err_console.print(
             f"[bold red]Error:[/bold red] {_show(_nothing_measured(broken))}"
@@ -235,6 +239,22 @@ def _nothing_measured(first_error: str) -> str:
         f"No trial produced a measurement, so nothing was compared. The first trial failed with: {first} "
         f"Fix that (run `perfbisect doctor --launch` to try the server once) and run again."
     )
+
+
+def _print_report(report: Path | None) -> None:
+    if report is not None:
+        out_console.print(f"report: {_show(str(report))}")
+
+
+def _bisection_report(core, ws, result, progress) -> tuple[Path, str] | None:
+    """The HTML report of a bisection just finished and its short line (None, with a warning, if it cannot be written)."""
+    from .report import short_line
+
+    def write() -> tuple[Path, str]:
+        path, view = core.report(ws.store, str(result.bisection_id), config=ws.config)
+        return path, short_line(view, path)
+
+    return core.report_quietly(progress, write)
 
 
 def _load(config: Path | None):
@@ -277,9 +297,10 @@ def run(
         ):
             result = core.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
             broken = core.measured_nothing(ws, result.bisection_id)
+            report = _bisection_report(core, ws, result, progress)
     except PerfbisectError as exc:
         raise fail(exc) from None
-    _show_bisection(result, json_out, fail_on_regression, broken)
+    _show_bisection(result, json_out, fail_on_regression, broken, report)
 
 
 @app.command()
@@ -308,9 +329,10 @@ def resume(
             with _interruptible(ws, resume_id=bid, resumable=True, options=_resume_options(config, db)):
                 result = core.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
             broken = core.measured_nothing(ws, result.bisection_id)
+            report = _bisection_report(core, ws, result, progress)
     except PerfbisectError as exc:
         raise fail(exc) from None
-    _show_bisection(result, json_out, fail_on_regression, broken)
+    _show_bisection(result, json_out, fail_on_regression, broken, report)
 
 
 @app.command()
@@ -339,13 +361,15 @@ def demo(
     from .summary import format_outcome, outcome_json
 
     try:
+        progress = ConsoleProgress(quiet)
         result, target = core.run_demo(
             directory or Path.cwd() / ".perfbisect" / "demo",
-            ConsoleProgress(quiet),
+            progress,
             drift_only=drift_only,
             commits=commits,
             seed=seed,
         )
+        report = core.report_quietly(progress, lambda: core.demo_report(target, result))
     except PerfbisectError as exc:
         raise fail(exc) from None
     except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
@@ -356,6 +380,7 @@ def demo(
         data = outcome_json(result)
         data["planted"] = target.planted
         data["demo_dir"] = str(target.root)
+        data["report"] = str(report) if report else None
         _print_json(data)
     else:
         for line in format_outcome(result):
@@ -364,6 +389,7 @@ def demo(
         hit = (result.outcome.culprit == target.planted) if target.planted else result.outcome.culprit is None
         mark = "[green]✓[/green]" if hit else "[red]✗[/red]"
         out_console.print(f"{mark} planted: {_show(planted)}")
+        _print_report(report)
     raise typer.Exit(code=_exit_for(result.outcome, False))
 
 
@@ -508,14 +534,17 @@ def compare_cmd(
         progress = ConsoleProgress(quiet)
         with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
             result = core.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], progress, max_trials=trials, wait_idle_s=wait_idle)
+            report = core.report_quietly(progress, lambda: core.report(ws.store, f"c{result.comparison_id}", config=cfg)[0])
     except PerfbisectError as exc:
         raise fail(exc) from None
     if json_out:
         data = {"a": result.a.sha, "b": result.b.sha, "mode": result.mode, "comparison_id": result.comparison_id,
-                **_jsonable(result.comparison), "history": result.history, "attribution": result.attribution}
+                **_jsonable(result.comparison), "history": result.history, "attribution": result.attribution,
+                "report": str(report) if report else None}
         _print_json(data)
     else:
         _print_lines(format_comparison(result))
+        _print_report(report)
     code = EXIT_INCONCLUSIVE if result.comparison.verdict.value == "inconclusive" else EXIT_OK
     raise typer.Exit(code=code)
 
@@ -527,6 +556,7 @@ def calibrate(
     trials: TrialsOpt = 5,
     config: ConfigOpt = None,
     db: DbOpt = None,
+    json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
     wait: WaitOpt = False,
@@ -545,9 +575,69 @@ def calibrate(
         progress = ConsoleProgress(quiet)
         with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
             result = core.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, progress, wait_idle_s=wait_idle)
+            report = core.report_quietly(progress, lambda: core.calibration_report(ws, result))
     except PerfbisectError as exc:
         raise fail(exc) from None
+    if json_out:
+        data = {"commit": result.commit.sha, "mode": result.mode, "trials": [t.id for t in result.trials],
+                "lines": result.lines, "report": str(report) if report else None}
+        _print_json(data)
+        return
     _print_lines([f"{result.commit.short} [{result.mode}]: {len(result.trials)} trials"] + result.lines)
+    _print_report(report)
+
+
+@app.command("report")
+def report_cmd(
+    which: Annotated[str, typer.Argument(help="Bisection id (3 or b3), comparison id (c2), or latest.")] = "latest",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="HTML file to write (default: reports/ beside the database).")] = None,
+    index: Annotated[Optional[Path], typer.Option("--index", metavar="DIR", help="Write a static site instead: every report plus an index with a history chart per mode.")] = None,
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Render a stored bisection or comparison as one self-contained HTML file (opens offline).
+
+    Verdict with effect, interval and noise; culprit; every trial over the range and over time with
+    the machine's state; the search's reasoning; speculative health; evidence; environment; how to
+    reproduce. Nothing is rerun: it is all read from the results database.
+
+    Example:  perfbisect report latest -o regression.html
+    Example:  perfbisect report c2 --db results.sqlite
+    Example:  perfbisect report --index site/
+    """
+    from . import app as core
+    from .report import verdict_line
+    from .store import open_store
+
+    try:
+        cfg = _load(config) if (config is not None or _config_path(None).exists()) else None
+        path = db or (cfg.default_db if cfg is not None else None)
+        if path is None:
+            raise UsageError(
+                "No results database: pass --db PATH (e.g. .perfbisect/demo/results.sqlite), or run this where "
+                "perfbisect.toml is (or with -c CONFIG) to use its default database."
+            )
+        if not Path(path).is_file():
+            raise UsageError(f"No results database at {path}: pass --db PATH, or run `perfbisect run` first.")
+        store = open_store(Path(path), recover=False)
+        try:
+            if index is not None:
+                written = core.report_index(store, index, cfg, ConsoleProgress(False))
+                line = f"site: {written}"
+                view = None
+            else:
+                written, view = core.report(store, which, output, cfg)
+                line = verdict_line(view)
+        finally:
+            store.close()
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+    if json_out:
+        _print_json({"report": str(written), "verdict": view["verdict"] if view else None})
+        return
+    out_console.print(_show(line))
+    _print_report(written)
 
 
 @app.command()

@@ -40,7 +40,7 @@ def error_of(proc: subprocess.CompletedProcess) -> str:
 def test_help_has_examples_on_every_command():
     top = cli("--help")
     assert top.returncode == 0 and "perfbisect run good=bba2fc4 bad=HEAD" in top.stdout
-    for command in ("run", "resume", "demo", "plan", "measure", "compare", "calibrate", "doctor", "init", "log", "gc"):
+    for command in ("run", "resume", "demo", "plan", "measure", "compare", "calibrate", "doctor", "init", "log", "gc", "report"):
         proc = cli(command, "--help")
         assert proc.returncode == 0, command
         assert "Example:" in proc.stdout, command

@@ -1,0 +1,292 @@
+"""The HTML regression report: jinja2 renders ``templates/`` into one self-contained file.
+
+Charts are Vega-Lite specifications drawn by the vendored Vega/Vega-Lite/vega-embed JavaScript
+(``templates/vendor/``), inlined once per file: the report opens offline, prints as SVG, and needs no
+chart code of its own. Everything that came from the repository or the config goes through jinja2's
+autoescape (and ``tojson`` inside scripts); control characters are made visible first, so a commit
+subject holding HTML, a script or a terminal escape shows up as text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import jinja2
+
+from . import __version__
+from .resources import data_dir
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+VENDOR = ("vega.min.js", "vega-lite.min.js", "vega-embed.min.js")
+PALETTE = {"regressed": "#c62828", "improved": "#2e7d32", "same": "#2e7d32", "inconclusive": "#ef6c00"}
+
+
+def inert(value: Any) -> Any:
+    """``value`` with every control character (ESC, BEL, NUL...) shown as ``\\xNN`` text, recursively."""
+    if isinstance(value, str):
+        return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
+    if isinstance(value, Mapping):
+        return {inert(k): inert(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [inert(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        autoescape=True,  # every template is HTML: nothing from the repository is ever trusted
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["pct"] = lambda v, digits=1: "—" if v is None else f"{v:+.{digits}f}%"
+    env.filters["num"] = lambda v, digits=1: "—" if v is None else f"{v:,.{digits}f}"
+    env.policies["json.dumps_kwargs"] = {"sort_keys": False, "ensure_ascii": False}
+    return env
+
+
+@lru_cache(maxsize=1)
+def vendored_js() -> str:
+    """Vega, Vega-Lite and vega-embed, concatenated for one inline <script>."""
+    parts = []
+    for name in VENDOR:
+        text = (data_dir("templates") / "vendor" / name).read_text(encoding="utf-8")
+        # Defensive: a literal "</script" inside the library would end the inline element early.
+        parts.append(text.replace("</script", "<\\/script"))
+    return "\n;\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------
+# Chart specifications (Vega-Lite)
+
+_TOOLTIP_TRIAL = [
+    {"field": "commit", "title": "commit"}, {"field": "subject", "title": "subject"},
+    {"field": "mode", "title": "mode"}, {"field": "trial", "title": "trial #"},
+    {"field": "value", "title": "trial median", "format": ",.2f"}, {"field": "runs", "title": "runs"},
+    {"field": "within_cv_pct", "title": "within-trial CV %", "format": ".1f"},
+    {"field": "started", "title": "started"}, {"field": "excluded", "title": "excluded because"},
+]
+
+
+# Excluded (throttled, contended) trials are drawn as crosses; the tooltip says why.
+_SHAPE = {"field": "state", "type": "nominal", "title": "trial",
+          "scale": {"domain": ["used", "excluded"], "range": ["circle", "cross"]}}
+_STATE = {"calculate": "datum.excluded ? 'excluded' : 'used'", "as": "state"}
+
+
+def _base(width: int | str = "container", height: int = 260) -> dict[str, Any]:
+    return {"$schema": "https://vega.github.io/schema/vega-lite/v6.json", "width": width, "height": height,
+            "config": {"font": "system-ui, sans-serif", "axis": {"labelFontSize": 10, "titleFontSize": 11},
+                       "legend": {"orient": "top"}, "view": {"stroke": "#ddd"}}}
+
+
+def range_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Every measured commit's trial summaries per mode, levels and noise band, culprit and skips marked."""
+    points = [p for p in view["points"] if p["value"] is not None]
+    if not points:
+        return None
+    order = view["order"]
+    x = {"field": "commit", "type": "ordinal", "scale": {"domain": order}, "sort": order,
+         "axis": {"labelAngle": -60, "title": "commits, oldest first (good … bad)", "labelOverlap": True}}
+    y_title = f"trial median ({view['unit']})"
+    layers: list[dict[str, Any]] = []
+    segs = view["levels"].get("segments") or []
+    if segs:
+        layers.append({"data": {"values": segs}, "mark": {"type": "rect", "opacity": 0.12, "color": "#1565c0"},
+                       "encoding": {"x": {**x, "field": "from"}, "x2": {"field": "to"},
+                                    "y": {"field": "band_low", "type": "quantitative"}, "y2": {"field": "band_high"},
+                                    "tooltip": [{"field": "label", "title": "noise band (±1σ per trial)"},
+                                                {"field": "band_low", "format": ",.1f", "title": "low"},
+                                                {"field": "band_high", "format": ",.1f", "title": "high"}]}})
+        layers.append({"data": {"values": segs}, "mark": {"type": "rule", "strokeWidth": 2.5, "color": "#1565c0"},
+                       "encoding": {"x": {**x, "field": "from"}, "x2": {"field": "to"},
+                                    "y": {"field": "value", "type": "quantitative"},
+                                    "tooltip": [{"field": "label", "title": "level"},
+                                                {"field": "value", "format": ",.2f", "title": "level"},
+                                                {"field": "low", "format": ",.2f", "title": "interval low"},
+                                                {"field": "high", "format": ",.2f", "title": "interval high"},
+                                                {"field": "n", "title": "trials"}]}})
+    marks = [{"commit": c["short"], "what": w, "subject": c["subject"]} for c in view["commits"]
+             for w in (("skipped (untestable, never blamed)",) if "skipped" in c["role"] else ())
+             + (("filtered (cannot affect throughput)",) if "filtered" in c["role"] else ())]
+    if marks:
+        layers.append({"data": {"values": marks}, "mark": {"type": "tick", "thickness": 3, "size": 14, "orient": "vertical"},
+                       "encoding": {"x": x, "y": {"value": 292},
+                                    "color": {"field": "what", "type": "nominal", "title": "not measured",
+                                              "scale": {"range": ["#9e9e9e", "#6d4c41"]}},
+                                    "tooltip": [{"field": "commit"}, {"field": "what"}, {"field": "subject"}]}})
+    if view.get("culprit_short"):
+        layers.append({"data": {"values": [{"commit": view["culprit_short"], "label": "culprit"}]},
+                       "mark": {"type": "rule", "color": "#c62828", "strokeDash": [6, 3], "strokeWidth": 2},
+                       "encoding": {"x": x, "tooltip": [{"field": "commit", "title": "culprit"}]}})
+    layers.append({
+        "data": {"values": points},
+        "transform": [_STATE],
+        "mark": {"type": "point", "filled": True, "size": 60, "opacity": 0.8},
+        "encoding": {
+            "x": x, "y": {"field": "value", "type": "quantitative", "scale": {"zero": False}, "title": y_title},
+            "color": {"field": "mode", "type": "nominal", "title": "mode"},
+            "shape": _SHAPE,
+            "tooltip": _TOOLTIP_TRIAL,
+        },
+    })
+    spec = _base(height=300)
+    spec["layer"] = layers
+    spec["resolve"] = {"scale": {"color": "independent"}}
+    return spec
+
+
+def timeline_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The metric against wall-clock time, with the sampled machine state on the same time axis below."""
+    points = [p for p in view["points"] if p["value"] is not None and p["started"]]
+    if not points:
+        return None
+    x = {"field": "t", "type": "temporal", "title": "wall-clock time", "axis": {"format": "%H:%M:%S", "labelOverlap": True}}
+    top = _base(width=900, height=200)
+    top.pop("$schema")
+    top.pop("config")
+    top["data"] = {"values": [{**p, "t": p["started"]} for p in points]}
+    top["transform"] = [_STATE]
+    top["mark"] = {"type": "point", "filled": True, "size": 60}
+    top["encoding"] = {
+        "x": x, "y": {"field": "value", "type": "quantitative", "scale": {"zero": False}, "title": f"trial median ({view['unit']})"},
+        "color": {"field": "mode", "type": "nominal"},
+        "shape": _SHAPE,
+        "tooltip": _TOOLTIP_TRIAL + [{"field": "sm_clock_mhz", "title": "SM clock MHz", "format": ".0f"},
+                                     {"field": "temperature_c", "title": "max temp °C"},
+                                     {"field": "throttle", "title": "throttle reasons"}],
+    }
+    spec = _base()
+    spec.pop("width")
+    spec.pop("height")
+    spec["vconcat"] = [top]
+    if view["samples"]:
+        spec["vconcat"].append({
+            "data": {"values": view["samples"]},
+            "facet": {"row": {"field": "var", "type": "nominal", "title": None, "header": {"labelAngle": 0, "labelAlign": "left", "labelFontSize": 11}}},
+            "spec": {"width": 900, "height": 70, "mark": {"type": "line", "point": {"size": 12}, "interpolate": "step-after"},
+                     "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "scale": {"zero": False}, "title": None},
+                                  "detail": {"field": "trial"}, "color": {"field": "mode", "type": "nominal", "legend": None},
+                                  "tooltip": [{"field": "var"}, {"field": "value"}, {"field": "trial"}, {"field": "commit"}, {"field": "t", "type": "temporal", "timeUnit": "hoursminutesseconds"}]}},
+            "resolve": {"scale": {"y": "independent"}},
+        })
+    spec["resolve"] = {"scale": {"x": "shared"}}
+    return spec
+
+
+def posterior_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Posterior over where the change is, after each step of the search (a heatmap, step × commit)."""
+    reasoning = view.get("reasoning") or {}
+    cells = reasoning.get("cells") or []
+    if not cells:
+        return None
+    domain = view["order"] + ["no change"]
+    spec = _base(height=max(120, 14 * len(reasoning["steps"])))
+    spec["data"] = {"values": cells}
+    spec["mark"] = {"type": "rect"}
+    spec["encoding"] = {
+        "x": {"field": "commit", "type": "ordinal", "scale": {"domain": domain}, "axis": {"labelAngle": -60, "title": "where the (first) change is"}},
+        "y": {"field": "step", "type": "ordinal", "title": "after trial"},
+        "color": {"field": "p", "type": "quantitative", "scale": {"scheme": "blues", "domain": [0, 1]}, "title": "posterior"},
+        "tooltip": [{"field": "step", "title": "after trial"}, {"field": "commit"}, {"field": "p", "format": ".3f", "title": "posterior"}],
+    }
+    return spec
+
+
+def history_spec(points: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any]:
+    """One mode's levels across dates, with their noise bands; each point links to its report."""
+    spec = _base(height=240)
+    spec["data"] = {"values": list(points)}
+    x = {"field": "date", "type": "temporal", "title": "when measured", "axis": {"format": "%Y-%m-%d %H:%M", "labelOverlap": True}}
+    spec["layer"] = [
+        {"mark": {"type": "rule", "strokeWidth": 6, "opacity": 0.25},
+         "encoding": {"x": x, "y": {"field": "band_low", "type": "quantitative", "scale": {"zero": False},
+                                    "title": f"{mode} level ({points[0]['unit'] if points else ''})"},
+                      "y2": {"field": "band_high"}, "color": {"field": "end", "type": "nominal", "title": "commit"}}},
+        {"mark": {"type": "point", "filled": True, "size": 80, "cursor": "pointer"},
+         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"},
+                      "color": {"field": "end", "type": "nominal"}, "href": {"field": "href"},
+                      "tooltip": [{"field": "label", "title": "report"}, {"field": "commit"}, {"field": "subject"},
+                                  {"field": "value", "format": ",.2f", "title": "level"},
+                                  {"field": "band_low", "format": ",.2f", "title": "noise band low"},
+                                  {"field": "band_high", "format": ",.2f", "title": "noise band high"},
+                                  {"field": "verdict"}, {"field": "date", "type": "temporal", "timeUnit": "yearmonthdatehoursminutes"}]}},
+    ]
+    return spec
+
+
+# ------------------------------------------------------------------------------------------------
+# Rendering
+
+
+def verdict_line(view: Mapping[str, Any], path: Path | None = None) -> str:
+    """The verdict sentence after its headline (what `perfbisect report` prints)."""
+    line = f"{view['verdict']['headline']}: {view['verdict']['sentence']}"
+    return line + (f"  report: {path}" if path else "")
+
+
+def short_line(view: Mapping[str, Any], path: Path | None = None) -> str:
+    """The short line `run` ends with: headline, effect in % and unit, interval, culprit, report path."""
+    bits = [view["verdict"]["headline"]]
+    cmp = next((c for c in view["comparisons"] if c["label"].startswith("from the culprit")), None)
+    cmp = cmp or (view["comparisons"][0] if view["comparisons"] else None)
+    levels = view.get("levels") or {}
+    if cmp:
+        unit = ""
+        if levels.get("before") is not None and levels.get("after") is not None:
+            unit = f" ({levels['after'] - levels['before']:+,.1f} {view['unit']})"
+        bits.append(f"{cmp['effect_pct']:+.1f}%{unit} [{cmp['ci_low_pct']:+.1f}%, {cmp['ci_high_pct']:+.1f}%]")
+    if view.get("culprit"):
+        bits.append(f"culprit {view['culprit']['short']}")
+    if path:
+        bits.append(f"report: {path}")
+    return " · ".join(bits)
+
+
+def render_report(view: Mapping[str, Any]) -> str:
+    """One self-contained HTML document for a bisection, comparison or calibration."""
+    safe = inert(view)
+    charts = {name: spec for name, spec in (
+        ("range", range_spec(safe)), ("timeline", timeline_spec(safe)), ("posterior", posterior_spec(safe)),
+    ) if spec}
+    return _environment().get_template("report.html.j2").render(
+        v=safe, charts=charts, vendor=vendored_js(), color=PALETTE.get(safe["verdict"]["cls"], "#555"),
+        generated=time.strftime("%Y-%m-%d %H:%M:%S"), version=__version__,
+    )
+
+
+def render_index(entries: Sequence[Mapping[str, Any]], history: Mapping[str, Sequence[Mapping[str, Any]]], db: str) -> str:
+    """The static site's index: every bisection and comparison, and a history chart per mode."""
+    safe_entries = inert(list(entries))
+    charts = {mode: history_spec(inert(list(points)), inert(mode)) for mode, points in history.items() if points}
+    return _environment().get_template("index.html.j2").render(
+        entries=safe_entries, charts=charts, vendor=vendored_js(), db=inert(db),
+        generated=time.strftime("%Y-%m-%d %H:%M:%S"), version=__version__,
+    )
+
+
+def write_html(html: str, path: Path) -> Path:
+    """Write atomically (a half-written report is never left where a colleague might open it)."""
+    path = Path(path).expanduser().absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def dumps(value: Any) -> str:
+    """JSON for a <script type="application/json"> block: '<', '>' and '&' escaped like jinja2's tojson."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace("'", "\\u0027")

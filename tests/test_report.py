@@ -1,0 +1,206 @@
+"""The HTML report: rendered from a real demo bisection, opened in a real headless Chromium.
+
+The demo runs the real pipeline against the emulator; the escaping tests use a synthetic results
+database (perfbisect.demo.results) over a real git repository whose commit subjects, directory
+names and paths carry HTML, script and terminal-escape payloads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfbisect.demo.results import make_results
+from perfbisect.evidence import commit_url
+from perfbisect.report import inert
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (Debian package `chromium`; .ci/run installs it)"
+)
+
+PAYLOADS = [
+    "<script>alert('subject')</script>",
+    '<img src=x onerror="alert(2)">',
+    "\x1b[31mRED terminal\x1b[0m \x07bell",
+    "quotes \" ' & ampersand </textarea>",
+]
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "perfbisect.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def chromium(url: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
+    """Headless Chromium, offline-minded flags, a fresh profile; console messages go to stderr."""
+    profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=8000",
+         *extra, url],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def console_messages(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """One real demo bisection (planted slowdown) through the CLI, with its report."""
+    directory = tmp_path_factory.mktemp("report") / "demo"
+    proc = cli("demo", "--json", "--dir", str(directory))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def payload_results(tmp_path_factory):
+    """A synthetic bisection whose commit subjects and paths hold HTML/script/terminal payloads."""
+    base = tmp_path_factory.mktemp("payload") / "d<b>ir</b>\x1b[1m"
+    subjects = [f"change {i}" for i in range(10)]
+    subjects[5] = PAYLOADS[0] + " " + PAYLOADS[1]  # the culprit (commits // 2)
+    subjects[6] = PAYLOADS[2]
+    subjects[7] = PAYLOADS[3]
+    return make_results(base, commits=10, trials=30, subjects=subjects, remote="javascript:alert(1)//github.com/a/b")
+
+
+def test_demo_writes_its_report_and_names_it_in_json(demo):
+    report = Path(demo["report"])
+    assert report.is_absolute() and report.is_file()
+    html = report.read_text()
+    assert demo["culprit"] in html and "REGRESSION" in html
+    # Self-contained and offline: no external script, stylesheet or image; the library inlined once.
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=\"?https?:", html)
+    assert html.count("vegaEmbed=") + html.count("vegaEmbed =") <= 1 and "vega-lite" in html
+    assert report.stat().st_size < 5 * 1024 * 1024
+
+
+def test_report_command_latest_ids_and_errors(demo, tmp_path):
+    db = demo["db"]
+    out = tmp_path / "r.html"
+    proc = cli("report", "latest", "--db", db, "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.is_file() and f"report: {out}" in proc.stdout
+    assert demo["culprit"][:10] in proc.stdout and "%" in proc.stdout and "tok/s" in proc.stdout
+    same = cli("report", str(demo["bisection_id"]), "--db", db, "--json")
+    assert json.loads(same.stdout)["verdict"]["cls"] == "regressed"
+    missing = cli("report", "c42", "--db", db)
+    assert missing.returncode == 2 and "No comparison #42" in missing.stderr
+    wrong = cli("report", "x1", "--db", db)
+    assert wrong.returncode == 2 and "give a bisection id" in wrong.stderr
+    nodb = cli("report", "--db", str(tmp_path / "none.sqlite"))
+    assert nodb.returncode == 2 and "No results database" in nodb.stderr
+
+
+def test_index_site_links_every_report(demo, tmp_path):
+    site = tmp_path / "site"
+    proc = cli("report", "--index", str(site), "--db", demo["db"])
+    assert proc.returncode == 0, proc.stderr
+    index = (site / "index.html").read_text()
+    name = f"bisection-{demo['bisection_id']}.html"
+    assert f'href="{name}"' in index and (site / name).is_file()
+    assert '"href"' in index  # history points link to their reports
+
+
+def test_repository_text_is_inert(payload_results, tmp_path):
+    from perfbisect import app
+    from perfbisect.store import open_store
+
+    with open_store(payload_results.db) as store:
+        path, view = app.report(store, "latest", tmp_path / "payload.html")
+    html = path.read_text()
+    assert view["culprit"]["sha"] == payload_results.culprit
+    for raw in ("<script>alert(", "<img src=x", "</textarea>", "<b>ir</b>", "\x1b", "\x07"):
+        assert raw not in html, raw
+    assert "&lt;script&gt;alert(" in html and "&lt;img src=x onerror=" in html
+    assert "\\x1b[31mRED terminal" in html and "d&lt;b&gt;ir&lt;/b&gt;" in html
+    assert view["culprit"]["url"] is None  # a remote that is not a known forge gives no link
+
+
+def test_commit_links_only_for_known_forges():
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    assert commit_url("https://github.com/sgl-project/sglang.git", sha) == f"https://github.com/sgl-project/sglang/commit/{sha}"
+    assert commit_url("git@gitlab.com:group/proj.git", sha) == f"https://gitlab.com/group/proj/-/commit/{sha}"
+    assert commit_url("javascript:alert(1)//github.com/a/b", sha) is None
+    assert commit_url("https://example.com/a/b", sha) is None
+    assert commit_url("https://github.com/a/b", "not-a-sha") is None
+    assert inert({"k\x1b": ["\x1b[0m", 1.0, float("nan")]}) == {"k\\x1b": ["\\x1b[0m", 1.0, None]}
+
+
+@needs_chromium
+def test_demo_report_renders_in_chromium(demo, tmp_path):
+    report = Path(demo["report"])
+    url = report.as_uri()
+    dom = chromium(url, tmp_path, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert console_messages(dom.stderr) == []  # no errors, no warnings: the page logs nothing when it works
+    page = dom.stdout
+    for chart in ("chart-range", "chart-timeline", "chart-posterior"):
+        block = page.split(f'id="{chart}"', 1)[1][:200000]
+        assert re.search(r"<svg[^>]*class=\"marks\"", block), f"{chart} drew nothing"
+        assert "chart failed to render" not in block
+    assert demo["culprit"] in page and "REGRESSION" in page
+    shot_dir = Path(os.environ.get("PERFBISECT_SCREENSHOT_DIR", tmp_path))
+    shot = shot_dir / "demo-report.png"
+    png = chromium(url, tmp_path, f"--screenshot={shot}", "--window-size=1280,2400", "--hide-scrollbars")
+    assert png.returncode == 0 and shot.is_file() and shot.stat().st_size > 20000, png.stderr[-2000:]
+
+
+@needs_chromium
+def test_payloads_stay_text_in_chromium(payload_results, tmp_path):
+    from perfbisect import app
+    from perfbisect.store import open_store
+
+    with open_store(payload_results.db) as store:
+        path, _ = app.report(store, "latest", tmp_path / "payload.html")
+    dom = chromium(path.as_uri(), tmp_path, "--dump-dom")
+    assert dom.returncode == 0
+    assert console_messages(dom.stderr) == []
+    page = dom.stdout
+    assert '<img src="x"' not in page and "<script>alert(" not in page
+    assert "&lt;script&gt;alert('subject')&lt;/script&gt;" in page  # shown as text
+
+
+def test_compare_and_calibrate_write_reports(tmp_path):
+    from perfbisect.demo.target import make_demo_target
+
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    db = tmp_path / "r.sqlite"
+    proc = cli("compare", target.good, target.planted, "--max-trials", "2", "-c", str(target.config),
+               "--db", str(db), "--json")
+    assert proc.returncode in (0, 3), proc.stderr
+    result = json.loads(proc.stdout)
+    html = Path(result["report"]).read_text()
+    assert Path(result["report"]).is_absolute() and target.planted in html and "B vs A" in html
+    cal = cli("calibrate", "HEAD", "-n", "2", "-m", "baseline", "-c", str(target.config), "--db", str(db), "--json")
+    assert cal.returncode == 0, cal.stderr
+    report = Path(json.loads(cal.stdout)["report"])
+    assert report.is_file() and "NOISE CALIBRATION" in report.read_text()
+    text = cli("report", f"c{result['comparison_id']}", "--db", str(db))
+    assert text.returncode == 0 and "report: " in text.stdout
+
+
+def test_a_bisection_without_any_measurement_still_renders(tmp_path):
+    """An unfinished bisection, or one whose every trial failed, has no points: the report says so."""
+    from perfbisect import app
+    from perfbisect.store import open_store
+
+    with open_store(tmp_path / "r.sqlite") as store:
+        bid = store.begin_bisection(good="a" * 40, bad="b" * 40, commits=["a" * 40, "b" * 40], metric="baseline",
+                                    settings={"metric": "baseline"}, target=str(tmp_path / "gone"))
+        path, view = app.report(store, str(bid), tmp_path / "empty.html")
+    html = path.read_text()
+    assert view["verdict"]["headline"] == "UNFINISHED" and "No trial produced a number" in html

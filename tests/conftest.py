@@ -28,6 +28,20 @@ EMULATOR_TEST_ENV = {
 }
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_node_lock_for_the_session(tmp_path_factory):
+    """Module- and session-scoped fixtures (a demo run shared by a module's tests) start before the
+    per-test lock below: give them a private node lock too, so no fixture queues behind (or is
+    refused by) a perfbisect running elsewhere on this machine."""
+    old = os.environ.get("PERFBISECT_LOCK_DIR")
+    os.environ["PERFBISECT_LOCK_DIR"] = str(tmp_path_factory.mktemp("session-node-lock"))
+    yield
+    if old is None:
+        os.environ.pop("PERFBISECT_LOCK_DIR", None)
+    else:
+        os.environ["PERFBISECT_LOCK_DIR"] = old
+
+
 @pytest.fixture(autouse=True)
 def private_node_lock(tmp_path_factory, monkeypatch):
     """Each test gets its own GPU-node lock file, so tests never queue behind a perfbisect (or

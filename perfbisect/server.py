@@ -28,6 +28,7 @@ from .config import ModeConfig, ServerConfig, expand
 from .errors import ServerDied, ServerError, ServerNotReady
 from .logtail import log_tail as read_log_tail
 from .model import EnvCheck
+from .procfs import stat_fields
 
 _PROC = Path("/proc")
 _TCP_LISTEN = "0A"  # st column of /proc/net/tcp for a listening socket
@@ -132,13 +133,8 @@ def _all_pids() -> list[int]:
 
 def _stat_fields(pid: int) -> tuple[str, int, int] | None:
     """(state, pgrp, session) of a process, or None when it is gone or unreadable."""
-    try:
-        raw = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # comm sits in parentheses and may itself contain spaces and ')': split after the last one.
-    rest = raw.rpartition(")")[2].split()
-    if len(rest) < 4:
+    rest = stat_fields(pid, _PROC)
+    if rest is None or len(rest) < 4:
         return None
     return rest[0], int(rest[2]), int(rest[3])
 

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import ConfigError, MachineBusy
 from .model import GpuSample, SystemSnapshot, SystemSummary
+from .procfs import stat_fields
 
 # NVML clock-event ("throttle") reasons, in bit order (nvml.h nvmlClocksEventReason*).
 THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
@@ -688,11 +689,11 @@ def _resolve_pids(exclude_pids: ExcludePids) -> set[int]:
 
 
 def _parent_pid(pid: int, proc_root: Path = Path("/proc")) -> int | None:
-    """Parent pid from /proc/<pid>/stat (the command name may hold spaces or parentheses)."""
+    """Parent pid from /proc/<pid>/stat."""
+    fields = stat_fields(pid, proc_root)
     try:
-        stat = (proc_root / str(pid) / "stat").read_text()
-        return int(stat[stat.rindex(")") + 2 :].split()[1])
-    except (OSError, ValueError, IndexError):
+        return int(fields[1]) if fields else None
+    except (ValueError, IndexError):
         return None
 
 

@@ -31,6 +31,7 @@ from ..model import (
     TrialStatus,
     content_hash,
 )
+from ..procfs import stat_fields
 from . import queries
 from .migrations import upgrade_to_head
 from .queries import NoiseKey, TrialDetails
@@ -90,13 +91,8 @@ def _process_start(pid: int) -> str:
 
 def _process_state(pid: int) -> tuple[str, str]:
     """(state letter, start time in clock ticks) from /proc, or ("?", "?") where there is none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "?", "?"
-    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = stat.rpartition(")")[2].split()
-    if len(fields) < 20:
+    fields = stat_fields(pid)
+    if fields is None or len(fields) < 20:
         return "?", "?"
     return fields[0], fields[19]  # fields 3 (state) and 22 (starttime) of proc(5)
 

@@ -241,7 +241,7 @@ class SearchPolicy:
         if not located:
             return self._search_step(data, post, top_key, top_p, ends, ruled_out, phase="locating")
 
-        p_two = sum(p for k, p in post.groups.items() if len(k) == 2)
+        p_two = post.p_two
         doubt = None
         if len(top_key) == 1 and p_two >= SECOND_CHANGE_DOUBT:
             step = self._search_step(data, post, top_key, top_p, ends, ruled_out, phase="second-change check")
@@ -263,20 +263,16 @@ class SearchPolicy:
         for st in steps:
             p_dir = t_cdf(-abs(st.step) / st.se, st.dof) if st.se > 0 else 0.0
             if p_dir > 1.0 - s.confidence:
-                move = self._confirm_step(data, st)
+                move = self._confirm_step(data, st, "its direction is not certain yet")
                 if move is not None:
                     return move
         # One wild session must not carry a verdict alone: the commits on both sides of a change are
         # each measured at least twice before it is named (heavy-tailed session effects did that).
         for st in steps:
-            for i in (st.parent, st.at):
-                if len(data.values[i]) < MIN_TRIALS_AT_CHANGE and self._budget_left(data, i):
-                    return Measure(
-                        self.commits[i],
-                        f"confirming the change at {self.commits[st.at][:10]} ({pct(st.step):+.1f}%): a second trial of "
-                        f"{'its parent' if i == st.parent else 'the commit'} so no single session carries the verdict",
-                        "confirming",
-                    )
+            if min(len(data.values[st.parent]), len(data.values[st.at])) < MIN_TRIALS_AT_CHANGE:
+                move = self._confirm_step(data, st, "a second trial of each side, so no single session carries the verdict")
+                if move is not None:
+                    return move
         regressions = [st for st in steps if self._is_regression(st.step)]
         improvements = [st for st in steps if not self._is_regression(st.step)]
         if not regressions:
@@ -388,8 +384,7 @@ class SearchPolicy:
         elsewhere does not make this one less certain). Once two changes are likelier, both must
         be located: the answer is the best pair and its own mass.
         """
-        p_two = sum(p for k, p in post.groups.items() if len(k) == 2)
-        p_one = sum(p for k, p in post.groups.items() if len(k) == 1)
+        p_two, p_one = post.p_two, post.p_one
         some = max(p_one + p_two, 1e-300)
         if p_two < p_one:
             cp: dict[int, float] = {}
@@ -594,9 +589,7 @@ class SearchPolicy:
     def _answer_groups(self, post: ChangePosterior, keep: np.ndarray) -> list[np.ndarray]:
         """One-hot maps (kept hypotheses × answers) whose entropies sum to the answer's uncertainty."""
         keys = [post.keys[i] for i in keep.tolist()]
-        p_two = sum(p for k, p in post.groups.items() if len(k) == 2)
-        p_one = sum(p for k, p in post.groups.items() if len(k) == 1)
-        if p_two < p_one:
+        if post.p_two < post.p_one:
             labels = [[k[0] if k else -1 for k in keys], [len(k) for k in keys]]
         else:
             labels = [keys]
@@ -609,15 +602,15 @@ class SearchPolicy:
             out.append(oh)
         return out
 
-    def _confirm_step(self, data: _Data, st: _Step) -> Measure | None:
-        """The change's direction is not yet certain: measure its two sides directly."""
+    def _confirm_step(self, data: _Data, st: _Step, why: str) -> Measure | None:
+        """Measure the side of the change (its parent or the commit) with fewer trials, budget allowing."""
         first, second = (st.parent, st.at) if len(data.values[st.parent]) <= len(data.values[st.at]) else (st.at, st.parent)
         for i in (first, second):
             if self._budget_left(data, i):
                 return Measure(
                     self.commits[i],
-                    f"confirming the change at {self.commits[st.at][:10]} against its parent directly: "
-                    f"{pct(st.step):+.1f}% so far",
+                    f"confirming the change at {self.commits[st.at][:10]} against its parent directly "
+                    f"({pct(st.step):+.1f}% so far): {why}",
                     "confirming",
                 )
         return None

@@ -88,6 +88,16 @@ class ChangePosterior:
     times: np.ndarray
     n: int
 
+    @property
+    def p_one(self) -> float:
+        """Posterior of "exactly one change"."""
+        return sum(p for k, p in self.groups.items() if len(k) == 1)
+
+    @property
+    def p_two(self) -> float:
+        """Posterior of "two changes"."""
+        return sum(p for k, p in self.groups.items() if len(k) == 2)
+
     def top(self, key: tuple[int, ...] | None = None) -> int:
         """Index of the most probable (hypothesis, ρ) pair, optionally among those with answer ``key``."""
         if key is None:

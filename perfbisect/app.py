@@ -945,11 +945,10 @@ def calibrate(
     if attribution:
         lines.append(attribution)
     if measured.measured:
-        raw_dof = sum(len(g) - 1 for g in groups.values() if len(g) >= 2)
-        raw = math.sqrt(sum(sum((v - sum(g) / len(g)) ** 2 for v in g) for g in groups.values()) / raw_dof) if raw_dof else None
-        if raw is not None:
-            keep_noise(ws, [mode], pct(raw), raw_dof, f"calibrate: {len(done)} trials of {result.commit.short}",
-                       sigma_w=measured.sigma_w)
+        # What this calibration alone measured (no prior pseudo-observations) is what is kept.
+        raw = NoiseModel.from_groups(list(groups.values()), prior=NoiseModel(0.0, 0.0, "none"))
+        keep_noise(ws, [mode], raw.sigma_b_pct, raw.dof, f"calibrate: {len(done)} trials of {result.commit.short}",
+                   sigma_w=measured.sigma_w)
     return CalibrateResult(result.commit, mode, measured, done, lines)
 
 

@@ -737,6 +737,136 @@ def gc(
     _print_lines([f"removed {r}" for r in removed] or ["nothing to remove"])
 
 
+# ------------------------------------------------------------------------------------------------
+# The post-`git pull` hook: hook install/uninstall/status, check, status (logic in hook.py, check.py)
+
+hook_app = typer.Typer(help="The post-`git pull` hook: every pull is checked, a regression bisected.", no_args_is_help=True)
+app.add_typer(hook_app, name="hook")
+RepoOpt = Annotated[Optional[Path], typer.Option("--repo", help="The checkout whose pulls are checked (default: the config's target.repo).")]
+
+
+@hook_app.command("install")
+def hook_install(repo: RepoOpt = None, config: ConfigOpt = None) -> None:
+    """Install the post-merge and post-rewrite hooks (chaining hooks already there, honouring core.hooksPath).
+
+    Example:  perfbisect hook install
+    Example:  perfbisect hook install --repo ~/sglang -c ~/sglang/perfbisect.toml
+    """
+    from . import hook
+
+    try:
+        target = repo or _load(config).target.repo
+        _print_lines(hook.install(target, _config_path(config)))
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+
+
+@hook_app.command("uninstall")
+def hook_uninstall(repo: RepoOpt = None, config: ConfigOpt = None) -> None:
+    """Remove perfbisect's hooks and restore, byte for byte, the ones they replaced.
+
+    Example:  perfbisect hook uninstall --repo ~/sglang
+    """
+    from . import hook
+
+    try:
+        _print_lines(hook.uninstall(repo or _load(config).target.repo))
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+
+
+@hook_app.command("status")
+def hook_status(repo: RepoOpt = None, config: ConfigOpt = None, json_out: JsonOpt = False) -> None:
+    """What is installed, and whether it works (the perfbisect it calls runs, its config loads). Exit 4 when it would not.
+
+    Example:  perfbisect hook status --repo ~/sglang
+    """
+    from . import hook
+
+    try:
+        data = hook.status(repo or _load(config).target.repo)
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+    if json_out:
+        _print_json(data)
+    else:
+        _print_lines(hook.format_status(data))
+    raise typer.Exit(code=EXIT_OK if data["works"] else EXIT_RUNTIME)
+
+
+@app.command("check")
+def check_cmd(
+    revs: Annotated[Optional[list[str]], typer.Argument(help="OLD NEW (the range a pull brought)", show_default=False)] = None,
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    wait_idle: WaitIdleOpt = 0.0,
+    wait: WaitOpt = False,
+    action: Annotated[Optional[str], typer.Option("--action", help="check (answer only) or bisect (then find the culprit); default [hook] action.")] = None,
+    enqueue: Annotated[bool, typer.Option("--enqueue", help="Queue OLD NEW for the background worker, as the hook does, and return.")] = False,
+    drain: Annotated[bool, typer.Option("--drain", help="Be the background worker: check every queued pull, coalesced (the hook runs this).")] = False,
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when a mode regressed.")] = False,
+) -> None:
+    """Did OLD..NEW make any configured mode slower beyond noise? Then (action bisect) find the commit.
+
+    Example:  perfbisect check ORIG_HEAD HEAD
+    Example:  perfbisect check --enqueue ORIG_HEAD HEAD
+    """
+    from . import app as core
+    from . import check
+    from .checkqueue import CheckQueue, hook_dir
+
+    try:
+        words = revs or []
+        if drain:
+            check.drain(_config_path(config))
+            raise typer.Exit(code=EXIT_OK)
+        if len(words) != 2:
+            raise UsageError("Give the range as two revisions: `perfbisect check OLD NEW` (after a pull: ORIG_HEAD HEAD).")
+        if action not in (None, "check", "bisect"):
+            raise UsageError(f"--action is {action!r}; use check or bisect.")
+        cfg = _load(config)
+        if enqueue:
+            with core.Workspace.open(cfg, db) as ws:
+                old, new = (ws.repo.resolve(w).sha for w in words)
+            log = check.enqueue(cfg, _config_path(config), old, new)
+            _print_lines([f"queued {old[:10]}..{new[:10]}; progress in {log}, `perfbisect status` shows it"])
+            raise typer.Exit(code=EXIT_OK)
+        progress = ConsoleProgress(quiet)
+        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
+            result = check.run_check(ws, words[0], words[1], progress, action=action, wait_idle_s=wait_idle)
+        line = check.finish(cfg, CheckQueue(hook_dir(cfg.cache_dir)), result, core.Progress())
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+    if json_out:
+        _print_json({**result, "line": line})
+    else:
+        _print_lines([line])
+    verdict = result["verdict"]
+    code = EXIT_INCONCLUSIVE if verdict == "inconclusive" else EXIT_REGRESSION if verdict == "regressed" and fail_on_regression else EXIT_OK
+    raise typer.Exit(code=code)
+
+
+@app.command("status")
+def status_cmd(config: ConfigOpt = None, json_out: JsonOpt = False,
+               limit: Annotated[int, typer.Option("--limit", min=1, help="How many past checks to show.")] = 5) -> None:
+    """The hook's checks: running, waiting (and why), queued, and the last results with their reports.
+
+    Example:  perfbisect status --json
+    """
+    from . import check
+
+    try:
+        data = check.status(_load(config), limit=limit)
+    except PerfbisectError as exc:
+        raise fail(exc) from None
+    if json_out:
+        _print_json(data)
+    else:
+        _print_lines(check.format_status(data))
+
+
 @app.callback(invoke_without_command=True)
 def _root(
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,

@@ -149,6 +149,17 @@ class FiltersConfig:
 
 
 @dataclass(frozen=True)
+class HookConfig:
+    """[hook]: what the post-`git pull` hook's check does (perfbisect/check.py)."""
+
+    action: str = "bisect"  # "check": only answer "slower beyond noise?"; "bisect": then find the culprit
+    modes: tuple[str, ...] = ()  # modes the check compares (default: every configured mode)
+    idle_s: float = 60.0  # GPUs must have been free of other processes this long before a check starts
+    webhook_url: str | None = None  # POST the verdict as JSON here (failures are logged, never fatal)
+    notify_command: tuple[str, ...] = ()  # run after each check ({verdict} {culprit} {effect} {report} {line})
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None
     target: TargetConfig
@@ -159,6 +170,7 @@ class Config:
     workload: WorkloadConfig
     stats: StatsConfig
     filters: FiltersConfig
+    hook: HookConfig = HookConfig()
 
     @property
     def cache_dir(self) -> Path:
@@ -454,6 +466,23 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None, base_dir: Pa
     extra = f.str_list("ignore")
     filters = FiltersConfig(ignore=(SGLANG_IGNORE_PATHS if use_defaults else ()) + extra)
     f.finish()
+
+    h = top.sub("hook")
+    hook = HookConfig(
+        action=h.get("action", str, "bisect"),
+        modes=h.str_list("modes"),
+        idle_s=float(h.get("idle_s", (int, float), 60.0)),
+        webhook_url=h.get("webhook_url", str, None) or None,
+        notify_command=h.argv("notify_command"),
+    )
+    if hook.action not in ("check", "bisect"):
+        raise ConfigError(f"{path}: key 'hook.action' is {hook.action!r}; use \"check\" (answer only) or \"bisect\" (then find the culprit).")
+    if hook.idle_s < 0:
+        raise ConfigError(f"{path}: key 'hook.idle_s' must be ≥ 0 seconds (0: start as soon as the GPUs are free), got {hook.idle_s}.")
+    for name in hook.modes:
+        if name not in modes:
+            raise ConfigError(f"{path}: key 'hook.modes' names mode '{name}', which is not defined; defined: {', '.join(sorted(modes))}.")
+    h.finish()
     top.finish()
 
     config = Config(
@@ -466,6 +495,7 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None, base_dir: Pa
         workload=workload,
         stats=stats,
         filters=filters,
+        hook=hook,
     )
     metric = stats.metric
     if metric.startswith("ratio:"):

@@ -35,25 +35,35 @@ pb_enqueue() {
         printf 'perfbisect: this pull is not checked: its config %s cannot be read; restore it, or run `perfbisect hook install -c FILE` again.\n' "$PB_CONFIG"
         return 0
     fi
-    new=$(git rev-parse -q --verify 'HEAD^{commit}' 2>/dev/null) || return 0
-    old=$(git rev-parse -q --verify 'ORIG_HEAD^{commit}' 2>/dev/null) || return 0
-    [ "$old" = "$new" ] && return 0
+    revs=$(git rev-parse 'ORIG_HEAD^{commit}' 'HEAD^{commit}' 2>/dev/null) || return 0
+    set -f
+    set -- $revs  # two full shas (hex only)
+    old=$1 new=$2
+    [ -n "$new" ] && [ "$old" != "$new" ] || return 0
     if ! { mkdir -p "$PB_DIR" && printf '%s %s %s %s\n' "$old" "$new" "$(date +%s)" "$PB_HOOK" >> "$PB_DIR/queue"; } 2>/dev/null; then
         printf 'perfbisect: this pull is not checked: cannot write to %s.\n' "$PB_DIR"
         return 0
     fi
+    printf 'perfbisect: checking %.10s..%.10s in the background (`perfbisect status`)\n' "$old" "$new"
+    # A worker already draining the queue takes this pull too (it looks at the queue again after
+    # releasing its lock, and clears the pid in worker.lock only then): start none.
+    pid=
+    read -r pid < "$PB_DIR/worker.lock" 2>/dev/null
+    case "$pid" in
+        '' | *[!0-9]*) ;;
+        *) if kill -0 "$pid" 2>/dev/null; then return 0; fi ;;
+    esac
     # Detached, every descriptor away from git's: the pull returns now. SIGHUP ignored (nohup);
     # the check puts itself in its own session. If it cannot even start, the next pull says so.
     (
         trap '' HUP
-        "$PB_PYTHON" -m perfbisect.cli check --drain --config "$PB_CONFIG"
+        "$PB_PYTHON" -m perfbisect.checkqueue "$PB_CONFIG" "$PB_DIR"
         rc=$?
         if [ "$rc" -ne 0 ] && ! [ -f "$PB_DIR/unseen" ]; then
             printf 'perfbisect: the check of the pull %.10s..%.10s did not run (exit %s); see %s\n' \
                 "$old" "$new" "$rc" "$PB_DIR/check.log" > "$PB_DIR/unseen"
         fi
     ) </dev/null >>"$PB_DIR/check.log" 2>&1 &
-    printf 'perfbisect: checking %.10s..%.10s in the background (`perfbisect status`)\n' "$old" "$new"
     return 0
 }
 

@@ -37,6 +37,8 @@ FAKE_BUSY_ENV = "PERFBISECT_FAKE_GPU_BUSY_FILE"
 # Once a check runs, a trial that finds the GPUs taken waits this long for them before failing.
 TRIAL_WAIT_IDLE_S = 6 * 3600.0
 LOCK_POLL_S = 2.0
+# The worker lock when `python -m perfbisect.checkqueue` took it before importing perfbisect.
+HELD_LOCK: WorkerLock | None = None
 
 
 def busy_gpu_processes() -> list[tuple[int, int, str]]:
@@ -226,10 +228,14 @@ def drain(config_path: Path, progress: core.Progress | None = None, *, detach_se
     queue = CheckQueue(hook_dir(config.cache_dir))
     progress = progress or LogProgress(queue)
     lock = WorkerLock(queue.path(WORKER_LOCK))
+    held = HELD_LOCK is not None and HELD_LOCK.path == lock.path
+    if held:
+        lock = HELD_LOCK
     ran = 0
     while True:
-        if not lock.try_acquire():
+        if not held and not lock.try_acquire():
             return ran
+        held = False
         try:
             while (job := queue.take()) is not None:
                 run_job(config, queue, job, progress)

@@ -13,8 +13,10 @@ orig="$0.perfbisect-orig"
 stdin_copy=
 if [ "$PB_HOOK" = post-rewrite ]; then
     # post-rewrite reads the rewritten commits on stdin: keep a copy for the hook chained below.
-    stdin_copy="${TMPDIR:-/tmp}/perfbisect-rewritten.$$"
-    if ! (umask 077 && cat > "$stdin_copy") 2>/dev/null; then
+    # mktemp: a fresh private file, never a name someone could have put a symlink at.
+    stdin_copy=$(mktemp "${TMPDIR:-/tmp}/perfbisect-rewritten.XXXXXX" 2>/dev/null) || stdin_copy=
+    if [ -n "$stdin_copy" ] && ! cat > "$stdin_copy" 2>/dev/null; then
+        rm -f "$stdin_copy"
         stdin_copy=
     fi
 fi

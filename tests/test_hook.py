@@ -300,8 +300,6 @@ def test_wait_for_idle_needs_the_gpus_free_for_idle_s(tmp_path, monkeypatch):
 
 
 def test_hook_config_is_validated(tmp_path):
-    setup_text = (Path(__file__).parent / "hook_setup.py").exists()
-    assert setup_text
     cfg = tmp_path / "perfbisect.toml"
     base = '[server]\ncommand = ["x", "{port}"]\n'
     cfg.write_text(base + '[hook]\naction = "check"\nidle_s = 5\nnotify_command = "notify-send {line}"\n'

@@ -22,7 +22,7 @@ from .build import BuildCache, run_build
 from .config import Config, ModeConfig, expand, load_config
 from .demo.target import DemoTarget, make_demo_target
 from .errors import BuildError, ConfigError, PatchError, ServerError, ServerNotReady, UsageError, WorkloadError
-from .gitrepo import PatchCheck, PatchStack, PathFilter, Plan, TargetRepo, WorktreePool, check_patches, plan_range
+from .gitrepo import TargetRepo
 from .model import (
     BisectOutcome,
     Commit,
@@ -35,10 +35,14 @@ from .model import (
     TrialStatus,
     Verdict,
 )
+from .pathfilter import PathFilter
+from .patches import PatchCheck, PatchStack, check_patches
+from .plan import Plan, plan_range
 from .server import ServerSession, port_holders, port_in_use
 from .stats import NoiseModel, calibrate_report, compare, compare_sequential, covariate_notes, history_shift, pct
 from .store import NoiseEstimate, Store, open_store, owner_alive, process_owner
 from .workload import avg_spec_accept_length, run_command_workload, run_workload, server_info
+from .worktrees import WorktreePool
 
 
 class Progress:

@@ -49,7 +49,7 @@ def _repo(ctx: dict) -> list[Finding]:
 
 
 def _patches(ctx: dict) -> list[Finding]:
-    from .gitrepo import PatchStack
+    from .patches import PatchStack
 
     cfg = ctx["config"]
     if not (cfg.patches.dir or cfg.patches.branch):

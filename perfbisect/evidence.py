@@ -109,7 +109,7 @@ def patch_variants(repo: _Repo, config: Any, shas: Sequence[str]) -> dict[str, s
     patches = getattr(config, "patches", None)
     if repo.repo is None or patches is None or not (patches.dir or patches.branch):
         return {}
-    from .gitrepo import PatchStack
+    from .patches import PatchStack
 
     out: dict[str, str] = {}
     try:

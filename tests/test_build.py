@@ -11,7 +11,8 @@ import pytest
 from perfbisect.build import BuildCache, run_build
 from perfbisect.config import BuildStep
 from perfbisect.errors import BuildError
-from perfbisect.gitrepo import TargetRepo, WorktreePool
+from perfbisect.gitrepo import TargetRepo
+from perfbisect.worktrees import WorktreePool
 from tests.repo_factory import RepoFactory
 
 KERNEL_SRC = "sgl-kernel/csrc/moe.cu"

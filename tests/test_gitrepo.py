@@ -10,16 +10,11 @@ import pytest
 
 from perfbisect.config import SGLANG_IGNORE_PATHS, PatchesConfig, PatchVariant
 from perfbisect.errors import ConfigError, GitError, InfrastructureError, PatchError
-from perfbisect.gitrepo import (
-    PatchConflictError,
-    PatchStack,
-    PathFilter,
-    TargetRepo,
-    WorktreePool,
-    check_patches,
-    plan_range,
-    worktree_tree_hash,
-)
+from perfbisect.gitrepo import TargetRepo, worktree_tree_hash
+from perfbisect.pathfilter import PathFilter
+from perfbisect.patches import PatchConflictError, PatchStack, check_patches
+from perfbisect.plan import plan_range
+from perfbisect.worktrees import WorktreePool
 from tests.repo_factory import RepoFactory, lines
 
 ENGINE = "python/sglang/srt/entrypoints/engine.py"

@@ -85,7 +85,7 @@ class Workspace:
             repo=repo,
             store=store,
             db_path=db,
-            stack=stack,
+            stack=stack,  # owned: close() removes a branch stack's temp dir
             pool=WorktreePool(repo, cache),
             build_cache=BuildCache(cache / "build-cache", int(config.build.cache_max_gb * 1024**3)),
             host=sysstate.host_fingerprint(),
@@ -93,7 +93,11 @@ class Workspace:
         )
 
     def close(self) -> None:
-        self.store.close()
+        try:
+            self.store.close()
+        finally:
+            if self.stack is not None:
+                self.stack.cleanup()
 
     def __enter__(self) -> "Workspace":
         return self

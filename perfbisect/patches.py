@@ -13,6 +13,7 @@ import hashlib
 import re
 import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -127,21 +128,42 @@ class PatchStack:
         self.repo = repo
         self.patches = tuple(patches)
         self.source = source
-        self._workdir = workdir  # temp dir holding patches exported from a branch
+        self._workdir = workdir  # temp dir holding patches exported from a branch: this stack owns it
+        # Removed by cleanup() (or leaving a ``with`` block); should an owner forget, when the
+        # stack is garbage-collected or the interpreter exits, so a command never leaks it.
+        self._remove_workdir = (
+            weakref.finalize(self, shutil.rmtree, workdir, ignore_errors=True) if workdir is not None else None
+        )
 
     # -- loading ------------------------------------------------------------------------------
 
     @classmethod
     def load(cls, config: PatchesConfig, repo: TargetRepo) -> PatchStack:
-        """Read the stack from a directory of patch files or from the commits base..branch."""
-        workdir = None
+        """Read the stack from a directory of patch files or from the commits base..branch.
+
+        A stack read from a branch holds its exported patch files in a temporary directory until
+        ``cleanup()``: use the stack as a context manager, or have its owner call ``cleanup()``.
+        """
+        if config.dir is None and config.branch and config.base:
+            workdir = Path(tempfile.mkdtemp(prefix="perfbisect-patches-"))
+        else:
+            workdir = None
+        try:
+            patches, source = cls._read(config, repo, workdir)
+        except BaseException:
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        return cls(repo, patches, source, workdir)
+
+    @classmethod
+    def _read(cls, config: PatchesConfig, repo: TargetRepo, workdir: Path | None) -> tuple[list[StackPatch], str]:
         if config.dir is not None:
             primaries = cls._from_dir(Path(config.dir), repo)
             source = str(config.dir)
         elif config.branch:
-            if not config.base:
+            if not config.base or workdir is None:
                 raise ConfigError("[patches] 'branch' needs 'base': the upstream commit the patch branch starts from.")
-            workdir = Path(tempfile.mkdtemp(prefix="perfbisect-patches-"))
             primaries = cls._from_branch(config.base, config.branch, repo, workdir)
             source = f"{config.base}..{config.branch}"
         else:
@@ -156,10 +178,7 @@ class PatchStack:
                 )
             for alt in variant.alternatives:
                 alternatives.setdefault(variant.patch, []).append(_read_patch(Path(alt), repo, alt.name))
-        stack = [StackPatch(p.name, (p, *alternatives.get(p.name, ()))) for p in primaries]
-        return cls(repo, stack, source, workdir)
-
-    from_config = load  # the name docs/architecture.md uses
+        return [StackPatch(p.name, (p, *alternatives.get(p.name, ()))) for p in primaries], source
 
     @staticmethod
     def _from_dir(directory: Path, repo: TargetRepo) -> list[Patch]:
@@ -362,9 +381,18 @@ class PatchStack:
         return changes
 
     def cleanup(self) -> None:
-        """Remove the temporary files of a stack exported from a branch."""
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+        """Remove the temporary files of a stack exported from a branch (idempotent).
+
+        The stack cannot be applied or checked afterwards: its patch files are gone.
+        """
+        if self._remove_workdir is not None:
+            self._remove_workdir()
+
+    def __enter__(self) -> PatchStack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
 
     def __len__(self) -> int:
         return len(self.patches)

@@ -95,11 +95,6 @@ class BuildCache:
         for leftover in self.tmp_dir.iterdir():
             shutil.rmtree(leftover, ignore_errors=True)
 
-    @classmethod
-    def from_gb(cls, dir: Path | str, max_gb: float) -> "BuildCache":
-        """A cache bounded by BuildConfig.cache_max_gb."""
-        return cls(dir, int(max_gb * 1024**3))
-
     def get(self, key: str) -> CacheEntry | None:
         """The entry for ``key`` (marked as just used), or None."""
         path = self.entries_dir / key
@@ -190,7 +185,7 @@ class BuildCache:
         return dropped
 
     def clear(self) -> None:
-        """Remove every entry (``perfbisect gc --builds``)."""
+        """Remove every entry (``perfbisect gc --build-cache``)."""
         shutil.rmtree(self.entries_dir, ignore_errors=True)
         self.entries_dir.mkdir(parents=True, exist_ok=True)
 

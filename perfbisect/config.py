@@ -37,9 +37,6 @@ SGLANG_IGNORE_PATHS: tuple[str, ...] = (
     "python/sglang/multimodal_gen/**",
 )
 
-PLACEHOLDERS = ("{port}", "{python}", "{worktree}", "{host}")
-
-
 @dataclass(frozen=True)
 class TargetConfig:
     repo: Path

@@ -1,4 +1,4 @@
-"""perfbisect.toml → a validated, frozen configuration.
+"""perfbisect.toml → the settings of `perfbisect.settings`, validated.
 
 Every error names the file and the key and says what would be accepted. Unknown keys are errors
 (a typo like ``warmpu = 2`` must not silently fall back to a default).
@@ -6,16 +6,27 @@ Every error names the file and the key and says what would be accepted. Unknown 
 
 from __future__ import annotations
 
-import dataclasses
-import re
 import shlex
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ConfigError
-from .model import content_hash
+from .settings import (
+    SGLANG_IGNORE_PATHS,
+    WORKLOAD_KINDS,
+    BuildConfig,
+    BuildStep,
+    Config,
+    FiltersConfig,
+    ModeConfig,
+    PatchesConfig,
+    PatchVariant,
+    ServerConfig,
+    StatsConfig,
+    TargetConfig,
+    WorkloadConfig,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,167 +34,6 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 CONFIG_NAME = "perfbisect.toml"
-
-# Paths that cannot change serving throughput in SGLang (its own CI filters agree; DESIGN.md §8).
-SGLANG_IGNORE_PATHS: tuple[str, ...] = (
-    "docs/**",
-    "**/*.md",
-    "test/**",
-    ".github/**",
-    "benchmark/**",
-    "examples/**",
-    "sgl-model-gateway/**",
-    "sgl-router/**",
-    "python/sglang/multimodal_gen/**",
-)
-
-@dataclass(frozen=True)
-class TargetConfig:
-    repo: Path
-    python: str = sys.executable  # the target's interpreter: versions are read through it
-    cache_dir: Path | None = None  # default: <repo>/.git/perfbisect
-
-
-@dataclass(frozen=True)
-class PatchVariant:
-    """Alternative versions of one patch of the stack; the first that applies is used."""
-
-    patch: str  # file name of the patch in the stack directory this variant replaces
-    alternatives: tuple[Path, ...]
-
-
-@dataclass(frozen=True)
-class PatchesConfig:
-    dir: Path | None = None  # a directory of `git format-patch` files applied in name order
-    branch: str | None = None  # or a branch of patch commits ...
-    base: str | None = None  # ... on top of this base
-    variants: tuple[PatchVariant, ...] = ()
-
-
-@dataclass(frozen=True)
-class BuildStep:
-    name: str
-    command: tuple[str, ...]
-    paths: tuple[str, ...] = ("**",)  # the cache key is the tree hash of these paths
-    python_only: bool = False  # recorded as such: no compiled artefact to cache
-    timeout_s: float = 3600.0
-    cache: bool = True
-    artifacts: tuple[str, ...] = ()  # paths (relative to the worktree) to keep in the build cache
-
-
-@dataclass(frozen=True)
-class BuildConfig:
-    steps: tuple[BuildStep, ...] = ()
-    cache_max_gb: float = 20.0
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    command: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    host: str = "127.0.0.1"
-    port: int = 0  # 0: pick a free port per trial
-    ready_path: str = "/health_generate"
-    ready_timeout_s: float = 900.0
-    ready_poll_s: float = 2.0
-    shutdown_grace_s: float = 20.0
-    check_env: bool = True
-
-
-@dataclass(frozen=True)
-class ModeConfig:
-    name: str
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    speculative: bool = False
-
-    def config_hash(self, server: ServerConfig) -> str:
-        """Identity of what this mode launches: server command, args and env."""
-        return content_hash(
-            list(server.command), dict(server.env), list(self.args), dict(self.env)
-        )
-
-
-@dataclass(frozen=True)
-class WorkloadConfig:
-    kind: str = "sglang"  # sglang | openai-completions | openai-chat | command
-    prompts: tuple[str, ...] = ()
-    prompts_file: Path | None = None
-    max_tokens: int = 256
-    warmup: int = 2
-    runs: int = 5
-    concurrency: int = 1
-    temperature: float = 0.0
-    request_timeout_s: float = 600.0
-    model: str = "default"  # model name for the OpenAI endpoints
-    command: tuple[str, ...] = ()  # for kind = "command": prints a JSON object
-    metric: str = "tok_s"  # JSON key of the metric, for kind = "command"
-    higher_is_better: bool = True
-
-    def config_hash(self) -> str:
-        data = dataclasses.asdict(self)
-        data["prompts_file"] = str(self.prompts_file) if self.prompts_file else None
-        return content_hash(data)
-
-
-@dataclass(frozen=True)
-class StatsConfig:
-    metric: str = "baseline"  # a mode name, or "ratio:SPEC/BASE"
-    min_effect_pct: float = 3.0  # smaller differences are called `same`
-    alpha: float = 0.01  # false-blame rate per decision
-    confidence: float = 0.99  # posterior needed to name a culprit
-    max_trials_per_commit: int = 10
-    max_trials_total: int = 80
-    prior_sigma_pct: float = 5.0  # between-trial noise assumed before any is measured
-    drift_check: bool = True  # model the machine's drift over the run order (and say when it moved)
-    stop_when_ruled_out_pct: float = 0.0  # > 0: stop once regressions this big are ruled out
-    second_change_z: float = 2.0  # how hard to look for a second change (3: thorough, 0: off)
-
-
-@dataclass(frozen=True)
-class FiltersConfig:
-    ignore: tuple[str, ...] = SGLANG_IGNORE_PATHS
-
-
-@dataclass(frozen=True)
-class Config:
-    path: Path | None
-    target: TargetConfig
-    patches: PatchesConfig
-    build: BuildConfig
-    server: ServerConfig
-    modes: Mapping[str, ModeConfig]
-    workload: WorkloadConfig
-    stats: StatsConfig
-    filters: FiltersConfig
-
-    @property
-    def cache_dir(self) -> Path:
-        return self.target.cache_dir or (self.target.repo / ".git" / "perfbisect")
-
-    @property
-    def default_db(self) -> Path:
-        return self.cache_dir / "results.sqlite"
-
-    def mode(self, name: str) -> ModeConfig:
-        try:
-            return self.modes[name]
-        except KeyError:
-            known = ", ".join(sorted(self.modes)) or "(none)"
-            raise ConfigError(
-                f"Mode '{name}' is not defined in {self.path}. Known modes: {known}. "
-                f"Add a [modes.{name}] table or pick one of those."
-            ) from None
-
-    @property
-    def metric_modes(self) -> tuple[str, ...]:
-        """The modes the bisection metric needs measured at every commit."""
-        metric = self.stats.metric
-        if metric.startswith("ratio:"):
-            spec, base = metric[len("ratio:") :].split("/", 1)
-            return (base, spec)
-        return (metric,)
-
 
 # --------------------------------------------------------------------------------------------
 # Parsing
@@ -398,7 +248,7 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None, base_dir: Pa
 
     w = top.sub("workload")
     kind = w.get("kind", str, "sglang")
-    kinds = ("sglang", "openai-completions", "openai-chat", "command")
+    kinds = WORKLOAD_KINDS
     if kind not in kinds:
         raise ConfigError(f"{path}: key 'workload.kind' is {kind!r}; use one of {', '.join(kinds)}.")
     workload = WorkloadConfig(
@@ -498,19 +348,3 @@ def load_config(path: Path) -> Config:
     except OSError as exc:
         raise ConfigError(f"Cannot read {path}: {exc.strerror}.") from None
     return parse_config(data, path=path.resolve())
-
-
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_]+)\}")
-
-
-def expand(argv: tuple[str, ...], **values: str) -> list[str]:
-    """Fill {port}/{python}/{worktree}/{host} placeholders in each argument (no shell involved).
-
-    One pass: text that a placeholder brings in (a repository path containing "{host}") is never
-    expanded again. Unknown placeholders stay as written.
-    """
-    def fill(match: re.Match) -> str:
-        key = match.group(1)
-        return str(values[key]) if key in values else match.group(0)
-
-    return [_PLACEHOLDER.sub(fill, arg) for arg in argv]

@@ -22,10 +22,10 @@ import git
 from .errors import ConfigError, GitError, InfrastructureError, PatchError, PerfbisectError
 from .model import Commit, content_hash
 
-from .config import SGLANG_IGNORE_PATHS
+from .settings import SGLANG_IGNORE_PATHS
 
 if TYPE_CHECKING:
-    from .config import PatchesConfig
+    from .settings import PatchesConfig
 
 _LOG_FORMAT = "%H%x00%P%x00%aI%x00%s"
 _HUNK_FAILED = re.compile(r"patch failed: (.+):(\d+)\s*$")

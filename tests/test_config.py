@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.config import SGLANG_IGNORE_PATHS, expand, load_config
+from perfbisect.config import load_config
+from perfbisect.placeholders import expand
+from perfbisect.settings import SGLANG_IGNORE_PATHS
 from perfbisect.errors import ConfigError
 
 MINIMAL = """

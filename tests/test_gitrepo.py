@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.config import SGLANG_IGNORE_PATHS, PatchesConfig, PatchVariant
+from perfbisect.settings import SGLANG_IGNORE_PATHS, PatchesConfig, PatchVariant
 from perfbisect.errors import ConfigError, GitError, InfrastructureError, PatchError
 from perfbisect.gitrepo import (
     PatchConflictError,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.config import PatchesConfig
+from perfbisect.settings import PatchesConfig
 from perfbisect.gitrepo import PatchStack, PathFilter, TargetRepo, check_patches, plan_range
 from tests.repo_factory import RepoFactory, lines
 

@@ -266,6 +266,11 @@ def _read_fields(sec: _Section, cls: type, prefix: str, base: Path, **defaults: 
     return values
 
 
+def _looks_speculative(args: tuple[str, ...]) -> bool:
+    """A mode that does not say `speculative = ...` is speculative when an argument mentions it."""
+    return any("speculative" in a for a in args)
+
+
 def _target(sec: _Section, base: Path) -> TargetConfig:
     values = _read_fields(sec, TargetConfig, "target", base)
     values["repo"] = (values["repo"] or base).resolve()
@@ -325,7 +330,7 @@ def _modes(sec: _Section, base: Path) -> dict[str, ModeConfig]:
         ms = sec.sub(name)
         values = _read_fields(ms, ModeConfig, "modes.NAME", base)
         if "speculative" not in ms.data:
-            values["speculative"] = any("speculative" in a for a in ms.data.get("args", []) if isinstance(a, str))
+            values["speculative"] = _looks_speculative(values["args"])
         modes[name] = ModeConfig(name=name, **values)
         ms.finish()
     if not modes:

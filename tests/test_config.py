@@ -135,6 +135,19 @@ def test_demo_config_is_valid(tmp_path):
     assert target.planted and target.good != target.bad
 
 
+@pytest.mark.parametrize("args", ['"--speculative-algorithm EAGLE3"', '["--speculative-algorithm", "EAGLE3"]'])
+def test_speculative_is_read_from_the_parsed_args_whatever_their_form(tmp_path, args):
+    """`args` as a command string used to leave `speculative` False: it was guessed from the raw value."""
+    cfg = load_config(write(tmp_path, MINIMAL.replace('args = ["--speculative-algorithm", "EAGLE3"]', f"args = {args}")))
+    assert cfg.modes["eagle3"].args == ("--speculative-algorithm", "EAGLE3")
+    assert cfg.modes["eagle3"].speculative and not cfg.modes["baseline"].speculative
+
+
+def test_speculative_said_outright_wins_over_the_args(tmp_path):
+    text = MINIMAL.replace('args = ["--speculative-algorithm", "EAGLE3"]', 'args = "--speculative-algorithm EAGLE3"\nspeculative = false')
+    assert not load_config(write(tmp_path, text)).modes["eagle3"].speculative
+
+
 def test_defaults_are_the_settings_defaults(tmp_path):
     """Keys left out of the file take the dataclass defaults; the parser writes none of its own."""
     cfg = parse_config({"server": {"command": ["x", "{port}"]}}, base_dir=tmp_path)

@@ -19,7 +19,9 @@ from typing import Callable, Iterable, Sequence
 from . import locks, sysstate
 from .bisect import Done, Observation, SearchPolicy
 from .build import BuildCache, run_build
-from .config import Config, ModeConfig, expand, load_config
+from .config import load_config
+from .placeholders import expand
+from .settings import Config, ModeConfig
 from .demo.target import DemoTarget, make_demo_target
 from .errors import BuildError, ConfigError, PatchError, ServerError, ServerNotReady, UsageError, WorkloadError
 from .gitrepo import TargetRepo

@@ -41,7 +41,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .changepoint import RHO_GRID, RHO_PRIOR, ChangePosterior, Evidence, posterior
-from .config import StatsConfig
+from .settings import StatsConfig
 from .errors import UsageError
 from .model import BisectOutcome, Comparison, Verdict
 from .stats import NoiseModel, covariate_notes, history_shift, log_of_pct, pct, t_cdf, t_quantile

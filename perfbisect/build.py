@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .children import own_group
-from .config import BuildStep, expand
+from .placeholders import expand
+from .settings import BuildStep
 from .errors import BuildError, InfrastructureError
 from .gitrepo import worktree_tree_hash
 from .logtail import log_tail

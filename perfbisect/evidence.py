@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .bisect import Done, Observation, SearchPolicy
-from .config import StatsConfig
+from .settings import StatsConfig
 from .errors import PerfbisectError, UsageError
 from .model import BisectOutcome, Comparison, TrialResult, TrialStatus, Verdict
 from .stats import NoiseModel

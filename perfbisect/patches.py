@@ -24,7 +24,7 @@ from .gitrepo import TargetRepo, check_git, log_records, run_git
 from .model import Commit, content_hash
 
 if TYPE_CHECKING:
-    from .config import PatchesConfig
+    from .settings import PatchesConfig
 
 _HUNK_FAILED = re.compile(r"patch failed: (.+):(\d+)\s*$")
 _CONFLICTED = re.compile(r"^U (.+)$")

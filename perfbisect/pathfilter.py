@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from .config import SGLANG_IGNORE_PATHS
+from .settings import SGLANG_IGNORE_PATHS
 
 
 def _segment_regex(segment: str) -> str:

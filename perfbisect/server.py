@@ -24,7 +24,8 @@ from typing import Callable, Mapping
 import httpx
 
 from .children import own_group
-from .config import ModeConfig, ServerConfig, expand
+from .placeholders import expand
+from .settings import ModeConfig, ServerConfig
 from .errors import ServerDied, ServerError, ServerNotReady
 from .logtail import log_tail as read_log_tail
 from .model import EnvCheck

@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy import special
 
-from .config import StatsConfig
+from .settings import StatsConfig
 from .model import Comparison, Verdict
 
 # Pseudo-observations the prior σ_b is worth when pooled with measured data: enough that two A/A

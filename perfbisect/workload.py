@@ -40,7 +40,8 @@ from typing import Any, Callable
 import httpx
 
 from .children import own_group
-from .config import WorkloadConfig, expand
+from .placeholders import expand
+from .settings import WorkloadConfig
 from .errors import ConfigError, ServerDied, WorkloadError
 from .model import RunResult
 

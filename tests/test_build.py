@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.build import BuildCache, run_build
-from perfbisect.config import BuildStep
+from perfbisect.settings import BuildStep
 from perfbisect.errors import BuildError
 from perfbisect.gitrepo import TargetRepo
 from perfbisect.worktrees import WorktreePool

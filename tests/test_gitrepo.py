@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from perfbisect.app import Workspace, patches_check
-from perfbisect.config import SGLANG_IGNORE_PATHS, PatchesConfig, PatchVariant, load_config
+from perfbisect.config import load_config
+from perfbisect.settings import SGLANG_IGNORE_PATHS, PatchesConfig, PatchVariant
 from perfbisect.errors import ConfigError, GitError, InfrastructureError, PatchError
 from perfbisect.gitrepo import TargetRepo, worktree_tree_hash
 from perfbisect.pathfilter import PathFilter

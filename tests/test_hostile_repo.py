@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.config import PatchesConfig
+from perfbisect.settings import PatchesConfig
 from perfbisect.gitrepo import TargetRepo
 from perfbisect.pathfilter import PathFilter
 from perfbisect.patches import PatchStack, check_patches

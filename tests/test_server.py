@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from perfbisect.config import ModeConfig, ServerConfig
+from perfbisect.settings import ModeConfig, ServerConfig
 from perfbisect.errors import ServerDied, ServerError, ServerNotReady
 from perfbisect.server import ServerSession, Teardown, free_port, port_holders, port_in_use
 

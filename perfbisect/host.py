@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .errors import MachineBusy
+from .polling import poll_until
 from .sysstate import CollectorSet, ExcludePids, GpuProcess, collect_snapshot, resolve_pids
 
 
@@ -118,23 +119,32 @@ def wait_until_idle(
 
     ``timeout_s=0`` checks once. Without a GPU collector there is nothing to check: returns 0.
     """
-    start = time.monotonic()
-    while True:
+    busy: list[GpuProcess] = []
+    waited = 0.0
+
+    def idle() -> bool:
         procs, checked = _busy(exclude_pids, collectors, Path(proc_root))
-        waited = time.monotonic() - start
-        if not checked or not procs:
-            return waited
+        busy[:] = procs if checked else []
+        return not busy
+
+    def still_busy(elapsed: float) -> None:
+        nonlocal waited
+        waited = elapsed
         if progress is not None:
-            progress([(p.gpu_index, p.pid, p.name) for p in procs], waited)
-        if waited + poll_s > timeout_s:
-            gpus = sorted({p.gpu_index for p in procs})
-            raise MachineBusy(
-                f"Other processes hold the GPUs ({_describe_busy(procs)}); benchmarking now would "
-                f"measure them too (waited {waited:.0f} s). Stop them (e.g. `kill "
-                f"{' '.join(str(p.pid) for p in procs)}`), pick other GPUs than "
-                f"{', '.join(map(str, gpus))}, or pass --wait-idle SECONDS to wait for them to finish."
-            )
-        time.sleep(poll_s)
+            progress([(p.gpu_index, p.pid, p.name) for p in busy], elapsed)
+
+    start = time.monotonic()
+    # Give up as soon as the next check would land past timeout_s: that is, once the seconds
+    # waited reach timeout_s - poll_s (a zero or short timeout checks once).
+    if poll_until(idle, timeout_s - poll_s, poll_s, on_wait=still_busy):
+        return time.monotonic() - start
+    gpus = sorted({p.gpu_index for p in busy})
+    raise MachineBusy(
+        f"Other processes hold the GPUs ({_describe_busy(busy)}); benchmarking now would "
+        f"measure them too (waited {waited:.0f} s). Stop them (e.g. `kill "
+        f"{' '.join(str(p.pid) for p in busy)}`), pick other GPUs than "
+        f"{', '.join(map(str, gpus))}, or pass --wait-idle SECONDS to wait for them to finish."
+    )
 
 
 def gpu_memory_used_mib(collectors: Sequence[Any] | None = None) -> dict[int, float]:

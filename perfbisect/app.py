@@ -25,6 +25,7 @@ from .settings import Config, ModeConfig
 from .demo.target import DemoTarget, make_demo_target
 from .errors import BuildError, ConfigError, PatchError, ServerError, ServerNotReady, UsageError, WorkloadError
 from .gitrepo import TargetRepo
+from .host import gpu_memory_released, gpu_memory_used_mib, host_fingerprint, wait_until_idle
 from .model import (
     BisectOutcome,
     Commit,
@@ -43,6 +44,8 @@ from .plan import Plan, plan_range
 from .server import ServerSession, port_holders, port_in_use
 from .stats import NoiseModel, calibrate_report, compare, compare_sequential, covariate_notes, history_shift, pct
 from .store import NoiseEstimate, Store, open_store, owner_alive, process_owner
+from .store.samples import compact
+from .versions import target_versions
 from .workload import avg_spec_accept_length, run_command_workload, run_workload, server_info
 from .worktrees import WorktreePool
 
@@ -90,7 +93,7 @@ class Workspace:
             stack=stack,  # owned: close() removes a branch stack's temp dir
             pool=WorktreePool(repo, cache),
             build_cache=BuildCache(cache / "build-cache", int(config.build.cache_max_gb * 1024**3)),
-            host=sysstate.host_fingerprint(),
+            host=host_fingerprint(),
             filters=PathFilter(config.filters.ignore),
         )
 
@@ -328,7 +331,7 @@ class TrialRunner:
             )
             return stored
 
-        sysstate.wait_until_idle(
+        wait_until_idle(
             timeout_s=self.wait_idle_s,
             poll_s=10.0,
             progress=lambda procs, waited: self.progress.detail(f"GPUs busy ({len(procs)} processes); waited {waited:.0f}s"),
@@ -345,8 +348,8 @@ class TrialRunner:
         sampler = sysstate.Sampler(
             interval_s=1.0, exclude_pids=lambda: sessions[0].group_pids() if sessions else ()
         )
-        gpu_baseline = sysstate.gpu_memory_used_mib()
-        released = sysstate.gpu_memory_released(gpu_baseline, tolerance_mib=1024) if gpu_baseline else None
+        gpu_baseline = gpu_memory_used_mib()
+        released = gpu_memory_released(gpu_baseline, tolerance_mib=1024) if gpu_baseline else None
 
         window: list[float] = []  # when measured runs ran: the state summary covers only that
 
@@ -398,7 +401,7 @@ class TrialRunner:
             # Read through the server's env (PYTHONPATH to the checkout): the versions it imports.
             server_env = {k: expand((v,), python=cfg.target.python, worktree=str(prepared.worktree))[0]
                           for k, v in cfg.server.env.items()}
-            prepared.versions = sysstate.target_versions(cfg.target.python, cwd=prepared.worktree, extra_env=server_env)
+            prepared.versions = target_versions(cfg.target.python, cwd=prepared.worktree, extra_env=server_env)
         since, until = (window[0], window[-1]) if len(window) == 2 else (None, None)
         system = sampler.summary(since=since, until=until)
         if system.samples == 0:  # runs shorter than the sampling interval: use the whole session
@@ -408,7 +411,7 @@ class TrialRunner:
             trial_id,
             status,
             system=system,
-            system_samples=sysstate.compact(sampler.snapshots),
+            system_samples=compact(sampler.snapshots),
             env_checks=env_checks,
             server_info=info,
             versions=prepared.versions,

@@ -14,6 +14,9 @@ from typing import Callable
 
 from . import sysstate
 from .errors import PerfbisectError
+from .host import gpu_busy_processes, host_fingerprint
+from .render import format_snapshot
+from .versions import target_versions
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ def _patches(ctx: dict) -> list[Finding]:
 def _interpreter(ctx: dict) -> list[Finding]:
     cfg = ctx["config"]
     try:
-        versions = sysstate.target_versions(cfg.target.python, cwd=cfg.target.repo, timeout_s=120)
+        versions = target_versions(cfg.target.python, cwd=cfg.target.repo, timeout_s=120)
     except PerfbisectError as exc:
         return [Finding("target interpreter", "error", str(exc))]
     shown = ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
@@ -82,7 +85,7 @@ def _gpus(ctx: dict) -> list[Finding]:
     if not snap.gpus:
         return [Finding("GPU state", "warn", "no NVML or nvidia-smi: clocks, temperature and throttling will not be recorded, so drift cannot be explained. Install nvidia-ml-py (pip install perfbisect[gpu]).")]
     out = [Finding("GPU state", "ok", f"{len(snap.gpus)} × {snap.gpus[0].name} via {snap.source}")]
-    for line in sysstate.format_snapshot(snap):
+    for line in format_snapshot(snap):
         out.append(Finding("GPU state", "info", line))
     for g in snap.gpus:
         names = [n for n in sysstate.throttle_reason_names(g.throttle_reasons) if n != "GpuIdle"]
@@ -91,7 +94,7 @@ def _gpus(ctx: dict) -> list[Finding]:
         if g.pcie_gen is not None and g.pcie_width is not None and g.pcie_width < 16:
             out.append(Finding("PCIe", "warn", f"GPU {g.index} PCIe link is x{g.pcie_width} gen {g.pcie_gen}: below x16, all-reduce over PCIe will be slow"))
     cfg = ctx.get("config")
-    others, ours = split_own_servers(sysstate.gpu_busy_processes(), cfg.cache_dir if cfg else None)
+    others, ours = split_own_servers(gpu_busy_processes(), cfg.cache_dir if cfg else None)
     out.extend(ours)
     if others:
         who = ", ".join(f"pid {pid} ({name or '?'}) on GPU {gpu}" for gpu, pid, name in others)
@@ -156,7 +159,7 @@ def _database(ctx: dict) -> list[Finding]:
         return [Finding("results database", "error", str(exc))]
     try:
         n = len(store.trials(status=None))
-        groups = [g for mode in cfg.modes.values() for g in store.identical_build_groups((sysstate.host_fingerprint(), mode.name, mode.config_hash(cfg.server), cfg.workload.config_hash()))]
+        groups = [g for mode in cfg.modes.values() for g in store.identical_build_groups((host_fingerprint(), mode.name, mode.config_hash(cfg.server), cfg.workload.config_hash()))]
     finally:
         store.close()
     out = [Finding("results database", "ok", f"{db}: {n} trials stored")]

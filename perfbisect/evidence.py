@@ -238,7 +238,7 @@ def trial_point(t: TrialResult, commits: Mapping[str, dict], excluded: Mapping[i
 
 def state_samples(store: Any, trials: Sequence[TrialResult], budget: int = MAX_SAMPLES_PER_TRIAL) -> list[dict[str, Any]]:
     """Long-form system-state rows (time, variable, value) over every trial's sampled state."""
-    from .sysstate import expand_compact
+    from .store.samples import expand_compact
 
     rows: list[dict[str, Any]] = []
     from .store import queries

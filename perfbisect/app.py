@@ -366,6 +366,7 @@ def compare_commits(
     return CompareResult(a, b, mode, cmp, ta, tb, history, attribution, cid)
 
 
+@dataclass
 class CalibrateResult:
     commit: Commit
     mode: str

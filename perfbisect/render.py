@@ -2,9 +2,9 @@
 build's drift against earlier days, what the covariates explain.
 
 Pure functions of values the store hands back; no store, no printing (``perfbisect.cli`` prints).
+No ``from __future__`` import: this file may be joined to another render module, where one would
+not be the first statement.
 """
-
-from __future__ import annotations
 
 import time
 from typing import Sequence

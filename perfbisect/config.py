@@ -426,7 +426,7 @@ def load_config(path: Path) -> Config:
         path = path / CONFIG_NAME
     if not path.exists():
         raise ConfigError(
-            f"No config file at {path}. Create one with `perfbisect init --sglang` in the SGLang "
+            f"No config file at {path}. Create one with `perfbisect init` in the SGLang "
             f"checkout, or pass --config PATH."
         )
     try:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 
 def content_hash(*parts: Any) -> str:
@@ -213,6 +213,19 @@ class EnvCheck:
         return not self.missing and not self.mismatched
 
 
+class NoiseKey(NamedTuple):
+    """What trials must share to share one noise model: host, mode and workload, whatever the build.
+
+    The one definition: trials (``TrialIdentity.noise_key``), the learned estimates the store keeps,
+    and the key a command looks its noise up by (``Workspace.noise_key``) all build it here.
+    """
+
+    host: str  # host fingerprint: GPU model, count, driver
+    mode: str
+    mode_hash: str
+    workload_hash: str
+
+
 @dataclass(frozen=True)
 class TrialIdentity:
     """What must be equal for two trials to be pooled as repeats of one build (pyperf-style)."""
@@ -237,10 +250,18 @@ class TrialIdentity:
             self.host,
         )
 
+    @classmethod
+    def of_build(cls, key: NoiseKey, *, commit: str, patch_hash: str, build_hash: str) -> "TrialIdentity":
+        """The identity of a trial of one build (commit, patches, build) under ``key``."""
+        return cls(
+            commit=commit, patch_hash=patch_hash, build_hash=build_hash,
+            mode=key.mode, mode_hash=key.mode_hash, workload_hash=key.workload_hash, host=key.host,
+        )
+
     @property
-    def noise_key(self) -> tuple[str, str, str, str]:
+    def noise_key(self) -> NoiseKey:
         """Trials sharing this key share one noise model (host, mode, workload)."""
-        return (self.host, self.mode, self.mode_hash, self.workload_hash)
+        return NoiseKey(self.host, self.mode, self.mode_hash, self.workload_hash)
 
 
 def trial_summary(runs: Sequence[RunResult]) -> float | None:

@@ -21,6 +21,7 @@ from ..model import (
     BisectOutcome,
     Comparison,
     EnvCheck,
+    NoiseKey,
     RunResult,
     SystemSummary,
     TrialIdentity,
@@ -52,9 +53,6 @@ from .schema import (
     TrialRow,
 )
 
-NoiseKey = tuple[
-    str, str, str, str
-]  # TrialIdentity.noise_key: (host, mode, mode_hash, workload_hash)
 
 # RunResult field name -> runs column name ("index" would shadow SQL's INDEX keyword).
 _RUN_COLUMNS = {

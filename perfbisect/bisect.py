@@ -43,6 +43,7 @@ import numpy as np
 from .changepoint import RHO_GRID, RHO_PRIOR, ChangePosterior, Evidence, posterior
 from .config import StatsConfig
 from .errors import UsageError
+from .lookahead import best_trial
 from .model import BisectOutcome, Comparison, Verdict
 from .stats import NoiseModel, covariate_notes, history_shift, log_of_pct, pct, t_cdf, t_quantile
 
@@ -66,9 +67,6 @@ LOCATE_MIN_GAIN_BITS = 0.01
 # settings.second_change_z standard errors: a second change hides where nothing was measured.
 SECOND_CHANGE_PCT = 5.0
 SECOND_CHANGE_SHARE = 0.5
-# Hypotheses kept for the look-ahead once sorted by posterior mass (the rest hold < 1e-6 of it).
-MAX_HYPOTHESES = 160
-LOOKAHEAD_GRID = 32
 
 
 @dataclass(frozen=True)
@@ -518,53 +516,12 @@ class SearchPolicy:
     # search
 
     def _search_step(self, data: _Data, post: ChangePosterior, top_key, top_p, ends, ruled_out, phase: str) -> Measure | Done:
-        """Pick the commit whose next trial is expected to remove the most uncertainty about the answer."""
-        n = self.n
-        order = np.argsort(-post.w, kind="stable")
-        csum = np.cumsum(post.w[order])
-        keep = order[: max(1, min(MAX_HYPOTHESES, int(np.searchsorted(csum, 1 - 1e-6)) + 1))]
-        w = post.w[keep] / post.w[keep].sum()
-        cand = [j for j in range(n) if j not in data.untestable and self._budget_left(data, j)]
+        """Measure the commit whose next trial is expected to remove the most uncertainty about the answer."""
+        cand = [j for j in range(self.n) if j not in data.untestable and self._budget_left(data, j)]
         if not cand:
             return self._exhausted(data, post, f"the best answer holds {top_p:.2f}", top_key=top_key, top_p=top_p,
                                    ends=ends, ruled_out=ruled_out)
-        J = np.asarray(cand)
-        b1, b2 = post.b1[keep], post.b2[keep]
-        seg = (J[None, :] >= b1[:, None]).astype(int) + (J[None, :] >= b2[:, None]).astype(int)
-        # Only commits whose segment is still uncertain can move the posterior much — unless the
-        # machine drifts, when re-measuring a settled commit next to the others pays too.
-        purity = np.max(np.stack([(w[:, None] * (seg == i)).sum(axis=0) for i in range(3)]), axis=0)
-        drifting = post.rho_weights[0] < 0.5 if post.rho_weights else False
-        varies = purity < 0.995
-        if varies.any() and not drifting:
-            J = J[varies]
-        t_new = float(data.spent)
-        loc, scale = post.predict(keep, J, t_new)
-        nu = post.dof
-        lo_y = float((loc - 4.5 * scale).min())
-        hi_y = float((loc + 4.5 * scale).max())
-        y = np.linspace(lo_y, hi_y, LOOKAHEAD_GRID)
-        z = (y[None, None, :] - loc[:, :, None]) / scale[:, :, None]
-        logf = -0.5 * (nu + 1.0) * np.log1p(z * z / nu) - np.log(scale)[:, :, None]
-        f = np.exp(logf - logf.max())
-        joint = w[:, None, None] * f  # (H, J, G)
-        marg = joint.sum(axis=0)  # (J, G)
-        postw = joint / np.maximum(marg[None], 1e-300)
-        onehots = self._answer_groups(post, keep)
-        ent = np.zeros(postw.shape[1:])
-        for oh in onehots:
-            pg = np.einsum("hk,hjy->kjy", oh, postw)
-            ent += -(pg * np.log(np.maximum(pg, 1e-300))).sum(axis=0)
-        py = marg / marg.sum(axis=1, keepdims=True)
-        expected = (py * ent).sum(axis=1)
-        h0 = 0.0
-        for oh in onehots:
-            wg = w @ oh
-            h0 += float(-(wg * np.log(np.maximum(wg, 1e-300))).sum())
-        gain = h0 - expected
-        best = int(np.argmax(gain))
-        j = int(J[best])
-        bits = float(gain[best] / math.log(2))
+        j, bits = best_trial(post, cand, float(data.spent))
         what = self._describe_key(data, top_key) or "no change"
         decisive = [b for k in top_key for b in (k, self._parent(k, data))]
         if phase == "locating" and bits < LOCATE_MIN_GAIN_BITS and decisive and not any(
@@ -585,22 +542,6 @@ class SearchPolicy:
             phase,
             bits,
         )
-
-    def _answer_groups(self, post: ChangePosterior, keep: np.ndarray) -> list[np.ndarray]:
-        """One-hot maps (kept hypotheses × answers) whose entropies sum to the answer's uncertainty."""
-        keys = [post.keys[i] for i in keep.tolist()]
-        if post.p_two < post.p_one:
-            labels = [[k[0] if k else -1 for k in keys], [len(k) for k in keys]]
-        else:
-            labels = [keys]
-        out = []
-        for lab in labels:
-            ids: dict = {}
-            col = np.array([ids.setdefault(x, len(ids)) for x in lab])
-            oh = np.zeros((len(lab), len(ids)))
-            oh[np.arange(len(lab)), col] = 1.0
-            out.append(oh)
-        return out
 
     def _confirm_step(self, data: _Data, st: _Step, why: str) -> Measure | None:
         """Measure the side of the change (its parent or the commit) with fewer trials, budget allowing."""

@@ -153,6 +153,19 @@ class ChangePosterior:
         return loc, scale
 
 
+def level_step(beta: np.ndarray, cov: np.ndarray, s2: np.ndarray | float, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """Step from level ``a`` to level ``b`` (log) and its standard error.
+
+    ``beta`` (…, k) levels, ``cov`` (…, k, k) their covariance divided by ``s2`` (…): one hypothesis,
+    or every hypothesis at once along the leading axes. The upper triangle's ``cov[a, b]`` is read
+    (a < b), so every caller gets the same bits from a covariance that inversion left not quite
+    symmetric.
+    """
+    d = beta[..., b] - beta[..., a]
+    se = np.sqrt(s2 * np.maximum(cov[..., a, a] + cov[..., b, b] - 2 * cov[..., a, b], 1e-300))
+    return d, se
+
+
 def _hypotheses(n: int, two: bool) -> tuple[np.ndarray, np.ndarray]:
     ks = np.arange(1, n)
     b1 = [ks]
@@ -248,8 +261,7 @@ def posterior(
         logml = -0.5 * fit.logdet_v + occam - 0.5 * (dof0 + N) * np.log(dof0 * sigma0 * sigma0 + R)
         s2 = (dof0 * sigma0 * sigma0 + R) / (dof0 + N)
         for a, b, mask in ((0, 1, ~none), (1, 2, two)):
-            d = beta_c[:, b] - beta_c[:, a]
-            se = np.sqrt(s2 * np.maximum(cov[:, a, a] + cov[:, b, b] - 2 * cov[:, a, b], 1e-300))
+            d, se = level_step(beta_c, cov, s2, a, b)
             big = normal_cdf((-min_step - d) / se) + normal_cdf((d - min_step) / se)
             logml = logml + np.where(mask, np.log(np.maximum(big, 1e-300)), 0.0)
         all_b1.append(hb1)
@@ -285,4 +297,4 @@ def posterior(
     )
 
 
-__all__ = ["ChangePosterior", "Evidence", "RHO_GRID", "RHO_PRIOR", "posterior"]
+__all__ = ["ChangePosterior", "Evidence", "RHO_GRID", "RHO_PRIOR", "level_step", "posterior"]

@@ -190,7 +190,7 @@ class SearchPolicy:
         counts = [len(v) for v in data.values]
         ends, p_better = endpoint_comparison(post, counts, self._level_prior_ratio(data), s, self.higher_is_better)
         ruled_out = ruled_out_pct(ends, self.higher_is_better)
-        top_key, top_p = self._answer(post)
+        top_key, top_p = post.answer()
 
         # No regression: "no change at all" holds the posterior, or the bad end is faster.
         if post.p_none >= s.confidence:
@@ -362,27 +362,6 @@ class SearchPolicy:
             rho_prior=RHO_PRIOR if self.settings.drift_check else (1.0,),
         )
 
-    def _answer(self, post: ChangePosterior) -> tuple[tuple[int, ...], float]:
-        """The best answer and how sure the posterior is of it, given that something changed.
-
-        With one change likelier than two, the answer is the commit most probably a change point,
-        scored by the mass of every hypothesis containing it (a possible small second change
-        elsewhere does not make this one less certain). Once two changes are likelier, both must
-        be located: the answer is the best pair and its own mass.
-        """
-        p_two, p_one = post.p_two, post.p_one
-        some = max(p_one + p_two, 1e-300)
-        if p_two < p_one:
-            cp: dict[int, float] = {}
-            for key, p in post.groups.items():
-                for b in key:
-                    cp[b] = cp.get(b, 0.0) + p
-            b, p = max(cp.items(), key=lambda kv: (kv[1], -kv[0]))
-            return (b,), min(p / some, 1.0)
-        pairs = {k: p for k, p in post.groups.items() if len(k) == 2}
-        key, p = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
-        return key, min(p / max(p_two, 1e-300), 1.0)
-
     # ----------------------------------------------------------------------------------------
     # endpoints
 
@@ -524,17 +503,9 @@ class SearchPolicy:
         """Estimated drift of the machine over the bisection (percent, range of the fitted path) and a note."""
         if post is None or not post.fits or post.rho_weights[0] >= 0.5:
             return None, None
-        h = post.top()
-        fit = post.fits[int(post.rho_index[h])]
-        if fit.rho == 0.0:
+        path = post.drift_path(data.evidence(self.n))
+        if path is None:
             return None, None
-        ev = data.evidence(self.n)
-        b = [0, int(post.b1[h]), int(post.b2[h]), self.n]
-        seg = np.searchsorted(np.asarray(b[1:3]), ev.commit, side="right")
-        resid = ev.value - post.beta[h][seg]
-        K = np.minimum(ev.time[:, None], ev.time[None, :])
-        alpha = np.linalg.solve(fit.L.T, np.linalg.solve(fit.L, resid))
-        path = fit.rho * K @ alpha
         span = pct(float(path.max() - path.min()))
         note = (
             f"The machine drifted during the bisection (a level path spanning about {span:.1f}% over "

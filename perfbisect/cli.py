@@ -95,7 +95,7 @@ def _show(text: str) -> str:
 
 def _print_json(data) -> None:
     """One JSON object on stdout: never NaN or Infinity (not JSON; null instead)."""
-    from .summary import _jsonable
+    from .terminal import json_value as _jsonable
 
     out_console.print_json(json.dumps(_jsonable(data), default=str, allow_nan=False))
 
@@ -216,7 +216,7 @@ def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: st
     a measurement that broke (4), not evidence too weak to decide (3). ``report``: the HTML report's
     path and the short line that ends the text output.
     """
-    from .summary import format_outcome, outcome_json
+    from .terminal import format_outcome, outcome_json
 
     if json_out:
         _print_json({**outcome_json(result), "report": str(report[0]) if report else None})
@@ -358,7 +358,7 @@ def demo(
     Example:  perfbisect demo --json --drift-only
     """
     from . import app as core
-    from .summary import format_outcome, outcome_json
+    from .terminal import format_outcome, outcome_json
 
     try:
         progress = ConsoleProgress(quiet)
@@ -418,7 +418,7 @@ def plan(
     Example:  perfbisect plan good=bba2fc4 bad=HEAD
     """
     from . import app as core
-    from .summary import _jsonable, format_plan
+    from .terminal import json_value as _jsonable, format_plan
 
     try:
         g, b = parse_revs(revs or [], good, bad)
@@ -447,7 +447,7 @@ def patches_check(
     Example:  perfbisect patches check good=bba2fc4 bad=HEAD
     """
     from . import app as core
-    from .summary import format_patch_checks
+    from .terminal import format_patch_checks
 
     try:
         g, b = parse_revs(revs or [], good, bad)
@@ -483,7 +483,7 @@ def measure(
     Example:  perfbisect measure bba2fc4 --mode eagle3 -n 5
     """
     from . import app as core
-    from .summary import format_measure, trial_row
+    from .terminal import format_measure, trial_row
 
     try:
         cfg = _load(config)
@@ -527,7 +527,7 @@ def compare_cmd(
     Example:  perfbisect compare HEAD~9 HEAD --mode baseline --max-trials 6
     """
     from . import app as core
-    from .summary import _jsonable, format_comparison
+    from .terminal import json_value as _jsonable, format_comparison
 
     try:
         cfg = _load(config)
@@ -703,7 +703,7 @@ def log(
     Example:  perfbisect log --limit 5
     """
     from .store import open_store
-    from .summary import format_log
+    from .terminal import format_log
 
     try:
         path = db or _load(config).default_db

@@ -12,7 +12,7 @@ import time
 from typing import Any, Iterable, Mapping, Sequence
 
 from .model import TrialResult, TrialStatus, median
-from .summary import speculative_health, trial_row
+from .terminal import speculative_health, trial_row
 
 # System-state samples drawn per trial in the timeline (stride-sampled beyond this), and in all.
 MAX_SAMPLES_PER_TRIAL = 24

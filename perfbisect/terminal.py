@@ -1,32 +1,21 @@
-"""Turn a bisection's outcome into terminal lines and a JSON object (format_* returns, cli prints)."""
+"""What perfbisect's commands print: terminal lines (``format_*`` returns them, cli prints) and the
+``--json`` object of a bisection (``outcome_json``)."""
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import math
 from typing import Any
 
-from .model import BisectOutcome, Comparison, Verdict
+from .model import BisectOutcome, Comparison, Verdict, median
+from .store.codec import encode
 
 
-def _jsonable(value: Any) -> Any:
-    """Plain JSON values; a NaN or infinity (an empty comparison, one trial) becomes null, since
-    JSON has no such number and a consumer's parser would reject the whole object."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, enum.Enum):
-        return value.value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return value
+def json_value(value: Any) -> Any:
+    """Plain JSON values for a command's --json output (NaN and infinity become null)."""
+    return encode(value, for_output=True)
 
 
-def pct(value: float | None, sign: bool = True) -> str:
+def _pct_text(value: float | None, sign: bool = True) -> str:
     """A percentage for a line, or "n/a" where there is no number (never "+nan%")."""
     if value is None or not math.isfinite(value):
         return "n/a"
@@ -37,7 +26,7 @@ def effect_text(cmp: Comparison) -> str:
     """"-12.3% [-15.0%, -9.6%]", or "effect n/a (too few trials)" when there is no estimate."""
     if cmp.effect_pct is None or not math.isfinite(cmp.effect_pct):
         return "effect n/a (too few trials to estimate)"
-    return f"{pct(cmp.effect_pct)} [{pct(cmp.ci_low_pct)}, {pct(cmp.ci_high_pct)}]"
+    return f"{_pct_text(cmp.effect_pct)} [{_pct_text(cmp.ci_low_pct)}, {_pct_text(cmp.ci_high_pct)}]"
 
 
 def comparison_line(label: str, cmp: Comparison | None, verdict: bool = True) -> str | None:
@@ -46,7 +35,7 @@ def comparison_line(label: str, cmp: Comparison | None, verdict: bool = True) ->
         return None
     return (
         f"{label}: {effect_text(cmp)} "
-        f"({cmp.n_a} vs {cmp.n_b} trials; noise {pct(cmp.sigma_b_pct, sign=False)} per trial, {cmp.sigma_source})"
+        f"({cmp.n_a} vs {cmp.n_b} trials; noise {_pct_text(cmp.sigma_b_pct, sign=False)} per trial, {cmp.sigma_source})"
         + (f" → {cmp.verdict.value}" if verdict else "")
     )
 
@@ -110,7 +99,7 @@ def format_outcome(result: Any) -> list[str]:
 def outcome_json(result: Any) -> dict[str, Any]:
     """The machine-readable result: verdict, culprit (full sha or null), effect_pct, db, evidence."""
     out: BisectOutcome = result.outcome
-    data = _jsonable(out)
+    data = json_value(out)
     culprit = result.commits.get(out.culprit) if out.culprit else None
     data.update(
         {
@@ -124,25 +113,15 @@ def outcome_json(result: Any) -> dict[str, Any]:
             "system_state": list(getattr(result, "state", ())),
         }
     )
-    return _jsonable(data)
+    return json_value(data)
 
 
 # ------------------------------------------------------------------------------------------------
 # measure / calibrate: per-trial tables with speculative health
 
 
-def _median(values: list[float]) -> float | None:
-    values = sorted(values)
-    if not values:
-        return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
-
-
 def trial_row(trial: Any) -> dict[str, Any]:
     """The numbers one trial stands for: median tok/s, spread, accept length, cycle time, state."""
-    import math
-
     runs = trial.usable_runs
     values = [r.value for r in runs if r.value]
     med = math.exp(trial.summary) if trial.summary is not None else None
@@ -150,8 +129,8 @@ def trial_row(trial: Any) -> dict[str, Any]:
     if len(values) >= 2:
         mean = sum(values) / len(values)
         cv = 100.0 * (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 / mean
-    accept = _median([r.spec_accept_length for r in runs if r.spec_accept_length])
-    cycle = _median([r.cycle_time_ms for r in runs if r.cycle_time_ms])
+    accept = median([r.spec_accept_length for r in runs if r.spec_accept_length])
+    cycle = median([r.cycle_time_ms for r in runs if r.cycle_time_ms])
     return {
         "trial": trial.id,
         "commit": trial.identity.commit,
@@ -173,12 +152,12 @@ def speculative_health(baseline_tok_s: float | None, spec_rows: list[dict[str, A
     """Accept length, cycle time, spec/baseline ratio and the break-even accept length."""
     lines = []
     toks = [r["tok_s"] for r in spec_rows if r["tok_s"]]
-    accept = _median([r["accept_length"] for r in spec_rows if r["accept_length"]])
-    cycle = _median([r["cycle_ms"] for r in spec_rows if r["cycle_ms"]])
+    accept = median([r["accept_length"] for r in spec_rows if r["accept_length"]])
+    cycle = median([r["cycle_ms"] for r in spec_rows if r["cycle_ms"]])
     if accept is not None and cycle is not None:
         lines.append(f"speculative: accept length {accept:.2f}, verify cycle {cycle:.1f} ms")
     if baseline_tok_s and toks:
-        spec = _median(toks)
+        spec = median(toks)
         ratio = spec / baseline_tok_s
         lines.append(
             f"speculative / baseline: {spec:.1f} / {baseline_tok_s:.1f} tok/s = {ratio:.2f}×"
@@ -223,7 +202,7 @@ def format_measure(result: Any, config: Any) -> list[str]:
         if config.modes[mode].speculative:
             spec_rows.extend(rows)
         elif toks:
-            baseline = _median(toks)
+            baseline = median(toks)
     if spec_rows:
         lines.extend(speculative_health(baseline, spec_rows))
     return lines

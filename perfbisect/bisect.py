@@ -20,7 +20,8 @@ How it decides (DESIGN.md §5):
      NO_CHANGE_DOUBT; a second change is searched for only while trials are expected to move the
      answer (SECOND_CHANGE_DOUBT and MIN_GAIN_BITS), never until a budget runs out.
 3. The next commit is the one whose next trial is expected to remove the most uncertainty about
-   the answer (a one-step look-ahead over the posterior's predictive distributions, drift included).
+   the answer (a one-step look-ahead over the posterior's predictive distributions, drift included:
+   lookahead.py). A located change and the endpoints' gap are sized in effects.py.
 4. The culprit is the first located change that is a *regression*; a located improvement is reported
    as such, never as the first bad commit. The commits on each side of a named change carry at
    least MIN_TRIALS_AT_CHANGE trials each, so a single wild session cannot carry a verdict.

@@ -147,7 +147,7 @@ def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: st
     a measurement that broke (4), not evidence too weak to decide (3). ``report``: the HTML report's
     path and the short line that ends the text output.
     """
-    from .summary import format_outcome, outcome_json
+    from .render import format_outcome, outcome_json
 
     if json_out:
         print_json({**outcome_json(result), "report": str(report[0]) if report else None})
@@ -274,7 +274,7 @@ def demo(
     Example:  perfbisect demo --json --drift-only
     """
     from .demo.run import demo_report, run_demo
-    from .summary import format_outcome, outcome_json
+    from .render import format_outcome, outcome_json
 
     try:
         progress = ConsoleProgress(quiet)
@@ -326,7 +326,7 @@ def plan(
 
     Example:  perfbisect plan good=bba2fc4 bad=HEAD
     """
-    from .summary import format_plan
+    from .render import format_plan
 
     g, b = parse_revs(revs or [], good, bad)
     with app.Workspace.open(_load(config), db) as ws:
@@ -351,7 +351,7 @@ def patches_check(
 
     Example:  perfbisect patches check good=bba2fc4 bad=HEAD
     """
-    from .summary import format_patch_checks
+    from .render import format_patch_checks
 
     g, b = parse_revs(revs or [], good, bad)
     with app.Workspace.open(_load(config), db) as ws:
@@ -383,7 +383,7 @@ def measure(
     Example:  perfbisect measure HEAD --trials 3
     Example:  perfbisect measure bba2fc4 --mode eagle3 -n 5
     """
-    from .summary import format_measure, trial_row
+    from .render import format_measure, trial_row
 
     cfg = _load(config)
     modes = mode or list(cfg.modes)
@@ -423,7 +423,7 @@ def compare_cmd(
     Example:  perfbisect compare bba2fc4 HEAD
     Example:  perfbisect compare HEAD~9 HEAD --mode baseline --max-trials 6
     """
-    from .summary import _jsonable, format_comparison
+    from .render import format_comparison, json_value
 
     cfg = _load(config)
     progress = ConsoleProgress(quiet)
@@ -432,7 +432,7 @@ def compare_cmd(
         report = app.report_quietly(progress, lambda: app.report(ws.store, f"c{result.comparison_id}", config=cfg)[0])
     if json_out:
         data = {"a": result.a.sha, "b": result.b.sha, "mode": result.mode, "comparison_id": result.comparison_id,
-                **_jsonable(result.comparison), "history": result.history, "attribution": result.attribution,
+                **json_value(result.comparison), "history": result.history, "attribution": result.attribution,
                 "report": str(report) if report else None}
         print_json(data)
     else:
@@ -572,7 +572,7 @@ def log(
 
     Example:  perfbisect log --limit 5
     """
-    from .summary import format_log
+    from .render import format_log
 
     bisections, comparisons = app.log(db or _load(config).default_db, limit)
     print_lines(format_log(bisections, comparisons))

@@ -33,9 +33,9 @@ def show(text: str) -> str:
 
 def print_json(data) -> None:
     """One JSON object on stdout: never NaN or Infinity (not JSON; null instead)."""
-    from .summary import _jsonable
+    from .render import json_value
 
-    out_console.print_json(json.dumps(_jsonable(data), default=str, allow_nan=False))
+    out_console.print_json(json.dumps(json_value(data), default=str, allow_nan=False))
 
 
 class ConsoleProgress:

@@ -10,8 +10,9 @@ import enum
 import hashlib
 import json
 import math
+import statistics
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 
 def content_hash(*parts: Any) -> str:
@@ -264,13 +265,15 @@ class TrialIdentity:
         return NoiseKey(self.host, self.mode, self.mode_hash, self.workload_hash)
 
 
+def median(values: Iterable[float | None]) -> float | None:
+    """Median of the values that are there (None skipped), or None when there are none."""
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
 def trial_summary(runs: Sequence[RunResult]) -> float | None:
     """Median of log(metric) over usable runs: the unit of evidence of one trial."""
-    logs = sorted(math.log(r.value) for r in runs if r.usable and r.value)
-    if not logs:
-        return None
-    mid = len(logs) // 2
-    return logs[mid] if len(logs) % 2 else 0.5 * (logs[mid - 1] + logs[mid])
+    return median(math.log(r.value) for r in runs if r.usable and r.value)
 
 
 @dataclass(frozen=True)

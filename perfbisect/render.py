@@ -1,18 +1,300 @@
-"""Results turned into text: a run's progress line, the machine's state over a set of trials, a
-build's drift against earlier days, what the covariates explain, one system snapshot (``perfbisect
-doctor``) and a trial's system summary.
+"""Everything that turns results into text: what perfbisect's commands print (``format_*`` return
+terminal lines, cli prints them), the ``--json`` object of a bisection (``outcome_json``), a run's
+progress line, the machine's state over a set of trials, a build's drift against earlier days, what
+the covariates explain, one system snapshot (``perfbisect doctor``) and a trial's system summary.
 
-Pure functions of values the store hands back; no store, no printing (``perfbisect.cli`` prints).
+Pure functions of values the store hands back: no store access, no printing.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
-from .model import RunResult, SystemSnapshot, SystemSummary, TrialResult
+from .model import BisectOutcome, Comparison, RunResult, SystemSnapshot, SystemSummary, TrialResult, Verdict, median
 from .stats import NoiseModel, covariate_notes, history_shift
+from .store.codec import encode
 from .sysstate import throttle_reason_names
+
+
+def json_value(value: Any) -> Any:
+    """Plain JSON values for a command's --json output (NaN and infinity become null)."""
+    return encode(value, for_output=True)
+
+
+def _pct_text(value: float | None, sign: bool = True) -> str:
+    """A percentage for a line, or "n/a" where there is no number (never "+nan%")."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:+.1f}%" if sign else f"{value:.1f}%"
+
+
+def effect_text(cmp: Comparison) -> str:
+    """"-12.3% [-15.0%, -9.6%]", or "effect n/a (too few trials)" when there is no estimate."""
+    if cmp.effect_pct is None or not math.isfinite(cmp.effect_pct):
+        return "effect n/a (too few trials to estimate)"
+    return f"{_pct_text(cmp.effect_pct)} [{_pct_text(cmp.ci_low_pct)}, {_pct_text(cmp.ci_high_pct)}]"
+
+
+def comparison_line(label: str, cmp: Comparison | None, verdict: bool = True) -> str | None:
+    """One line: effect, interval, noise, trials, and (unless it is evidence for another verdict) its verdict."""
+    if cmp is None:
+        return None
+    return (
+        f"{label}: {effect_text(cmp)} "
+        f"({cmp.n_a} vs {cmp.n_b} trials; noise {_pct_text(cmp.sigma_b_pct, sign=False)} per trial, {cmp.sigma_source})"
+        + (f" → {cmp.verdict.value}" if verdict else "")
+    )
+
+
+def format_outcome(result: Any) -> list[str]:
+    """Terminal lines for a finished bisection (``app.BisectResult``)."""
+    out: BisectOutcome = result.outcome
+    commits = result.commits
+    lines = []
+
+    def describe(sha: str) -> str:
+        c = commits.get(sha)
+        return f"{sha[:10]} {c.subject}" if c else sha[:10]
+
+    head = {
+        Verdict.REGRESSED: "REGRESSION",
+        Verdict.IMPROVED: "IMPROVEMENT",
+        Verdict.SAME: "NO CHANGE beyond noise",
+        Verdict.INCONCLUSIVE: "INCONCLUSIVE",
+        Verdict.SKIPPED: "UNTESTABLE",
+    }[out.verdict]
+    lines.append(f"{head}  ({out.good[:10]}..{out.bad[:10]}, bisection #{result.bisection_id})")
+    if out.culprit:
+        lines.append(f"first bad commit: {describe(out.culprit)}")
+    if len(out.culprit_set) > 1:
+        lines.append("culprit is one of (untestable neighbours or a merged branch):")
+        lines.extend(f"  {describe(s)}" for s in out.culprit_set)
+    for sha in out.extra_changes:
+        lines.append(f"another regression: {describe(sha)}")
+    for sha in out.improvements:
+        lines.append(f"improvement (not the culprit): {describe(sha)}")
+    if out.budget_exhausted:
+        best = ", ".join(describe(s) for s in out.best_answer) or "no change"
+        prob = f" (probability {out.answer_probability:.2f})" if out.answer_probability is not None else ""
+        lines.append(f"budget exhausted: best answer {best}{prob}")
+    if out.ruled_out_pct is not None and math.isfinite(out.ruled_out_pct) and out.verdict is not Verdict.REGRESSED:
+        lines.append(f"ruled out: no regression ≥ {out.ruled_out_pct:.1f}% between the endpoints")
+    for line in (
+        # Evidence, not a second verdict: the bisection's verdict is the headline.
+        comparison_line("endpoints (bad vs good)", out.endpoint_comparison, verdict=False),
+        comparison_line("from the culprit on vs before it (drift and noise integrated out)", out.culprit_comparison),
+    ):
+        if line:
+            lines.append(line)
+    if out.drift_note:
+        lines.append(f"drift: {out.drift_note}")
+    if out.excluded:
+        lines.append(f"excluded trials (flagged, re-run): {len(out.excluded)}: {'; '.join(out.excluded[:3])}")
+    for line in getattr(result, "state", ()):
+        lines.append(f"system state: {line}")
+    if out.skipped:
+        lines.append(f"skipped (untestable, never blamed): {', '.join(s[:10] for s in out.skipped)}")
+    if result.filtered:
+        lines.append(f"not measured (only paths that cannot affect throughput): {len(result.filtered)} commits")
+    if out.explanation:
+        lines.append(out.explanation)
+    lines.append(f"trials used: {out.trials_used}; results in {result.db_path}")
+    return lines
+
+
+def outcome_json(result: Any) -> dict[str, Any]:
+    """The machine-readable result: verdict, culprit (full sha or null), effect_pct, db, evidence."""
+    out: BisectOutcome = result.outcome
+    data = json_value(out)
+    culprit = result.commits.get(out.culprit) if out.culprit else None
+    data.update(
+        {
+            "verdict": out.verdict.value,
+            "culprit": out.culprit,
+            "culprit_subject": culprit.subject if culprit else None,
+            "effect_pct": out.effect_pct,
+            "db": str(result.db_path),
+            "bisection_id": result.bisection_id,
+            "filtered": [c.sha for c in result.filtered],
+            "system_state": list(getattr(result, "state", ())),
+        }
+    )
+    return json_value(data)
+
+
+# ------------------------------------------------------------------------------------------------
+# measure / calibrate: per-trial tables with speculative health
+
+
+def trial_row(trial: Any) -> dict[str, Any]:
+    """The numbers one trial stands for: median tok/s, spread, accept length, cycle time, state."""
+    runs = trial.usable_runs
+    values = [r.value for r in runs if r.value]
+    med = math.exp(trial.summary) if trial.summary is not None else None
+    cv = None
+    if len(values) >= 2:
+        mean = sum(values) / len(values)
+        cv = 100.0 * (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 / mean
+    accept = median([r.spec_accept_length for r in runs if r.spec_accept_length])
+    cycle = median([r.cycle_time_ms for r in runs if r.cycle_time_ms])
+    return {
+        "trial": trial.id,
+        "commit": trial.identity.commit,
+        "mode": trial.identity.mode,
+        "status": trial.status.value,
+        "tok_s": med,
+        "within_cv_pct": cv,
+        "runs": len(runs),
+        "flagged": len(trial.flagged_runs),
+        "accept_length": accept,
+        "cycle_ms": cycle,
+        "sm_clock_mhz": trial.system.sm_clock_mean_mhz,
+        "throttled_fraction": trial.system.throttled_fraction,
+        "error": trial.error,
+    }
+
+
+def speculative_health(baseline_tok_s: float | None, spec_rows: list[dict[str, Any]]) -> list[str]:
+    """Accept length, cycle time, spec/baseline ratio and the break-even accept length."""
+    lines = []
+    toks = [r["tok_s"] for r in spec_rows if r["tok_s"]]
+    accept = median([r["accept_length"] for r in spec_rows if r["accept_length"]])
+    cycle = median([r["cycle_ms"] for r in spec_rows if r["cycle_ms"]])
+    if accept is not None and cycle is not None:
+        lines.append(f"speculative: accept length {accept:.2f}, verify cycle {cycle:.1f} ms")
+    if baseline_tok_s and toks:
+        spec = median(toks)
+        ratio = spec / baseline_tok_s
+        lines.append(
+            f"speculative / baseline: {spec:.1f} / {baseline_tok_s:.1f} tok/s = {ratio:.2f}×"
+            + ("  (speculation is SLOWER than no speculation)" if ratio < 1 else "")
+        )
+        if cycle is not None:
+            breakeven = baseline_tok_s * cycle / 1000.0
+            lines.append(
+                f"break-even accept length = baseline tok/s × cycle time = {baseline_tok_s:.1f} × {cycle / 1000:.4f} s "
+                f"= {breakeven:.2f}" + (f" (measured {accept:.2f})" if accept else "")
+            )
+    return lines
+
+
+def format_measure(result: Any, config: Any) -> list[str]:
+    """Per-mode trial tables for `perfbisect measure`, with speculative health when both modes ran."""
+    lines = [f"{result.commit.short} {result.commit.subject}"]
+    baseline = None
+    spec_rows: list[dict[str, Any]] = []
+    for mode, trials in result.trials.items():
+        rows = [trial_row(t) for t in trials]
+        lines.append(f"[{mode}]")
+        for r in rows:
+            if r["tok_s"] is None:
+                lines.append(f"  trial #{r['trial']}: {r['status']}: {r['error']}")
+                continue
+            bits = [f"{r['tok_s']:.1f} tok/s", f"{r['runs']} runs"]
+            if r["within_cv_pct"] is not None:
+                bits.append(f"within-trial CV {r['within_cv_pct']:.1f}%")
+            if r["flagged"]:
+                bits.append(f"{r['flagged']} flagged")
+            if r["accept_length"]:
+                bits.append(f"accept {r['accept_length']:.2f}")
+            if r["sm_clock_mhz"]:
+                bits.append(f"SM {r['sm_clock_mhz']:.0f} MHz")
+            lines.append(f"  trial #{r['trial']}: " + ", ".join(bits))
+        toks = [r["tok_s"] for r in rows if r["tok_s"]]
+        if len(toks) >= 2:
+            mean = sum(toks) / len(toks)
+            sd = (sum((t - mean) ** 2 for t in toks) / (len(toks) - 1)) ** 0.5
+            lines.append(f"  across trials: mean {mean:.1f} tok/s, between-trial CV {100 * sd / mean:.1f}% ({len(toks)} sessions)")
+        if config.modes[mode].speculative:
+            spec_rows.extend(rows)
+        elif toks:
+            baseline = median(toks)
+    if spec_rows:
+        lines.extend(speculative_health(baseline, spec_rows))
+    return lines
+
+
+def format_comparison(result: Any) -> list[str]:
+    """`perfbisect compare` output: the verdict with its evidence, history and attribution."""
+    cmp = result.comparison
+    lines = [
+        f"{result.b.short} vs {result.a.short} [{result.mode}]: {cmp.verdict.value.upper()}",
+        comparison_line("effect", cmp) or "",
+    ]
+    if cmp.explanation:
+        lines.append(cmp.explanation)
+    lines.extend(result.history)
+    if result.attribution:
+        lines.append(result.attribution)
+    return [line for line in lines if line]
+
+
+def format_plan(plan: Any) -> list[str]:
+    """`perfbisect plan`: one line per commit, what happens to it and why."""
+    lines = []
+    for e in plan.entries:
+        mark = "measure" if e.measure else ("SKIP" if e.skipped else "-")
+        variant = ""
+        if e.patch_variants:
+            alt = [f for name, f in e.patch_variants if not f.endswith(name)]
+            if alt:
+                variant = "  variants: " + ", ".join(alt)
+        lines.append(f"{e.commit.short}  {mark:<7}  {e.reason:<40}  {e.commit.subject[:60]}{variant}")
+    measured = sum(1 for e in plan.entries if e.measure)
+    filtered = sum(1 for e in plan.entries if e.filtered)
+    skipped = sum(1 for e in plan.entries if e.skipped)
+    lines.append(f"{len(plan.entries)} commits: {measured} to measure, {filtered} filtered, {skipped} untestable (patch conflict)")
+    for w in plan.warnings:
+        lines.append(f"warning: {w}")
+    return lines
+
+
+def format_patch_checks(checks: Any) -> list[str]:
+    """`perfbisect patches check`: per commit, applies (with which files) or conflicts (where)."""
+    lines = []
+    bad = 0
+    for c in checks:
+        if c.ok:
+            used = ", ".join(patch_file_name(f) for _, f in (c.applied.applied if c.applied else ()))
+            lines.append(f"{c.commit.short}  applies   {used}")
+        else:
+            bad += 1
+            lines.append(f"{c.commit.short}  CONFLICT  {c.conflict.describe()}")
+    lines.append(f"{len(checks)} commits: {len(checks) - bad} apply, {bad} conflict (those will be skipped, never blamed)")
+    return lines
+
+
+def patch_file_name(path: Any) -> str:
+    from pathlib import Path
+
+    return Path(str(path)).name
+
+
+def format_log(bisections: Any, comparisons: Any) -> list[str]:
+    """`perfbisect log`: past bisections and comparisons with their verdicts."""
+    import time as _time
+
+    lines = []
+    for b in bisections:
+        when = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(b.started_at))
+        verdict = b.verdict.value if b.verdict else b.status
+        culprit = f" culprit {b.culprit[:10]}" if b.culprit else ""
+        lines.append(
+            f"bisection #{b.id}  {when}  {b.good[:10]}..{b.bad[:10]}  [{b.metric}]  {verdict}{culprit}  "
+            f"({b.trial_count} trials)"
+        )
+    for c in comparisons:
+        when = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(c.created_at))
+        cmp = c.comparison
+        lines.append(
+            f"compare #{c.id}  {when}  {c.b[:10]} vs {c.a[:10]}  [{c.mode}]  {cmp.verdict.value} "
+            f"{effect_text(cmp)}"
+        )
+    if not lines:
+        lines.append("no bisections or comparisons stored yet")
+    return lines
 
 
 def format_run(run: RunResult) -> str:

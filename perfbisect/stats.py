@@ -525,11 +525,6 @@ def calibrate_report(noise: NoiseModel, budget_trials: int = 10, alpha: float = 
     return lines
 
 
-def two_sided_t_quantile(alpha: float, dof: float) -> float:
-    """t quantile for a (1 − alpha) two-sided interval (exposed for the policy's explanations)."""
-    return _t_ppf(1.0 - alpha / 2.0, dof)
-
-
 __all__ = [
     "EXOGENOUS_COVARIATES",
     "MEDIATOR_COVARIATES",

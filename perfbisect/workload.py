@@ -183,7 +183,6 @@ class _Stream:
     finished: bool = False  # a finish_reason or [DONE] was seen
     error: str | None = None
     connection_lost: bool = False  # refused, reset or cut mid-stream: the server may have died
-    counts_exact: bool = True  # False when tokens per chunk are estimated (OpenAI streams)
 
     @property
     def tokens(self) -> int:
@@ -309,7 +308,6 @@ def _stream_one(client: httpx.Client, url: str, kind: str, payload: dict[str, An
         # over the chunks after the first (which carries the prefill token).
         per_chunk = (rec.reported_tokens - 1) / (len(rec.arrivals) - 1)
         rec.arrivals = [rec.arrivals[0]] + [(t, per_chunk) for t, _ in rec.arrivals[1:]]
-        rec.counts_exact = False
     return rec
 
 

@@ -4,6 +4,9 @@ Each takes a ``Session`` that the caller owns (``with Session(engine) as s, s.be
 plain values from ``perfbisect.model`` or ``perfbisect.store.records``, fully loaded, so nothing
 touches the database after the session closes. They raise ``StoreError`` for what a user can cause
 (an unknown trial id, a duplicate observation) and let SQLAlchemy errors through otherwise.
+
+Why one module of ~670 lines: it is the one place that knows the schema's rows (every ``select``
+and row → value mapping); split, the row mappings would be shared across files.
 """
 
 from __future__ import annotations

@@ -193,8 +193,7 @@ def _launch(ctx: dict) -> list[Finding]:
     for c in checks:
         if c.ok:
             continue
-        what = ", ".join(list(c.missing) + [f"{n}={a!r} (wanted {w!r})" for n, w, a in c.mismatched])
-        out.append(Finding("worker env", "warn", f"pid {c.pid} ({c.cmdline[:60]}) lacks {what}: the setting does not reach that worker"))
+        out.append(Finding("worker env", "warn", f"configured env did not reach {c.gap()}"))
     if all(c.ok for c in checks):
         out.append(Finding("worker env", "ok", f"all {len(cfg.server.env) + len(mode.env)} configured variables reached every process"))
     return out

@@ -213,6 +213,11 @@ class EnvCheck:
     def ok(self) -> bool:
         return not self.missing and not self.mismatched
 
+    def gap(self) -> str:
+        """What did not arrive: "pid 12 (python -m ...): NCCL_X, NCCL_Y='1' (wanted '0')"."""
+        what = ", ".join(list(self.missing) + [f"{n}={a!r} (wanted {w!r})" for n, w, a in self.mismatched])
+        return f"pid {self.pid} ({self.cmdline[:60]}): {what}"
+
 
 class NoiseKey(NamedTuple):
     """What trials must share to share one noise model: host, mode and workload, whatever the build.

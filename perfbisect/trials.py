@@ -361,8 +361,7 @@ class TrialRunner:
     def _report_env(self, checks: Iterable[EnvCheck]) -> None:
         for check in checks:
             if not check.ok:
-                what = ", ".join(list(check.missing) + [f"{n}={a!r} (wanted {w!r})" for n, w, a in check.mismatched])
-                self.progress.warn(f"  configured env did not reach pid {check.pid} ({check.cmdline[:60]}): {what}")
+                self.progress.warn(f"  configured env did not reach {check.gap()}")
 
 
 class _Session:

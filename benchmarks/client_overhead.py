@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from perfbisect.config import WorkloadConfig
+from perfbisect.settings import WorkloadConfig
 from perfbisect.model import RunResult
 from perfbisect.workload import run_workload
 

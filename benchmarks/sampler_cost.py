@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfbisect import sysstate  # noqa: E402
 from perfbisect.model import GpuSample, SystemSnapshot  # noqa: E402
+from perfbisect.store.samples import compact  # noqa: E402
 
 
 def collectors_for(name: str) -> list[Any]:
@@ -119,7 +120,7 @@ def synthetic_trial(n_gpus: int = 8, seconds: int = 600, seed: int = 7) -> list[
 def storage() -> dict[str, Any]:
     """Size of the compact form of a 10-minute 8-GPU trial."""
     snaps = synthetic_trial()
-    blob = json.dumps(sysstate.compact(snaps), separators=(",", ":")).encode()
+    blob = json.dumps(compact(snaps), separators=(",", ":")).encode()
     return {
         "trial": "600 s x 8 GPUs at 1 Hz, every varying field moving each second",
         "compact_json_bytes": len(blob),

@@ -44,7 +44,7 @@ from scipy import stats as sps
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfbisect.bisect import Done, Observation, SearchPolicy  # noqa: E402
-from perfbisect.config import StatsConfig  # noqa: E402
+from perfbisect.settings import StatsConfig  # noqa: E402
 from perfbisect.stats import NoiseModel, compare  # noqa: E402
 
 TRIAL_MIN = 5.5 + (2 + 5) * 25 / 60

@@ -1,118 +1,32 @@
 """Use cases: wire config, git, build, server, workload, sampler, store, statistics and search.
 
 Each public function here is one thing a user asks for (run a bisection, measure a commit, compare
-two, calibrate the noise, plan a range). They report progress through a ``Progress`` sink, raise
-``PerfbisectError`` subclasses, and never print: ``cli.py`` does that.
+two, calibrate the noise, plan a range, check the machine, list or render what is stored). They
+report progress through a ``Progress`` sink, raise ``PerfbisectError`` subclasses, and never print:
+``cli.py`` does that. What they stand on: ``workspace`` (what a command opens, preflight, locks),
+``trials`` (one server session per trial, observations) and ``render`` (results as text).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
-from . import locks, sysstate
 from .bisect import Done, Observation, SearchPolicy
-from .build import BuildCache, run_build
-from .config import Config, ModeConfig, expand, load_config
-from .demo.target import DemoTarget, make_demo_target
-from .errors import BuildError, ConfigError, PatchError, ServerError, ServerNotReady, UsageError, WorkloadError
-from .gitrepo import PatchCheck, PatchStack, PathFilter, Plan, TargetRepo, WorktreePool, check_patches, plan_range
-from .model import (
-    BisectOutcome,
-    Commit,
-    Comparison,
-    EnvCheck,
-    RunResult,
-    SystemSummary,
-    TrialIdentity,
-    TrialResult,
-    TrialStatus,
-    Verdict,
-)
-from .server import ServerSession, port_holders, port_in_use
-from .stats import NoiseModel, calibrate_report, compare, compare_sequential, covariate_notes, history_shift, pct
-from .store import NoiseEstimate, Store, open_store, owner_alive, process_owner
-from .workload import avg_spec_accept_length, run_command_workload, run_workload, server_info
-
-
-class Progress:
-    """Where long work reports what it is doing. The default sink drops everything."""
-
-    def info(self, message: str) -> None:  # a step of the work
-        pass
-
-    def detail(self, message: str) -> None:  # a finer step (a run, a readiness poll)
-        pass
-
-    def warn(self, message: str) -> None:  # something the user should know and may act on
-        pass
-
-
-@dataclass
-class Workspace:
-    """Everything one command needs opened once: config, repository, store, patch stack, caches."""
-
-    config: Config
-    repo: TargetRepo
-    store: Store
-    db_path: Path
-    stack: PatchStack | None
-    pool: WorktreePool
-    build_cache: BuildCache
-    host: str
-    filters: PathFilter
-
-    @classmethod
-    def open(cls, config: Config, db_path: Path | None = None) -> "Workspace":
-        repo = TargetRepo(config.target.repo)
-        db = Path(db_path) if db_path else config.default_db
-        cache = config.cache_dir
-        check_cache_dir(config)
-        stack = PatchStack.load(config.patches, repo) if (config.patches.dir or config.patches.branch) else None
-        store = open_store(db)
-        return cls(
-            config=config,
-            repo=repo,
-            store=store,
-            db_path=db,
-            stack=stack,
-            pool=WorktreePool(repo, cache),
-            build_cache=BuildCache(cache / "build-cache", int(config.build.cache_max_gb * 1024**3)),
-            host=sysstate.host_fingerprint(),
-            filters=PathFilter(config.filters.ignore),
-        )
-
-    def close(self) -> None:
-        self.store.close()
-
-    def __enter__(self) -> "Workspace":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def check_cache_dir(config: Config) -> None:
-    """The cache directory (worktrees, builds, logs, locks) must be a writable directory."""
-    cache = config.cache_dir
-    key = "target.cache_dir" if config.target.cache_dir else "target.cache_dir (default <repo>/.git/perfbisect)"
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        probe = cache / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigError(
-            f"{config.path}: {key} is {cache}, which cannot be used: {exc.strerror or exc}. perfbisect keeps "
-            f"its worktrees, build cache, logs and locks there: set target.cache_dir to a writable directory."
-        ) from None
-
+from .settings import Config
+from .doctor import Finding, run_doctor
+from .errors import UsageError
+from .patches import PatchCheck, check_patches
+from .plan import Plan, plan_range
+from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict
+from .render import attribution_line, history_line, state_lines
+from .stats import NoiseModel, calibrate_report, compare, compare_sequential, pct
+from .store import BisectionRecord, ComparisonRecord, NoiseEstimate, Store, open_store
+from .trials import TrialRunner, interleaved, observe, run_logs
+from .workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
 
 def measured_nothing(ws: Workspace, bisection_id: int) -> str | None:
     """When no trial of a bisection produced a number: why the first one failed (else None)."""
@@ -132,423 +46,8 @@ def why_nothing_measured(trials: Sequence[TrialResult]) -> str | None:
     return "no trial produced a usable run"
 
 
-@dataclass
-class Prepared:
-    """A commit checked out in a worktree with the stack applied and built, or why it can't be."""
-
-    commit: Commit
-    worktree: Path | None = None
-    patch_hash: str = "none"
-    build_hash: str = "none"
-    untestable: str | None = None  # reason: patch conflict, build failure
-    versions: dict | None = None  # target's torch/sglang/CUDA/NCCL versions, read once per commit
-
-
-def preflight(ws: Workspace) -> None:
-    """Fail fast on what would break every trial: a server command that does not exist, a busy fixed port."""
-    cfg = ws.config
-    if cfg.workload.kind == "command":
-        argv = expand(cfg.workload.command, python=cfg.target.python, worktree=str(cfg.target.repo))
-        what = "workload.command"
-    else:
-        argv = expand(cfg.server.command, python=cfg.target.python, port="0", worktree=str(cfg.target.repo), host=cfg.server.host)
-        what = "server.command"
-    exe = argv[0]
-    if not (shutil.which(exe) or (os.sep in exe and os.access(exe, os.X_OK))):
-        raise ConfigError(
-            f"{cfg.path}: {what} starts with '{exe}', which is not an executable on PATH or a path to one. "
-            f"Fix {what} (for SGLang: [\"{{python}}\", \"-m\", \"sglang.launch_server\", ...]) or target.python."
-        )
-    if cfg.workload.kind != "command" and cfg.server.port and port_in_use(cfg.server.host, cfg.server.port):
-        holders = port_holders(cfg.server.port)
-        who = f" (held by pid {', '.join(map(str, holders))})" if holders else ""
-        raise ConfigError(
-            f"Port {cfg.server.port} on {cfg.server.host} is already in use{who}, so no trial could start its server. "
-            f"Stop the process holding it, or set server.port = 0 in {cfg.path} to pick a free port per trial."
-        )
-
-
-def exclusive(ws: Workspace, progress: Progress | None = None, *, wait: bool = False, gpu: bool = True):
-    """Hold the repository's lock (and the GPU node's) while a command uses worktrees and servers."""
-    progress = progress or Progress()
-    return locks.exclusive(
-        ws.config.cache_dir,
-        repo=str(ws.config.target.repo),
-        gpu=gpu,
-        wait=wait,
-        on_wait=lambda what, holder: progress.info(f"waiting for {holder.describe()} to release the {what} ..."),
-    )
-
-
-_PIDFILE_OWNER = "owner "
-
-
-@dataclass(frozen=True)
-class ServerPidfile:
-    """A server process group perfbisect started, as its pidfile under <cache_dir>/servers says."""
-
-    path: Path
-    pgid: int
-    owner: str  # host:pid:start of the perfbisect that started it ("" in pidfiles of older versions)
-    cmdline: str
-
-    @property
-    def owner_pid(self) -> int | None:
-        parts = self.owner.split(":")
-        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
-
-
-def server_pidfiles(cache_dir: Path) -> list[ServerPidfile]:
-    """Every server pidfile of this cache directory (unreadable ones skipped)."""
-    out = []
-    for pidfile in sorted((Path(cache_dir) / "servers").glob("*.pid")):
-        try:
-            pgid = int(pidfile.stem)
-            text = pidfile.read_text()
-        except (ValueError, OSError):
-            continue
-        owner, cmdline = "", text
-        if text.startswith(_PIDFILE_OWNER):
-            first, _, cmdline = text.partition("\n")
-            owner = first[len(_PIDFILE_OWNER):].strip()
-        out.append(ServerPidfile(pidfile, pgid, owner, cmdline))
-    return out
-
-
-def reap_leftover_servers(cache_dir: Path, progress: Progress) -> list[int]:
-    """Kill server process groups a crashed perfbisect left behind: a leftover server poisons later trials.
-
-    Only pidfiles whose writer is dead are touched: a live perfbisect's server is never reaped.
-    """
-    killed = []
-    for pf in server_pidfiles(cache_dir):
-        if pf.owner and pf.owner != process_owner() and owner_alive(pf.owner):
-            continue  # its perfbisect is running: the server is in use, not left over
-        try:
-            alive = Path(f"/proc/{pf.pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            alive = ""
-        if alive and alive == pf.cmdline.strip():
-            try:
-                os.killpg(pf.pgid, signal.SIGKILL)
-                killed.append(pf.pgid)
-                progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pf.pgid}: {alive[:80]})")
-            except OSError:
-                pass
-        pf.path.unlink(missing_ok=True)
-    return killed
-
-
-class TrialRunner:
-    """Runs trials: one server session per (commit, mode), every run stored as it lands."""
-
-    def __init__(self, ws: Workspace, progress: Progress | None = None, wait_idle_s: float = 0.0):
-        self.ws = ws
-        self.progress = progress or Progress()
-        self.wait_idle_s = wait_idle_s
-        self._prepared: Prepared | None = None
-        self._unobserved: dict[int, list[TrialResult]] = {}  # per bisection: stored trials no observation holds
-        self._logs = ws.config.cache_dir / "logs"
-        self._pids = ws.config.cache_dir / "servers"
-        reap_leftover_servers(ws.config.cache_dir, self.progress)
-
-    # -- preparation -------------------------------------------------------------------------
-    def prepare(self, commit: Commit) -> Prepared:
-        """Check out, patch and build ``commit`` (reusing the last preparation of the same commit)."""
-        if self._prepared is not None and self._prepared.commit.sha == commit.sha:
-            return self._prepared
-        cfg = self.ws.config
-        self.progress.detail(f"{commit.short}: preparing worktree")
-        worktree = self.ws.pool.checkout(commit)
-        prepared = Prepared(commit=commit, worktree=worktree)
-        try:
-            if self.ws.stack is not None:
-                applied = self.ws.stack.apply(worktree, commit)
-                prepared.patch_hash = applied.hash
-            build = run_build(
-                cfg.build.steps,
-                worktree=worktree,
-                commit=commit,
-                applied_stack_hash=prepared.patch_hash,
-                cache=self.ws.build_cache,
-                python=cfg.target.python,
-                log_dir=self._logs / "build",
-            )
-            prepared.build_hash = build.hash
-            cached = [s.name for s in build.steps if s.cached]
-            if cached:
-                self.progress.detail(f"{commit.short}: build cache hit for {', '.join(cached)}")
-        except PatchError as exc:
-            prepared.untestable = f"patch conflict: {exc}"
-            self.progress.warn(f"{commit.short} skipped (patch stack does not apply): {exc}")
-        except BuildError as exc:
-            prepared.untestable = f"build failed: {exc}"
-            self.progress.warn(f"{commit.short} skipped (build failed): {exc}")
-        self._prepared = prepared
-        return prepared
-
-    def identity(self, prepared: Prepared, mode: ModeConfig) -> TrialIdentity:
-        cfg = self.ws.config
-        return TrialIdentity(
-            commit=prepared.commit.sha,
-            patch_hash=prepared.patch_hash,
-            build_hash=prepared.build_hash,
-            mode=mode.name,
-            mode_hash=mode.config_hash(cfg.server),
-            workload_hash=cfg.workload.config_hash(),
-            host=self.ws.host,
-        )
-
-    # -- one trial ---------------------------------------------------------------------------
-    def trial(self, commit: Commit, mode_name: str, purpose: str, bisection_id: int | None = None) -> TrialResult:
-        """One server session for (commit, mode); skipped and failed trials are stored too."""
-        cfg = self.ws.config
-        mode = cfg.mode(mode_name)
-        prepared = self.prepare(commit)
-        identity = self.identity(prepared, mode)
-        store = self.ws.store
-        if prepared.untestable:
-            trial_id = store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id)
-            store.finish_trial(trial_id, TrialStatus.SKIPPED, error=prepared.untestable)
-            return store.trial(trial_id)
-        stored = self._stored_unobserved(identity, purpose, bisection_id)
-        if stored is not None:
-            self.progress.info(
-                f"trial #{stored.id}: {commit.short} [{mode.name}] was stored before the interruption: used, not measured again"
-            )
-            return stored
-
-        sysstate.wait_until_idle(
-            timeout_s=self.wait_idle_s,
-            poll_s=10.0,
-            progress=lambda procs, waited: self.progress.detail(f"GPUs busy ({len(procs)} processes); waited {waited:.0f}s"),
-        )
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        log_path = self._logs / "server" / f"{stamp}-{commit.short}-{mode.name}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        trial_id = store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id, log_path=str(log_path))
-        self.progress.info(f"trial #{trial_id}: {commit.short} [{mode.name}] {commit.subject[:60]}")
-        status, error = TrialStatus.OK, None
-        env_checks: tuple = ()
-        info: dict = {}
-        sessions: list[ServerSession] = []
-        sampler = sysstate.Sampler(
-            interval_s=1.0, exclude_pids=lambda: sessions[0].group_pids() if sessions else ()
-        )
-        gpu_baseline = sysstate.gpu_memory_used_mib()
-        released = sysstate.gpu_memory_released(gpu_baseline, tolerance_mib=1024) if gpu_baseline else None
-
-        window: list[float] = []  # when measured runs ran: the state summary covers only that
-
-        def on_run(run: RunResult) -> None:
-            store.add_run(trial_id, run)
-            if run.warmup or not window:
-                window[:] = [time.time()]
-            else:
-                window[1:] = [time.time()]
-            self.progress.detail("  " + format_run(run))
-
-        try:
-            with sampler:
-                if cfg.workload.kind == "command":
-                    env = {**cfg.server.env, **mode.env}
-                    for run in run_command_workload(cfg.workload, prepared.worktree, cfg.target.python, env, log_path):
-                        on_run(run)
-                else:
-                    session = ServerSession(
-                        cfg.server, mode, prepared.worktree, cfg.target.python, log_path,
-                        gpu_memory_released=released,
-                    )
-                    sessions.append(session)
-                    with session:
-                        pidfile = self._remember(session)
-                        seconds = session.wait_ready(progress=self._ready_progress(mode.name))
-                        self.progress.detail(f"  server ready in {seconds:.1f}s (port {session.port})")
-                        if cfg.server.check_env:
-                            env_checks = session.check_env()
-                            self._report_env(env_checks)
-                        run_workload(session.base_url, cfg.workload, on_run=on_run)
-                        info = server_info(session.base_url)
-                    pidfile.unlink(missing_ok=True)  # torn down cleanly: nothing to reap later
-        except ServerNotReady as exc:
-            # A commit whose server never gets ready cannot be tested: skipped, never blamed.
-            status, error = TrialStatus.SKIPPED, f"server never ready: {exc}"
-            self.progress.warn(f"{commit.short} [{mode.name}]: {exc}")
-        except (ServerError, WorkloadError) as exc:
-            status, error = TrialStatus.FAILED, str(exc)
-            self.progress.warn(f"{commit.short} [{mode.name}] trial failed: {exc}")
-        except BaseException as exc:  # Ctrl-C, SIGTERM, a config error or a bug: record what happened, keep the runs
-            what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "aborted"
-            store.finish_trial(
-                trial_id, TrialStatus.FAILED, system=sampler.summary(),
-                error=f"{what}: {type(exc).__name__}: {exc}",
-            )
-            raise
-        if prepared.versions is None:
-            # Read through the server's env (PYTHONPATH to the checkout): the versions it imports.
-            server_env = {k: expand((v,), python=cfg.target.python, worktree=str(prepared.worktree))[0]
-                          for k, v in cfg.server.env.items()}
-            prepared.versions = sysstate.target_versions(cfg.target.python, cwd=prepared.worktree, extra_env=server_env)
-        since, until = (window[0], window[-1]) if len(window) == 2 else (None, None)
-        system = sampler.summary(since=since, until=until)
-        if system.samples == 0:  # runs shorter than the sampling interval: use the whole session
-            system = sampler.summary()
-        system = with_start_state(system, sampler.snapshots)
-        result = store.finish_trial(
-            trial_id,
-            status,
-            system=system,
-            system_samples=sysstate.compact(sampler.snapshots),
-            env_checks=env_checks,
-            server_info=info,
-            versions=prepared.versions,
-            error=error,
-        )
-        if result.summary is not None:
-            accept = avg_spec_accept_length(info)
-            extra = f", server-wide accept length {accept:.2f}" if accept else ""
-            flagged = f", {len(result.flagged_runs)} runs flagged" if result.flagged_runs else ""
-            self.progress.info(
-                f"  → {math.exp(result.summary):.1f} tok/s (median of {len(result.usable_runs)} runs{flagged}{extra})"
-            )
-        return result
-
-    def _stored_unobserved(self, identity: TrialIdentity, purpose: str, bisection_id: int | None) -> TrialResult | None:
-        """A finished trial of this bisection with this identity that no observation holds yet.
-
-        Such a trial is what a kill between the trials of one observation leaves (a ratio metric
-        measures two modes per commit): a resumed bisection uses it instead of measuring it again.
-        Each is handed out once; the list is taken when this runner first looks, so trials this
-        process measures itself are never handed back.
-        """
-        if bisection_id is None or purpose != "bisect":
-            return None
-        if bisection_id not in self._unobserved:
-            store = self.ws.store
-            held = {tid for o in store.observations(bisection_id) for tid in o.trial_ids}
-            self._unobserved[bisection_id] = [
-                t for t in store.trials(bisection_id=bisection_id, status=TrialStatus.OK)
-                if t.id not in held and t.summary is not None
-            ]
-        pool = self._unobserved[bisection_id]
-        for t in pool:
-            if t.identity == identity:
-                pool.remove(t)
-                return t
-        return None
-
-    def _remember(self, session: ServerSession) -> Path:
-        """Note the server's process group so a crash of this process cannot leave it running unseen."""
-        self._pids.mkdir(parents=True, exist_ok=True)
-        pidfile = self._pids / f"{session.pid}.pid"
-        pidfile.write_text(f"{_PIDFILE_OWNER}{process_owner()}\n" + " ".join(session.argv))
-        return pidfile
-
-    def _ready_progress(self, mode: str) -> Callable[[float, int], None]:
-        last = [0.0]
-
-        def report(elapsed: float, polls: int) -> None:
-            if elapsed - last[0] >= 10:
-                last[0] = elapsed
-                self.progress.detail(f"  [{mode}] waiting for readiness: {elapsed:.0f}s, {polls} polls")
-
-        return report
-
-    def _report_env(self, checks: Iterable[EnvCheck]) -> None:
-        for check in checks:
-            if not check.ok:
-                what = ", ".join(list(check.missing) + [f"{n}={a!r} (wanted {w!r})" for n, w, a in check.mismatched])
-                self.progress.warn(f"  configured env did not reach pid {check.pid} ({check.cmdline[:60]}): {what}")
-
-
-def format_run(run: RunResult) -> str:
-    """One progress line for a run."""
-    tag = "warm-up" if run.warmup else f"run {run.index}"
-    if run.error:
-        return f"{tag}: error: {run.error}"
-    value = run.value or 0.0
-    spec = ""
-    if run.spec_accept_length:
-        cycle = run.cycle_time_ms
-        spec = f", accept {run.spec_accept_length:.2f}" + (f", cycle {cycle:.1f} ms" if cycle else "")
-    flag = "" if run.complete else f"  FLAGGED: {run.output_tokens}/{run.requested_tokens} tokens, kept out of statistics"
-    ttft = f", TTFT {run.ttft_s * 1000:.0f} ms" if run.ttft_s is not None else ""
-    return f"{tag}: {value:.1f} tok/s{ttft}{spec}{flag}"
-
-
 # ------------------------------------------------------------------------------------------------
-# Observations: what the search policy sees for one commit
-
-
-def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: int) -> tuple[Observation, list[int]]:
-    """Measure the bisection metric at ``commit`` once: one trial per needed mode.
-
-    A trial the machine spoiled (throttled by an external cause, another process on the GPUs) is
-    kept but flagged: the search excludes it and asks for the commit again, like nvbench re-runs.
-    """
-    cfg = runner.ws.config
-    summaries: dict[str, float] = {}
-    trial_ids: list[int] = []
-    covariates: dict[str, float] = {}
-    flags: list[str] = []
-    started: float | None = None
-    modes = interleaved(cfg.metric_modes, seq)
-    for mode in modes:
-        result = None
-        for _attempt in range(2):  # a crash mid-run is retried once before the commit counts as untestable
-            result = runner.trial(commit, mode, purpose="bisect", bisection_id=bisection_id)
-            trial_ids.append(result.id)
-            if result.status is not TrialStatus.FAILED:
-                break
-        if result is None or result.summary is None:
-            return Observation(commit=commit.sha, value=None, seq=seq), trial_ids
-        summaries[mode] = result.summary
-        covariates.update(result.system.as_covariates())
-        started = result.started_at if started is None else started
-        why = result.system.exclusion()
-        if why:
-            flags.append(f"[{mode}] {why}")
-            runner.progress.warn(f"{commit.short} [{mode}]: {why}: the search leaves this trial out and measures again")
-    return Observation(
-        commit=commit.sha, value=metric_value(cfg, summaries), covariates=covariates, seq=seq,
-        at=started, flag="; ".join(flags) or None,
-    ), trial_ids
-
-
-def with_start_state(system: SystemSummary, snapshots: Sequence) -> SystemSummary:
-    """Add the state before the trial's own load (first snapshot): temperature and CPU load then."""
-    if not snapshots:
-        return system
-    first = snapshots[0]
-    temps = [g.temperature_c for g in first.gpus if g.temperature_c is not None]
-    return replace(
-        system,
-        start_temperature_c=(sum(temps) / len(temps)) if temps else None,
-        start_load_avg=first.load_avg_1m,
-    )
-
-
-def interleaved(items: Sequence, round_index: int) -> list:
-    """Order of one round of an A B B A schedule: forwards on even rounds, backwards on odd ones."""
-    return list(items) if round_index % 2 == 0 else list(reversed(items))
-
-
-def run_logs(trials: Iterable[TrialResult]) -> list[list[float]]:
-    """Per trial, the log values of its usable runs (for the within-trial noise σ_w)."""
-    return [[math.log(r.value) for r in t.usable_runs if r.value] for t in trials]
-
-
-def metric_value(cfg: Config, summaries: dict[str, float]) -> float:
-    """log tok/s of the metric mode, or log(spec/base) for a ratio metric."""
-    modes = cfg.metric_modes
-    if len(modes) == 2:
-        return summaries[modes[1]] - summaries[modes[0]]
-    return summaries[modes[0]]
-
-
-def noise_key(ws: Workspace, mode: ModeConfig) -> tuple[str, str, str, str]:
-    cfg = ws.config
-    return (ws.host, mode.name, mode.config_hash(cfg.server), cfg.workload.config_hash())
+# The noise model of a command: stored A/A data, what earlier bisections learned, the prior
 
 
 # A learned noise level counts as this many pseudo-observations at most: it stays a prior that
@@ -569,10 +68,10 @@ def noise_model_and_note(ws: Workspace, mode_names: Sequence[str]) -> tuple[Nois
     if len(mode_names) != 1:
         return prior, None  # ratio metrics: A/A data of the ratio itself is not pooled yet
     mode = cfg.mode(mode_names[0])
-    key = noise_key(ws, mode)
+    key = ws.noise_key(mode)
     note = None
-    estimates = [e for e in ws.store.noise_estimates(mode.name, key[3]) if e.source.startswith("bisection")]
-    here = [e for e in estimates if (e.host, e.mode, e.mode_hash, e.workload_hash) == key]
+    estimates = [e for e in ws.store.noise_estimates(mode.name, key.workload_hash) if e.source.startswith("bisection")]
+    here = [e for e in estimates if e.noise_key == key]
     if here:
         e = here[0]
         prior = NoiseModel(
@@ -597,9 +96,8 @@ def keep_noise(ws: Workspace, mode_names: Sequence[str], sigma_pct: float | None
     if sigma_pct is None or not dof or dof < 2 or len(mode_names) != 1 or not math.isfinite(sigma_pct):
         return
     mode = ws.config.mode(mode_names[0])
-    host, name, mode_hash, workload_hash = noise_key(ws, mode)
     ws.store.add_noise_estimate(NoiseEstimate(
-        host=host, mode=name, mode_hash=mode_hash, workload_hash=workload_hash,
+        **ws.noise_key(mode)._asdict(),
         sigma_b=math.log1p(sigma_pct / 100.0), dof=float(dof), sigma_w=sigma_w, source=source, created_at=time.time(),
     ))
 
@@ -742,7 +240,7 @@ def endpoint_history(ws: Workspace, endpoints: Sequence[Commit]) -> list[Observa
     for commit in endpoints:
         for t in ws.store.trials(commit=commit.sha, mode=mode.name):
             day = time.strftime("%Y-%m-%d", time.localtime(t.started_at))
-            if t.summary is None or day == today or t.identity.noise_key != noise_key(ws, mode):
+            if t.summary is None or day == today or t.identity.noise_key != ws.noise_key(mode):
                 continue
             out.append(Observation(commit=commit.sha, value=t.summary, day=day[5:]))
     return out
@@ -764,30 +262,6 @@ def _expand_merge_culprit(ws: Workspace, outcome: BisectOutcome, by_sha: dict[st
         culprit_set=tuple(dict.fromkeys((outcome.culprit, *outcome.culprit_set, *(c.sha for c in merged)))),
         explanation=outcome.explanation + note,
     )
-
-
-def state_lines(trials: Sequence[TrialResult]) -> list[str]:
-    """What the machine did during these trials: clock range, temperature, throttling, other GPU users."""
-    ok = [t.system for t in trials if t.system.samples]
-    if not ok:
-        return []
-    lines = []
-    clocks = [s.sm_clock_mean_mhz for s in ok if s.sm_clock_mean_mhz is not None]
-    if clocks:
-        lines.append(f"SM clock per trial {min(clocks):.0f}–{max(clocks):.0f} MHz over {len(clocks)} trials")
-    temps = [s.temperature_max_c for s in ok if s.temperature_max_c is not None]
-    if temps:
-        lines.append(f"GPU temperature up to {max(temps):.0f} C")
-    throttled = [s.throttled_fraction for s in ok if s.throttled_fraction is not None]
-    if throttled and max(throttled) > 0:
-        lines.append(f"throttled in {sum(1 for f in throttled if f > 0)} of {len(throttled)} trials (up to {100 * max(throttled):.0f}% of samples)")
-    others = sorted({p for s in ok for p in s.other_gpu_processes})
-    if others:
-        lines.append(f"other GPU processes seen: {', '.join(map(str, others))}")
-    if not clocks:
-        lines.append("no GPU state recorded (no NVML or nvidia-smi here): differences cannot be attributed to clocks")
-    return lines
-
 
 # ------------------------------------------------------------------------------------------------
 # perfbisect measure / compare / calibrate
@@ -880,40 +354,17 @@ def compare_commits(
             break
     if cmp is None:  # too few usable trials for a look: judge what there is (inconclusive)
         cmp = compare(sa, sb, noise, cfg.stats, higher_is_better=cfg.workload.higher_is_better)
-    history = [line for line in (_history_line(ws, c, mode_cfg, ts, noise) for c, ts in ((a, ta), (b, tb))) if line]
-    attribution = _attribution_line(ta + tb)
+    history = [
+        line for line in (
+            history_line(c.short, ts, ws.store.trials(commit=c.sha, mode=mode_cfg.name), noise) for c, ts in ((a, ta), (b, tb))
+        ) if line
+    ]
+    attribution = attribution_line(ta + tb)
     cid = ws.store.record_comparison(
         a.sha, b.sha, mode, cmp, metric=mode,
         trial_ids_a=[t.id for t in ta], trial_ids_b=[t.id for t in tb], bisection_id=None,
     )
     return CompareResult(a, b, mode, cmp, ta, tb, history, attribution, cid)
-
-
-def _history_line(ws: Workspace, commit: Commit, mode: ModeConfig, today: list[TrialResult], noise: NoiseModel) -> str | None:
-    """Same build measured on earlier days: a shift is system drift, not code."""
-    ids = {t.id for t in today}
-    day = time.strftime("%m-%d")
-    earlier = []
-    for t in ws.store.trials(commit=commit.sha, mode=mode.name):
-        if t.id in ids or t.summary is None or t.identity.build_key != today[0].identity.build_key:
-            continue
-        when = time.strftime("%m-%d", time.localtime(t.started_at))
-        if when != day:
-            earlier.append((when, t.summary))
-    values = [t.summary for t in today if t.summary is not None]
-    if not earlier or not values:
-        return None
-    return history_shift(values, earlier, noise, build=commit.short)
-
-
-def _attribution_line(trials: list[TrialResult]) -> str | None:
-    ok = [t for t in trials if t.summary is not None]
-    if len(ok) < 4:
-        return None
-    _, notes = covariate_notes(
-        [t.summary for t in ok], [t.system.as_covariates() for t in ok], [t.identity.build_key for t in ok], min_rows=4
-    )
-    return "; ".join(notes) if notes else None
 
 
 @dataclass
@@ -941,7 +392,7 @@ def calibrate(
     measured = NoiseModel.from_groups(list(groups.values()), within=within, prior=NoiseModel.prior(ws.config.stats.prior_sigma_pct))
     pooled = noise_model(ws, [mode])
     lines = calibrate_report(pooled, budget_trials=ws.config.stats.max_trials_per_commit, alpha=ws.config.stats.alpha)
-    attribution = _attribution_line(done)
+    attribution = attribution_line(done)
     if attribution:
         lines.append(attribution)
     if measured.measured:
@@ -984,34 +435,22 @@ def gc(ws: Workspace, build_cache: bool = False) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------
-# perfbisect demo
+# perfbisect doctor / log
 
 
-def run_demo(
-    directory: Path,
-    progress: Progress | None = None,
-    *,
-    drift_only: bool = False,
-    commits: int = 36,
-    seed: int = 7,
-) -> tuple[BisectResult, DemoTarget]:
-    """Build the demo target (planted slowdown, or drift only) and bisect it with the real pipeline."""
-    progress = progress or Progress()
-    progress.info(f"building the demo target in {directory} ...")
-    target = make_demo_target(
-        Path(directory),
-        commits=commits,
-        drift_only=drift_only,
-        seed=seed,
-        # Drift only: sessions differ (σ 2%) and the machine slowly slows down (−0.3% per session).
-        drift_per_session=-0.003 if drift_only else 0.0,
-    )
-    what = f"planted {target.planted[:10]}" if target.planted else "no code change (drift only)"
-    progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; server: SGLang emulator")
-    config = load_config(target.config)
-    with Workspace.open(config, target.root / "results.sqlite") as ws, exclusive(ws, progress):
-        result = run_bisection(ws, target.good, target.bad, progress)
-    return result, target
+def doctor(config_path: Path, db: Path | None = None, launch: bool = False) -> list[Finding]:
+    """Is this machine and config ready to give trustworthy numbers? One finding per check.
+
+    The config and the ``Workspace`` are opened as every command opens them (what fails to open is
+    itself a finding); ``launch`` also starts the server once under the locks a trial holds.
+    """
+    return run_doctor(config_path, db, launch=launch)
+
+
+def log(db_path: Path, limit: int = 20) -> tuple[list[BisectionRecord], list[ComparisonRecord]]:
+    """The newest ``limit`` bisections and comparisons stored in ``db_path``, newest first."""
+    with open_store(db_path) as store:
+        return store.bisections(limit), store.comparisons(limit)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1024,6 +463,19 @@ INDEX_REPLAY_BUDGET_S = 0.1
 def report_path(db_path: Path, name: str) -> Path:
     """Where a report goes by default: ``reports/`` beside the results database."""
     return Path(db_path).expanduser().absolute().parent / "reports" / f"{name}.html"
+
+
+def stored_results(db: Path | None, config: Config | None) -> Store:
+    """The results database a command that only reads it opens: ``db``, else the config's default."""
+    path = db or (config.default_db if config is not None else None)
+    if path is None:
+        raise UsageError(
+            "No results database: pass --db PATH (e.g. .perfbisect/demo/results.sqlite), or run this where "
+            "perfbisect.toml is (or with -c CONFIG) to use its default database."
+        )
+    if not Path(path).is_file():
+        raise UsageError(f"No results database at {path}: pass --db PATH, or run `perfbisect run` first.")
+    return open_store(Path(path), recover=False)
 
 
 def report(store: Store, which: str = "latest", out: Path | None = None, config: Config | None = None) -> tuple[Path, dict]:
@@ -1102,13 +554,6 @@ def report_quietly(progress: Progress | None, render: Callable[[], Path]) -> Pat
             f"`perfbisect report` renders it again from the database once fixed."
         )
     return None
-
-
-def demo_report(target: DemoTarget, result: BisectResult) -> Path:
-    """The demo's report, beside its database (``<demo dir>/reports/bisection-N.html``)."""
-    config = load_config(target.config)
-    with open_store(target.root / "results.sqlite", recover=False) as store:
-        return report(store, str(result.bisection_id), config=config)[0]
 
 
 def calibration_report(ws: Workspace, result: CalibrateResult) -> Path:

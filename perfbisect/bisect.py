@@ -20,7 +20,8 @@ How it decides (DESIGN.md §5):
      NO_CHANGE_DOUBT; a second change is searched for only while trials are expected to move the
      answer (SECOND_CHANGE_DOUBT and MIN_GAIN_BITS), never until a budget runs out.
 3. The next commit is the one whose next trial is expected to remove the most uncertainty about
-   the answer (a one-step look-ahead over the posterior's predictive distributions, drift included).
+   the answer (a one-step look-ahead over the posterior's predictive distributions, drift included:
+   lookahead.py). A located change and the endpoints' gap are sized in effects.py.
 4. The culprit is the first located change that is a *regression*; a located improvement is reported
    as such, never as the first bad commit. The commits on each side of a named change carry at
    least MIN_TRIALS_AT_CHANGE trials each, so a single wild session cannot carry a verdict.
@@ -41,10 +42,12 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .changepoint import RHO_GRID, RHO_PRIOR, ChangePosterior, Evidence, posterior
-from .config import StatsConfig
+from .settings import StatsConfig
+from .effects import Step, endpoint_comparison, is_regression, located_step, ruled_out_pct, step_comparison
 from .errors import UsageError
+from .lookahead import best_trial
 from .model import BisectOutcome, Comparison, Verdict
-from .stats import NoiseModel, covariate_notes, history_shift, log_of_pct, pct, t_cdf, t_quantile
+from .stats import NoiseModel, covariate_notes, history_shift, log_of_pct, pct, t_cdf
 
 # Prior probability that the range holds two changes rather than one.
 TWO_CHANGE_PRIOR = 0.1
@@ -66,9 +69,6 @@ LOCATE_MIN_GAIN_BITS = 0.01
 # settings.second_change_z standard errors: a second change hides where nothing was measured.
 SECOND_CHANGE_PCT = 5.0
 SECOND_CHANGE_SHARE = 0.5
-# Hypotheses kept for the look-ahead once sorted by posterior mass (the rest hold < 1e-6 of it).
-MAX_HYPOTHESES = 160
-LOOKAHEAD_GRID = 32
 
 
 @dataclass(frozen=True)
@@ -133,20 +133,6 @@ class _Data:
         )
 
 
-@dataclass(frozen=True)
-class _Step:
-    """A change's size under the posterior: step (log), its scale, dof and the trials on each side."""
-
-    at: int
-    parent: int
-    step: float
-    se: float
-    dof: float
-    n_before: int
-    n_after: int
-    sigma: float
-
-
 class SearchPolicy:
     """Decide which commit to measure next, or stop with an outcome (see the module docstring)."""
 
@@ -202,9 +188,10 @@ class SearchPolicy:
                 return Measure(self.commits[end], "measuring the endpoints first (good, then bad)", "endpoints")
 
         post = self._posterior(data)
-        ends, p_better = self._endpoint_comparison(data, post)
-        ruled_out = self._ruled_out(ends)
-        top_key, top_p = self._answer(post)
+        counts = [len(v) for v in data.values]
+        ends, p_better = endpoint_comparison(post, counts, self._level_prior_ratio(data), s, self.higher_is_better)
+        ruled_out = ruled_out_pct(ends, self.higher_is_better)
+        top_key, top_p = post.answer()
 
         # No regression: "no change at all" holds the posterior, or the bad end is faster.
         if post.p_none >= s.confidence:
@@ -250,7 +237,7 @@ class SearchPolicy:
             doubt = p_two
 
         # Located: size each change under the posterior; the culprit is the first regression.
-        steps = [self._step(data, post, top_key, b) for b in top_key]
+        steps = [located_step(post, top_key, b, self._parent(b, data), counts) for b in top_key]
         if len(top_key) == 1:
             probe = self._second_change_probe(data, post, steps[0])
             if probe is not None:
@@ -273,8 +260,8 @@ class SearchPolicy:
                 move = self._confirm_step(data, st, "a second trial of each side, so no single session carries the verdict")
                 if move is not None:
                     return move
-        regressions = [st for st in steps if self._is_regression(st.step)]
-        improvements = [st for st in steps if not self._is_regression(st.step)]
+        regressions = [st for st in steps if is_regression(st.step, self.higher_is_better)]
+        improvements = [st for st in steps if not is_regression(st.step, self.higher_is_better)]
         if not regressions:
             return self._done(
                 Verdict.IMPROVED, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out, top_key=top_key,
@@ -285,7 +272,7 @@ class SearchPolicy:
                 ),
             )
         first = regressions[0]
-        cmp = self._step_comparison(first, Verdict.REGRESSED)
+        cmp = step_comparison(first, Verdict.REGRESSED, s)
         expl = (
             f"First bad commit {self._describe_key(data, (first.at,))}: {cmp.effect_pct:+.1f}% "
             f"[{cmp.ci_low_pct:+.1f}%, {cmp.ci_high_pct:+.1f}%] from the commits before it to the commits from it on "
@@ -376,127 +363,8 @@ class SearchPolicy:
             rho_prior=RHO_PRIOR if self.settings.drift_check else (1.0,),
         )
 
-    def _answer(self, post: ChangePosterior) -> tuple[tuple[int, ...], float]:
-        """The best answer and how sure the posterior is of it, given that something changed.
-
-        With one change likelier than two, the answer is the commit most probably a change point,
-        scored by the mass of every hypothesis containing it (a possible small second change
-        elsewhere does not make this one less certain). Once two changes are likelier, both must
-        be located: the answer is the best pair and its own mass.
-        """
-        p_two, p_one = post.p_two, post.p_one
-        some = max(p_one + p_two, 1e-300)
-        if p_two < p_one:
-            cp: dict[int, float] = {}
-            for key, p in post.groups.items():
-                for b in key:
-                    cp[b] = cp.get(b, 0.0) + p
-            b, p = max(cp.items(), key=lambda kv: (kv[1], -kv[0]))
-            return (b,), min(p / some, 1.0)
-        pairs = {k: p for k, p in post.groups.items() if len(k) == 2}
-        key, p = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
-        return key, min(p / max(p_two, 1e-300), 1.0)
-
-    def _step(self, data: _Data, post: ChangePosterior, key: tuple[int, ...], b: int) -> _Step:
-        """Size of the change at ``b`` under the most probable hypothesis with answer ``key``."""
-        h = post.top(key)
-        segs = [int(post.b1[h]), int(post.b2[h])]
-        k = 1 if len(key) == 1 or b == key[0] else 2  # which boundary of the hypothesis b is
-        d = post.beta[h, k] - post.beta[h, k - 1]
-        c = post.cov[h]
-        se = math.sqrt(post.s2[h] * max(c[k, k] + c[k - 1, k - 1] - 2 * c[k, k - 1], 1e-300))
-        bounds = [0, segs[0], segs[1], self.n]
-        n_before = sum(len(data.values[i]) for i in range(bounds[k - 1], bounds[k]))
-        n_after = sum(len(data.values[i]) for i in range(bounds[k], bounds[k + 1]))
-        return _Step(b, self._parent(b, data), float(d), se, post.dof, n_before, n_after, math.sqrt(post.s2[h]))
-
-    def _is_regression(self, step: float) -> bool:
-        return step < 0 if self.higher_is_better else step > 0
-
-    def _step_comparison(self, st: _Step, verdict: Verdict) -> Comparison:
-        s = self.settings
-        half = t_quantile(1.0 - s.alpha, st.dof) * st.se
-        p_not = t_cdf(-abs(st.step) / st.se, st.dof) if st.se > 0 else 0.0
-        return Comparison(
-            verdict=verdict,
-            effect_pct=pct(st.step),
-            ci_low_pct=pct(st.step - half),
-            ci_high_pct=pct(st.step + half),
-            sigma_b_pct=pct(st.sigma),
-            sigma_source=f"{st.dof:g} dof, drift integrated out",
-            n_a=st.n_before,
-            n_b=st.n_after,
-            p_value=p_not,
-            min_effect_pct=s.min_effect_pct,
-            explanation=(
-                f"{pct(st.step):+.1f}% ({100 * (1 - 2 * s.alpha):g}% interval [{pct(st.step - half):+.1f}%, "
-                f"{pct(st.step + half):+.1f}%]) from {st.n_before} trials before the change to {st.n_after} from it on; "
-                f"probability the step goes the other way {p_not:.1g}."
-            ),
-        )
-
     # ----------------------------------------------------------------------------------------
     # endpoints
-
-    def _endpoint_comparison(self, data: _Data, post: ChangePosterior) -> tuple[Comparison, float]:
-        """Bad vs good endpoint from every trial: one level per measured commit, drift as in the posterior.
-
-        The drift scale is the posterior's most probable one; the noise is the posterior's σ, so
-        midpoint trials sharpen the endpoints' comparison through σ and the drift path. Returns the
-        comparison and the probability that the bad end is *better* beyond the minimum effect.
-        """
-        s = self.settings
-        h = post.top()
-        fit = post.fits[int(post.rho_index[h])]
-        # Saturated model: every measured commit its own level (level prior as in the posterior).
-        g = self._level_prior_ratio(data)
-        M = fit.W.T @ fit.W + np.eye(self.n) / g
-        rhs = fit.W.T @ fit.u
-        cov = np.linalg.inv(M)
-        beta = cov @ rhs
-        good, bad = 0, self.n - 1
-        s2 = float(post.s2[h])
-        d = float(beta[bad] - beta[good])
-        se = math.sqrt(max(s2 * (cov[good, good] + cov[bad, bad] - 2 * cov[good, bad]), 1e-300))
-        dof = post.dof
-        half = t_quantile(1.0 - s.alpha, dof) * se
-        n_a, n_b = len(data.values[good]), len(data.values[bad])
-        m = log_of_pct(s.min_effect_pct)
-        p_worse = t_cdf((-m - d) / se, dof) if self.higher_is_better else 1.0 - t_cdf((m - d) / se, dof)
-        p_better = 1.0 - t_cdf((m - d) / se, dof) if self.higher_is_better else t_cdf((-m - d) / se, dof)
-        if p_worse >= s.confidence:
-            verdict = Verdict.REGRESSED
-        elif p_better >= s.confidence:
-            verdict = Verdict.IMPROVED
-        elif t_cdf((m - d) / se, dof) - t_cdf((-m - d) / se, dof) >= s.confidence:
-            verdict = Verdict.SAME
-        else:
-            verdict = Verdict.INCONCLUSIVE
-        return Comparison(
-            verdict=verdict,
-            effect_pct=pct(d),
-            ci_low_pct=pct(d - half),
-            ci_high_pct=pct(d + half),
-            sigma_b_pct=pct(math.sqrt(s2)),
-            sigma_source=f"{dof:g} dof, drift integrated out",
-            n_a=n_a,
-            n_b=n_b,
-            p_value=None,
-            min_effect_pct=s.min_effect_pct,
-            explanation=(
-                f"bad vs good {pct(d):+.1f}% ({100 * (1 - 2 * s.alpha):g}% interval [{pct(d - half):+.1f}%, "
-                f"{pct(d + half):+.1f}%]) from {n_a} + {n_b} trials, noise {pct(math.sqrt(s2)):.1f}% per trial; "
-                f"probability of a regression beyond {s.min_effect_pct:g}%: {p_worse:.2g}."
-            ),
-        ), p_better
-
-    def _ruled_out(self, cmp: Comparison) -> float | None:
-        """The size of regression the endpoints already rule out at 1 − alpha (one-sided), in percent."""
-        bound = cmp.ci_low_pct if self.higher_is_better else cmp.ci_high_pct
-        if not math.isfinite(bound):
-            return None
-        size = -bound if self.higher_is_better else bound
-        return max(size, 0.0)
 
     def _measure_endpoint(self, data: _Data, post: ChangePosterior, ends: Comparison, ruled_out: float | None) -> Measure | Done:
         good, bad = 0, self.n - 1
@@ -518,53 +386,12 @@ class SearchPolicy:
     # search
 
     def _search_step(self, data: _Data, post: ChangePosterior, top_key, top_p, ends, ruled_out, phase: str) -> Measure | Done:
-        """Pick the commit whose next trial is expected to remove the most uncertainty about the answer."""
-        n = self.n
-        order = np.argsort(-post.w, kind="stable")
-        csum = np.cumsum(post.w[order])
-        keep = order[: max(1, min(MAX_HYPOTHESES, int(np.searchsorted(csum, 1 - 1e-6)) + 1))]
-        w = post.w[keep] / post.w[keep].sum()
-        cand = [j for j in range(n) if j not in data.untestable and self._budget_left(data, j)]
+        """Measure the commit whose next trial is expected to remove the most uncertainty about the answer."""
+        cand = [j for j in range(self.n) if j not in data.untestable and self._budget_left(data, j)]
         if not cand:
             return self._exhausted(data, post, f"the best answer holds {top_p:.2f}", top_key=top_key, top_p=top_p,
                                    ends=ends, ruled_out=ruled_out)
-        J = np.asarray(cand)
-        b1, b2 = post.b1[keep], post.b2[keep]
-        seg = (J[None, :] >= b1[:, None]).astype(int) + (J[None, :] >= b2[:, None]).astype(int)
-        # Only commits whose segment is still uncertain can move the posterior much — unless the
-        # machine drifts, when re-measuring a settled commit next to the others pays too.
-        purity = np.max(np.stack([(w[:, None] * (seg == i)).sum(axis=0) for i in range(3)]), axis=0)
-        drifting = post.rho_weights[0] < 0.5 if post.rho_weights else False
-        varies = purity < 0.995
-        if varies.any() and not drifting:
-            J = J[varies]
-        t_new = float(data.spent)
-        loc, scale = post.predict(keep, J, t_new)
-        nu = post.dof
-        lo_y = float((loc - 4.5 * scale).min())
-        hi_y = float((loc + 4.5 * scale).max())
-        y = np.linspace(lo_y, hi_y, LOOKAHEAD_GRID)
-        z = (y[None, None, :] - loc[:, :, None]) / scale[:, :, None]
-        logf = -0.5 * (nu + 1.0) * np.log1p(z * z / nu) - np.log(scale)[:, :, None]
-        f = np.exp(logf - logf.max())
-        joint = w[:, None, None] * f  # (H, J, G)
-        marg = joint.sum(axis=0)  # (J, G)
-        postw = joint / np.maximum(marg[None], 1e-300)
-        onehots = self._answer_groups(post, keep)
-        ent = np.zeros(postw.shape[1:])
-        for oh in onehots:
-            pg = np.einsum("hk,hjy->kjy", oh, postw)
-            ent += -(pg * np.log(np.maximum(pg, 1e-300))).sum(axis=0)
-        py = marg / marg.sum(axis=1, keepdims=True)
-        expected = (py * ent).sum(axis=1)
-        h0 = 0.0
-        for oh in onehots:
-            wg = w @ oh
-            h0 += float(-(wg * np.log(np.maximum(wg, 1e-300))).sum())
-        gain = h0 - expected
-        best = int(np.argmax(gain))
-        j = int(J[best])
-        bits = float(gain[best] / math.log(2))
+        j, bits = best_trial(post, cand, float(data.spent))
         what = self._describe_key(data, top_key) or "no change"
         decisive = [b for k in top_key for b in (k, self._parent(k, data))]
         if phase == "locating" and bits < LOCATE_MIN_GAIN_BITS and decisive and not any(
@@ -586,23 +413,7 @@ class SearchPolicy:
             bits,
         )
 
-    def _answer_groups(self, post: ChangePosterior, keep: np.ndarray) -> list[np.ndarray]:
-        """One-hot maps (kept hypotheses × answers) whose entropies sum to the answer's uncertainty."""
-        keys = [post.keys[i] for i in keep.tolist()]
-        if post.p_two < post.p_one:
-            labels = [[k[0] if k else -1 for k in keys], [len(k) for k in keys]]
-        else:
-            labels = [keys]
-        out = []
-        for lab in labels:
-            ids: dict = {}
-            col = np.array([ids.setdefault(x, len(ids)) for x in lab])
-            oh = np.zeros((len(lab), len(ids)))
-            oh[np.arange(len(lab)), col] = 1.0
-            out.append(oh)
-        return out
-
-    def _confirm_step(self, data: _Data, st: _Step, why: str) -> Measure | None:
+    def _confirm_step(self, data: _Data, st: Step, why: str) -> Measure | None:
         """Measure the side of the change (its parent or the commit) with fewer trials, budget allowing."""
         first, second = (st.parent, st.at) if len(data.values[st.parent]) <= len(data.values[st.at]) else (st.at, st.parent)
         for i in (first, second):
@@ -615,7 +426,7 @@ class SearchPolicy:
                 )
         return None
 
-    def _second_change_probe(self, data: _Data, post: ChangePosterior, st: _Step) -> int | None:
+    def _second_change_probe(self, data: _Data, post: ChangePosterior, st: Step) -> int | None:
         """A commit to measure so that a second step on either side of the change could show, or None.
 
         For every split point inside a side segment, the trials on its two sides give an effective
@@ -668,7 +479,7 @@ class SearchPolicy:
                 parts.append(self.commits[b][:10])
         return " and ".join(parts)
 
-    def _describe_steps(self, data: _Data, steps: Sequence[_Step]) -> str:
+    def _describe_steps(self, data: _Data, steps: Sequence[Step]) -> str:
         return ", ".join(f"{self._describe_key(data, (st.at,))} ({pct(st.step):+.1f}%)" for st in steps)
 
     def _skipped_before(self, b: int, data: _Data) -> list[int]:
@@ -693,17 +504,9 @@ class SearchPolicy:
         """Estimated drift of the machine over the bisection (percent, range of the fitted path) and a note."""
         if post is None or not post.fits or post.rho_weights[0] >= 0.5:
             return None, None
-        h = post.top()
-        fit = post.fits[int(post.rho_index[h])]
-        if fit.rho == 0.0:
+        path = post.drift_path(data.evidence(self.n))
+        if path is None:
             return None, None
-        ev = data.evidence(self.n)
-        b = [0, int(post.b1[h]), int(post.b2[h]), self.n]
-        seg = np.searchsorted(np.asarray(b[1:3]), ev.commit, side="right")
-        resid = ev.value - post.beta[h][seg]
-        K = np.minimum(ev.time[:, None], ev.time[None, :])
-        alpha = np.linalg.solve(fit.L.T, np.linalg.solve(fit.L, resid))
-        path = fit.rho * K @ alpha
         span = pct(float(path.max() - path.min()))
         note = (
             f"The machine drifted during the bisection (a level path spanning about {span:.1f}% over "

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .children import own_group
-from .config import BuildStep, expand
+from .placeholders import expand
+from .settings import BuildStep
 from .errors import BuildError, InfrastructureError
 from .gitrepo import worktree_tree_hash
 from .logtail import log_tail
@@ -94,11 +95,8 @@ class BuildCache:
         # Half-written entries of a killed run are never visible (renamed into place), only left here.
         for leftover in self.tmp_dir.iterdir():
             shutil.rmtree(leftover, ignore_errors=True)
-
-    @classmethod
-    def from_gb(cls, dir: Path | str, max_gb: float) -> "BuildCache":
-        """A cache bounded by BuildConfig.cache_max_gb."""
-        return cls(dir, int(max_gb * 1024**3))
+        # The last use stamp given out: the next one is larger, also when the clock has not moved.
+        self._clock = max((used for used, _, _ in self._entries()), default=0)
 
     def get(self, key: str) -> CacheEntry | None:
         """The entry for ``key`` (marked as just used), or None."""
@@ -111,7 +109,7 @@ class BuildCache:
         except (OSError, ValueError):
             shutil.rmtree(path, ignore_errors=True)  # a damaged entry is a miss, not a crash
             return None
-        (path / "used").touch()  # its mtime is the entry's last use, for LRU eviction
+        self._mark_used(path)
         return CacheEntry(key, path, int(data.get("bytes", 0)), tuple(data.get("files", ())))
 
     def put(self, key: str, worktree: Path, artifacts: Sequence[str], log_path: Path | None, info: dict) -> CacheEntry:
@@ -132,7 +130,7 @@ class BuildCache:
         if log_path is not None and log_path.exists():
             shutil.copy2(log_path, staging / "build.log")
         (staging / "meta.json").write_text(json.dumps({**info, "key": key, "bytes": total, "files": files, "stored_at": time.time()}))
-        (staging / "used").touch()
+        self._mark_used(staging)
         final = self.entries_dir / key
         shutil.rmtree(final, ignore_errors=True)
         os.rename(staging, final)
@@ -159,14 +157,25 @@ class BuildCache:
                 shutil.copy2(src, dst)
         return list(entry.files)
 
-    def _entries(self) -> list[tuple[float, int, Path]]:
+    def _mark_used(self, path: Path) -> None:
+        """Record a use of the entry at ``path``, for LRU eviction.
+
+        The stamp (nanoseconds since the epoch) is the content of ``used``, not its mtime, which
+        some filesystems keep to the second or two; and it is always larger than the last one this
+        cache gave (or found on disk when it opened), so two uses in one clock tick keep their order.
+        """
+        self._clock = max(time.time_ns(), self._clock + 1)
+        (path / "used").write_text(str(self._clock))
+
+    def _entries(self) -> list[tuple[int, int, Path]]:
+        """(last use stamp, bytes, path) of every entry, least recently used first."""
         out = []
         for path in self.entries_dir.iterdir():
             try:
                 size = int(json.loads((path / "meta.json").read_text()).get("bytes", 0))
-                used = (path / "used").stat().st_mtime
+                used = _used_stamp(path / "used")
             except (OSError, ValueError):
-                size, used = 0, 0.0
+                size, used = 0, 0
             out.append((used, size, path))
         return sorted(out)
 
@@ -190,9 +199,15 @@ class BuildCache:
         return dropped
 
     def clear(self) -> None:
-        """Remove every entry (``perfbisect gc --builds``)."""
+        """Remove every entry (``perfbisect gc --build-cache``)."""
         shutil.rmtree(self.entries_dir, ignore_errors=True)
         self.entries_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _used_stamp(used: Path) -> int:
+    text = used.read_text().strip()
+    # An empty file is an entry of an older perfbisect, which kept the last use in the mtime.
+    return int(text) if text else used.stat().st_mtime_ns
 
 
 class UnsafeRestore(Exception):

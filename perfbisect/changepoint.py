@@ -98,6 +98,31 @@ class ChangePosterior:
         """Posterior of "two changes"."""
         return sum(p for k, p in self.groups.items() if len(k) == 2)
 
+    def change_mass(self) -> list[float]:
+        """Per commit, the posterior mass of every answer that names it as a change point."""
+        mass = [0.0] * self.n
+        for key, p in self.groups.items():
+            for b in key:
+                mass[b] += p
+        return mass
+
+    def answer(self) -> tuple[tuple[int, ...], float]:
+        """The best answer and how sure the posterior is of it, given that something changed.
+
+        With one change likelier than two, the answer is the commit most probably a change point,
+        scored by the mass of every hypothesis containing it (a possible small second change
+        elsewhere does not make this one less certain). Once two changes are likelier, both must
+        be located: the answer is the best pair and its own mass.
+        """
+        p_two, p_one = self.p_two, self.p_one
+        some = max(p_one + p_two, 1e-300)
+        if p_two < p_one:
+            b, p = max(enumerate(self.change_mass()), key=lambda kv: (kv[1], -kv[0]))
+            return (b,), min(p / some, 1.0)
+        pairs = {k: p for k, p in self.groups.items() if len(k) == 2}
+        key, p = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+        return key, min(p / max(p_two, 1e-300), 1.0)
+
     def top(self, key: tuple[int, ...] | None = None) -> int:
         """Index of the most probable (hypothesis, ρ) pair, optionally among those with answer ``key``."""
         if key is None:
@@ -117,6 +142,19 @@ class ChangePosterior:
         """Posterior mean of √ρ·σ: the drift's standard deviation per trial (log scale)."""
         sig = math.sqrt(float((self.w * self.s2).sum()))
         return float(sum(w * math.sqrt(f.rho) for w, f in zip(self.rho_weights, self.fits))) * sig
+
+    def drift_path(self, ev: Evidence) -> np.ndarray | None:
+        """The drift fitted at each trial of ``ev`` (log, the trials' order) under the most probable
+        pair, or None when that pair has no drift (ρ = 0). ``ev`` must be the evidence it was fitted on."""
+        h = self.top()
+        fit = self.fits[int(self.rho_index[h])]
+        if fit.rho == 0.0:
+            return None
+        seg = np.searchsorted(np.asarray([int(self.b1[h]), int(self.b2[h])]), ev.commit, side="right")
+        resid = ev.value - self.beta[h][seg]
+        K = np.minimum(ev.time[:, None], ev.time[None, :])
+        alpha = np.linalg.solve(fit.L.T, np.linalg.solve(fit.L, resid))
+        return fit.rho * K @ alpha
 
     def predict(self, idx: np.ndarray, commits: np.ndarray, t_new: float) -> tuple[np.ndarray, np.ndarray]:
         """Predictive location and scale of one new trial of each commit at time ``t_new``, per hypothesis.
@@ -151,6 +189,19 @@ class ChangePosterior:
         loc = loc + extra_mean[:, None]
         scale = np.sqrt(self.s2[idx][:, None] * (1.0 + extra_var[:, None] + lvar))
         return loc, scale
+
+
+def level_step(beta: np.ndarray, cov: np.ndarray, s2: np.ndarray | float, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """Step from level ``a`` to level ``b`` (log) and its standard error.
+
+    ``beta`` (…, k) levels, ``cov`` (…, k, k) their covariance divided by ``s2`` (…): one hypothesis,
+    or every hypothesis at once along the leading axes. The upper triangle's ``cov[a, b]`` is read
+    (a < b), so every caller gets the same bits from a covariance that inversion left not quite
+    symmetric.
+    """
+    d = beta[..., b] - beta[..., a]
+    se = np.sqrt(s2 * np.maximum(cov[..., a, a] + cov[..., b, b] - 2 * cov[..., a, b], 1e-300))
+    return d, se
 
 
 def _hypotheses(n: int, two: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -248,8 +299,7 @@ def posterior(
         logml = -0.5 * fit.logdet_v + occam - 0.5 * (dof0 + N) * np.log(dof0 * sigma0 * sigma0 + R)
         s2 = (dof0 * sigma0 * sigma0 + R) / (dof0 + N)
         for a, b, mask in ((0, 1, ~none), (1, 2, two)):
-            d = beta_c[:, b] - beta_c[:, a]
-            se = np.sqrt(s2 * np.maximum(cov[:, a, a] + cov[:, b, b] - 2 * cov[:, a, b], 1e-300))
+            d, se = level_step(beta_c, cov, s2, a, b)
             big = normal_cdf((-min_step - d) / se) + normal_cdf((d - min_step) / se)
             logml = logml + np.where(mask, np.log(np.maximum(big, 1e-300)), 0.0)
         all_b1.append(hb1)
@@ -285,4 +335,4 @@ def posterior(
     )
 
 
-__all__ = ["ChangePosterior", "Evidence", "RHO_GRID", "RHO_PRIOR", "posterior"]
+__all__ = ["ChangePosterior", "Evidence", "RHO_GRID", "RHO_PRIOR", "level_step", "posterior"]

@@ -22,10 +22,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import app as core
-from . import sysstate
+from . import app
+from .host import gpu_busy_processes
+from .workspace import Progress, Workspace, exclusive
 from .checkqueue import LOG, WORKER_LOCK, CheckQueue, Job, WorkerLock, coalesce, entry_dict, hook_dir
-from .config import Config, load_config
+from .config import load_config
+from .settings import Config
 from .errors import PerfbisectError
 from .locks import LockHeld
 from .model import Commit, Verdict
@@ -50,7 +52,7 @@ def busy_gpu_processes() -> list[tuple[int, int, str]]:
         except OSError:
             return []
         return [(0, int(w) if w.isdigit() else 0, "simulated") for w in words] or [(0, 0, "simulated")]
-    return sysstate.gpu_busy_processes()
+    return gpu_busy_processes()
 
 
 def describe_busy(procs: Sequence[tuple[int, int, str]]) -> str:
@@ -90,7 +92,7 @@ def wait_for_idle(
 # the use case
 
 
-def resolve_range(ws: core.Workspace, old: str, new: str, progress: core.Progress) -> tuple[Commit, Commit]:
+def resolve_range(ws: Workspace, old: str, new: str, progress: Progress) -> tuple[Commit, Commit]:
     """OLD..NEW as commits; after a rebase or a forced update OLD is replaced by the merge base."""
     old_c, new_c = ws.repo.resolve(old), ws.repo.resolve(new)
     if old_c.sha != new_c.sha and not ws.repo.is_ancestor(old_c.sha, new_c.sha):
@@ -112,16 +114,16 @@ _RANK = {Verdict.REGRESSED: 0, Verdict.INCONCLUSIVE: 1, Verdict.IMPROVED: 2, Ver
 
 
 def run_check(
-    ws: core.Workspace,
+    ws: Workspace,
     old: str,
     new: str,
-    progress: core.Progress | None = None,
+    progress: Progress | None = None,
     *,
     action: str | None = None,
     wait_idle_s: float = 0.0,
 ) -> dict[str, Any]:
     """Compare OLD and NEW mode by mode; bisect the first mode that regressed (action "bisect")."""
-    progress = progress or core.Progress()
+    progress = progress or Progress()
     cfg = ws.config
     action = action or cfg.hook.action
     started = time.time()
@@ -134,10 +136,10 @@ def run_check(
     if old_c.sha == new_c.sha:
         result.update(verdict=Verdict.SAME.value, finished_at=time.time(), note="nothing new in the range")
         return result
-    worst: tuple[Verdict, str, core.CompareResult] | None = None
+    worst: tuple[Verdict, str, app.CompareResult] | None = None
     for mode in check_modes(cfg):
         progress.info(f"check [{mode}]: {old_c.short} vs {new_c.short}")
-        cmp = core.compare_commits(ws, old_c.sha, new_c.sha, mode, progress, wait_idle_s=wait_idle_s)
+        cmp = app.compare_commits(ws, old_c.sha, new_c.sha, mode, progress, wait_idle_s=wait_idle_s)
         c = cmp.comparison
         result["comparisons"][mode] = {
             "id": cmp.comparison_id, "verdict": c.verdict.value, "effect_pct": c.effect_pct,
@@ -155,7 +157,7 @@ def run_check(
     if verdict is Verdict.REGRESSED and action == "bisect":
         progress.info(f"[{mode}] is slower beyond noise: bisecting {old_c.short}..{new_c.short} on it")
         on_mode = replace(ws, config=replace(cfg, stats=replace(cfg.stats, metric=mode)))
-        bisection = core.run_bisection(on_mode, old_c.sha, new_c.sha, progress, wait_idle_s=wait_idle_s)
+        bisection = app.run_bisection(on_mode, old_c.sha, new_c.sha, progress, wait_idle_s=wait_idle_s)
         outcome = bisection.outcome
         result.update(verdict=outcome.verdict.value, bisection=bisection.bisection_id, culprit=outcome.culprit,
                       culprit_set=list(outcome.culprit_set))
@@ -164,7 +166,7 @@ def run_check(
         if outcome.culprit and outcome.culprit in bisection.commits:
             result["culprit_subject"] = one_line(bisection.commits[outcome.culprit].subject)
         report_of = str(bisection.bisection_id)
-    path = core.report_quietly(progress, lambda: core.report(ws.store, report_of, config=ws.config)[0])
+    path = app.report_quietly(progress, lambda: app.report(ws.store, report_of, config=ws.config)[0])
     result.update(report=str(path) if path else None, db=str(ws.db_path), finished_at=time.time())
     return result
 
@@ -174,7 +176,7 @@ def error_result(job: Job | None, old: str, new: str, message: str) -> dict[str,
             "coalesced": job.coalesced if job else 1}
 
 
-def finish(config: Config, queue: CheckQueue, result: dict[str, Any], progress: core.Progress) -> str:
+def finish(config: Config, queue: CheckQueue, result: dict[str, Any], progress: Progress) -> str:
     """Record a finished check (history, last line, unseen line) and notify; returns its line."""
     line = summary_line(result)
     queue.record(result, line)
@@ -187,7 +189,7 @@ def finish(config: Config, queue: CheckQueue, result: dict[str, Any], progress: 
 # the worker
 
 
-class LogProgress(core.Progress):
+class LogProgress(Progress):
     """The detached worker's progress: timestamped lines on stderr (the hook sends them to check.log)."""
 
     def __init__(self, queue: CheckQueue | None = None):
@@ -216,7 +218,7 @@ def detach() -> None:
         pass  # already a session leader
 
 
-def drain(config_path: Path, progress: core.Progress | None = None, *, detach_session: bool = True) -> int:
+def drain(config_path: Path, progress: Progress | None = None, *, detach_session: bool = True) -> int:
     """Check every queued pull, coalesced, until the queue is empty; returns how many checks ran.
 
     A second worker leaves at once; the one holding the lock looks at the queue again after
@@ -250,16 +252,16 @@ def drain(config_path: Path, progress: core.Progress | None = None, *, detach_se
             return ran
 
 
-def run_job(config: Config, queue: CheckQueue, job: Job, progress: core.Progress) -> dict[str, Any]:
+def run_job(config: Config, queue: CheckQueue, job: Job, progress: Progress) -> dict[str, Any]:
     """Wait for idle GPUs and the node lock, check the job's range, record and notify."""
     what = f"{job.old[:10]}..{job.new[:10]}" + (f" ({job.coalesced} pulls coalesced)" if job.coalesced > 1 else "")
     progress.info(f"check {what}")
     try:
-        with core.Workspace.open(config) as ws, ExitStack() as held:
+        with Workspace.open(config) as ws, ExitStack() as held:
             while True:
                 wait_for_idle(config.hook.idle_s, lambda why: (queue.set_phase("waiting", why, job), progress.info(f"waiting: {why}")))
                 try:
-                    held.enter_context(core.exclusive(ws, progress))
+                    held.enter_context(exclusive(ws, progress))
                     break
                 except LockHeld as exc:
                     why = f"another perfbisect holds the repository or GPU node: {one_line(str(exc)).split(': ', 1)[-1][:160]}"

@@ -2,42 +2,70 @@
 
 Exit codes: 0 finished (no regression, or one found without --fail-on-regression); 1 regression found
 with --fail-on-regression; 2 usage or config error; 3 inconclusive; 4 measurement broke.
+
+Why ~650 lines: one thin function per command, each with its options and the ``--help`` examples
+users read; the logic is in ``app`` and the printing in ``render``/``console``.
 """
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import os
-import re
 import signal
 import sys
 import traceback
-from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from . import __version__
+from .console import (
+    ConsoleProgress,
+    err_console,
+    out_console,
+    print_error,
+    print_json,
+    print_lines,
+    print_report,
+    show,
+)
 from .errors import (
     EXIT_INCONCLUSIVE,
     EXIT_OK,
     EXIT_REGRESSION,
     EXIT_RUNTIME,
     EXIT_USAGE,
-    Interrupted,
     PerfbisectError,
     UsageError,
 )
+from .interrupts import install_signal_handlers, interruptible, resume_options, signal_name, signalled
+
+
+def _import_lazily(name: str) -> ModuleType:
+    """``name`` imported now, executed on first use: `--help` and `init` do not pay for scipy,
+    SQLAlchemy and git that the use cases pull in."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    setattr(sys.modules[parent], child, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+app = _import_lazily("perfbisect.app")  # the use cases: every command goes through them
 
 EPILOG_EXIT = (
     "Exit codes: 0 finished · 1 regression found (with --fail-on-regression) · "
     "2 usage/config error · 3 inconclusive · 4 measurement broke."
 )
 
-app = typer.Typer(
+cli = typer.Typer(
     name="perfbisect",
     help=(
         "Find the commit that made an LLM serving engine slower, without blaming thermal or clock "
@@ -53,10 +81,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 patches_app = typer.Typer(help="Inspect the patch stack over history.", no_args_is_help=True)
-app.add_typer(patches_app, name="patches")
-
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-out_console = Console(highlight=False, soft_wrap=True)
+cli.add_typer(patches_app, name="patches")
 
 ConfigOpt = Annotated[
     Optional[Path],
@@ -76,97 +101,6 @@ WaitOpt = Annotated[
     bool,
     typer.Option("--wait", help="When another perfbisect holds this repository or the GPU node, wait for it instead of refusing."),
 ]
-
-
-# C0/C1 control characters except tab and newline, and the bidi overrides that reorder what is shown.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def inert(text: str) -> str:
-    """Repository text (subjects, paths, workload output) made harmless for a terminal: escape
-    sequences and control characters are shown as \\xNN instead of acting on the terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
-
-
-def _show(text: str) -> str:
-    """Text printed as it is: inert, and no rich markup."""
-    return escape(inert(text))
-
-
-def _print_json(data) -> None:
-    """One JSON object on stdout: never NaN or Infinity (not JSON; null instead)."""
-    from .summary import _jsonable
-
-    out_console.print_json(json.dumps(_jsonable(data), default=str, allow_nan=False))
-
-
-class ConsoleProgress:
-    """Progress on stderr: steps, finer detail (unless --quiet) and warnings."""
-
-    def __init__(self, quiet: bool = False):
-        self.quiet = quiet
-
-    def info(self, message: str) -> None:
-        if not self.quiet:
-            err_console.print(_show(message))
-
-    def detail(self, message: str) -> None:
-        if not self.quiet:
-            err_console.print(f"[dim]{_show(message)}[/dim]")
-
-    def warn(self, message: str) -> None:
-        err_console.print(f"[yellow]warning:[/yellow] {_show(message)}")
-
-
-def fail(exc: PerfbisectError) -> typer.Exit:
-    err_console.print(f"[bold red]Error:[/bold red] {_show(str(exc))}")
-    return typer.Exit(code=exc.exit_code)
-
-
-def _signal_name(signum: int) -> str:
-    return signal.Signals(signum).name
-
-
-@contextmanager
-def _interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, options: str = ""):
-    """Turn Ctrl-C / SIGTERM (after every ``with`` inside has torn its server down) into one line
-    saying what was kept and how to go on, and exit 128 + the signal's number."""
-    try:
-        yield
-    except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        try:
-            _trials, bisections = ws.store.release_own()
-        except PerfbisectError:
-            bisections = []
-        bid = resume_id if resume_id is not None else (max(bisections) if bisections else None)
-        if resumable and bid is not None:
-            what = (
-                f"bisection #{bid} is saved with every finished trial; run `perfbisect resume {bid}{options}` "
-                f"to continue it"
-            )
-        elif resumable:
-            what = "the bisection had not started yet: nothing to resume; run the same command again"
-        else:
-            what = "the trials finished so far are stored (see `perfbisect log`)"
-        err_console.print(f"Interrupted by {_signal_name(signum)}: the server was stopped; {_show(what)}.")
-        raise typer.Exit(code=128 + signum) from None
-
-
-def _resume_options(config: Path | None, db: Path | None) -> str:
-    """The -c/--db a resume needs to find the same bisection, as the user gave them."""
-    parts = []
-    if config is not None:
-        parts.append(f" -c {_quote(str(config))}")
-    if db is not None:
-        parts.append(f" --db {_quote(str(db))}")
-    return "".join(parts)
-
-
-def _quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
 
 
 def _config_path(config: Path | None) -> Path:
@@ -216,19 +150,17 @@ def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: st
     a measurement that broke (4), not evidence too weak to decide (3). ``report``: the HTML report's
     path and the short line that ends the text output.
     """
-    from .summary import format_outcome, outcome_json
+    from .render import format_outcome, outcome_json
 
     if json_out:
-        _print_json({**outcome_json(result), "report": str(report[0]) if report else None})
+        print_json({**outcome_json(result), "report": str(report[0]) if report else None})
     else:
         for line in format_outcome(result):
-            out_console.print(_show(line))
+            out_console.print(show(line))
         if report is not None:
-            out_console.print(_show(report[1]))
+            out_console.print(show(report[1]))
     if broken:
-        err_console.print(
-            f"[bold red]Error:[/bold red] {_show(_nothing_measured(broken))}"
-        )
+        print_error(_nothing_measured(broken))
         raise typer.Exit(code=EXIT_RUNTIME)
     raise typer.Exit(code=_exit_for(result.outcome, fail_on_regression))
 
@@ -241,20 +173,15 @@ def _nothing_measured(first_error: str) -> str:
     )
 
 
-def _print_report(report: Path | None) -> None:
-    if report is not None:
-        out_console.print(f"report: {_show(str(report))}")
-
-
-def _bisection_report(core, ws, result, progress) -> tuple[Path, str] | None:
+def _bisection_report(ws, result, progress) -> tuple[Path, str] | None:
     """The HTML report of a bisection just finished and its short line (None, with a warning, if it cannot be written)."""
     from .report import short_line
 
     def write() -> tuple[Path, str]:
-        path, view = core.report(ws.store, str(result.bisection_id), config=ws.config)
+        path, view = app.report(ws.store, str(result.bisection_id), config=ws.config)
         return path, short_line(view, path)
 
-    return core.report_quietly(progress, write)
+    return app.report_quietly(progress, write)
 
 
 def _load(config: Path | None):
@@ -266,7 +193,7 @@ def _load(config: Path | None):
 # ------------------------------------------------------------------------------------------------
 
 
-@app.command()
+@cli.command()
 def run(
     revs: Annotated[Optional[list[str]], typer.Argument(help="good=REV bad=REV", show_default=False)] = None,
     good: Annotated[Optional[str], typer.Option("--good", help="Last commit known to be fast.")] = None,
@@ -286,24 +213,20 @@ def run(
     Example:  perfbisect run good=bba2fc4 bad=HEAD
     Example:  perfbisect run --good v0.5.0 --bad origin/main --json
     """
-    from . import app as core
 
-    try:
-        g, b = parse_revs(revs or [], good, bad)
-        cfg = _load(config)
-        progress = ConsoleProgress(quiet)
-        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(
-            ws, resumable=True, options=_resume_options(config, db)
-        ):
-            result = core.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
-            broken = core.measured_nothing(ws, result.bisection_id)
-            report = _bisection_report(core, ws, result, progress)
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+    g, b = parse_revs(revs or [], good, bad)
+    cfg = _load(config)
+    progress = ConsoleProgress(quiet)
+    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(
+        ws, resumable=True, options=resume_options(config, db)
+    ):
+        result = app.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
+        broken = app.measured_nothing(ws, result.bisection_id)
+        report = _bisection_report(ws, result, progress)
     _show_bisection(result, json_out, fail_on_regression, broken, report)
 
 
-@app.command()
+@cli.command()
 def resume(
     bisection: Annotated[Optional[int], typer.Argument(help="Bisection id (default: the latest unfinished).")] = None,
     config: ConfigOpt = None,
@@ -319,23 +242,19 @@ def resume(
     Example:  perfbisect resume
     Example:  perfbisect resume 3 --json
     """
-    from . import app as core
 
-    try:
-        cfg = _load(config)
-        progress = ConsoleProgress(quiet)
-        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait):
-            bid = bisection if bisection is not None else core.latest_unfinished(ws)
-            with _interruptible(ws, resume_id=bid, resumable=True, options=_resume_options(config, db)):
-                result = core.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
-            broken = core.measured_nothing(ws, result.bisection_id)
-            report = _bisection_report(core, ws, result, progress)
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+    cfg = _load(config)
+    progress = ConsoleProgress(quiet)
+    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait):
+        bid = bisection if bisection is not None else app.latest_unfinished(ws)
+        with interruptible(ws, resume_id=bid, resumable=True, options=resume_options(config, db)):
+            result = app.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
+        broken = app.measured_nothing(ws, result.bisection_id)
+        report = _bisection_report(ws, result, progress)
     _show_bisection(result, json_out, fail_on_regression, broken, report)
 
 
-@app.command()
+@cli.command()
 def demo(
     directory: Annotated[
         Optional[Path], typer.Option("--dir", help="Where to build the demo (default: ./.perfbisect/demo).")
@@ -357,39 +276,37 @@ def demo(
     Example:  perfbisect demo
     Example:  perfbisect demo --json --drift-only
     """
-    from . import app as core
-    from .summary import format_outcome, outcome_json
+    from .demo.run import demo_report, run_demo
+    from .render import format_outcome, outcome_json
 
     try:
         progress = ConsoleProgress(quiet)
-        result, target = core.run_demo(
+        result, target = run_demo(
             directory or Path.cwd() / ".perfbisect" / "demo",
             progress,
             drift_only=drift_only,
             commits=commits,
             seed=seed,
         )
-        report = core.report_quietly(progress, lambda: core.demo_report(target, result))
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+        report = app.report_quietly(progress, lambda: demo_report(target, result))
     except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
         signum = getattr(exc, "signum", signal.SIGINT)
-        err_console.print(f"Interrupted by {_signal_name(signum)}: the demo's servers were stopped.")
+        err_console.print(f"Interrupted by {signal_name(signum)}: the demo's servers were stopped.")
         raise typer.Exit(code=128 + signum) from None
     if json_out:
         data = outcome_json(result)
         data["planted"] = target.planted
         data["demo_dir"] = str(target.root)
         data["report"] = str(report) if report else None
-        _print_json(data)
+        print_json(data)
     else:
         for line in format_outcome(result):
-            out_console.print(_show(line))
+            out_console.print(show(line))
         planted = target.planted[:10] if target.planted else "nothing (drift only)"
         hit = (result.outcome.culprit == target.planted) if target.planted else result.outcome.culprit is None
         mark = "[green]✓[/green]" if hit else "[red]✗[/red]"
-        out_console.print(f"{mark} planted: {_show(planted)}")
-        _print_report(report)
+        out_console.print(f"{mark} planted: {show(planted)}")
+        print_report(report)
     raise typer.Exit(code=_exit_for(result.outcome, False))
 
 
@@ -398,12 +315,7 @@ GoodOpt = Annotated[Optional[str], typer.Option("--good", help="Last commit know
 BadOpt = Annotated[Optional[str], typer.Option("--bad", help="A later commit known (or feared) to be slow.")]
 
 
-def _print_lines(lines: list[str]) -> None:
-    for line in lines:
-        out_console.print(_show(line))
-
-
-@app.command()
+@cli.command()
 def plan(
     revs: RevArgs = None,
     good: GoodOpt = None,
@@ -417,19 +329,15 @@ def plan(
 
     Example:  perfbisect plan good=bba2fc4 bad=HEAD
     """
-    from . import app as core
-    from .summary import _jsonable, format_plan
+    from .render import format_plan
 
-    try:
-        g, b = parse_revs(revs or [], good, bad)
-        with core.Workspace.open(_load(config), db) as ws:
-            result = core.plan(ws, g, b, check_patches=not no_patch_check)
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+    g, b = parse_revs(revs or [], good, bad)
+    with app.Workspace.open(_load(config), db) as ws:
+        result = app.plan(ws, g, b, check_patches=not no_patch_check)
     if json_out:
-        _print_json(result)
+        print_json(result)
     else:
-        _print_lines(format_plan(result))
+        print_lines(format_plan(result))
 
 
 @patches_app.command("check")
@@ -446,23 +354,19 @@ def patches_check(
 
     Example:  perfbisect patches check good=bba2fc4 bad=HEAD
     """
-    from . import app as core
-    from .summary import format_patch_checks
+    from .render import format_patch_checks
 
-    try:
-        g, b = parse_revs(revs or [], good, bad)
-        with core.Workspace.open(_load(config), db) as ws:
-            checks = core.patches_check(ws, g, b)
-    except PerfbisectError as exc:
-        raise fail(exc) from None
-    _print_lines(format_patch_checks(checks))
+    g, b = parse_revs(revs or [], good, bad)
+    with app.Workspace.open(_load(config), db) as ws:
+        checks = app.patches_check(ws, g, b)
+    print_lines(format_patch_checks(checks))
 
 
 ModeOpt = Annotated[Optional[list[str]], typer.Option("--mode", "-m", help="Mode(s) to measure (repeatable; default: every mode).")]
 TrialsOpt = Annotated[int, typer.Option("--trials", "-n", min=1, help="Server sessions per mode.")]
 
 
-@app.command()
+@cli.command()
 def measure(
     rev: Annotated[str, typer.Argument(help="The commit to measure.")] = "HEAD",
     mode: ModeOpt = None,
@@ -482,29 +386,25 @@ def measure(
     Example:  perfbisect measure HEAD --trials 3
     Example:  perfbisect measure bba2fc4 --mode eagle3 -n 5
     """
-    from . import app as core
-    from .summary import format_measure, trial_row
+    from .render import format_measure, trial_row
 
-    try:
-        cfg = _load(config)
-        modes = mode or list(cfg.modes)
-        progress = ConsoleProgress(quiet)
-        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
-            result = core.measure(ws, rev, modes, trials, progress, wait_idle_s=wait_idle)
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+    cfg = _load(config)
+    modes = mode or list(cfg.modes)
+    progress = ConsoleProgress(quiet)
+    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws):
+        result = app.measure(ws, rev, modes, trials, progress, wait_idle_s=wait_idle)
     if json_out:
         data = {"commit": result.commit.sha, "trials": {m: [trial_row(t) for t in ts] for m, ts in result.trials.items()}}
-        _print_json(data)
+        print_json(data)
     else:
-        _print_lines(format_measure(result, cfg))
-    broken = core.why_nothing_measured([t for ts in result.trials.values() for t in ts])
+        print_lines(format_measure(result, cfg))
+    broken = app.why_nothing_measured([t for ts in result.trials.values() for t in ts])
     if broken:
-        err_console.print(f"[bold red]Error:[/bold red] {_show(_nothing_measured(broken))}")
+        print_error(_nothing_measured(broken))
         raise typer.Exit(code=EXIT_RUNTIME)
 
 
-@app.command("compare")
+@cli.command("compare")
 def compare_cmd(
     a: Annotated[str, typer.Argument(help="Reference commit (A).")],
     b: Annotated[str, typer.Argument(help="Commit to judge against A (B).")],
@@ -526,30 +426,26 @@ def compare_cmd(
     Example:  perfbisect compare bba2fc4 HEAD
     Example:  perfbisect compare HEAD~9 HEAD --mode baseline --max-trials 6
     """
-    from . import app as core
-    from .summary import _jsonable, format_comparison
+    from .render import format_comparison, json_value
 
-    try:
-        cfg = _load(config)
-        progress = ConsoleProgress(quiet)
-        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
-            result = core.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], progress, max_trials=trials, wait_idle_s=wait_idle)
-            report = core.report_quietly(progress, lambda: core.report(ws.store, f"c{result.comparison_id}", config=cfg)[0])
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+    cfg = _load(config)
+    progress = ConsoleProgress(quiet)
+    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws):
+        result = app.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], progress, max_trials=trials, wait_idle_s=wait_idle)
+        report = app.report_quietly(progress, lambda: app.report(ws.store, f"c{result.comparison_id}", config=cfg)[0])
     if json_out:
         data = {"a": result.a.sha, "b": result.b.sha, "mode": result.mode, "comparison_id": result.comparison_id,
-                **_jsonable(result.comparison), "history": result.history, "attribution": result.attribution,
+                **json_value(result.comparison), "history": result.history, "attribution": result.attribution,
                 "report": str(report) if report else None}
-        _print_json(data)
+        print_json(data)
     else:
-        _print_lines(format_comparison(result))
-        _print_report(report)
+        print_lines(format_comparison(result))
+        print_report(report)
     code = EXIT_INCONCLUSIVE if result.comparison.verdict.value == "inconclusive" else EXIT_OK
     raise typer.Exit(code=code)
 
 
-@app.command()
+@cli.command()
 def calibrate(
     rev: Annotated[str, typer.Argument(help="The build to measure repeatedly.")] = "HEAD",
     mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode (default: the metric's mode).")] = None,
@@ -568,26 +464,22 @@ def calibrate(
 
     Example:  perfbisect calibrate HEAD --trials 5
     """
-    from . import app as core
 
-    try:
-        cfg = _load(config)
-        progress = ConsoleProgress(quiet)
-        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
-            result = core.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, progress, wait_idle_s=wait_idle)
-            report = core.report_quietly(progress, lambda: core.calibration_report(ws, result))
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+    cfg = _load(config)
+    progress = ConsoleProgress(quiet)
+    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws):
+        result = app.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, progress, wait_idle_s=wait_idle)
+        report = app.report_quietly(progress, lambda: app.calibration_report(ws, result))
     if json_out:
         data = {"commit": result.commit.sha, "mode": result.mode, "trials": [t.id for t in result.trials],
                 "lines": result.lines, "report": str(report) if report else None}
-        _print_json(data)
+        print_json(data)
         return
-    _print_lines([f"{result.commit.short} [{result.mode}]: {len(result.trials)} trials"] + result.lines)
-    _print_report(report)
+    print_lines([f"{result.commit.short} [{result.mode}]: {len(result.trials)} trials"] + result.lines)
+    print_report(report)
 
 
-@app.command("report")
+@cli.command("report")
 def report_cmd(
     which: Annotated[str, typer.Argument(help="Bisection id (3 or b3), comparison id (c2), or latest.")] = "latest",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="HTML file to write (default: reports/ beside the database).")] = None,
@@ -606,41 +498,25 @@ def report_cmd(
     Example:  perfbisect report c2 --db results.sqlite
     Example:  perfbisect report --index site/
     """
-    from . import app as core
     from .report import verdict_line
-    from .store import open_store
 
-    try:
-        cfg = _load(config) if (config is not None or _config_path(None).exists()) else None
-        path = db or (cfg.default_db if cfg is not None else None)
-        if path is None:
-            raise UsageError(
-                "No results database: pass --db PATH (e.g. .perfbisect/demo/results.sqlite), or run this where "
-                "perfbisect.toml is (or with -c CONFIG) to use its default database."
-            )
-        if not Path(path).is_file():
-            raise UsageError(f"No results database at {path}: pass --db PATH, or run `perfbisect run` first.")
-        store = open_store(Path(path), recover=False)
-        try:
-            if index is not None:
-                written = core.report_index(store, index, cfg, ConsoleProgress(False))
-                line = f"site: {written}"
-                view = None
-            else:
-                written, view = core.report(store, which, output, cfg)
-                line = verdict_line(view)
-        finally:
-            store.close()
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+    cfg = _load(config) if (config is not None or _config_path(None).exists()) else None
+    with app.stored_results(db, cfg) as store:
+        if index is not None:
+            written = app.report_index(store, index, cfg, ConsoleProgress(False))
+            line = f"site: {written}"
+            view = None
+        else:
+            written, view = app.report(store, which, output, cfg)
+            line = verdict_line(view)
     if json_out:
-        _print_json({"report": str(written), "verdict": view["verdict"] if view else None})
+        print_json({"report": str(written), "verdict": view["verdict"] if view else None})
         return
-    out_console.print(_show(line))
-    _print_report(written)
+    out_console.print(show(line))
+    print_report(written)
 
 
-@app.command()
+@cli.command()
 def doctor(
     config: ConfigOpt = None,
     db: DbOpt = None,
@@ -651,19 +527,16 @@ def doctor(
     Example:  perfbisect doctor
     Example:  perfbisect doctor --launch
     """
-    from .doctor import run_doctor
-
-    findings = run_doctor(_config_path(config), db, launch=launch)
+    findings = app.doctor(_config_path(config), db, launch=launch)
     style = {"ok": "green", "warn": "yellow", "error": "bold red", "info": "dim"}
     for f in findings:
-        out_console.print(f"[{style[f.state]}]{f.state:>5}[/] {_show(f.check)}: {_show(f.message)}")
+        out_console.print(f"[{style[f.state]}]{f.state:>5}[/] {show(f.check)}: {show(f.message)}")
     if any(f.state == "error" for f in findings):
         raise typer.Exit(code=EXIT_USAGE)
 
 
-@app.command()
+@cli.command()
 def init(
-    sglang: Annotated[bool, typer.Option("--sglang", help="Write a config for an SGLang checkout (the only kind so far).")] = True,
     path: Annotated[Path, typer.Option("--path", help="Where to write perfbisect.toml.")] = Path("perfbisect.toml"),
     model: Annotated[str, typer.Option("--model", help="--model-path for the server.")] = "/models/Kimi-K2.5-INT4",
     draft: Annotated[str, typer.Option("--draft", help="EAGLE-3 draft model path.")] = "/models/Kimi-K2.5-EAGLE3",
@@ -672,27 +545,27 @@ def init(
 ) -> None:
     """Write a commented perfbisect.toml for an SGLang checkout (baseline + EAGLE-3, NCCL env, --tp 8).
 
-    Example:  cd ~/sglang && perfbisect init --sglang --model /models/Kimi-K2.5 --draft /models/eagle3
+    Example:  cd ~/sglang && perfbisect init --model /models/Kimi-K2.5 --draft /models/eagle3
     """
     from .init_template import find_target_python, render_sglang_config
 
     if path.exists() and not force:
-        raise fail(UsageError(f"{path} already exists. Pass --force to overwrite it, or --path to write elsewhere."))
+        raise UsageError(f"{path} already exists. Pass --force to overwrite it, or --path to write elsewhere.")
     if python:
         target, imports, how = python, True, "--python"
     else:
         target, imports, how = find_target_python()
     path.write_text(render_sglang_config(target, model, draft))
-    out_console.print(f"wrote {_show(str(path))}: edit the model paths and the patch directory, then run `perfbisect doctor`")
-    out_console.print(f"target.python = {_show(target)} ({_show(how)})")
+    out_console.print(f"wrote {show(str(path))}: edit the model paths and the patch directory, then run `perfbisect doctor`")
+    out_console.print(f"target.python = {show(target)} ({show(how)})")
     if not imports:
         err_console.print(
-            f"[yellow]warning:[/yellow] no interpreter that imports sglang was found; {_show(target)} was written. "
+            f"[yellow]warning:[/yellow] no interpreter that imports sglang was found; {show(target)} was written. "
             f"Set target.python to the one SGLang runs under (or pass --python)."
         )
 
 
-@app.command()
+@cli.command()
 def log(
     config: ConfigOpt = None,
     db: DbOpt = None,
@@ -702,22 +575,13 @@ def log(
 
     Example:  perfbisect log --limit 5
     """
-    from .store import open_store
-    from .summary import format_log
+    from .render import format_log
 
-    try:
-        path = db or _load(config).default_db
-        store = open_store(path)
-        try:
-            lines = format_log(store.bisections(limit), store.comparisons(limit))
-        finally:
-            store.close()
-    except PerfbisectError as exc:
-        raise fail(exc) from None
-    _print_lines(lines)
+    bisections, comparisons = app.log(db or _load(config).default_db, limit)
+    print_lines(format_log(bisections, comparisons))
 
 
-@app.command()
+@cli.command()
 def gc(
     config: ConfigOpt = None,
     db: DbOpt = None,
@@ -727,21 +591,16 @@ def gc(
 
     Example:  perfbisect gc --build-cache
     """
-    from . import app as core
-
-    try:
-        with core.Workspace.open(_load(config), db) as ws, core.exclusive(ws, gpu=False):
-            removed = core.gc(ws, build_cache=build_cache)
-    except PerfbisectError as exc:
-        raise fail(exc) from None
-    _print_lines([f"removed {r}" for r in removed] or ["nothing to remove"])
+    with app.Workspace.open(_load(config), db) as ws, app.exclusive(ws, gpu=False):
+        removed = app.gc(ws, build_cache=build_cache)
+    print_lines([f"removed {r}" for r in removed] or ["nothing to remove"])
 
 
 # ------------------------------------------------------------------------------------------------
 # The post-`git pull` hook: hook install/uninstall/status, check, status (logic in hook.py, check.py)
 
 hook_app = typer.Typer(help="The post-`git pull` hook: every pull is checked, a regression bisected.", no_args_is_help=True)
-app.add_typer(hook_app, name="hook")
+cli.add_typer(hook_app, name="hook")
 RepoOpt = Annotated[Optional[Path], typer.Option("--repo", help="The checkout whose pulls are checked (default: the config's target.repo).")]
 
 
@@ -754,11 +613,8 @@ def hook_install(repo: RepoOpt = None, config: ConfigOpt = None) -> None:
     """
     from . import hook
 
-    try:
-        target = repo or _load(config).target.repo
-        _print_lines(hook.install(target, _config_path(config)))
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+    target = repo or _load(config).target.repo
+    print_lines(hook.install(target, _config_path(config)))
 
 
 @hook_app.command("uninstall")
@@ -769,10 +625,7 @@ def hook_uninstall(repo: RepoOpt = None, config: ConfigOpt = None) -> None:
     """
     from . import hook
 
-    try:
-        _print_lines(hook.uninstall(repo or _load(config).target.repo))
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+    print_lines(hook.uninstall(repo or _load(config).target.repo))
 
 
 @hook_app.command("status")
@@ -783,18 +636,15 @@ def hook_status(repo: RepoOpt = None, config: ConfigOpt = None, json_out: JsonOp
     """
     from . import hook
 
-    try:
-        data = hook.status(repo or _load(config).target.repo)
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+    data = hook.status(repo or _load(config).target.repo)
     if json_out:
-        _print_json(data)
+        print_json(data)
     else:
-        _print_lines(hook.format_status(data))
+        print_lines(hook.format_status(data))
     raise typer.Exit(code=EXIT_OK if data["works"] else EXIT_RUNTIME)
 
 
-@app.command("check")
+@cli.command("check")
 def check_cmd(
     revs: Annotated[Optional[list[str]], typer.Argument(help="OLD NEW (the range a pull brought)", show_default=False)] = None,
     config: ConfigOpt = None,
@@ -813,42 +663,38 @@ def check_cmd(
     Example:  perfbisect check ORIG_HEAD HEAD
     Example:  perfbisect check --enqueue ORIG_HEAD HEAD
     """
-    from . import app as core
     from . import check
     from .checkqueue import CheckQueue, hook_dir
 
-    try:
-        words = revs or []
-        if drain:
-            check.drain(_config_path(config))
-            raise typer.Exit(code=EXIT_OK)
-        if len(words) != 2:
-            raise UsageError("Give the range as two revisions: `perfbisect check OLD NEW` (after a pull: ORIG_HEAD HEAD).")
-        if action not in (None, "check", "bisect"):
-            raise UsageError(f"--action is {action!r}; use check or bisect.")
-        cfg = _load(config)
-        if enqueue:
-            with core.Workspace.open(cfg, db) as ws:
-                old, new = (ws.repo.resolve(w).sha for w in words)
-            log = check.enqueue(cfg, _config_path(config), old, new)
-            _print_lines([f"queued {old[:10]}..{new[:10]}; progress in {log}, `perfbisect status` shows it"])
-            raise typer.Exit(code=EXIT_OK)
-        progress = ConsoleProgress(quiet)
-        with core.Workspace.open(cfg, db) as ws, core.exclusive(ws, progress, wait=wait), _interruptible(ws):
-            result = check.run_check(ws, words[0], words[1], progress, action=action, wait_idle_s=wait_idle)
-        line = check.finish(cfg, CheckQueue(hook_dir(cfg.cache_dir)), result, core.Progress())
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+    words = revs or []
+    if drain:
+        check.drain(_config_path(config))
+        raise typer.Exit(code=EXIT_OK)
+    if len(words) != 2:
+        raise UsageError("Give the range as two revisions: `perfbisect check OLD NEW` (after a pull: ORIG_HEAD HEAD).")
+    if action not in (None, "check", "bisect"):
+        raise UsageError(f"--action is {action!r}; use check or bisect.")
+    cfg = _load(config)
+    if enqueue:
+        with app.Workspace.open(cfg, db) as ws:
+            old, new = (ws.repo.resolve(w).sha for w in words)
+        log = check.enqueue(cfg, _config_path(config), old, new)
+        print_lines([f"queued {old[:10]}..{new[:10]}; progress in {log}, `perfbisect status` shows it"])
+        raise typer.Exit(code=EXIT_OK)
+    progress = ConsoleProgress(quiet)
+    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws):
+        result = check.run_check(ws, words[0], words[1], progress, action=action, wait_idle_s=wait_idle)
+    line = check.finish(cfg, CheckQueue(hook_dir(cfg.cache_dir)), result, app.Progress())
     if json_out:
-        _print_json({**result, "line": line})
+        print_json({**result, "line": line})
     else:
-        _print_lines([line])
+        print_lines([line])
     verdict = result["verdict"]
     code = EXIT_INCONCLUSIVE if verdict == "inconclusive" else EXIT_REGRESSION if verdict == "regressed" and fail_on_regression else EXIT_OK
     raise typer.Exit(code=code)
 
 
-@app.command("status")
+@cli.command("status")
 def status_cmd(config: ConfigOpt = None, json_out: JsonOpt = False,
                limit: Annotated[int, typer.Option("--limit", min=1, help="How many past checks to show.")] = 5) -> None:
     """The hook's checks: running, waiting (and why), queued, and the last results with their reports.
@@ -857,42 +703,20 @@ def status_cmd(config: ConfigOpt = None, json_out: JsonOpt = False,
     """
     from . import check
 
-    try:
-        data = check.status(_load(config), limit=limit)
-    except PerfbisectError as exc:
-        raise fail(exc) from None
+    data = check.status(_load(config), limit=limit)
     if json_out:
-        _print_json(data)
+        print_json(data)
     else:
-        _print_lines(check.format_status(data))
+        print_lines(check.format_status(data))
 
 
-@app.callback(invoke_without_command=True)
+@cli.callback(invoke_without_command=True)
 def _root(
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
     if version:
         out_console.print(f"perfbisect {__version__}")
         raise typer.Exit()
-
-
-_signalled: list[int] = []
-
-
-def _on_signal(signum: int, _frame: object) -> None:
-    # The first SIGINT/SIGTERM unwinds the run (servers torn down, trial marked interrupted); later
-    # ones are ignored so they cannot cut that teardown short. SIGKILL still ends everything, and
-    # then the children die with us (see perfbisect.children).
-    if _signalled:
-        return
-    _signalled.append(signum)
-    raise Interrupted(signum)
-
-
-def install_signal_handlers() -> None:
-    """SIGTERM behaves like Ctrl-C: an orderly teardown, then exit 143 (130 for Ctrl-C)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _on_signal)
 
 
 def internal_error_message(exc: BaseException) -> str:
@@ -909,21 +733,28 @@ def internal_error_message(exc: BaseException) -> str:
 
 
 def main() -> None:
-    """Entry point of the `perfbisect` script: the one error boundary for what the commands did not catch."""
+    """Entry point of the `perfbisect` script, and its one error boundary: a ``PerfbisectError`` from
+    any command becomes ``Error: <message>`` on stderr and the error's exit status; anything else
+    is an internal error (exit 4)."""
     install_signal_handlers()
     try:
-        app()
+        cli()
     except SystemExit as exc:
         # Click turns an interrupt outside a command's own handling into "Aborted!" and status 1.
-        if _signalled and exc.code == 1:
-            sys.exit(128 + _signalled[0])
+        if signalled and exc.code == 1:
+            sys.exit(128 + signalled[0])
         raise
     except KeyboardInterrupt as exc:
         sys.exit(128 + getattr(exc, "signum", signal.SIGINT))
+    except PerfbisectError as exc:  # what a command could not do: one paragraph, its documented exit status
+        if os.environ.get("PERFBISECT_DEBUG"):
+            traceback.print_exc()
+        print_error(str(exc))
+        sys.exit(exc.exit_code)
     except Exception as exc:
         if os.environ.get("PERFBISECT_DEBUG"):
             traceback.print_exc()
-        err_console.print(f"[bold red]Error:[/bold red] {_show(internal_error_message(exc))}")
+        print_error(internal_error_message(exc))
         sys.exit(EXIT_RUNTIME)
 
 

@@ -1,21 +1,41 @@
-"""perfbisect.toml → a validated, frozen configuration.
+"""perfbisect.toml → the settings of `perfbisect.settings`, validated.
 
 Every error names the file and the key and says what would be accepted. Unknown keys are errors
 (a typo like ``warmpu = 2`` must not silently fall back to a default).
+
+The keys, their types and their defaults are the fields of the settings dataclasses: this module
+walks them (``dataclasses.fields`` and their type hints) and adds only what a file needs beyond
+them — how a number is checked, where a relative path starts, which keys must be given, and the
+checks that span keys.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 import shlex
 import sys
-from dataclasses import dataclass, field
+import typing
+from collections.abc import Mapping as AbcMapping
+from dataclasses import MISSING, Field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
-from .model import content_hash
+from .settings import (
+    HOOK_ACTIONS,
+    WORKLOAD_KINDS,
+    Argv,
+    BuildConfig,
+    BuildStep,
+    Config,
+    FiltersConfig,
+    ModeConfig,
+    PatchesConfig,
+    PatchVariant,
+    ServerConfig,
+    StatsConfig,
+    TargetConfig,
+    WorkloadConfig,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,180 +44,63 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 CONFIG_NAME = "perfbisect.toml"
 
-# Paths that cannot change serving throughput in SGLang (its own CI filters agree; DESIGN.md §8).
-SGLANG_IGNORE_PATHS: tuple[str, ...] = (
-    "docs/**",
-    "**/*.md",
-    "test/**",
-    ".github/**",
-    "benchmark/**",
-    "examples/**",
-    "sgl-model-gateway/**",
-    "sgl-router/**",
-    "python/sglang/multimodal_gen/**",
-)
-
-PLACEHOLDERS = ("{port}", "{python}", "{worktree}", "{host}")
-
-
-@dataclass(frozen=True)
-class TargetConfig:
-    repo: Path
-    python: str = sys.executable  # the target's interpreter: versions are read through it
-    cache_dir: Path | None = None  # default: <repo>/.git/perfbisect
+# How a number is checked where "must be positive" is not the rule (keys as known_keys() spells them).
+_NUMBER_CHECKS: dict[str, str] = {
+    "server.port": "non-negative",  # 0: pick a free port per trial
+    "workload.warmup": "non-negative",
+    "workload.temperature": "any",
+    "stats.stop_when_ruled_out_pct": "int-or-float",  # ≥ 0, checked with its own message
+    "stats.second_change_z": "int-or-float",  # ≥ 0, checked with its own message
+    "hook.idle_s": "int-or-float",  # ≥ 0, checked with its own message
+}
+# Strings that must be one of a few values.
+_CHOICES: dict[str, tuple[str, ...]] = {"workload.kind": WORKLOAD_KINDS, "hook.action": HOOK_ACTIONS}
+# Fields that no key sets: the file's own path, and a mode's name (the name of its table).
+_NOT_KEYS = ("path", "modes.NAME.name")
+# Keys that are not fields: `filters.use_defaults = false` drops the built-in ignore patterns.
+_FILE_ONLY_KEYS = ("filters.use_defaults",)
 
 
-@dataclass(frozen=True)
-class PatchVariant:
-    """Alternative versions of one patch of the stack; the first that applies is used."""
-
-    patch: str  # file name of the patch in the stack directory this variant replaces
-    alternatives: tuple[Path, ...]
+# --------------------------------------------------------------------------------------------
+# The keys, from the settings dataclasses
 
 
-@dataclass(frozen=True)
-class PatchesConfig:
-    dir: Path | None = None  # a directory of `git format-patch` files applied in name order
-    branch: str | None = None  # or a branch of patch commits ...
-    base: str | None = None  # ... on top of this base
-    variants: tuple[PatchVariant, ...] = ()
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, include_extras=True)
 
 
-@dataclass(frozen=True)
-class BuildStep:
-    name: str
-    command: tuple[str, ...]
-    paths: tuple[str, ...] = ("**",)  # the cache key is the tree hash of these paths
-    python_only: bool = False  # recorded as such: no compiled artefact to cache
-    timeout_s: float = 3600.0
-    cache: bool = True
-    artifacts: tuple[str, ...] = ()  # paths (relative to the worktree) to keep in the build cache
+def _nested(hint: Any) -> tuple[str, type] | None:
+    """For a field holding tables (one, an array of them, or one per name): (key suffix, their class)."""
+    if isinstance(hint, type) and is_dataclass(hint):
+        return "", hint
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis and is_dataclass(args[0]):
+        return "", args[0]
+    if origin is AbcMapping and len(args) == 2 and is_dataclass(args[1]):
+        return ".NAME", args[1]
+    return None
 
 
-@dataclass(frozen=True)
-class BuildConfig:
-    steps: tuple[BuildStep, ...] = ()
-    cache_max_gb: float = 20.0
+def known_keys() -> tuple[str, ...]:
+    """Every key a perfbisect.toml may hold, as TABLE.KEY ("stats.alpha", "build.steps.command",
+    "modes.NAME.args"), in the order of the settings fields; derived from `perfbisect.settings`."""
+    keys: list[str] = []
 
+    def walk(prefix: str, cls: type) -> None:
+        hints = _hints(cls)
+        for f in fields(cls):
+            key = f"{prefix}.{f.name}" if prefix else f.name
+            if key in _NOT_KEYS:
+                continue
+            nested = _nested(hints[f.name])
+            if nested:
+                walk(key + nested[0], nested[1])
+            else:
+                keys.append(key)
 
-@dataclass(frozen=True)
-class ServerConfig:
-    command: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    host: str = "127.0.0.1"
-    port: int = 0  # 0: pick a free port per trial
-    ready_path: str = "/health_generate"
-    ready_timeout_s: float = 900.0
-    ready_poll_s: float = 2.0
-    shutdown_grace_s: float = 20.0
-    check_env: bool = True
-
-
-@dataclass(frozen=True)
-class ModeConfig:
-    name: str
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    speculative: bool = False
-
-    def config_hash(self, server: ServerConfig) -> str:
-        """Identity of what this mode launches: server command, args and env."""
-        return content_hash(
-            list(server.command), dict(server.env), list(self.args), dict(self.env)
-        )
-
-
-@dataclass(frozen=True)
-class WorkloadConfig:
-    kind: str = "sglang"  # sglang | openai-completions | openai-chat | command
-    prompts: tuple[str, ...] = ()
-    prompts_file: Path | None = None
-    max_tokens: int = 256
-    warmup: int = 2
-    runs: int = 5
-    concurrency: int = 1
-    temperature: float = 0.0
-    request_timeout_s: float = 600.0
-    model: str = "default"  # model name for the OpenAI endpoints
-    command: tuple[str, ...] = ()  # for kind = "command": prints a JSON object
-    metric: str = "tok_s"  # JSON key of the metric, for kind = "command"
-    higher_is_better: bool = True
-
-    def config_hash(self) -> str:
-        data = dataclasses.asdict(self)
-        data["prompts_file"] = str(self.prompts_file) if self.prompts_file else None
-        return content_hash(data)
-
-
-@dataclass(frozen=True)
-class StatsConfig:
-    metric: str = "baseline"  # a mode name, or "ratio:SPEC/BASE"
-    min_effect_pct: float = 3.0  # smaller differences are called `same`
-    alpha: float = 0.01  # false-blame rate per decision
-    confidence: float = 0.99  # posterior needed to name a culprit
-    max_trials_per_commit: int = 10
-    max_trials_total: int = 80
-    prior_sigma_pct: float = 5.0  # between-trial noise assumed before any is measured
-    drift_check: bool = True  # model the machine's drift over the run order (and say when it moved)
-    stop_when_ruled_out_pct: float = 0.0  # > 0: stop once regressions this big are ruled out
-    second_change_z: float = 2.0  # how hard to look for a second change (3: thorough, 0: off)
-
-
-@dataclass(frozen=True)
-class FiltersConfig:
-    ignore: tuple[str, ...] = SGLANG_IGNORE_PATHS
-
-
-@dataclass(frozen=True)
-class HookConfig:
-    """[hook]: what the post-`git pull` hook's check does (perfbisect/check.py)."""
-
-    action: str = "bisect"  # "check": only answer "slower beyond noise?"; "bisect": then find the culprit
-    modes: tuple[str, ...] = ()  # modes the check compares (default: every configured mode)
-    idle_s: float = 60.0  # GPUs must have been free of other processes this long before a check starts
-    webhook_url: str | None = None  # POST the verdict as JSON here (failures are logged, never fatal)
-    notify_command: tuple[str, ...] = ()  # run after each check ({verdict} {culprit} {effect} {report} {line})
-
-
-@dataclass(frozen=True)
-class Config:
-    path: Path | None
-    target: TargetConfig
-    patches: PatchesConfig
-    build: BuildConfig
-    server: ServerConfig
-    modes: Mapping[str, ModeConfig]
-    workload: WorkloadConfig
-    stats: StatsConfig
-    filters: FiltersConfig
-    hook: HookConfig = HookConfig()
-
-    @property
-    def cache_dir(self) -> Path:
-        return self.target.cache_dir or (self.target.repo / ".git" / "perfbisect")
-
-    @property
-    def default_db(self) -> Path:
-        return self.cache_dir / "results.sqlite"
-
-    def mode(self, name: str) -> ModeConfig:
-        try:
-            return self.modes[name]
-        except KeyError:
-            known = ", ".join(sorted(self.modes)) or "(none)"
-            raise ConfigError(
-                f"Mode '{name}' is not defined in {self.path}. Known modes: {known}. "
-                f"Add a [modes.{name}] table or pick one of those."
-            ) from None
-
-    @property
-    def metric_modes(self) -> tuple[str, ...]:
-        """The modes the bisection metric needs measured at every commit."""
-        metric = self.stats.metric
-        if metric.startswith("ratio:"):
-            spec, base = metric[len("ratio:") :].split("/", 1)
-            return (base, spec)
-        return (metric,)
+    walk("", Config)
+    return tuple(keys) + _FILE_ONLY_KEYS
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,70 +215,107 @@ def _resolve(base: Path, value: str | None) -> Path | None:
     return p if p.is_absolute() else (base / p)
 
 
-def parse_config(data: Mapping[str, Any], path: Path | None = None, base_dir: Path | None = None) -> Config:
-    """Validate a parsed TOML mapping. Relative paths are taken from ``base_dir`` (the file's folder)."""
-    base = base_dir or (path.parent if path else Path.cwd())
-    top = _Section(data, "", path)
+def _default(f: Field) -> Any:
+    """The field's default; None for a field the file must give (its caller says so)."""
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return None
 
-    t = top.sub("target")
-    repo_s = t.get("repo", str, ".")
-    repo = _resolve(base, repo_s) or base
-    target = TargetConfig(
-        repo=repo.resolve(),
-        python=t.get("python", str, sys.executable),
-        cache_dir=_resolve(base, t.get("cache_dir", str, None)),
-    )
-    t.finish()
 
-    p = top.sub("patches")
+def _read(sec: _Section, name: str, hint: Any, default: Any, key: str, base: Path) -> Any:
+    """One key, read and checked as its field's type says."""
+    if hint is bool:
+        return sec.get(name, bool, default)
+    if hint is str or hint == (str | None):
+        value = sec.get(name, str, default)
+        choices = _CHOICES.get(key)
+        if choices and value not in choices:
+            raise ConfigError(f"{sec.file}: key '{key}' is {value!r}; use one of {', '.join(choices)}.")
+        return value
+    if hint is int or hint is float:
+        check = _NUMBER_CHECKS.get(key, "positive")
+        if check == "positive":
+            return sec.positive(name, hint, default)
+        if check == "non-negative":
+            return sec.non_negative_int(name, default)
+        if check == "int-or-float":
+            return float(sec.get(name, (int, float), default))
+        return sec.get(name, hint, default)
+    if hint is Path or hint == (Path | None):
+        return _resolve(base, sec.get(name, str, None if default is None else str(default)))
+    if hint == Argv:
+        return sec.argv(name, () if default is None else default)
+    if hint == tuple[str, ...]:
+        return sec.str_list(name, () if default is None else default)
+    if hint == tuple[Path, ...]:
+        return tuple(_resolve(base, a) for a in sec.str_list(name, () if default is None else default))
+    if hint == Mapping[str, str]:
+        return sec.env(name)
+    raise TypeError(f"perfbisect.config has no reader for '{key}' of type {hint}; add one to _read.")
+
+
+def _read_fields(sec: _Section, cls: type, prefix: str, base: Path, **defaults: Any) -> dict[str, Any]:
+    """Every plain field of ``cls`` from its key (tables inside it are left to the caller)."""
+    hints = _hints(cls)
+    values = {}
+    for f in fields(cls):
+        key = f"{prefix}.{f.name}"
+        if key in _NOT_KEYS or _nested(hints[f.name]):
+            continue
+        values[f.name] = _read(sec, f.name, hints[f.name], defaults.get(f.name, _default(f)), key, base)
+    return values
+
+
+def _looks_speculative(args: tuple[str, ...]) -> bool:
+    """A mode that does not say `speculative = ...` is speculative when an argument mentions it."""
+    return any("speculative" in a for a in args)
+
+
+def _target(sec: _Section, base: Path) -> TargetConfig:
+    values = _read_fields(sec, TargetConfig, "target", base)
+    values["repo"] = (values["repo"] or base).resolve()
+    return TargetConfig(**values)
+
+
+def _patches(sec: _Section, base: Path) -> PatchesConfig:
+    path = sec.file
     variants = []
-    raw_variants = p.get("variants", list, [])
-    for i, raw in enumerate(raw_variants):
+    for i, raw in enumerate(sec.get("variants", list, [])):
         v = _Section(raw, f"patches.variants[{i}]", path)
-        name = v.get("patch", str, None)
-        if not name:
+        values = _read_fields(v, PatchVariant, "patches.variants", base)
+        if not values["patch"]:
             raise ConfigError(f"{path}: key 'patches.variants[{i}].patch' is required: the file name of the patch it replaces.")
-        alts = tuple(_resolve(base, a) for a in v.str_list("alternatives"))
-        if not alts:
+        if not values["alternatives"]:
             raise ConfigError(f"{path}: key 'patches.variants[{i}].alternatives' must list at least one patch file.")
         v.finish()
-        variants.append(PatchVariant(patch=name, alternatives=alts))  # type: ignore[arg-type]
-    patches = PatchesConfig(
-        dir=_resolve(base, p.get("dir", str, None)),
-        branch=p.get("branch", str, None),
-        base=p.get("base", str, None),
-        variants=tuple(variants),
-    )
+        variants.append(PatchVariant(**values))
+    patches = PatchesConfig(**_read_fields(sec, PatchesConfig, "patches", base), variants=tuple(variants))
     if patches.dir and patches.branch:
         raise ConfigError(f"{path}: [patches] has both 'dir' and 'branch'. Keep one: a directory of patch files or a branch of patch commits.")
     if patches.branch and not patches.base:
         raise ConfigError(f"{path}: [patches] 'branch' needs 'base', the upstream commit the patch branch starts from.")
-    p.finish()
+    return patches
 
-    b = top.sub("build")
+
+def _build(sec: _Section, base: Path) -> BuildConfig:
+    path = sec.file
     steps = []
-    for i, raw in enumerate(b.get("steps", list, [])):
+    for i, raw in enumerate(sec.get("steps", list, [])):
         s = _Section(raw, f"build.steps[{i}]", path)
-        command = s.argv("command")
-        if not command:
+        values = _read_fields(s, BuildStep, "build.steps", base, name=f"step{i + 1}")
+        if not values["command"]:
             raise ConfigError(f"{path}: key 'build.steps[{i}].command' is required (a list of arguments).")
-        steps.append(
-            BuildStep(
-                name=s.get("name", str, f"step{i + 1}"),
-                command=command,
-                paths=s.str_list("paths", ("**",)),
-                python_only=s.get("python_only", bool, False),
-                timeout_s=s.positive("timeout_s", float, 3600.0),
-                cache=s.get("cache", bool, True),
-                artifacts=s.str_list("artifacts"),
-            )
-        )
+        steps.append(BuildStep(**values))
         s.finish()
-    build = BuildConfig(steps=tuple(steps), cache_max_gb=b.positive("cache_max_gb", float, 20.0))
-    b.finish()
+    return BuildConfig(steps=tuple(steps), **_read_fields(sec, BuildConfig, "build", base))
 
-    s = top.sub("server")
-    command = s.argv("command")
+
+def _server(sec: _Section, base: Path) -> ServerConfig:
+    path = sec.file
+    values = _read_fields(sec, ServerConfig, "server", base)
+    command = values["command"]
     if not command:
         raise ConfigError(
             f"{path}: key 'server.command' is required: the server launch command as a list, e.g. "
@@ -383,71 +323,33 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None, base_dir: Pa
         )
     if not any("{port}" in a for a in command):
         raise ConfigError(f"{path}: key 'server.command' must contain the placeholder {{port}} so each trial can use a free port.")
-    server = ServerConfig(
-        command=command,
-        env=s.env("env"),
-        host=s.get("host", str, "127.0.0.1"),
-        port=s.non_negative_int("port", 0),
-        ready_path=s.get("ready_path", str, "/health_generate"),
-        ready_timeout_s=s.positive("ready_timeout_s", float, 900.0),
-        ready_poll_s=s.positive("ready_poll_s", float, 2.0),
-        shutdown_grace_s=s.positive("shutdown_grace_s", float, 20.0),
-        check_env=s.get("check_env", bool, True),
-    )
-    s.finish()
+    return ServerConfig(**values)
 
-    m = top.sub("modes")
+
+def _modes(sec: _Section, base: Path) -> dict[str, ModeConfig]:
     modes: dict[str, ModeConfig] = {}
-    for name in list(m.data):
-        ms = m.sub(name)
-        modes[name] = ModeConfig(
-            name=name,
-            args=ms.argv("args"),
-            env=ms.env("env"),
-            speculative=ms.get("speculative", bool, any("speculative" in a for a in ms.data.get("args", []) if isinstance(a, str))),
-        )
+    for name in list(sec.data):
+        ms = sec.sub(name)
+        values = _read_fields(ms, ModeConfig, "modes.NAME", base)
+        if "speculative" not in ms.data:
+            values["speculative"] = _looks_speculative(values["args"])
+        modes[name] = ModeConfig(name=name, **values)
         ms.finish()
     if not modes:
         modes["baseline"] = ModeConfig(name="baseline")
-    m.finish()
+    return modes
 
-    w = top.sub("workload")
-    kind = w.get("kind", str, "sglang")
-    kinds = ("sglang", "openai-completions", "openai-chat", "command")
-    if kind not in kinds:
-        raise ConfigError(f"{path}: key 'workload.kind' is {kind!r}; use one of {', '.join(kinds)}.")
-    workload = WorkloadConfig(
-        kind=kind,
-        prompts=w.str_list("prompts"),
-        prompts_file=_resolve(base, w.get("prompts_file", str, None)),
-        max_tokens=w.positive("max_tokens", int, 256),
-        warmup=w.non_negative_int("warmup", 2),
-        runs=w.positive("runs", int, 5),
-        concurrency=w.positive("concurrency", int, 1),
-        temperature=w.get("temperature", float, 0.0),
-        request_timeout_s=w.positive("request_timeout_s", float, 600.0),
-        model=w.get("model", str, "default"),
-        command=w.argv("command"),
-        metric=w.get("metric", str, "tok_s"),
-        higher_is_better=w.get("higher_is_better", bool, True),
-    )
-    if kind == "command" and not workload.command:
-        raise ConfigError(f"{path}: workload.kind is 'command' but 'workload.command' is empty; give the benchmark command that prints a JSON object.")
-    w.finish()
 
-    st = top.sub("stats")
-    stats = StatsConfig(
-        metric=st.get("metric", str, "baseline"),
-        min_effect_pct=st.positive("min_effect_pct", float, 3.0),
-        alpha=st.positive("alpha", float, 0.01),
-        confidence=st.positive("confidence", float, 0.99),
-        max_trials_per_commit=st.positive("max_trials_per_commit", int, 10),
-        max_trials_total=st.positive("max_trials_total", int, 80),
-        prior_sigma_pct=st.positive("prior_sigma_pct", float, 5.0),
-        drift_check=st.get("drift_check", bool, True),
-        stop_when_ruled_out_pct=float(st.get("stop_when_ruled_out_pct", (int, float), 0.0)),
-        second_change_z=float(st.get("second_change_z", (int, float), 2.0)),
-    )
+def _workload(sec: _Section, base: Path) -> WorkloadConfig:
+    workload = WorkloadConfig(**_read_fields(sec, WorkloadConfig, "workload", base))
+    if workload.kind == "command" and not workload.command:
+        raise ConfigError(f"{sec.file}: workload.kind is 'command' but 'workload.command' is empty; give the benchmark command that prints a JSON object.")
+    return workload
+
+
+def _stats(sec: _Section, base: Path) -> StatsConfig:
+    path = sec.file
+    stats = StatsConfig(**_read_fields(sec, StatsConfig, "stats", base))
     if stats.second_change_z < 0:
         raise ConfigError(f"{path}: key 'stats.second_change_z' must be ≥ 0 (0 turns the check off), got {stats.second_change_z}.")
     if stats.stop_when_ruled_out_pct < 0:
@@ -459,48 +361,53 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None, base_dir: Pa
         raise ConfigError(f"{path}: key 'stats.alpha' must lie between 0 and 0.5, got {stats.alpha}.")
     if not (0.5 < stats.confidence < 1):
         raise ConfigError(f"{path}: key 'stats.confidence' must lie between 0.5 and 1, got {stats.confidence}.")
-    st.finish()
+    return stats
 
-    f = top.sub("filters")
-    use_defaults = f.get("use_defaults", bool, True)
-    extra = f.str_list("ignore")
-    filters = FiltersConfig(ignore=(SGLANG_IGNORE_PATHS if use_defaults else ()) + extra)
-    f.finish()
 
-    h = top.sub("hook")
-    hook = HookConfig(
-        action=h.get("action", str, "bisect"),
-        modes=h.str_list("modes"),
-        idle_s=float(h.get("idle_s", (int, float), 60.0)),
-        webhook_url=h.get("webhook_url", str, None) or None,
-        notify_command=h.argv("notify_command"),
-    )
-    if hook.action not in ("check", "bisect"):
-        raise ConfigError(f"{path}: key 'hook.action' is {hook.action!r}; use \"check\" (answer only) or \"bisect\" (then find the culprit).")
-    if hook.idle_s < 0:
-        raise ConfigError(f"{path}: key 'hook.idle_s' must be ≥ 0 seconds (0: start as soon as the GPUs are free), got {hook.idle_s}.")
-    for name in hook.modes:
-        if name not in modes:
-            raise ConfigError(f"{path}: key 'hook.modes' names mode '{name}', which is not defined; defined: {', '.join(sorted(modes))}.")
-    h.finish()
+def _filters(sec: _Section, base: Path) -> FiltersConfig:
+    use_defaults = sec.get("use_defaults", bool, True)
+    extra = sec.str_list("ignore")
+    return FiltersConfig(ignore=(FiltersConfig().ignore if use_defaults else ()) + extra)
+
+
+# One per table of Config (a table without one here is read field by field).
+_TABLES: dict[str, Callable[[_Section, Path], Any]] = {
+    "target": _target,
+    "patches": _patches,
+    "build": _build,
+    "server": _server,
+    "modes": _modes,
+    "workload": _workload,
+    "stats": _stats,
+    "filters": _filters,
+}
+
+
+def parse_config(data: Mapping[str, Any], path: Path | None = None, base_dir: Path | None = None) -> Config:
+    """Validate a parsed TOML mapping. Relative paths are taken from ``base_dir`` (the file's folder)."""
+    base = base_dir or (path.parent if path else Path.cwd())
+    top = _Section(data, "", path)
+    tables: dict[str, Any] = {}
+    hints = _hints(Config)
+    for f in fields(Config):
+        if f.name in _NOT_KEYS:
+            continue
+        sec = top.sub(f.name)
+        parse = _TABLES.get(f.name)
+        if parse is not None:
+            tables[f.name] = parse(sec, base)
+        else:
+            cls = hints[f.name]
+            tables[f.name] = cls(**_read_fields(sec, cls, f.name, base))
+        sec.finish()
     top.finish()
 
-    config = Config(
-        path=path,
-        target=target,
-        patches=patches,
-        build=build,
-        server=server,
-        modes=modes,
-        workload=workload,
-        stats=stats,
-        filters=filters,
-        hook=hook,
-    )
+    config = Config(path=path, **tables)
+    stats, modes = config.stats, config.modes
     metric = stats.metric
     if metric.startswith("ratio:"):
-        spec, sep, base = metric[len("ratio:") :].partition("/")
-        if not sep or not spec or not base or "/" in base or spec == base:
+        spec, sep, base_mode = metric[len("ratio:") :].partition("/")
+        if not sep or not spec or not base_mode or "/" in base_mode or spec == base_mode:
             raise ConfigError(
                 f"{path}: key 'stats.metric' is {metric!r}; a ratio metric names two different modes as "
                 f"\"ratio:SPEC/BASE\" (for example \"ratio:eagle3/baseline\"), or give one mode name."
@@ -511,6 +418,14 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None, base_dir: Pa
                 f"{path}: key 'stats.metric' is {stats.metric!r}, which needs mode '{needed}', but only "
                 f"{', '.join(sorted(modes))} are defined. Add [modes.{needed}] or change the metric."
             )
+    hook = config.hook
+    if hook.idle_s < 0:
+        raise ConfigError(f"{path}: key 'hook.idle_s' must be ≥ 0 seconds (0: start as soon as the GPUs are free), got {hook.idle_s}.")
+    for name in hook.modes:
+        if name not in modes:
+            raise ConfigError(f"{path}: key 'hook.modes' names mode '{name}', which is not defined; defined: {', '.join(sorted(modes))}.")
+    if hook.webhook_url == "":
+        config = replace(config, hook=replace(hook, webhook_url=None))
     return config
 
 
@@ -521,7 +436,7 @@ def load_config(path: Path) -> Config:
         path = path / CONFIG_NAME
     if not path.exists():
         raise ConfigError(
-            f"No config file at {path}. Create one with `perfbisect init --sglang` in the SGLang "
+            f"No config file at {path}. Create one with `perfbisect init` in the SGLang "
             f"checkout, or pass --config PATH."
         )
     try:
@@ -531,19 +446,3 @@ def load_config(path: Path) -> Config:
     except OSError as exc:
         raise ConfigError(f"Cannot read {path}: {exc.strerror}.") from None
     return parse_config(data, path=path.resolve())
-
-
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_]+)\}")
-
-
-def expand(argv: tuple[str, ...], **values: str) -> list[str]:
-    """Fill {port}/{python}/{worktree}/{host} placeholders in each argument (no shell involved).
-
-    One pass: text that a placeholder brings in (a repository path containing "{host}") is never
-    expanded again. Unknown placeholders stay as written.
-    """
-    def fill(match: re.Match) -> str:
-        key = match.group(1)
-        return str(values[key]) if key in values else match.group(0)
-
-    return [_PLACEHOLDER.sub(fill, arg) for arg in argv]

@@ -12,8 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import sysstate
-from .errors import PerfbisectError
+from .host import gpu_busy_processes
+from .render import format_snapshot
+from .sysstate import collect_snapshot, throttle_reason_names
+from .versions import target_versions
+from .errors import ConfigError, GitError, PatchError, PerfbisectError, StoreError
+
+# Which check a failure to open the workspace belongs to.
+_OPENING: tuple[tuple[type, str], ...] = (
+    (GitError, "target repo"),
+    (PatchError, "patch stack"),
+    (StoreError, "results database"),
+    (ConfigError, "config"),  # the cache directory, the [patches] table
+)
 
 
 @dataclass(frozen=True)
@@ -35,27 +46,33 @@ def _config(ctx: dict) -> list[Finding]:
     return [Finding("config", "ok", f"{cfg.path}: modes {modes}; metric {cfg.stats.metric}; {cfg.workload.warmup} warm-up + {cfg.workload.runs} runs of {cfg.workload.max_tokens} tokens")]
 
 
-def _repo(ctx: dict) -> list[Finding]:
-    from .gitrepo import TargetRepo
+def _workspace(ctx: dict) -> list[Finding]:
+    """Open what every command opens: repository, cache directory, patch stack, results database."""
+    from .workspace import Workspace
 
-    cfg = ctx["config"]
     try:
-        repo = TargetRepo(cfg.target.repo)
-        head = repo.resolve("HEAD")
+        ctx["ws"] = Workspace.open(ctx["config"], ctx.get("db"))
+    except PerfbisectError as exc:
+        check = next((name for kind, name in _OPENING if isinstance(exc, kind)), "workspace")
+        return [Finding(check, "error", str(exc))]
+    return []
+
+
+def _repo(ctx: dict) -> list[Finding]:
+    ws = ctx["ws"]
+    try:
+        head = ws.repo.resolve("HEAD")
     except PerfbisectError as exc:
         return [Finding("target repo", "error", str(exc))]
-    ctx["repo"], ctx["head"] = repo, head
-    return [Finding("target repo", "ok", f"{cfg.target.repo} at {head.short} {head.subject[:60]}")]
+    ctx["head"] = head
+    return [Finding("target repo", "ok", f"{ws.config.target.repo} at {head.short} {head.subject[:60]}")]
 
 
 def _patches(ctx: dict) -> list[Finding]:
-    from .gitrepo import PatchStack
-
-    cfg = ctx["config"]
-    if not (cfg.patches.dir or cfg.patches.branch):
+    stack = ctx["ws"].stack
+    if stack is None:
         return [Finding("patch stack", "info", "no patch stack configured: commits are measured as they are")]
     try:
-        stack = PatchStack.load(cfg.patches, ctx["repo"])
         check = stack.check_at(ctx["head"])
     except PerfbisectError as exc:
         return [Finding("patch stack", "error", str(exc))]
@@ -67,7 +84,7 @@ def _patches(ctx: dict) -> list[Finding]:
 def _interpreter(ctx: dict) -> list[Finding]:
     cfg = ctx["config"]
     try:
-        versions = sysstate.target_versions(cfg.target.python, cwd=cfg.target.repo, timeout_s=120)
+        versions = target_versions(cfg.target.python, cwd=cfg.target.repo, timeout_s=120)
     except PerfbisectError as exc:
         return [Finding("target interpreter", "error", str(exc))]
     shown = ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
@@ -78,20 +95,20 @@ def _interpreter(ctx: dict) -> list[Finding]:
 
 
 def _gpus(ctx: dict) -> list[Finding]:
-    snap = sysstate.collect_snapshot()
+    snap = collect_snapshot()
     if not snap.gpus:
         return [Finding("GPU state", "warn", "no NVML or nvidia-smi: clocks, temperature and throttling will not be recorded, so drift cannot be explained. Install nvidia-ml-py (pip install perfbisect[gpu]).")]
     out = [Finding("GPU state", "ok", f"{len(snap.gpus)} × {snap.gpus[0].name} via {snap.source}")]
-    for line in sysstate.format_snapshot(snap):
+    for line in format_snapshot(snap):
         out.append(Finding("GPU state", "info", line))
     for g in snap.gpus:
-        names = [n for n in sysstate.throttle_reason_names(g.throttle_reasons) if n != "GpuIdle"]
+        names = [n for n in throttle_reason_names(g.throttle_reasons) if n != "GpuIdle"]
         if names:
             out.append(Finding("clocks", "warn", f"GPU {g.index} is being throttled now ({', '.join(names)}): trials will be slower and noisier until it stops"))
         if g.pcie_gen is not None and g.pcie_width is not None and g.pcie_width < 16:
             out.append(Finding("PCIe", "warn", f"GPU {g.index} PCIe link is x{g.pcie_width} gen {g.pcie_gen}: below x16, all-reduce over PCIe will be slow"))
     cfg = ctx.get("config")
-    others, ours = split_own_servers(sysstate.gpu_busy_processes(), cfg.cache_dir if cfg else None)
+    others, ours = split_own_servers(gpu_busy_processes(), cfg.cache_dir if cfg else None)
     out.extend(ours)
     if others:
         who = ", ".join(f"pid {pid} ({name or '?'}) on GPU {gpu}" for gpu, pid, name in others)
@@ -106,7 +123,7 @@ def split_own_servers(
 ) -> tuple[list[tuple[int, int, str]], list[Finding]]:
     """Split GPU holders into other processes and perfbisect's own servers (found through the
     pidfiles under ``cache_dir/servers``), which are described as what they are instead."""
-    from .app import server_pidfiles
+    from .trials import server_pidfiles
     from .server import group_and_session
     from .store import owner_alive
 
@@ -146,20 +163,11 @@ def _cpu(ctx: dict) -> list[Finding]:
 
 
 def _database(ctx: dict) -> list[Finding]:
-    from .store import open_store
-
-    cfg = ctx["config"]
-    db = ctx.get("db") or cfg.default_db
-    try:
-        store = open_store(db)
-    except PerfbisectError as exc:
-        return [Finding("results database", "error", str(exc))]
-    try:
-        n = len(store.trials(status=None))
-        groups = [g for mode in cfg.modes.values() for g in store.identical_build_groups((sysstate.host_fingerprint(), mode.name, mode.config_hash(cfg.server), cfg.workload.config_hash()))]
-    finally:
-        store.close()
-    out = [Finding("results database", "ok", f"{db}: {n} trials stored")]
+    ws = ctx["ws"]
+    cfg = ws.config
+    n = len(ws.store.trials(status=None))
+    groups = [g for mode in cfg.modes.values() for g in ws.store.identical_build_groups(ws.noise_key(mode))]
+    out = [Finding("results database", "ok", f"{ws.db_path}: {n} trials stored")]
     if not groups:
         out.append(Finding("noise model", "warn", f"no repeated trials of one build on this host yet: decisions use the {cfg.stats.prior_sigma_pct:.1f}% prior. Run `perfbisect calibrate HEAD --trials 5` to measure the real noise."))
     else:
@@ -169,28 +177,23 @@ def _database(ctx: dict) -> list[Finding]:
 
 def _launch(ctx: dict) -> list[Finding]:
     """Start the server once (baseline mode, in the checkout) and check the env reaches every worker."""
-    from .server import ServerSession
+    from .trials import launch_check
+    from .workspace import exclusive
 
-    cfg = ctx["config"]
+    ws = ctx["ws"]
+    cfg = ws.config
     mode = cfg.modes.get("baseline") or next(iter(cfg.modes.values()))
-    log = cfg.cache_dir / "logs" / "doctor-server.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    from . import locks
-
     try:
         # The same locks as a trial: a launch next to a running bisection would disturb its numbers.
-        with locks.exclusive(cfg.cache_dir, repo=str(cfg.target.repo)):
-            with ServerSession(cfg.server, mode, cfg.target.repo, cfg.target.python, log) as session:
-                seconds = session.wait_ready()
-                checks = session.check_env()
+        with exclusive(ws):
+            seconds, checks = launch_check(ws, mode)
     except PerfbisectError as exc:
         return [Finding("server launch", "error", str(exc))]
     out = [Finding("server launch", "ok", f"[{mode.name}] ready in {seconds:.1f}s; {len(checks)} processes in its group")]
     for c in checks:
         if c.ok:
             continue
-        what = ", ".join(list(c.missing) + [f"{n}={a!r} (wanted {w!r})" for n, w, a in c.mismatched])
-        out.append(Finding("worker env", "warn", f"pid {c.pid} ({c.cmdline[:60]}) lacks {what}: the setting does not reach that worker"))
+        out.append(Finding("worker env", "warn", f"configured env did not reach {c.gap()}"))
     if all(c.ok for c in checks):
         out.append(Finding("worker env", "ok", f"all {len(cfg.server.env) + len(mode.env)} configured variables reached every process"))
     return out
@@ -198,27 +201,35 @@ def _launch(ctx: dict) -> list[Finding]:
 
 CHECKS: list[tuple[str, Callable[[dict], list[Finding]], tuple[str, ...]]] = [
     ("config", _config, ()),
-    ("repo", _repo, ("config",)),
-    ("patches", _patches, ("repo",)),
+    ("workspace", _workspace, ("config",)),
+    ("repo", _repo, ("ws",)),
+    ("patches", _patches, ("head",)),
     ("interpreter", _interpreter, ("config",)),
     ("gpus", _gpus, ()),
     ("cpu", _cpu, ()),
-    ("database", _database, ("config",)),
+    ("database", _database, ("ws",)),
 ]
 
 
 def run_doctor(config_path: Path, db: Path | None = None, launch: bool = False) -> list[Finding]:
-    """Run every check whose prerequisites passed; a failed check never stops the others."""
+    """Run every check whose prerequisites passed; a failed check never stops the others.
+
+    The repository, patch stack and results database are the ``Workspace`` every command opens;
+    what fails to open is a finding, and the checks that need it are left out.
+    """
     ctx: dict = {"config_path": config_path, "db": db}
-    needs = {"config": "config", "repo": "repo"}
     findings: list[Finding] = []
-    checks = list(CHECKS) + ([("launch", _launch, ("config",))] if launch else [])
-    for name, fn, deps in checks:
-        if any(needs[d] not in ctx for d in deps):
-            continue
-        try:
-            findings.extend(fn(ctx))
-        except Exception as exc:  # a broken check is itself a finding, never a crash
-            findings.append(Finding(name, "error", f"check failed: {type(exc).__name__}: {exc}"))
+    checks = list(CHECKS) + ([("launch", _launch, ("ws",))] if launch else [])
+    try:
+        for name, fn, deps in checks:
+            if any(d not in ctx for d in deps):
+                continue
+            try:
+                findings.extend(fn(ctx))
+            except Exception as exc:  # a broken check is itself a finding, never a crash
+                findings.append(Finding(name, "error", f"check failed: {type(exc).__name__}: {exc}"))
+    finally:
+        if "ws" in ctx:
+            ctx["ws"].close()
     findings.append(Finding("python", "info", f"perfbisect runs on {sys.executable} ({sys.version.split()[0]})"))
     return findings

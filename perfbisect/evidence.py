@@ -3,35 +3,23 @@
 The store, the target repository (when it is still where the bisection ran) and a replay of the
 search policy over the stored observations are read here; ``perfbisect.report`` only renders what
 this module returns, so a report can be rebuilt at any time without rerunning anything.
+
+This module assembles the views (a bisection, a comparison or calibration, the index) and reads the
+repository; the per-trial rows live in ``trial_tables`` and the search replay in ``search_replay``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
-import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-import numpy as np
-
-from .bisect import Done, Observation, SearchPolicy
-from .config import StatsConfig
 from .errors import PerfbisectError, UsageError
-from .model import BisectOutcome, Comparison, TrialResult, TrialStatus, Verdict
-from .stats import NoiseModel
-from .summary import speculative_health, trial_row
-
-# Replaying the search re-fits the posterior once per step; past this many steps, steps are sampled
-# evenly (the last one always kept) so a long bisection still renders in seconds.
-MAX_REPLAY_STEPS = 60
-REPLAY_BUDGET_S = 1.0
-# System-state samples drawn per trial in the timeline (stride-sampled beyond this), and in all.
-MAX_SAMPLES_PER_TRIAL = 24
-MAX_SAMPLES = 2400
-LOG_TAIL_LINES = 25
+from .model import BisectOutcome, Comparison, TrialResult, TrialStatus, Verdict, median
+from .search_replay import REPLAY_BUDGET_S, replay, stats_config
+from .trial_tables import environment, failures, iso_time, speculative_rows, state_samples, trial_point
 
 _FORGES = {
     "github.com": "https://github.com/{path}/commit/{sha}",
@@ -109,7 +97,7 @@ def patch_variants(repo: _Repo, config: Any, shas: Sequence[str]) -> dict[str, s
     patches = getattr(config, "patches", None)
     if repo.repo is None or patches is None or not (patches.dir or patches.branch):
         return {}
-    from .gitrepo import PatchStack
+    from .patches import PatchStack
 
     out: dict[str, str] = {}
     try:
@@ -135,38 +123,30 @@ def patch_variants(repo: _Repo, config: Any, shas: Sequence[str]) -> dict[str, s
 # Small helpers
 
 
-def _exp(v: float | None) -> float | None:
-    return math.exp(v) if v is not None else None
-
-
-def _iso(t: float | None) -> str | None:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) if t else None
-
-
-def _median(values: Iterable[float | None]) -> float | None:
-    vs = sorted(v for v in values if v is not None)
-    if not vs:
-        return None
-    m = len(vs) // 2
-    return vs[m] if len(vs) % 2 else 0.5 * (vs[m - 1] + vs[m])
-
-
 def _gpu_count(host: str) -> int:
     m = re.match(r"^(\d+)x", host or "")
     return int(m.group(1)) if m else 0
 
 
-def _log_tail(path: str | None, lines: int = LOG_TAIL_LINES) -> str | None:
-    if not path:
-        return None
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - 16384))
-            text = fh.read().decode(errors="replace")
-    except OSError:
-        return None
-    return "\n".join(text.splitlines()[-lines:])
+def _gpu_hours(trials: Sequence[TrialResult]) -> tuple[float, str]:
+    """What the trials cost: hours times the host's GPU count (machine-hours where it has none), and the unit."""
+    hours = sum(max(0.0, t.finished_at - t.started_at) for t in trials if t.finished_at) / 3600.0
+    gpus = max((_gpu_count(t.identity.host) for t in trials), default=0)
+    return hours * (gpus or 1), "GPU-hours" if gpus else "machine-hours (no GPU here)"
+
+
+def _commit_row(sha: str, info: Mapping[str, Any], trials: Sequence[TrialResult], role: str, measured: bool,
+                variants: str) -> dict[str, Any]:
+    """One commit of a report's commit table: what it is, its role, and its trials' values and identities."""
+    return {
+        "sha": sha, "short": sha[:10], "subject": info.get("subject", ""), "author": info.get("author", ""),
+        "date": info.get("date", ""), "role": role, "measured": measured,
+        "trials": len(trials), "ok": sum(1 for t in trials if t.status is TrialStatus.OK),
+        "values": [round(math.exp(t.summary), 2) for t in trials if t.summary is not None],
+        "patch_hash": sorted({t.identity.patch_hash for t in trials}),
+        "build_hash": sorted({t.identity.build_hash for t in trials}),
+        "variants": variants,
+    }
 
 
 def _comparison(label: str, cmp: Comparison | None) -> dict[str, Any] | None:
@@ -177,11 +157,6 @@ def _comparison(label: str, cmp: Comparison | None) -> dict[str, Any] | None:
         "ci_low_pct": cmp.ci_low_pct, "ci_high_pct": cmp.ci_high_pct, "sigma_pct": cmp.sigma_b_pct,
         "sigma_source": cmp.sigma_source, "n_a": cmp.n_a, "n_b": cmp.n_b, "explanation": cmp.explanation,
     }
-
-
-def _stats_config(settings: Mapping[str, Any]) -> StatsConfig:
-    names = {f.name for f in dataclasses.fields(StatsConfig)}
-    return StatsConfig(**{k: v for k, v in dict(settings or {}).items() if k in names})
 
 
 def metric_modes(metric: str) -> tuple[str, ...]:
@@ -200,263 +175,6 @@ def metric_unit(metric: str, config: Any = None) -> tuple[str, str]:
     if workload is not None and getattr(workload, "kind", "") == "command":
         return workload.metric, f"{metric} {workload.metric}"
     return "tok/s", f"{metric} decode throughput"
-
-
-# ------------------------------------------------------------------------------------------------
-# Trials: rows for charts and tables
-
-
-def trial_point(t: TrialResult, commits: Mapping[str, dict], excluded: Mapping[int, str]) -> dict[str, Any]:
-    """One trial as the charts see it."""
-    info = commits.get(t.identity.commit, {})
-    row = trial_row(t)
-    return {
-        "trial": t.id,
-        "commit": t.identity.commit[:10],
-        "sha": t.identity.commit,
-        "subject": info.get("subject", ""),
-        "mode": t.identity.mode,
-        "status": t.status.value,
-        "value": row["tok_s"],
-        "runs": row["runs"],
-        "flagged_runs": row["flagged"],
-        "within_cv_pct": row["within_cv_pct"],
-        "accept_length": row["accept_length"],
-        "cycle_ms": row["cycle_ms"],
-        "ttft_ms": _median(1000 * r.ttft_s for r in t.usable_runs if r.ttft_s is not None),
-        "itl_p50_ms": _median(r.itl_p50_ms for r in t.usable_runs),
-        "itl_p99_ms": _median(r.itl_p99_ms for r in t.usable_runs),
-        "started": _iso(t.started_at),
-        "duration_s": (t.finished_at - t.started_at) if t.finished_at and t.started_at else None,
-        "excluded": excluded.get(t.id or -1) or t.system.exclusion() or "",
-        "sm_clock_mhz": t.system.sm_clock_mean_mhz,
-        "temperature_c": t.system.temperature_max_c,
-        "power_w": t.system.power_mean_w,
-        "throttle": hex(t.system.throttle_reasons_seen) if t.system.throttle_reasons_seen else "",
-    }
-
-
-def state_samples(store: Any, trials: Sequence[TrialResult], budget: int = MAX_SAMPLES_PER_TRIAL) -> list[dict[str, Any]]:
-    """Long-form system-state rows (time, variable, value) over every trial's sampled state."""
-    from .sysstate import expand_compact
-
-    rows: list[dict[str, Any]] = []
-    from .store import queries
-
-    budget = max(2, min(budget, MAX_SAMPLES // max(1, len(trials))))
-    ids = [t.id for t in trials if t.id is not None]
-    stored: dict[int, Any] = {}
-    with store.session() as s:  # one transaction for all of them, not one per trial
-        for tid in ids:
-            stored[tid] = queries.trial_samples(s, tid)
-    for t in trials:
-        if t.id is None:
-            continue
-        try:
-            data = stored.get(t.id)
-            snaps = expand_compact(data) if data else []
-        except (ValueError, KeyError, TypeError):
-            continue
-        stride = max(1, math.ceil(len(snaps) / budget))
-        for s in snaps[::stride]:
-            at = _iso(s.t)
-            gpus = s.gpus
-            values = {
-                "SM clock (MHz)": _mean(g.sm_clock_mhz for g in gpus),
-                "GPU temperature (°C)": _max(g.temperature_c for g in gpus),
-                "GPU power (W, total)": _sum(g.power_w for g in gpus),
-                "throttle reasons (bitmask)": _or(g.throttle_reasons for g in gpus),
-                "CPU load (1 min)": s.load_avg_1m,
-            }
-            for var, v in values.items():
-                if v is not None:
-                    rows.append({"t": at, "var": var, "value": v, "trial": t.id, "mode": t.identity.mode,
-                                 "commit": t.identity.commit[:10]})
-    return rows
-
-
-def _mean(vs: Iterable[float | None]) -> float | None:
-    xs = [v for v in vs if v is not None]
-    return sum(xs) / len(xs) if xs else None
-
-
-def _max(vs: Iterable[float | None]) -> float | None:
-    xs = [v for v in vs if v is not None]
-    return max(xs) if xs else None
-
-
-def _sum(vs: Iterable[float | None]) -> float | None:
-    xs = [v for v in vs if v is not None]
-    return sum(xs) if xs else None
-
-
-def _or(vs: Iterable[int | None]) -> int | None:
-    xs = [int(v) for v in vs if v is not None]
-    out = 0
-    for x in xs:
-        out |= x
-    return out if xs else None
-
-
-def environment(trials: Sequence[TrialResult], config: Any = None) -> dict[str, Any]:
-    """Host fingerprint, versions, and configured env against what reached each worker."""
-    hosts = sorted({t.identity.host for t in trials})
-    versions: dict[str, list[str]] = {}
-    for t in trials:
-        for k, v in (t.versions or {}).items():
-            versions.setdefault(str(k), [])
-            if str(v) not in versions[str(k)]:
-                versions[str(k)].append(str(v))
-    configured: dict[str, dict[str, str]] = {}
-    if config is not None:
-        for name, mode in getattr(config, "modes", {}).items():
-            configured[name] = {**dict(config.server.env), **dict(mode.env)}
-    checks: dict[tuple, dict[str, Any]] = {}
-    for t in trials:
-        for c in t.env_checks:
-            proc = re.sub(r"--port \d+", "--port P", c.cmdline)[:160]
-            key = (t.identity.mode, proc, c.missing, c.mismatched)
-            row = checks.setdefault(key, {
-                "mode": t.identity.mode, "process": proc, "ok": c.ok, "missing": list(c.missing),
-                "mismatched": [f"{n}={a!r} (wanted {w!r})" for n, w, a in c.mismatched], "trials": 0,
-            })
-            row["trials"] += 1
-    first = next((t for t in trials if t.server_info), None)
-    server = {k: v for k, v in (first.server_info if first else {}).items() if isinstance(v, (str, int, float, bool))}
-    return {"hosts": hosts, "versions": versions, "configured_env": configured, "env_checks": list(checks.values()),
-            "server_info": dict(list(server.items())[:24])}
-
-
-def failures(trials: Sequence[TrialResult]) -> list[dict[str, Any]]:
-    """Trials that carry no evidence, with why and the tail of their server log."""
-    out = []
-    for t in trials:
-        if t.status is TrialStatus.OK:
-            continue
-        out.append({"trial": t.id, "commit": t.identity.commit[:10], "mode": t.identity.mode, "status": t.status.value,
-                    "error": t.error or "", "log": t.log_path or "", "tail": _log_tail(t.log_path) or ""})
-    return out
-
-
-def speculative_rows(trials: Sequence[TrialResult], order: Sequence[str]) -> list[dict[str, Any]]:
-    """Per commit: accept length, cycle time, spec/baseline ratio, break-even, TTFT and ITL."""
-    spec_modes = {t.identity.mode for t in trials for r in t.usable_runs if r.spec_verify_ct}
-    if not spec_modes:
-        return []
-    rows = []
-    pos = {s: i for i, s in enumerate(order)}
-    by_commit: dict[str, list[TrialResult]] = {}
-    for t in trials:
-        if t.summary is not None:
-            by_commit.setdefault(t.identity.commit, []).append(t)
-    for sha in sorted(by_commit, key=lambda s: pos.get(s, 1 << 30)):
-        ts = by_commit[sha]
-        base = [trial_row(t) for t in ts if t.identity.mode not in spec_modes]
-        spec = [trial_row(t) for t in ts if t.identity.mode in spec_modes]
-        if not spec:
-            continue
-        base_tok = _median(r["tok_s"] for r in base)
-        spec_tok = _median(r["tok_s"] for r in spec)
-        accept = _median(r["accept_length"] for r in spec)
-        cycle = _median(r["cycle_ms"] for r in spec)
-        runs = [r for t in ts for r in t.usable_runs]
-        rows.append({
-            "commit": sha[:10], "spec_tok_s": spec_tok, "baseline_tok_s": base_tok, "accept_length": accept,
-            "cycle_ms": cycle, "ratio": (spec_tok / base_tok) if base_tok and spec_tok else None,
-            "break_even": (base_tok * cycle / 1000.0) if base_tok and cycle else None,
-            "ttft_p50_ms": _median(1000 * r.ttft_s for r in runs if r.ttft_s is not None),
-            "itl_p50_ms": _median(r.itl_p50_ms for r in runs), "itl_p99_ms": _median(r.itl_p99_ms for r in runs),
-            "lines": speculative_health(base_tok, spec),
-        })
-    return rows
-
-
-# ------------------------------------------------------------------------------------------------
-# The search's reasoning, replayed
-
-
-def _coarse_to_fine(n: int, limit: int) -> list[int]:
-    """Step numbers 1..n in an order that covers the whole search early: the last, the middle, quarters..."""
-    order, seen = [], set()
-    parts = 1
-    while len(order) < min(n, limit):
-        for j in range(parts, 0, -1):
-            k = max(1, round(n * j / parts))
-            if k not in seen:
-                seen.add(k)
-                order.append(k)
-                if len(order) >= min(n, limit):
-                    break
-        if parts > 2 * n:
-            break
-        parts *= 2
-    return order
-
-
-def replay(record: Any, observations: Sequence[Any], noise: NoiseModel | None = None,
-           higher_is_better: bool = True, max_steps: int = MAX_REPLAY_STEPS,
-           budget_s: float = REPLAY_BUDGET_S) -> dict[str, Any]:
-    """Posterior over commits after each step and why each next commit was chosen.
-
-    The policy is a pure function of its settings and the observations, so replaying it prefix by
-    prefix over the stored observations shows what it believed when it chose. The noise it started
-    from is the configured prior unless given (a learned noise is not stored per bisection). Each
-    step re-fits the posterior, so a long search is replayed coarse to fine (last step, middle,
-    quarters...) until ``budget_s`` is spent, and the report says how many steps it shows.
-    """
-    settings = _stats_config(record.settings)
-    noise = noise or NoiseModel.prior(settings.prior_sigma_pct)
-    policy = SearchPolicy(list(record.commits), settings, noise, higher_is_better=higher_is_better)
-    seen_post: list[Any] = []
-    fit = policy._posterior
-
-    def remembered(data: Any) -> Any:  # next() fits the full posterior first: keep it, don't fit twice
-        post = fit(data)
-        seen_post.append(post)
-        return post
-
-    policy._posterior = remembered  # type: ignore[method-assign]
-    obs = [Observation(commit=o.commit, value=o.value, covariates=dict(o.covariates), seq=o.seq,
-                       at=o.recorded_at or None, flag=o.flag) for o in observations]
-    n = len(obs)
-    deadline = time.monotonic() + budget_s
-    done: dict[int, tuple[Any, Any]] = {}
-    for k in _coarse_to_fine(n, max_steps):
-        if done and time.monotonic() > deadline:
-            break
-        prefix = obs[:k]
-        try:
-            seen_post.clear()
-            action = policy.next(prefix)
-            post = seen_post[0] if seen_post else fit(policy._regroup(prefix))
-        except (PerfbisectError, ValueError, FloatingPointError, np.linalg.LinAlgError):  # pragma: no cover
-            continue
-        done[k] = (post, action)
-    steps, cells = [], []
-    for k in sorted(done):
-        post, action = done[k]
-        mass = [0.0] * policy.n
-        for key, p in post.groups.items():
-            for b in key:
-                mass[b] += p
-        for i, p in enumerate(mass):
-            if p >= 1e-3:
-                cells.append({"step": k, "commit": record.commits[i][:10], "p": round(p, 3)})
-        cells.append({"step": k, "commit": "no change", "p": round(post.p_none, 3)})
-        last = obs[k - 1]
-        nxt = {"commit": "", "phase": "done", "reason": "the search stopped: the outcome above"}
-        if not isinstance(action, Done):
-            nxt = {"commit": action.commit[:10], "phase": action.phase, "reason": action.reason}
-        top = max(range(policy.n), key=lambda i: mass[i])
-        steps.append({
-            "step": k, "measured": last.commit[:10], "value": _exp(last.value), "flag": last.flag or "",
-            "p_none": post.p_none, "top": record.commits[top][:10], "top_p": mass[top],
-            **{"next_" + a: b for a, b in nxt.items()},
-        })
-    first = policy.next([]) if n else None
-    opening = first.reason if first is not None and not isinstance(first, Done) else ""
-    return {"steps": steps, "cells": cells, "sampled": len(done) < n, "shown": len(done), "total": n,
-            "noise": noise.describe(), "opening": opening}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -539,7 +257,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
     modes = metric_modes(record.metric)
     unit, what = metric_unit(record.metric, config)
     higher = bool(getattr(getattr(config, "workload", None), "higher_is_better", True))
-    settings = _stats_config(record.settings)
+    settings = stats_config(record.settings)
 
     points = [trial_point(t, info, excluded) for t in trials]
     pos = {s: i for i, s in enumerate(full)}
@@ -566,15 +284,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
             role.append("skipped")
         if sha not in cand_set:
             role.append("filtered")
-        commit_rows.append({
-            "sha": sha, "short": sha[:10], "subject": c.get("subject", ""), "author": c.get("author", ""),
-            "date": c.get("date", ""), "role": ", ".join(role), "measured": sha in measured,
-            "trials": len(ts), "ok": sum(1 for t in ts if t.status is TrialStatus.OK),
-            "values": [round(math.exp(t.summary), 2) for t in ts if t.summary is not None],
-            "patch_hash": sorted({t.identity.patch_hash for t in ts}),
-            "build_hash": sorted({t.identity.build_hash for t in ts}),
-            "variants": variants.get(sha, ""),
-        })
+        commit_rows.append(_commit_row(sha, c, ts, ", ".join(role), sha in measured, variants.get(sha, "")))
     # Builds reused: a trial whose build hash an earlier trial already built (build cache or worktree reuse).
     seen: set[str] = set()
     reused = 0
@@ -617,11 +327,9 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
             if whole:
                 levels["segments"] = [{**whole, "from": full[0][:10], "to": full[-1][:10], "label": "all commits"}]
 
-    hours = sum(max(0.0, t.finished_at - t.started_at) for t in trials if t.finished_at) / 3600.0
-    gpus = max((_gpu_count(t.identity.host) for t in trials), default=0)
-    gpu_label = "GPU-hours" if gpus else "machine-hours (no GPU here)"
+    gpu_hours, gpu_label = _gpu_hours(trials)
     verdict = verdict_view(out, record.status, info, levels, unit, what, out.trials_used if out else len(observations),
-                           hours * (gpus or 1), gpu_label, settings.alpha, settings.min_effect_pct)
+                           gpu_hours, gpu_label, settings.alpha, settings.min_effect_pct)
 
     def commit_card(sha: str) -> dict[str, Any]:
         c = info.get(sha, {})
@@ -660,7 +368,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         "metric": record.metric, "modes": list(modes), "unit": unit, "what": what,
         "higher_is_better": higher,
         "good": record.good, "bad": record.bad, "target": record.target, "status": record.status,
-        "started": _iso(record.started_at), "finished": _iso(record.finished_at),
+        "started": iso_time(record.started_at), "finished": iso_time(record.finished_at),
         "verdict": verdict,
         "culprit": commit_card(culprit) if culprit else None,
         "culprit_set": [commit_card(s) for s in (out.culprit_set if out else ()) if s != culprit],
@@ -678,7 +386,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
             "noise_sigma_pct": out.noise_sigma_pct if out else None,
             "drift_pct": out.drift_pct if out else None,
         },
-        "gpu_hours": hours * (gpus or 1), "gpu_label": gpu_label,
+        "gpu_hours": gpu_hours, "gpu_label": gpu_label,
         "commits": commit_rows, "order": [s[:10] for s in full],
         "points": points, "levels": levels, "culprit_short": culprit[:10] if culprit else None,
         "samples": state_samples(store, trials),
@@ -706,44 +414,35 @@ def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult]
     shas = list(dict.fromkeys([s for s in (a, b) if s] + [t.identity.commit for t in trials]))
     info = repo.commits(shas)
     points = [trial_point(t, info, {}) for t in trials]
-    hours = sum(max(0.0, t.finished_at - t.started_at) for t in trials if t.finished_at) / 3600.0
-    gpus = max((_gpu_count(t.identity.host) for t in trials), default=0)
-    gpu_label = "GPU-hours" if gpus else "machine-hours (no GPU here)"
+    gpu_hours, gpu_label = _gpu_hours(trials)
     mode = trials[0].identity.mode if trials else ""
     unit, what = metric_unit(mode, config)
     if comparison is not None:
-        va = _median(p["value"] for p in points if p["sha"] == a)
-        vb = _median(p["value"] for p in points if p["sha"] == b)
+        va = median(p["value"] for p in points if p["sha"] == a)
+        vb = median(p["value"] for p in points if p["sha"] == b)
         absolute = f" ({_fmt_value(va, unit)} → {_fmt_value(vb, unit)})" if va and vb else ""
         cls = comparison.verdict.value
         sentence = (
             f"{(b or '')[:10]} vs {(a or '')[:10]}: {what} {comparison.effect_pct:+.1f}%{absolute}, interval "
             f"[{comparison.ci_low_pct:+.1f}%, {comparison.ci_high_pct:+.1f}%] against noise {comparison.sigma_b_pct:.1f}% "
-            f"per trial ({comparison.sigma_source}); {comparison.n_a}+{comparison.n_b} trials, {hours * (gpus or 1):.2f} {gpu_label}."
+            f"per trial ({comparison.sigma_source}); {comparison.n_a}+{comparison.n_b} trials, {gpu_hours:.2f} {gpu_label}."
         )
         verdict = {"cls": cls if cls in ("regressed", "improved", "same") else "inconclusive",
                    "headline": comparison.verdict.value.upper(), "sentence": sentence}
     else:
         verdict = {"cls": "same", "headline": "NOISE CALIBRATION",
-                   "sentence": (lines[0] if lines else f"{len(trials)} trials") + f"; {len(trials)} trials, {hours * (gpus or 1):.2f} {gpu_label}."}
+                   "sentence": (lines[0] if lines else f"{len(trials)} trials") + f"; {len(trials)} trials, {gpu_hours:.2f} {gpu_label}."}
     order = [s[:10] for s in shas]
     return {
         "kind": kind, "id": record_id, "title": title, "good": a, "bad": b,
-        "started": _iso(min((t.started_at for t in trials), default=None)),
-        "finished": _iso(max((t.finished_at for t in trials), default=None)), "metric": mode, "modes": [mode], "unit": unit, "what": what,
+        "started": iso_time(min((t.started_at for t in trials), default=None)),
+        "finished": iso_time(max((t.finished_at for t in trials), default=None)), "metric": mode, "modes": [mode], "unit": unit, "what": what,
         "verdict": verdict, "culprit": None, "culprit_set": [], "extra_changes": [], "improvements": [],
         "explanation": (comparison.explanation if comparison else ""), "lines": list(lines),
         "excluded": [f"trial #{p['trial']}: {p['excluded']}" for p in points if p["excluded"]],
-        "gpu_hours": hours * (gpus or 1), "gpu_label": gpu_label,
-        "commits": [{"sha": s, "short": s[:10], "subject": info.get(s, {}).get("subject", ""),
-                     "author": info.get(s, {}).get("author", ""), "date": info.get(s, {}).get("date", ""),
-                     "role": "A" if s == a else ("B" if s == b else ""), "measured": True,
-                     "trials": sum(1 for t in trials if t.identity.commit == s),
-                     "ok": sum(1 for t in trials if t.identity.commit == s and t.status is TrialStatus.OK),
-                     "values": [round(math.exp(t.summary), 2) for t in trials if t.identity.commit == s and t.summary is not None],
-                     "patch_hash": sorted({t.identity.patch_hash for t in trials if t.identity.commit == s}),
-                     "build_hash": sorted({t.identity.build_hash for t in trials if t.identity.commit == s}),
-                     "variants": ""} for s in shas],
+        "gpu_hours": gpu_hours, "gpu_label": gpu_label,
+        "commits": [_commit_row(s, info.get(s, {}), [t for t in trials if t.identity.commit == s],
+                                "A" if s == a else ("B" if s == b else ""), True, "") for s in shas],
         "order": order, "points": points, "levels": {}, "culprit_short": None,
         "samples": state_samples(store, trials), "reasoning": None,
         "speculative": speculative_rows(trials, shas),

@@ -1,4 +1,4 @@
-"""The commented perfbisect.toml that `perfbisect init --sglang` writes for an SGLang checkout."""
+"""The commented perfbisect.toml that `perfbisect init` writes for an SGLang checkout."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 SGLANG_TEMPLATE = """\
-# perfbisect.toml for an SGLang checkout — written by `perfbisect init --sglang`.
+# perfbisect.toml for an SGLang checkout — written by `perfbisect init`.
 # Every key is documented in perfbisect's README; unknown keys are errors.
 
 [target]

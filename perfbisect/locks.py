@@ -16,13 +16,13 @@ import fcntl
 import os
 import sys
 import tempfile
-import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 from .errors import InfrastructureError, MachineBusy
+from .polling import poll_until
 
 NODE_LOCK_NAME = "perfbisect-gpu-node.lock"
 REPO_LOCK_NAME = "perfbisect.lock"
@@ -114,10 +114,12 @@ class FileLock:
     def acquire(self, wait: bool = False, on_wait: Callable[[Holder], None] | None = None, poll_s: float = 0.5) -> None:
         fd = _open(self.path, self.what)
         told = False
-        while True:
+
+        def locked() -> bool:
+            nonlocal told
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                return True
             except BlockingIOError:
                 holder = _read_holder(self.path)
                 if not wait:
@@ -131,13 +133,15 @@ class FileLock:
                 if on_wait is not None and not told:
                     on_wait(holder)
                     told = True
-                time.sleep(poll_s)
+                return False
             except OSError as exc:
                 os.close(fd)
                 raise InfrastructureError(
                     f"Cannot lock {self.path} ({self.what}): {exc.strerror or exc}. Put the cache "
                     f"directory (or PERFBISECT_LOCK_DIR) on a local file system that supports flock."
                 ) from None
+
+        poll_until(locked, None, poll_s)  # with --wait, as long as the holder holds it
         self._fd = fd
         try:
             os.ftruncate(fd, 0)

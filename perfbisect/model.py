@@ -10,8 +10,9 @@ import enum
 import hashlib
 import json
 import math
+import statistics
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 
 def content_hash(*parts: Any) -> str:
@@ -212,6 +213,24 @@ class EnvCheck:
     def ok(self) -> bool:
         return not self.missing and not self.mismatched
 
+    def gap(self) -> str:
+        """What did not arrive: "pid 12 (python -m ...): NCCL_X, NCCL_Y='1' (wanted '0')"."""
+        what = ", ".join(list(self.missing) + [f"{n}={a!r} (wanted {w!r})" for n, w, a in self.mismatched])
+        return f"pid {self.pid} ({self.cmdline[:60]}): {what}"
+
+
+class NoiseKey(NamedTuple):
+    """What trials must share to share one noise model: host, mode and workload, whatever the build.
+
+    The one definition: trials (``TrialIdentity.noise_key``), the learned estimates the store keeps,
+    and the key a command looks its noise up by (``Workspace.noise_key``) all build it here.
+    """
+
+    host: str  # host fingerprint: GPU model, count, driver
+    mode: str
+    mode_hash: str
+    workload_hash: str
+
 
 @dataclass(frozen=True)
 class TrialIdentity:
@@ -237,19 +256,29 @@ class TrialIdentity:
             self.host,
         )
 
+    @classmethod
+    def of_build(cls, key: NoiseKey, *, commit: str, patch_hash: str, build_hash: str) -> "TrialIdentity":
+        """The identity of a trial of one build (commit, patches, build) under ``key``."""
+        return cls(
+            commit=commit, patch_hash=patch_hash, build_hash=build_hash,
+            mode=key.mode, mode_hash=key.mode_hash, workload_hash=key.workload_hash, host=key.host,
+        )
+
     @property
-    def noise_key(self) -> tuple[str, str, str, str]:
+    def noise_key(self) -> NoiseKey:
         """Trials sharing this key share one noise model (host, mode, workload)."""
-        return (self.host, self.mode, self.mode_hash, self.workload_hash)
+        return NoiseKey(self.host, self.mode, self.mode_hash, self.workload_hash)
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    """Median of the values that are there (None skipped), or None when there are none."""
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
 
 
 def trial_summary(runs: Sequence[RunResult]) -> float | None:
     """Median of log(metric) over usable runs: the unit of evidence of one trial."""
-    logs = sorted(math.log(r.value) for r in runs if r.usable and r.value)
-    if not logs:
-        return None
-    mid = len(logs) // 2
-    return logs[mid] if len(logs) % 2 else 0.5 * (logs[mid - 1] + logs[mid])
+    return median(math.log(r.value) for r in runs if r.usable and r.value)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import httpx
 
-from .config import expand
+from .placeholders import expand
 
 WEBHOOK_TIMEOUT_S = 10.0
 COMMAND_TIMEOUT_S = 120.0

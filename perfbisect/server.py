@@ -24,10 +24,12 @@ from typing import Callable, Mapping
 import httpx
 
 from .children import own_group
-from .config import ModeConfig, ServerConfig, expand
+from .placeholders import expand
+from .settings import ModeConfig, ServerConfig
 from .errors import ServerDied, ServerError, ServerNotReady
 from .logtail import log_tail as read_log_tail
 from .model import EnvCheck
+from .polling import poll_until
 from .procfs import stat_fields
 
 _PROC = Path("/proc")
@@ -567,13 +569,7 @@ class ServerSession:
         return self._proc is not None and self._proc.poll() is not None and not self.group_pids()
 
     def _wait_group_gone(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self._group_gone():
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
+        return poll_until(self._group_gone, timeout_s, 0.05)
 
     def _signal_group(self, sig: signal.Signals) -> None:
         assert self._proc is not None
@@ -587,26 +583,16 @@ class ServerSession:
             pass
 
     def _wait_port_free(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if not port_in_use(self.server.host, self.port):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
+        return poll_until(lambda: not port_in_use(self.server.host, self.port), timeout_s, 0.1)
 
     def _wait_gpu_released(self) -> tuple[bool | None, str | None]:
         assert self.gpu_memory_released is not None
-        deadline = time.monotonic() + self.gpu_release_timeout_s
-        while True:
-            try:
-                if self.gpu_memory_released():
-                    return True, None
-            except Exception as exc:  # a broken probe must not leave the teardown half done
-                return None, f"GPU memory check failed: {type(exc).__name__}: {exc}"
-            if time.monotonic() >= deadline:
-                return False, (
-                    f"GPU memory was not released within {self.gpu_release_timeout_s:g} s of the "
-                    f"server group exiting"
-                )
-            time.sleep(0.5)
+        try:
+            if poll_until(self.gpu_memory_released, self.gpu_release_timeout_s, 0.5):
+                return True, None
+        except Exception as exc:  # a broken probe must not leave the teardown half done
+            return None, f"GPU memory check failed: {type(exc).__name__}: {exc}"
+        return False, (
+            f"GPU memory was not released within {self.gpu_release_timeout_s:g} s of the "
+            f"server group exiting"
+        )

@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy import special
 
-from .config import StatsConfig
+from .settings import StatsConfig
 from .model import Comparison, Verdict
 
 # Pseudo-observations the prior σ_b is worth when pooled with measured data: enough that two A/A
@@ -523,11 +523,6 @@ def calibrate_report(noise: NoiseModel, budget_trials: int = 10, alpha: float = 
     if not noise.measured:
         lines.append("σ_b is a prior, not a measurement: repeat trials of one build to measure it.")
     return lines
-
-
-def two_sided_t_quantile(alpha: float, dof: float) -> float:
-    """t quantile for a (1 − alpha) two-sided interval (exposed for the policy's explanations)."""
-    return _t_ppf(1.0 - alpha / 2.0, dof)
 
 
 __all__ = [

@@ -40,7 +40,8 @@ from typing import Any, Callable
 import httpx
 
 from .children import own_group
-from .config import WorkloadConfig, expand
+from .placeholders import expand
+from .settings import WorkloadConfig
 from .errors import ConfigError, ServerDied, WorkloadError
 from .model import RunResult
 
@@ -182,7 +183,6 @@ class _Stream:
     finished: bool = False  # a finish_reason or [DONE] was seen
     error: str | None = None
     connection_lost: bool = False  # refused, reset or cut mid-stream: the server may have died
-    counts_exact: bool = True  # False when tokens per chunk are estimated (OpenAI streams)
 
     @property
     def tokens(self) -> int:
@@ -308,7 +308,6 @@ def _stream_one(client: httpx.Client, url: str, kind: str, payload: dict[str, An
         # over the chunks after the first (which carries the prefill token).
         per_chunk = (rec.reported_tokens - 1) / (len(rec.arrivals) - 1)
         rec.arrivals = [rec.arrivals[0]] + [(t, per_chunk) for t, _ in rec.arrivals[1:]]
-        rec.counts_exact = False
     return rec
 
 

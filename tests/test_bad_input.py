@@ -176,13 +176,13 @@ def test_json_never_holds_nan_and_lines_never_say_nan(demo, tmp_path):
 
 def test_a_comparison_without_an_estimate_reads_n_a():
     from perfbisect.model import Comparison, Verdict
-    from perfbisect.summary import _jsonable, comparison_line
+    from perfbisect.render import comparison_line, json_value
 
     nan = float("nan")
     cmp = Comparison(Verdict.INCONCLUSIVE, nan, nan, nan, 5.0, "prior", 1, 0)
     line = comparison_line("endpoints", cmp)
     assert "nan" not in line.lower() and "n/a" in line
-    assert _jsonable(cmp)["effect_pct"] is None and _jsonable({"x": [float("inf")]}) == {"x": [None]}
+    assert json_value(cmp)["effect_pct"] is None and json_value({"x": [float("inf")]}) == {"x": [None]}
 
 
 def test_port_in_use_is_a_config_error(demo, tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from perfbisect.bisect import Done, Measure, Observation, SearchPolicy
-from perfbisect.config import StatsConfig
+from perfbisect.settings import StatsConfig
 from perfbisect.errors import UsageError
 from perfbisect.model import Verdict
 from perfbisect.stats import NoiseModel

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from perfbisect.build import BuildCache, run_build
-from perfbisect.config import BuildStep
+from perfbisect.settings import BuildStep
 from perfbisect.errors import BuildError
-from perfbisect.gitrepo import TargetRepo, WorktreePool
+from perfbisect.gitrepo import TargetRepo
+from perfbisect.worktrees import WorktreePool
 from tests.repo_factory import RepoFactory
 
 KERNEL_SRC = "sgl-kernel/csrc/moe.cu"
@@ -151,20 +152,27 @@ def test_missing_declared_artefact(setup):
         run_build(step, wt, shas["c0"], "s", cache, sys.executable, logs)
 
 
-def test_cache_evicts_least_recently_used(tmp_path):
+def test_cache_evicts_least_recently_used_even_when_the_clock_does_not_move(tmp_path, monkeypatch):
+    # Every use lands in one clock tick (as on a filesystem that keeps mtimes to the second):
+    # the order of uses must still decide what is evicted, with no sleep between them.
+    monkeypatch.setattr(time, "time_ns", lambda: 1_700_000_000_000_000_000)
     wt = tmp_path / "wt"
     wt.mkdir()
     cache = BuildCache(tmp_path / "builds", max_bytes=2500)
     for key in ("a", "b"):
         (wt / "lib.so").write_bytes(key.encode() * 1000)
         cache.put(key, wt, ["lib.so"], None, {})
-        time.sleep(0.02)
     assert cache.get("a") is not None  # 'a' is now the most recently used
-    time.sleep(0.02)
     (wt / "lib.so").write_bytes(b"c" * 1000)
     cache.put("c", wt, ["lib.so"], None, {})
     assert cache.get("b") is None and cache.get("a") is not None and cache.get("c") is not None
     assert cache.total_bytes() == 2000
+    # The next command opens the cache anew and carries the order on: 'a' used after 'c'.
+    cache = BuildCache(tmp_path / "builds", max_bytes=2500)
+    assert cache.get("a") is not None
+    (wt / "lib.so").write_bytes(b"d" * 1000)
+    cache.put("d", wt, ["lib.so"], None, {})
+    assert cache.get("c") is None and cache.get("a") is not None and cache.get("d") is not None
     # Restoring brings back the exact bytes, also under a directory that does not exist yet.
     target = tmp_path / "other"
     target.mkdir()

@@ -135,7 +135,7 @@ def test_not_a_database(demo, tmp_path):
 
 
 def test_init_writes_a_valid_sglang_config(tmp_path):
-    proc = cli("init", "--sglang", "--path", str(tmp_path / "perfbisect.toml"), "--model", "/m/kimi", "--draft", "/m/eagle")
+    proc = cli("init", "--path", str(tmp_path / "perfbisect.toml"), "--model", "/m/kimi", "--draft", "/m/eagle")
     assert proc.returncode == 0, proc.stderr
     from perfbisect.config import load_config
 
@@ -146,5 +146,5 @@ def test_init_writes_a_valid_sglang_config(tmp_path):
     assert "/m/eagle" in cfg.modes["eagle3"].args
     assert (cfg.workload.warmup, cfg.workload.runs, cfg.workload.max_tokens) == (2, 5, 2048)
     assert "docs/**" in cfg.filters.ignore
-    again = cli("init", "--sglang", "--path", str(tmp_path / "perfbisect.toml"))
+    again = cli("init", "--path", str(tmp_path / "perfbisect.toml"))
     assert again.returncode == 2 and "--force" in again.stderr

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from perfbisect.config import SGLANG_IGNORE_PATHS, expand, load_config
+from perfbisect import config as config_module
+from perfbisect.config import known_keys, load_config, parse_config
+from perfbisect.placeholders import expand
+from perfbisect.settings import (
+    SGLANG_IGNORE_PATHS,
+    BuildConfig,
+    FiltersConfig,
+    ServerConfig,
+    StatsConfig,
+    TargetConfig,
+    WorkloadConfig,
+)
 from perfbisect.errors import ConfigError
 
 MINIMAL = """
@@ -121,3 +133,61 @@ def test_demo_config_is_valid(tmp_path):
     assert cfg.stats.metric == "eagle3"
     assert cfg.server.env["NCCL_PROTO"] == "LL"
     assert target.planted and target.good != target.bad
+
+
+@pytest.mark.parametrize("args", ['"--speculative-algorithm EAGLE3"', '["--speculative-algorithm", "EAGLE3"]'])
+def test_speculative_is_read_from_the_parsed_args_whatever_their_form(tmp_path, args):
+    """`args` as a command string used to leave `speculative` False: it was guessed from the raw value."""
+    cfg = load_config(write(tmp_path, MINIMAL.replace('args = ["--speculative-algorithm", "EAGLE3"]', f"args = {args}")))
+    assert cfg.modes["eagle3"].args == ("--speculative-algorithm", "EAGLE3")
+    assert cfg.modes["eagle3"].speculative and not cfg.modes["baseline"].speculative
+
+
+def test_speculative_said_outright_wins_over_the_args(tmp_path):
+    text = MINIMAL.replace('args = ["--speculative-algorithm", "EAGLE3"]', 'args = "--speculative-algorithm EAGLE3"\nspeculative = false')
+    assert not load_config(write(tmp_path, text)).modes["eagle3"].speculative
+
+
+def test_defaults_are_the_settings_defaults(tmp_path):
+    """Keys left out of the file take the dataclass defaults; the parser writes none of its own."""
+    cfg = parse_config({"server": {"command": ["x", "{port}"]}}, base_dir=tmp_path)
+    assert cfg.stats == StatsConfig()
+    assert cfg.workload == WorkloadConfig()
+    assert cfg.build == BuildConfig()
+    assert cfg.server == ServerConfig(command=("x", "{port}"))
+    assert cfg.target == TargetConfig(repo=tmp_path.resolve())
+    assert cfg.filters == FiltersConfig()
+
+
+def test_known_keys_are_every_settings_field():
+    keys = known_keys()
+    assert len(keys) == len(set(keys))
+    for key in ("target.repo", "patches.variants.alternatives", "build.steps.command", "build.cache_max_gb",
+                "server.check_env", "modes.NAME.speculative", "workload.higher_is_better", "stats.second_change_z",
+                "filters.ignore", "filters.use_defaults"):
+        assert key in keys
+    assert "path" not in keys and "modes.NAME.name" not in keys
+    assert all(f"stats.{f.name}" in keys for f in dataclasses.fields(StatsConfig))
+    # The parser's per-key rules name keys that exist.
+    assert set(config_module._NUMBER_CHECKS) | set(config_module._CHOICES) <= set(keys)
+
+
+def test_known_keys_are_the_keys_each_table_accepts(tmp_path):
+    """Per table, known_keys() and the keys the parser reads (its unknown-key message lists them) agree."""
+    keys = known_keys()
+    tables = {k.rsplit(".", 1)[0] for k in keys}
+    for table in sorted(tables):
+        data: dict = {"server": {"command": ["x", "{port}"]}, "modes": {"m": {}},
+                      "build": {"steps": [{"command": ["make"]}]},
+                      "patches": {"variants": [{"patch": "a", "alternatives": ["b"]}]}}
+        where = data
+        for part in table.replace("NAME", "m").split("."):
+            where = where.setdefault(part, {})
+            where = where[0] if isinstance(where, list) else where
+        where["zz"] = 1
+        with pytest.raises(ConfigError, match="unknown key 'zz'") as err:
+            parse_config(data, base_dir=tmp_path)
+        listed = str(err.value).split("Known keys there: ")[1].split(". Remove")[0].split(", ")
+        leaves = {k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == table}
+        inner = {t.rpartition(".")[2] for t in tables if t.rpartition(".")[0] == table}
+        assert sorted(listed) == sorted(leaves | inner), table

@@ -5,6 +5,7 @@ is given, as this machine has no GPU to hold)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -75,7 +76,8 @@ def _owner_of_a_live_process() -> tuple[subprocess.Popen, str]:
 
 
 def test_reaping_spares_a_server_whose_perfbisect_lives_and_kills_it_once_that_one_is_dead(tmp_path, sleepers):
-    from perfbisect.app import Progress, reap_leftover_servers
+    from perfbisect.trials import reap_leftover_servers
+    from perfbisect.workspace import Progress
 
     server = sleepers()
     owner_proc, owner = _owner_of_a_live_process()
@@ -91,3 +93,72 @@ def test_reaping_spares_a_server_whose_perfbisect_lives_and_kills_it_once_that_o
         owner_proc.wait()
     assert reap_leftover_servers(tmp_path, Progress()) == [server]  # its perfbisect is gone now
     assert not pidfile.exists()
+
+
+# -- `perfbisect doctor` on the demo target (the emulator is the stand-in GPU server) ------------
+
+_FINDING = re.compile(r"^\s*(ok|warn|error|info) ([^:]+): (.*)$")
+
+
+def _doctor(*args: str) -> tuple[subprocess.CompletedProcess, dict[str, list[tuple[str, str]]]]:
+    """Run `perfbisect doctor`; its findings by check: [(state, message), ...]."""
+    proc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "doctor", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "COLUMNS": "400"})
+    findings: dict[str, list[tuple[str, str]]] = {}
+    for line in proc.stdout.splitlines():
+        m = _FINDING.match(line)
+        assert m, f"not a finding: {line!r}"
+        findings.setdefault(m.group(2), []).append((m.group(1), m.group(3)))
+    return proc, findings
+
+
+@pytest.mark.slow
+def test_doctor_on_the_demo_target_checks_config_repo_patches_store_noise_and_a_launch(tmp_path):
+    from perfbisect.config import load_config
+    from perfbisect.demo.target import make_demo_target
+
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    db = tmp_path / "r.sqlite"
+    env_vars = len(load_config(target.config).server.env)  # the NCCL tuning and the emulator's knobs
+
+    proc, found = _doctor("-c", str(target.config), "--db", str(db), "--launch")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not any(state == "error" for fs in found.values() for state, _ in fs), proc.stdout
+    assert found["config"] == [("ok", f"{target.config}: modes baseline, eagle3; metric eagle3; 1 warm-up + 5 runs of 96 tokens")]
+    [(state, repo)] = found["target repo"]
+    assert state == "ok" and repo.startswith(f"{target.repo} at {target.bad[:10]} ")
+    [(state, patches)] = found["patch stack"]
+    assert state == "ok" and patches.startswith("3 patches apply at HEAD")
+    assert found["target interpreter"][0][0] == "ok" and sys.executable in found["target interpreter"][0][1]
+    assert found["results database"] == [("ok", f"{db}: 0 trials stored")]
+    [(state, noise)] = found["noise model"]
+    assert state == "warn" and "no repeated trials of one build on this host yet" in noise and "5.0% prior" in noise
+    [(state, launch)] = found["server launch"]
+    assert state == "ok" and launch.startswith("[baseline] ready in ")
+    assert found["worker env"] == [("ok", f"all {env_vars} configured variables reached every process")]
+    assert "CPU load" in found and "GPU state" in found and found["python"][0][0] == "info"
+
+    # Two trials of one build: the A/A data the noise model pools, found under the same noise key
+    # the trials were stored with.
+    measured = subprocess.run([sys.executable, "-m", "perfbisect.cli", "measure", "HEAD", "-m", "baseline", "-n", "2",
+                               "-c", str(target.config), "--db", str(db), "-q"], capture_output=True, text=True, timeout=300)
+    assert measured.returncode == 0, measured.stderr
+    proc, found = _doctor("-c", str(target.config), "--db", str(db))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert found["results database"] == [("ok", f"{db}: 2 trials stored")]
+    assert found["noise model"] == [("ok", "A/A data from 1 builds on this host")]
+    assert "server launch" not in found  # only with --launch
+
+
+def test_doctor_reports_what_cannot_be_opened_and_still_checks_the_machine(tmp_path):
+    from perfbisect.demo.target import make_demo_target
+
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    config = tmp_path / "perfbisect.toml"
+    config.write_text(target.config.read_text().replace(f'repo = "{target.repo}"', f'repo = "{tmp_path / "gone"}"'))
+    proc, found = _doctor("-c", str(config), "--db", str(tmp_path / "r.sqlite"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    [(state, repo)] = found["target repo"]
+    assert state == "error" and str(tmp_path / "gone") in repo
+    assert "patch stack" not in found and "results database" not in found  # they need the workspace
+    assert found["config"][0][0] == "ok" and "CPU load" in found and "target interpreter" in found

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from perfbisect.config import SGLANG_IGNORE_PATHS, PatchesConfig, PatchVariant
+from perfbisect.app import Workspace, patches_check
+from perfbisect.config import load_config
+from perfbisect.settings import SGLANG_IGNORE_PATHS, PatchesConfig, PatchVariant
 from perfbisect.errors import ConfigError, GitError, InfrastructureError, PatchError
-from perfbisect.gitrepo import (
-    PatchConflictError,
-    PatchStack,
-    PathFilter,
-    TargetRepo,
-    WorktreePool,
-    check_patches,
-    plan_range,
-    worktree_tree_hash,
-)
+from perfbisect.gitrepo import TargetRepo, worktree_tree_hash
+from perfbisect.pathfilter import PathFilter
+from perfbisect.patches import PatchConflictError, PatchStack, check_patches
+from perfbisect.plan import plan_range
+from perfbisect.worktrees import WorktreePool
 from tests.repo_factory import RepoFactory, lines
 
 ENGINE = "python/sglang/srt/entrypoints/engine.py"
@@ -316,6 +315,42 @@ def test_stack_from_branch(target, history, tmp_path):
         assert all(c.ok for c in check_patches(target, s["c0"], s["c8"], stack))
     finally:
         stack.cleanup()
+
+
+def test_a_branch_stack_leaves_no_temp_dir(target, history, tmp_path, monkeypatch):
+    """The patches a branch stack exports live in a temp dir its owner removes: leaving a ``with``
+    block, a Workspace's close() (every command opens one), or a load that fails half-way."""
+    r, s = history.repo, history.shas
+    r.switch("lifetime-patches", create_at=s["c0"])
+    r.commit("nccl env", {ENGINE: _edit(lines(40, "engine"), "engine 30\n", "engine 30 env\n")})
+    r.switch("main")
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    config = PatchesConfig(branch="lifetime-patches", base=s["c0"])
+
+    with PatchStack.load(config, target) as stack:
+        assert [p.name for p in private.iterdir()] and all(p.name.startswith("perfbisect-patches-") for p in private.iterdir())
+        assert stack.check_at(s["c8"]).ok
+    assert list(private.iterdir()) == []
+    stack.cleanup()  # idempotent
+
+    bad_variant = PatchesConfig(branch="lifetime-patches", base=s["c0"], variants=(PatchVariant(patch="nope.patch", alternatives=()),))
+    with pytest.raises(ConfigError, match="nope.patch"):
+        PatchStack.load(bad_variant, target)
+    assert list(private.iterdir()) == []
+
+    toml = tmp_path / "perfbisect.toml"
+    toml.write_text(
+        f"[target]\nrepo = {json.dumps(str(r.path))}\ncache_dir = {json.dumps(str(tmp_path / 'cache'))}\n"
+        f"[patches]\nbranch = \"lifetime-patches\"\nbase = \"{s['c0']}\"\n"
+        '[server]\ncommand = ["true", "{port}"]\n[modes.baseline]\n'
+    )
+    with Workspace.open(load_config(toml), tmp_path / "r.sqlite") as ws:
+        checks = patches_check(ws, s["c0"], s["c8"])
+        assert [c.ok for c in checks] == [True] * 9
+        assert len(list(private.iterdir())) == 1
+    assert list(private.iterdir()) == []
 
 
 def test_patch_input_errors(target, history, tmp_path):

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.config import PatchesConfig
-from perfbisect.gitrepo import PatchStack, PathFilter, TargetRepo, check_patches, plan_range
+from perfbisect.settings import PatchesConfig
+from perfbisect.gitrepo import TargetRepo
+from perfbisect.pathfilter import PathFilter
+from perfbisect.patches import PatchStack, check_patches
+from perfbisect.plan import plan_range
 from tests.repo_factory import RepoFactory, lines
 
 ODD_FILES = (

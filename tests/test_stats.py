@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from perfbisect.config import StatsConfig
+from perfbisect.settings import StatsConfig
 from perfbisect.model import Verdict
 from perfbisect.stats import (
     NoiseModel,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.config import StatsConfig
+from perfbisect.settings import StatsConfig
 from perfbisect.errors import StoreError
 from perfbisect.model import (
     BisectOutcome,

@@ -27,7 +27,17 @@ import pytest
 
 from perfbisect import sysstate
 from perfbisect.errors import ConfigError, MachineBusy
+from perfbisect.host import (
+    gpu_busy_processes,
+    gpu_memory_released,
+    gpu_memory_used_mib,
+    host_fingerprint,
+    wait_until_idle,
+)
 from perfbisect.model import GpuSample, SystemSnapshot
+from perfbisect.render import format_snapshot, format_summary
+from perfbisect.store.samples import compact, expand_compact
+from perfbisect.versions import target_versions
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 
@@ -429,7 +439,7 @@ def test_live_sampler_run_on_the_h200_saw_the_power_cap():
     assert summary["samples"] >= 10
     assert summary["throttle_reasons_seen"] & sysstate.SW_POWER_CAP
     assert summary["throttled_fraction"] > 0.5
-    snaps = sysstate.expand_compact(LIVE["compact"])
+    snaps = expand_compact(LIVE["compact"])
     assert len(snaps) == summary["samples"]
     again = sysstate.summarize(snaps)
     assert again.sm_clock_min_mhz == summary["sm_clock_min_mhz"]
@@ -528,7 +538,10 @@ def test_nvidia_smi_is_used_when_nvml_is_missing(fake_smi):
 
 
 def test_importing_sysstate_does_not_import_pynvml():
-    code = "import sys, perfbisect.sysstate; print('pynvml' in sys.modules, 'torch' in sys.modules)"
+    code = (
+        "import sys, perfbisect.sysstate, perfbisect.host, perfbisect.versions, perfbisect.render; "
+        "print('pynvml' in sys.modules, 'torch' in sys.modules)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,
         cwd=Path(__file__).resolve().parent.parent,
@@ -593,31 +606,31 @@ def rounded(s: SystemSnapshot) -> SystemSnapshot:
 
 def test_compact_ten_minutes_of_eight_gpus_is_under_one_megabyte_and_round_trips():
     snaps = random_trial(600, 8)
-    data = sysstate.compact(snaps)
+    data = compact(snaps)
     blob = json.dumps(data, separators=(",", ":"))
     assert len(blob.encode()) < 1_000_000
-    back = sysstate.expand_compact(json.loads(blob))
+    back = expand_compact(json.loads(blob))
     assert len(back) == 600
     for original, restored in zip(snaps, back):
         want = rounded(original)
         assert restored.t == pytest.approx(want.t, abs=1e-3)
         assert restored.gpus == want.gpus
         assert (restored.load_avg_1m, restored.cpu_mhz, restored.source) == (want.load_avg_1m, want.cpu_mhz, want.source)
-    assert sysstate.compact(back) == data
+    assert compact(back) == data
 
 
 def test_compact_keeps_gaps_where_a_gpu_was_not_read():
     snaps = random_trial(5, 2)
     snaps[2] = SystemSnapshot(t=snaps[2].t, gpus=(), source="proc")  # the GPU collector failed here
-    back = sysstate.expand_compact(sysstate.compact(snaps))
+    back = expand_compact(compact(snaps))
     assert [len(s.gpus) for s in back] == [2, 2, 0, 2, 2]
     assert back[2].source == "proc"
-    assert sysstate.expand_compact(sysstate.compact([])) == []
+    assert expand_compact(compact([])) == []
 
 
 def test_compact_of_the_real_capture_round_trips():
     snaps = [SystemSnapshot(t=s["t"], gpus=nvml_at(i).collect(), source="nvml") for i, s in enumerate(SAMPLES)]
-    back = sysstate.expand_compact(sysstate.compact(snaps))
+    back = expand_compact(compact(snaps))
     assert [rounded(s).gpus for s in snaps] == [s.gpus for s in back]
 
 
@@ -627,16 +640,16 @@ def test_compact_of_the_real_capture_round_trips():
 
 def test_busy_processes_from_the_nvml_capture(tmp_path: Path):
     load = phase_indices("load")[0]
-    busy = sysstate.gpu_busy_processes(collectors=[nvml_at(load)], proc_root=tmp_path)
+    busy = gpu_busy_processes(collectors=[nvml_at(load)], proc_root=tmp_path)
     assert (0, LIVE["load_pid"], "") in busy
-    others = sysstate.gpu_busy_processes(exclude_pids=[LIVE["load_pid"]], collectors=[nvml_at(load)], proc_root=tmp_path)
+    others = gpu_busy_processes(exclude_pids=[LIVE["load_pid"]], collectors=[nvml_at(load)], proc_root=tmp_path)
     assert LIVE["load_pid"] not in {pid for _, pid, _ in others}
 
 
 def test_busy_process_names_come_from_proc_or_nvidia_smi(fake_smi, tmp_path: Path):
     load = phase_indices("load")[0]
     pid = LIVE["load_pid"]
-    busy = sysstate.gpu_busy_processes(collectors=[sysstate.NvidiaSmiCollector(fake_smi(load))], proc_root=tmp_path / "proc")
+    busy = gpu_busy_processes(collectors=[sysstate.NvidiaSmiCollector(fake_smi(load))], proc_root=tmp_path / "proc")
     smi_name = next(p.name for p in sysstate.parse_smi_apps_csv(
         SMI_DUMP["samples"][load]["apps"]["stdout"],
         {r.uuid: r.sample.index for r in sysstate.parse_smi_gpu_csv(SMI_DUMP["samples"][load]["gpu"]["stdout"])},
@@ -644,7 +657,7 @@ def test_busy_process_names_come_from_proc_or_nvidia_smi(fake_smi, tmp_path: Pat
     assert (0, pid, smi_name) in busy
     (tmp_path / "proc" / str(pid)).mkdir(parents=True)
     (tmp_path / "proc" / str(pid) / "comm").write_text("sglang-worker\n")
-    busy = sysstate.gpu_busy_processes(collectors=[nvml_at(load)], proc_root=tmp_path / "proc")
+    busy = gpu_busy_processes(collectors=[nvml_at(load)], proc_root=tmp_path / "proc")
     assert (0, pid, "sglang-worker") in busy
 
 
@@ -652,7 +665,7 @@ def test_wait_until_idle_refuses_a_busy_gpu_with_the_fix(tmp_path: Path):
     load = phase_indices("load")[0]
     seen: list[Any] = []
     with pytest.raises(MachineBusy) as err:
-        sysstate.wait_until_idle(
+        wait_until_idle(
             timeout_s=0.25, poll_s=0.1, progress=lambda busy, waited: seen.append((busy, waited)),
             collectors=[nvml_at(load)], proc_root=tmp_path,
         )
@@ -665,37 +678,38 @@ def test_wait_until_idle_refuses_a_busy_gpu_with_the_fix(tmp_path: Path):
 def test_wait_until_idle_returns_at_once_on_an_idle_gpu(tmp_path: Path):
     # The idle capture shows no compute process (the load starts after it).
     idle = phase_indices("idle")[0]
-    assert sysstate.gpu_busy_processes(collectors=[nvml_at(idle)], proc_root=tmp_path) == []
-    waited = sysstate.wait_until_idle(timeout_s=5, poll_s=1, collectors=[nvml_at(idle)])
-    assert waited < 1
-    assert sysstate.wait_until_idle(timeout_s=0, collectors=[sysstate.ProcCollector()]) < 1
+    assert gpu_busy_processes(collectors=[nvml_at(idle)], proc_root=tmp_path) == []
+    busy_reports: list[Any] = []
+    waited = wait_until_idle(timeout_s=5, poll_s=1, progress=lambda *a: busy_reports.append(a), collectors=[nvml_at(idle)])
+    assert busy_reports == [] and waited >= 0  # one check, found idle: never reported busy, never slept
+    assert wait_until_idle(timeout_s=0, collectors=[sysstate.ProcCollector()]) >= 0  # no GPU collector: nothing to wait for
 
 
 def test_gpu_memory_released_compares_with_the_baseline():
     idle, load = phase_indices("idle")[0], phase_indices("load")[0]
     fake = FakeNvmlFromFixture(NVML_DUMP, idle)
     collectors = [sysstate.NvmlCollector(nvml=fake)]
-    baseline = sysstate.gpu_memory_used_mib(collectors)
+    baseline = gpu_memory_used_mib(collectors)
     assert set(baseline) == set(range(gpu_count()))
-    released = sysstate.gpu_memory_released(baseline, tolerance_mib=256, collectors=collectors)
+    released = gpu_memory_released(baseline, tolerance_mib=256, collectors=collectors)
     assert released()
     fake.select(load)  # the matmul process holds gigabytes
     assert not released()
     total = sum(baseline.values())
-    assert not sysstate.gpu_memory_released(total, 256, collectors)()
+    assert not gpu_memory_released(total, 256, collectors)()
     fake.select(idle)
-    assert sysstate.gpu_memory_released(total, 256, collectors)()
-    assert sysstate.gpu_memory_released({}, 0, [sysstate.ProcCollector()])()
+    assert gpu_memory_released(total, 256, collectors)()
+    assert gpu_memory_released({}, 0, [sysstate.ProcCollector()])()
 
 
 def test_host_fingerprint_names_gpu_count_model_and_driver():
-    fp = sysstate.host_fingerprint([nvml_at(0)])
+    fp = host_fingerprint([nvml_at(0)])
     name = raw(SAMPLES[0], "nvmlDeviceGetName", 0)
     driver = raw(SAMPLES[0], "nvmlSystemGetDriverVersion", None)
     assert fp.startswith(f"{gpu_count()}x{name.replace(' ', '-')}-drv{driver}-")
-    assert fp == sysstate.host_fingerprint([nvml_at(len(SAMPLES) - 1)])  # stable under load
-    nogpu = sysstate.host_fingerprint([sysstate.ProcCollector()])
-    assert nogpu.startswith("nogpu-") and nogpu == sysstate.host_fingerprint([sysstate.ProcCollector()])
+    assert fp == host_fingerprint([nvml_at(len(SAMPLES) - 1)])  # stable under load
+    nogpu = host_fingerprint([sysstate.ProcCollector()])
+    assert nogpu.startswith("nogpu-") and nogpu == host_fingerprint([sysstate.ProcCollector()])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -703,7 +717,7 @@ def test_host_fingerprint_names_gpu_count_model_and_driver():
 
 
 def test_target_versions_of_this_python():
-    versions = sysstate.target_versions(sys.executable, collectors=[sysstate.ProcCollector()])
+    versions = target_versions(sys.executable, collectors=[sysstate.ProcCollector()])
     assert versions["python"] == platform.python_version()
     for package in ("torch", "sglang", "transformers"):
         assert (package in versions) == (find_spec(package) is not None)
@@ -711,8 +725,18 @@ def test_target_versions_of_this_python():
     assert "driver" not in versions  # no GPU collector given
 
 
+def test_the_versions_probe_sees_the_working_directory_not_perfbisects_folder(tmp_path: Path):
+    # The probe runs by path, which would put perfbisect/ (bisect.py, config.py, ...) first on the
+    # target's sys.path; it puts the working directory there instead, as `python -c` did.
+    meta = tmp_path / "sglang-9.9.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 9.9\n")
+    versions = target_versions(sys.executable, cwd=tmp_path, collectors=[sysstate.ProcCollector()])
+    assert versions["sglang"] == "9.9"
+
+
 def test_target_versions_adds_the_driver_from_the_gpu_collector(tmp_path: Path):
-    versions = sysstate.target_versions(sys.executable, cwd=tmp_path, collectors=[nvml_at(0)])
+    versions = target_versions(sys.executable, cwd=tmp_path, collectors=[nvml_at(0)])
     assert versions["driver"] == raw(SAMPLES[0], "nvmlSystemGetDriverVersion", None)
     assert versions["cuda_driver"]
 
@@ -733,7 +757,7 @@ def test_versions_captured_on_the_h200_and_nccl_needs_no_cuda_context():
 def test_target_versions_with_a_missing_interpreter_says_how_to_fix_it(tmp_path: Path):
     missing = str(tmp_path / "venv" / "bin" / "python")
     with pytest.raises(ConfigError) as err:
-        sysstate.target_versions(missing)
+        target_versions(missing)
     assert missing in str(err.value) and "[target] python" in str(err.value)
 
 
@@ -742,7 +766,7 @@ def test_target_versions_with_a_broken_interpreter(tmp_path: Path):
     broken.write_text("#!/bin/sh\necho 'this is not python' >&2\nexit 3\n")
     broken.chmod(0o755)
     with pytest.raises(ConfigError, match="exit 3.*not python"):
-        sysstate.target_versions(str(broken))
+        target_versions(str(broken))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -752,7 +776,7 @@ def test_target_versions_with_a_broken_interpreter(tmp_path: Path):
 def test_format_snapshot_lines_show_clocks_and_throttle_reasons():
     load = phase_indices("load")[0]
     snap = SystemSnapshot(t=SAMPLES[load]["t"], gpus=nvml_at(load).collect(), load_avg_1m=1.5, cpu_mhz=2500.0, source="nvml+proc")
-    lines = sysstate.format_snapshot(snap)
+    lines = format_snapshot(snap)
     assert len(lines) == 1 + gpu_count()
     assert "[nvml+proc]" in lines[0] and "load 1.50" in lines[0]
     g = snap.gpus[0]
@@ -760,7 +784,7 @@ def test_format_snapshot_lines_show_clocks_and_throttle_reasons():
     for reason in sysstate.throttle_reason_names(g.throttle_reasons) or ["none"]:
         assert reason in lines[1]
     assert f"pids {LIVE['load_pid']}" in lines[1]
-    assert sysstate.format_snapshot(SystemSnapshot(t=0.0))[1] == "  no GPU readings"
+    assert format_snapshot(SystemSnapshot(t=0.0))[1] == "  no GPU readings"
 
 
 def test_format_summary_lines():
@@ -768,7 +792,7 @@ def test_format_summary_lines():
         [SystemSnapshot(t=1.0, gpus=(GpuSample(index=0, sm_clock_mhz=1500, throttle_reasons=0x4, processes=(99999999,)),))],
         notes=["nvml: something"],
     )
-    lines = sysstate.format_summary(summary)
+    lines = format_summary(summary)
     assert "SM 1500 MHz mean" in lines[0]
     assert lines[1].startswith("throttled 100% of samples; reasons seen: SwPowerCap")
     assert "99999999" in lines[2] and lines[3] == "note: nvml: something"
@@ -837,22 +861,22 @@ def test_real_sampler_and_snapshot():
     summary = sampler.summary()
     assert summary.sm_clock_mean_mhz and summary.throttled_fraction is not None
     assert summary.notes == ()
-    assert sysstate.format_snapshot(snaps[-1])[1].startswith("  GPU0 NVIDIA")
+    assert format_snapshot(snaps[-1])[1].startswith("  GPU0 NVIDIA")
 
 
 @pytest.mark.gpu
 @real_gpu
 def test_real_versions_fingerprint_and_teardown_check():
-    versions = sysstate.target_versions(sys.executable)
+    versions = target_versions(sys.executable)
     assert versions["driver"] and versions["cuda_driver"]
     if find_spec("torch") is not None:
         assert versions["torch"] and versions["cuda"]
     name = sysstate.collect_snapshot().gpus[0].name
-    assert name.replace(" ", "-") in sysstate.host_fingerprint()
-    baseline = sysstate.gpu_memory_used_mib()
+    assert name.replace(" ", "-") in host_fingerprint()
+    baseline = gpu_memory_used_mib()
     assert len(baseline) == REAL_GPUS
-    assert sysstate.gpu_memory_released(baseline, tolerance_mib=1024)()
-    assert all(pid != os.getpid() for _, pid, _ in sysstate.gpu_busy_processes())
+    assert gpu_memory_released(baseline, tolerance_mib=1024)()
+    assert all(pid != os.getpid() for _, pid, _ in gpu_busy_processes())
 
 
 class ProcessListCollector:

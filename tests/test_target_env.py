@@ -18,7 +18,8 @@ import pytest
 
 from perfbisect.build import run_build
 from perfbisect.config import load_config
-from perfbisect.gitrepo import TargetRepo, WorktreePool
+from perfbisect.gitrepo import TargetRepo
+from perfbisect.worktrees import WorktreePool
 from perfbisect.init_template import render_sglang_config
 from perfbisect.server import ServerSession
 from tests.repo_factory import RepoFactory

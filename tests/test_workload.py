@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.config import WorkloadConfig
+from perfbisect.settings import WorkloadConfig
 from perfbisect.errors import ConfigError, ServerDied, WorkloadError
 from perfbisect.model import RunResult
 from perfbisect.workload import (

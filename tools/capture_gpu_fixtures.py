@@ -35,6 +35,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfbisect import sysstate  # noqa: E402
+from perfbisect.host import host_fingerprint  # noqa: E402
+from perfbisect.render import format_snapshot, format_summary  # noqa: E402
+from perfbisect.store.samples import compact  # noqa: E402
+from perfbisect.versions import target_versions  # noqa: E402
 
 # The constants the NVML collector passes as arguments: the replaying fake needs their values.
 NVML_CONSTANTS = (
@@ -238,12 +242,12 @@ def main() -> int:
             time.sleep(args.every)
     load.wait()
     summary = sampler.summary()
-    lines = sysstate.format_summary(summary)
+    lines = format_summary(summary)
     print("\n".join(lines))
     snaps = sampler.snapshots
     for s in snaps[len(snaps) // 2 : len(snaps) // 2 + 1]:
-        print("\n".join(sysstate.format_snapshot(s)))
-    sampler_compact = sysstate.compact(snaps)
+        print("\n".join(format_snapshot(s)))
+    sampler_compact = compact(snaps)
     (out / "sampler-live.json").write_text(
         json.dumps(
             {
@@ -251,7 +255,7 @@ def main() -> int:
                 "load_pid": load.pid,
                 "summary": asdict(summary),
                 "summary_lines": lines,
-                "middle_snapshot_lines": sysstate.format_snapshot(snaps[len(snaps) // 2]),
+                "middle_snapshot_lines": format_snapshot(snaps[len(snaps) // 2]),
                 "thread_cpu_s": sampler.thread_cpu_s,
                 "wall_s": (sampler.stopped_at or 0) - (sampler.started_at or 0),
                 "compact": sampler_compact,
@@ -283,7 +287,7 @@ def main() -> int:
     # versions
     versions: dict[str, Any] = {}
     try:
-        versions["target_versions"] = sysstate.target_versions(sys.executable)
+        versions["target_versions"] = target_versions(sys.executable)
     except Exception as exc:  # noqa: BLE001
         versions["target_versions_error"] = f"{type(exc).__name__}: {exc}"
     check = run([sys.executable, "-c", NCCL_CONTEXT_CHECK], timeout=120)
@@ -291,7 +295,7 @@ def main() -> int:
         versions["nccl_context_check"] = json.loads(check["stdout"].strip().splitlines()[-1])
     except (ValueError, IndexError):
         versions["nccl_context_check_error"] = check
-    versions["host_fingerprint"] = sysstate.host_fingerprint()
+    versions["host_fingerprint"] = host_fingerprint()
     (out / "target-versions.json").write_text(json.dumps(versions, indent=1))
     print(json.dumps(versions, indent=1))
 

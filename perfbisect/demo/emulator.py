@@ -36,6 +36,10 @@ Environment:
 Speculative mode: ``--speculative-algorithm EAGLE3`` (or EAGLE / NEXTN; ``--speculative`` is
 short for EAGLE3). Each verify cycle yields 1 + Binomial(num_draft_tokens − 1, p) tokens with mean
 accept length, as SGLang's ``spec_verify_ct`` / ``spec_accept_length`` / ``spec_accept_rate``.
+
+Why one module of ~840 lines: it runs as ``python -m perfbisect.demo.emulator`` in the target's
+interpreter with the standard library only, so it cannot import perfbisect's other modules; the
+HTTP API, the worker processes and the speed model are one program.
 """
 
 from __future__ import annotations

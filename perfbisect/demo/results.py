@@ -101,7 +101,7 @@ def make_results(
     from ..store import open_store
     from ..store import queries
     from ..store.queries import TrialDetails
-    from ..sysstate import compact
+    from ..store.samples import compact
 
     rng = random.Random(seed)
     directory = Path(directory)

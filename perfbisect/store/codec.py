@@ -21,20 +21,27 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def encode(value: Any) -> Any:
-    """A JSON-able form of a model value (dataclass, enum, tuple, mapping, scalar)."""
+def encode(value: Any, *, for_output: bool = False) -> Any:
+    """A JSON-able form of a model value (dataclass, enum, tuple, mapping, scalar).
+
+    For storage (the default) a non-finite float is kept as ``{"__float__": "nan"}`` so ``decode``
+    gives it back, and a value of any other type is an error. ``for_output`` (what a command prints
+    with --json): a non-finite float becomes null — JSON has no such number, and a consumer's parser
+    would reject the whole object — and a value of another type is left for the caller's
+    ``json.dumps(default=...)``.
+    """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: encode(getattr(value, f.name), for_output=for_output) for f in dataclasses.fields(value)}
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, Mapping):
-        return {str(k): encode(v) for k, v in value.items()}
+        return {str(k): encode(v, for_output=for_output) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [encode(v) for v in value]
+        return [encode(v, for_output=for_output) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         # JSON has no inf/nan; Python's json writes them anyway but other readers choke on them.
-        return {"__float__": repr(value)}
-    if value is None or isinstance(value, (str, int, float, bool)):
+        return None if for_output else {"__float__": repr(value)}
+    if for_output or value is None or isinstance(value, (str, int, float, bool)):
         return value
     raise TypeError(f"{type(value).__name__} value {value!r} cannot be stored as JSON")
 

@@ -24,6 +24,7 @@ from ..model import (
     BisectOutcome,
     Comparison,
     EnvCheck,
+    NoiseKey,
     RunResult,
     SystemSummary,
     TrialIdentity,
@@ -34,7 +35,7 @@ from ..model import (
 from ..procfs import stat_fields
 from . import queries
 from .migrations import upgrade_to_head
-from .queries import NoiseKey, TrialDetails
+from .queries import TrialDetails
 from .records import BisectionRecord, ComparisonRecord, NoiseEstimate, ObservationRecord, TrialPurpose
 
 DB_FILENAME = "results.sqlite"

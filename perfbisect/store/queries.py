@@ -4,6 +4,9 @@ Each takes a ``Session`` that the caller owns (``with Session(engine) as s, s.be
 plain values from ``perfbisect.model`` or ``perfbisect.store.records``, fully loaded, so nothing
 touches the database after the session closes. They raise ``StoreError`` for what a user can cause
 (an unknown trial id, a duplicate observation) and let SQLAlchemy errors through otherwise.
+
+Why one module of ~670 lines: it is the one place that knows the schema's rows (every ``select``
+and row → value mapping); split, the row mappings would be shared across files.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ..model import (
     BisectOutcome,
     Comparison,
     EnvCheck,
+    NoiseKey,
     RunResult,
     SystemSummary,
     TrialIdentity,
@@ -52,9 +56,6 @@ from .schema import (
     TrialRow,
 )
 
-NoiseKey = tuple[
-    str, str, str, str
-]  # TrialIdentity.noise_key: (host, mode, mode_hash, workload_hash)
 
 # RunResult field name -> runs column name ("index" would shadow SQL's INDEX keyword).
 _RUN_COLUMNS = {

@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..model import BisectOutcome, Comparison, TrialResult, Verdict
+from ..model import BisectOutcome, Comparison, NoiseKey, TrialResult, Verdict
 
 
 class TrialPurpose(str, enum.Enum):
@@ -60,6 +60,11 @@ class NoiseEstimate:
     sigma_w: float | None
     source: str
     created_at: float
+
+    @property
+    def noise_key(self) -> NoiseKey:
+        """The key of the trials this estimate was measured on."""
+        return NoiseKey(self.host, self.mode, self.mode_hash, self.workload_hash)
 
 
 @dataclass(frozen=True)

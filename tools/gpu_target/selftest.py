@@ -43,7 +43,7 @@ class FakeEngine:
 
 
 def main():
-    from perfbisect.config import WorkloadConfig
+    from perfbisect.settings import WorkloadConfig
     from perfbisect.workload import run_workload
 
     sock = socket.socket()

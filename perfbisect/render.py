@@ -1,32 +1,29 @@
-"""Turn a bisection's outcome into terminal lines and a JSON object (format_* returns, cli prints)."""
+"""Everything that turns results into text: what perfbisect's commands print (``format_*`` return
+terminal lines, cli prints them), the ``--json`` object of a bisection (``outcome_json``), a run's
+progress line, the machine's state over a set of trials, a build's drift against earlier days, what
+the covariates explain, one system snapshot (``perfbisect doctor``) and a trial's system summary.
+
+Pure functions of values the store hands back: no store access, no printing.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import math
-from typing import Any
+import time
+from typing import Any, Sequence
 
-from .model import BisectOutcome, Comparison, Verdict
-
-
-def _jsonable(value: Any) -> Any:
-    """Plain JSON values; a NaN or infinity (an empty comparison, one trial) becomes null, since
-    JSON has no such number and a consumer's parser would reject the whole object."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, enum.Enum):
-        return value.value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return value
+from .model import BisectOutcome, Comparison, RunResult, SystemSnapshot, SystemSummary, TrialResult, Verdict, median
+from .stats import NoiseModel, covariate_notes, history_shift
+from .store.codec import encode
+from .sysstate import throttle_reason_names
 
 
-def pct(value: float | None, sign: bool = True) -> str:
+def json_value(value: Any) -> Any:
+    """Plain JSON values for a command's --json output (NaN and infinity become null)."""
+    return encode(value, for_output=True)
+
+
+def _pct_text(value: float | None, sign: bool = True) -> str:
     """A percentage for a line, or "n/a" where there is no number (never "+nan%")."""
     if value is None or not math.isfinite(value):
         return "n/a"
@@ -37,7 +34,7 @@ def effect_text(cmp: Comparison) -> str:
     """"-12.3% [-15.0%, -9.6%]", or "effect n/a (too few trials)" when there is no estimate."""
     if cmp.effect_pct is None or not math.isfinite(cmp.effect_pct):
         return "effect n/a (too few trials to estimate)"
-    return f"{pct(cmp.effect_pct)} [{pct(cmp.ci_low_pct)}, {pct(cmp.ci_high_pct)}]"
+    return f"{_pct_text(cmp.effect_pct)} [{_pct_text(cmp.ci_low_pct)}, {_pct_text(cmp.ci_high_pct)}]"
 
 
 def comparison_line(label: str, cmp: Comparison | None, verdict: bool = True) -> str | None:
@@ -46,7 +43,7 @@ def comparison_line(label: str, cmp: Comparison | None, verdict: bool = True) ->
         return None
     return (
         f"{label}: {effect_text(cmp)} "
-        f"({cmp.n_a} vs {cmp.n_b} trials; noise {pct(cmp.sigma_b_pct, sign=False)} per trial, {cmp.sigma_source})"
+        f"({cmp.n_a} vs {cmp.n_b} trials; noise {_pct_text(cmp.sigma_b_pct, sign=False)} per trial, {cmp.sigma_source})"
         + (f" → {cmp.verdict.value}" if verdict else "")
     )
 
@@ -110,7 +107,7 @@ def format_outcome(result: Any) -> list[str]:
 def outcome_json(result: Any) -> dict[str, Any]:
     """The machine-readable result: verdict, culprit (full sha or null), effect_pct, db, evidence."""
     out: BisectOutcome = result.outcome
-    data = _jsonable(out)
+    data = json_value(out)
     culprit = result.commits.get(out.culprit) if out.culprit else None
     data.update(
         {
@@ -124,25 +121,15 @@ def outcome_json(result: Any) -> dict[str, Any]:
             "system_state": list(getattr(result, "state", ())),
         }
     )
-    return _jsonable(data)
+    return json_value(data)
 
 
 # ------------------------------------------------------------------------------------------------
 # measure / calibrate: per-trial tables with speculative health
 
 
-def _median(values: list[float]) -> float | None:
-    values = sorted(values)
-    if not values:
-        return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
-
-
 def trial_row(trial: Any) -> dict[str, Any]:
     """The numbers one trial stands for: median tok/s, spread, accept length, cycle time, state."""
-    import math
-
     runs = trial.usable_runs
     values = [r.value for r in runs if r.value]
     med = math.exp(trial.summary) if trial.summary is not None else None
@@ -150,8 +137,8 @@ def trial_row(trial: Any) -> dict[str, Any]:
     if len(values) >= 2:
         mean = sum(values) / len(values)
         cv = 100.0 * (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 / mean
-    accept = _median([r.spec_accept_length for r in runs if r.spec_accept_length])
-    cycle = _median([r.cycle_time_ms for r in runs if r.cycle_time_ms])
+    accept = median([r.spec_accept_length for r in runs if r.spec_accept_length])
+    cycle = median([r.cycle_time_ms for r in runs if r.cycle_time_ms])
     return {
         "trial": trial.id,
         "commit": trial.identity.commit,
@@ -173,12 +160,12 @@ def speculative_health(baseline_tok_s: float | None, spec_rows: list[dict[str, A
     """Accept length, cycle time, spec/baseline ratio and the break-even accept length."""
     lines = []
     toks = [r["tok_s"] for r in spec_rows if r["tok_s"]]
-    accept = _median([r["accept_length"] for r in spec_rows if r["accept_length"]])
-    cycle = _median([r["cycle_ms"] for r in spec_rows if r["cycle_ms"]])
+    accept = median([r["accept_length"] for r in spec_rows if r["accept_length"]])
+    cycle = median([r["cycle_ms"] for r in spec_rows if r["cycle_ms"]])
     if accept is not None and cycle is not None:
         lines.append(f"speculative: accept length {accept:.2f}, verify cycle {cycle:.1f} ms")
     if baseline_tok_s and toks:
-        spec = _median(toks)
+        spec = median(toks)
         ratio = spec / baseline_tok_s
         lines.append(
             f"speculative / baseline: {spec:.1f} / {baseline_tok_s:.1f} tok/s = {ratio:.2f}×"
@@ -223,7 +210,7 @@ def format_measure(result: Any, config: Any) -> list[str]:
         if config.modes[mode].speculative:
             spec_rows.extend(rows)
         elif toks:
-            baseline = _median(toks)
+            baseline = median(toks)
     if spec_rows:
         lines.extend(speculative_health(baseline, spec_rows))
     return lines
@@ -307,4 +294,131 @@ def format_log(bisections: Any, comparisons: Any) -> list[str]:
         )
     if not lines:
         lines.append("no bisections or comparisons stored yet")
+    return lines
+
+
+def format_run(run: RunResult) -> str:
+    """One progress line for a run."""
+    tag = "warm-up" if run.warmup else f"run {run.index}"
+    if run.error:
+        return f"{tag}: error: {run.error}"
+    value = run.value or 0.0
+    spec = ""
+    if run.spec_accept_length:
+        cycle = run.cycle_time_ms
+        spec = f", accept {run.spec_accept_length:.2f}" + (f", cycle {cycle:.1f} ms" if cycle else "")
+    flag = "" if run.complete else f"  FLAGGED: {run.output_tokens}/{run.requested_tokens} tokens, kept out of statistics"
+    ttft = f", TTFT {run.ttft_s * 1000:.0f} ms" if run.ttft_s is not None else ""
+    return f"{tag}: {value:.1f} tok/s{ttft}{spec}{flag}"
+
+
+def state_lines(trials: Sequence[TrialResult]) -> list[str]:
+    """What the machine did during these trials: clock range, temperature, throttling, other GPU users."""
+    ok = [t.system for t in trials if t.system.samples]
+    if not ok:
+        return []
+    lines = []
+    clocks = [s.sm_clock_mean_mhz for s in ok if s.sm_clock_mean_mhz is not None]
+    if clocks:
+        lines.append(f"SM clock per trial {min(clocks):.0f}–{max(clocks):.0f} MHz over {len(clocks)} trials")
+    temps = [s.temperature_max_c for s in ok if s.temperature_max_c is not None]
+    if temps:
+        lines.append(f"GPU temperature up to {max(temps):.0f} C")
+    throttled = [s.throttled_fraction for s in ok if s.throttled_fraction is not None]
+    if throttled and max(throttled) > 0:
+        lines.append(f"throttled in {sum(1 for f in throttled if f > 0)} of {len(throttled)} trials (up to {100 * max(throttled):.0f}% of samples)")
+    others = sorted({p for s in ok for p in s.other_gpu_processes})
+    if others:
+        lines.append(f"other GPU processes seen: {', '.join(map(str, others))}")
+    if not clocks:
+        lines.append("no GPU state recorded (no NVML or nvidia-smi here): differences cannot be attributed to clocks")
+    return lines
+
+
+def history_line(build: str, today: Sequence[TrialResult], stored: Sequence[TrialResult], noise: NoiseModel) -> str | None:
+    """Same build measured on earlier days: a shift is system drift, not code.
+
+    ``today``: this command's trials of the build (named ``build``); ``stored``: every stored trial
+    of its commit and mode (today's among them), of which those of the same build on another day count.
+    """
+    ids = {t.id for t in today}
+    day = time.strftime("%m-%d")
+    earlier = []
+    for t in stored:
+        if t.id in ids or t.summary is None or t.identity.build_key != today[0].identity.build_key:
+            continue
+        when = time.strftime("%m-%d", time.localtime(t.started_at))
+        if when != day:
+            earlier.append((when, t.summary))
+    values = [t.summary for t in today if t.summary is not None]
+    if not earlier or not values:
+        return None
+    return history_shift(values, earlier, noise, build=build)
+
+
+def attribution_line(trials: Sequence[TrialResult]) -> str | None:
+    """What the machine's state explains of the differences between these trials (four usable at least)."""
+    ok = [t for t in trials if t.summary is not None]
+    if len(ok) < 4:
+        return None
+    _, notes = covariate_notes(
+        [t.summary for t in ok], [t.system.as_covariates() for t in ok], [t.identity.build_key for t in ok], min_rows=4
+    )
+    return "; ".join(notes) if notes else None
+
+
+def _fmt_reading(value: float | None, unit: str = "", digits: int = 0) -> str:
+    return "?" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def format_snapshot(snapshot: SystemSnapshot) -> list[str]:
+    """Terminal lines for one snapshot: a host line, then one line per GPU."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snapshot.t))
+    lines = [
+        f"{stamp}  [{snapshot.source or 'no collectors'}]  load {_fmt_reading(snapshot.load_avg_1m, '', 2)}"
+        f"  cpu {_fmt_reading(snapshot.cpu_mhz, ' MHz')}"
+    ]
+    if not snapshot.gpus:
+        lines.append("  no GPU readings")
+    for g in snapshot.gpus:
+        parts = [
+            f"SM {_fmt_reading(g.sm_clock_mhz)}/{_fmt_reading(g.sm_clock_max_mhz)} MHz",
+            f"mem {_fmt_reading(g.mem_clock_mhz)}/{_fmt_reading(g.mem_clock_max_mhz)} MHz",
+            f"{_fmt_reading(g.temperature_c)} C",
+            f"{_fmt_reading(g.power_w)}/{_fmt_reading(g.power_limit_w)} W",
+            g.pstate or "P?",
+            f"util {_fmt_reading(g.utilization_pct, '%')}",
+            f"mem {_fmt_reading(g.memory_used_mib)}/{_fmt_reading(g.memory_total_mib)} MiB",
+            f"PCIe gen{g.pcie_gen if g.pcie_gen is not None else '?'} x{g.pcie_width if g.pcie_width is not None else '?'}",
+        ]
+        reasons = throttle_reason_names(g.throttle_reasons)
+        if g.throttle_reasons is None:
+            parts.append("throttle ?")
+        else:
+            parts.append(f"throttle {','.join(reasons) if reasons else 'none'}")
+        if g.ecc_errors:
+            parts.append(f"ECC uncorrected {g.ecc_errors}")
+        if g.processes:
+            parts.append("pids " + ",".join(str(p) for p in g.processes))
+        lines.append(f"  GPU{g.index} {g.name}: " + ", ".join(parts))
+    return lines
+
+
+def format_summary(summary: SystemSummary) -> list[str]:
+    """Terminal lines for a trial's system summary."""
+    lines = [
+        f"{summary.samples} samples: SM {_fmt_reading(summary.sm_clock_mean_mhz)} MHz mean"
+        f" ({_fmt_reading(summary.sm_clock_min_mhz)}-{_fmt_reading(summary.sm_clock_max_mhz)}),"
+        f" {_fmt_reading(summary.temperature_mean_c)} C mean (max {_fmt_reading(summary.temperature_max_c)}),"
+        f" {_fmt_reading(summary.power_mean_w)} W mean, load {_fmt_reading(summary.load_avg_1m, '', 2)}"
+    ]
+    frac = summary.throttled_fraction
+    reasons = throttle_reason_names(summary.throttle_reasons_seen)
+    lines.append(
+        f"throttled {('?' if frac is None else f'{100 * frac:.0f}%')} of samples;"
+        f" reasons seen: {', '.join(reasons) if reasons else 'none'}"
+    )
+    if summary.other_gpu_processes:
+        lines.append("other GPU processes: " + ", ".join(map(str, summary.other_gpu_processes)))
+    lines.extend(f"note: {n}" for n in summary.notes)
     return lines

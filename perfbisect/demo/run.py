@@ -1,0 +1,47 @@
+"""`perfbisect demo`: build the demo target and bisect it with the real pipeline (``perfbisect.app``).
+
+The demo uses the app like any command does; the app knows nothing of the demo.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import app
+from ..config import load_config
+from ..store import open_store
+from .target import DemoTarget, make_demo_target
+
+
+def run_demo(
+    directory: Path,
+    progress: app.Progress | None = None,
+    *,
+    drift_only: bool = False,
+    commits: int = 36,
+    seed: int = 7,
+) -> tuple[app.BisectResult, DemoTarget]:
+    """Build the demo target (planted slowdown, or drift only) and bisect it with the real pipeline."""
+    progress = progress or app.Progress()
+    progress.info(f"building the demo target in {directory} ...")
+    target = make_demo_target(
+        Path(directory),
+        commits=commits,
+        drift_only=drift_only,
+        seed=seed,
+        # Drift only: sessions differ (σ 2%) and the machine slowly slows down (−0.3% per session).
+        drift_per_session=-0.003 if drift_only else 0.0,
+    )
+    what = f"planted {target.planted[:10]}" if target.planted else "no code change (drift only)"
+    progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; server: SGLang emulator")
+    config = load_config(target.config)
+    with app.Workspace.open(config, target.root / "results.sqlite") as ws, app.exclusive(ws, progress):
+        result = app.run_bisection(ws, target.good, target.bad, progress)
+    return result, target
+
+
+def demo_report(target: DemoTarget, result: app.BisectResult) -> Path:
+    """The demo's report, beside its database (``<demo dir>/reports/bisection-N.html``)."""
+    config = load_config(target.config)
+    with open_store(target.root / "results.sqlite", recover=False) as store:
+        return app.report(store, str(result.bisection_id), config=config)[0]

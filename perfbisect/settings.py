@@ -1,0 +1,198 @@
+"""The settings every layer receives: frozen values with their defaults, and nothing about files.
+
+Each default is written once, here, in the dataclass field. `perfbisect.config` is one way to make
+these values (it reads perfbisect.toml by walking these fields); tests and library callers build them
+directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Mapping
+
+from .errors import ConfigError
+from .model import content_hash
+
+# A command: a list of arguments, or in the file a string split like a shell would (never run by one).
+Argv = Annotated[tuple[str, ...], "argv"]
+
+# Paths that cannot change serving throughput in SGLang (its own CI filters agree; DESIGN.md §8).
+SGLANG_IGNORE_PATHS: tuple[str, ...] = (
+    "docs/**",
+    "**/*.md",
+    "test/**",
+    ".github/**",
+    "benchmark/**",
+    "examples/**",
+    "sgl-model-gateway/**",
+    "sgl-router/**",
+    "python/sglang/multimodal_gen/**",
+)
+
+WORKLOAD_KINDS: tuple[str, ...] = ("sglang", "openai-completions", "openai-chat", "command")
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    repo: Path = Path(".")  # relative to the config file's folder
+    python: str = sys.executable  # the target's interpreter: versions are read through it
+    cache_dir: Path | None = None  # default: <repo>/.git/perfbisect
+
+
+@dataclass(frozen=True)
+class PatchVariant:
+    """Alternative versions of one patch of the stack; the first that applies is used."""
+
+    patch: str  # file name of the patch in the stack directory this variant replaces
+    alternatives: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class PatchesConfig:
+    dir: Path | None = None  # a directory of `git format-patch` files applied in name order
+    branch: str | None = None  # or a branch of patch commits ...
+    base: str | None = None  # ... on top of this base
+    variants: tuple[PatchVariant, ...] = ()
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    name: str  # in the file: default "step<N>"
+    command: Argv
+    paths: tuple[str, ...] = ("**",)  # the cache key is the tree hash of these paths
+    python_only: bool = False  # recorded as such: no compiled artefact to cache
+    timeout_s: float = 3600.0
+    cache: bool = True
+    artifacts: tuple[str, ...] = ()  # paths (relative to the worktree) to keep in the build cache
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    steps: tuple[BuildStep, ...] = ()
+    cache_max_gb: float = 20.0
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    command: Argv
+    env: Mapping[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: pick a free port per trial
+    ready_path: str = "/health_generate"
+    ready_timeout_s: float = 900.0
+    ready_poll_s: float = 2.0
+    shutdown_grace_s: float = 20.0
+    check_env: bool = True
+
+
+@dataclass(frozen=True)
+class ModeConfig:
+    name: str  # in the file: the name of its [modes.NAME] table
+    args: Argv = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    speculative: bool = False  # in the file: default whether an argument mentions "speculative"
+
+    def config_hash(self, server: ServerConfig) -> str:
+        """Identity of what this mode launches: server command, args and env."""
+        return content_hash(
+            list(server.command), dict(server.env), list(self.args), dict(self.env)
+        )
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    kind: str = "sglang"  # one of WORKLOAD_KINDS
+    prompts: tuple[str, ...] = ()
+    prompts_file: Path | None = None
+    max_tokens: int = 256
+    warmup: int = 2
+    runs: int = 5
+    concurrency: int = 1
+    temperature: float = 0.0
+    request_timeout_s: float = 600.0
+    model: str = "default"  # model name for the OpenAI endpoints
+    command: Argv = ()  # for kind = "command": prints a JSON object
+    metric: str = "tok_s"  # JSON key of the metric, for kind = "command"
+    higher_is_better: bool = True
+
+    def config_hash(self) -> str:
+        data = dataclasses.asdict(self)
+        data["prompts_file"] = str(self.prompts_file) if self.prompts_file else None
+        return content_hash(data)
+
+
+@dataclass(frozen=True)
+class StatsConfig:
+    metric: str = "baseline"  # a mode name, or "ratio:SPEC/BASE"
+    min_effect_pct: float = 3.0  # smaller differences are called `same`
+    alpha: float = 0.01  # false-blame rate per decision
+    confidence: float = 0.99  # posterior needed to name a culprit
+    max_trials_per_commit: int = 10
+    max_trials_total: int = 80
+    prior_sigma_pct: float = 5.0  # between-trial noise assumed before any is measured
+    drift_check: bool = True  # model the machine's drift over the run order (and say when it moved)
+    stop_when_ruled_out_pct: float = 0.0  # > 0: stop once regressions this big are ruled out
+    second_change_z: float = 2.0  # how hard to look for a second change (3: thorough, 0: off)
+
+
+@dataclass(frozen=True)
+class FiltersConfig:
+    ignore: tuple[str, ...] = SGLANG_IGNORE_PATHS  # in the file: added to these unless use_defaults = false
+
+
+@dataclass(frozen=True)
+class HookConfig:
+    """[hook]: what the post-`git pull` hook's check does (perfbisect/check.py)."""
+
+    action: str = "bisect"  # "check": only answer "slower beyond noise?"; "bisect": then find the culprit
+    modes: tuple[str, ...] = ()  # modes the check compares (default: every configured mode)
+    idle_s: float = 60.0  # GPUs must have been free of other processes this long before a check starts
+    webhook_url: str | None = None  # POST the verdict as JSON here (failures are logged, never fatal)
+    notify_command: Argv = ()  # run after each check ({verdict} {culprit} {effect} {report} {line})
+
+
+HOOK_ACTIONS = ("check", "bisect")
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None  # the file these settings came from, if any
+    target: TargetConfig
+    patches: PatchesConfig
+    build: BuildConfig
+    server: ServerConfig
+    modes: Mapping[str, ModeConfig]
+    workload: WorkloadConfig
+    stats: StatsConfig
+    filters: FiltersConfig
+    hook: HookConfig = HookConfig()
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.target.cache_dir or (self.target.repo / ".git" / "perfbisect")
+
+    @property
+    def default_db(self) -> Path:
+        return self.cache_dir / "results.sqlite"
+
+    def mode(self, name: str) -> ModeConfig:
+        try:
+            return self.modes[name]
+        except KeyError:
+            known = ", ".join(sorted(self.modes)) or "(none)"
+            raise ConfigError(
+                f"Mode '{name}' is not defined in {self.path}. Known modes: {known}. "
+                f"Add a [modes.{name}] table or pick one of those."
+            ) from None
+
+    @property
+    def metric_modes(self) -> tuple[str, ...]:
+        """The modes the bisection metric needs measured at every commit."""
+        metric = self.stats.metric
+        if metric.startswith("ratio:"):
+            spec, base = metric[len("ratio:") :].split("/", 1)
+            return (base, spec)
+        return (metric,)

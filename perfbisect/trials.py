@@ -1,0 +1,459 @@
+"""Trials: one server session for (commit, mode), every run stored as it lands.
+
+``TrialRunner`` prepares a commit (worktree, patch stack, build), starts its server, runs the
+workload under the system-state sampler and stores the trial, skipped and failed ones too.
+``observe`` turns the trials of one commit into what the search sees. Server pidfiles let a later
+perfbisect reap a server that a crashed one left running.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from .host import gpu_memory_released, gpu_memory_used_mib, wait_until_idle
+from .store.samples import compact
+from .sysstate import Sampler
+from .versions import target_versions
+from .bisect import Observation
+from .build import run_build
+from .placeholders import expand
+from .settings import Config, ModeConfig
+from .errors import BuildError, PatchError, ServerError, ServerNotReady, WorkloadError
+from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus
+from .render import format_run
+from .server import ServerSession
+from .store import Store, owner_alive, process_owner
+from .workload import avg_spec_accept_length, run_command_workload, run_workload, server_info
+from .workspace import Progress, Workspace
+
+
+@dataclass
+class Prepared:
+    """A commit checked out in a worktree with the stack applied and built, or why it can't be."""
+
+    commit: Commit
+    worktree: Path | None = None
+    patch_hash: str = "none"
+    build_hash: str = "none"
+    untestable: str | None = None  # reason: patch conflict, build failure
+    versions: dict | None = None  # target's torch/sglang/CUDA/NCCL versions, read once per commit
+
+
+_PIDFILE_OWNER = "owner "
+
+
+@dataclass(frozen=True)
+class ServerPidfile:
+    """A server process group perfbisect started, as its pidfile under <cache_dir>/servers says."""
+
+    path: Path
+    pgid: int
+    owner: str  # host:pid:start of the perfbisect that started it ("" in pidfiles of older versions)
+    cmdline: str
+
+    @property
+    def owner_pid(self) -> int | None:
+        parts = self.owner.split(":")
+        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
+
+
+def server_pidfiles(cache_dir: Path) -> list[ServerPidfile]:
+    """Every server pidfile of this cache directory (unreadable ones skipped)."""
+    out = []
+    for pidfile in sorted((Path(cache_dir) / "servers").glob("*.pid")):
+        try:
+            pgid = int(pidfile.stem)
+            text = pidfile.read_text()
+        except (ValueError, OSError):
+            continue
+        owner, cmdline = "", text
+        if text.startswith(_PIDFILE_OWNER):
+            first, _, cmdline = text.partition("\n")
+            owner = first[len(_PIDFILE_OWNER):].strip()
+        out.append(ServerPidfile(pidfile, pgid, owner, cmdline))
+    return out
+
+
+def reap_leftover_servers(cache_dir: Path, progress: Progress) -> list[int]:
+    """Kill server process groups a crashed perfbisect left behind: a leftover server poisons later trials.
+
+    Only pidfiles whose writer is dead are touched: a live perfbisect's server is never reaped.
+    """
+    killed = []
+    for pf in server_pidfiles(cache_dir):
+        if pf.owner and pf.owner != process_owner() and owner_alive(pf.owner):
+            continue  # its perfbisect is running: the server is in use, not left over
+        try:
+            alive = Path(f"/proc/{pf.pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            alive = ""
+        if alive and alive == pf.cmdline.strip():
+            try:
+                os.killpg(pf.pgid, signal.SIGKILL)
+                killed.append(pf.pgid)
+                progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pf.pgid}: {alive[:80]})")
+            except OSError:
+                pass
+        pf.path.unlink(missing_ok=True)
+    return killed
+
+
+def launch_check(ws: Workspace, mode: ModeConfig) -> tuple[float, tuple[EnvCheck, ...]]:
+    """Start the server of ``mode`` once in the target checkout as it is, wait until it is ready and
+    check the configured env reached every process of its group (``perfbisect doctor --launch``).
+
+    Seconds to readiness and the env checks; the server is torn down before this returns. The
+    caller holds the locks a trial holds (``workspace.exclusive``).
+    """
+    cfg = ws.config
+    log = cfg.cache_dir / "logs" / "doctor-server.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with ServerSession(cfg.server, mode, cfg.target.repo, cfg.target.python, log) as session:
+        seconds = session.wait_ready()
+        return seconds, session.check_env()
+
+
+class TrialRunner:
+    """Runs trials: one server session per (commit, mode), every run stored as it lands."""
+
+    def __init__(self, ws: Workspace, progress: Progress | None = None, wait_idle_s: float = 0.0):
+        self.ws = ws
+        self.progress = progress or Progress()
+        self.wait_idle_s = wait_idle_s
+        self._prepared: Prepared | None = None
+        self._unobserved: dict[int, list[TrialResult]] = {}  # per bisection: stored trials no observation holds
+        self._logs = ws.config.cache_dir / "logs"
+        self._pids = ws.config.cache_dir / "servers"
+        reap_leftover_servers(ws.config.cache_dir, self.progress)
+
+    # -- preparation -------------------------------------------------------------------------
+    def prepare(self, commit: Commit) -> Prepared:
+        """Check out, patch and build ``commit`` (reusing the last preparation of the same commit)."""
+        if self._prepared is not None and self._prepared.commit.sha == commit.sha:
+            return self._prepared
+        cfg = self.ws.config
+        self.progress.detail(f"{commit.short}: preparing worktree")
+        worktree = self.ws.pool.checkout(commit)
+        prepared = Prepared(commit=commit, worktree=worktree)
+        try:
+            if self.ws.stack is not None:
+                applied = self.ws.stack.apply(worktree, commit)
+                prepared.patch_hash = applied.hash
+            build = run_build(
+                cfg.build.steps,
+                worktree=worktree,
+                commit=commit,
+                applied_stack_hash=prepared.patch_hash,
+                cache=self.ws.build_cache,
+                python=cfg.target.python,
+                log_dir=self._logs / "build",
+            )
+            prepared.build_hash = build.hash
+            cached = [s.name for s in build.steps if s.cached]
+            if cached:
+                self.progress.detail(f"{commit.short}: build cache hit for {', '.join(cached)}")
+        except PatchError as exc:
+            prepared.untestable = f"patch conflict: {exc}"
+            self.progress.warn(f"{commit.short} skipped (patch stack does not apply): {exc}")
+        except BuildError as exc:
+            prepared.untestable = f"build failed: {exc}"
+            self.progress.warn(f"{commit.short} skipped (build failed): {exc}")
+        self._prepared = prepared
+        return prepared
+
+    def identity(self, prepared: Prepared, mode: ModeConfig) -> TrialIdentity:
+        return TrialIdentity.of_build(
+            self.ws.noise_key(mode),
+            commit=prepared.commit.sha,
+            patch_hash=prepared.patch_hash,
+            build_hash=prepared.build_hash,
+        )
+
+    # -- one trial ---------------------------------------------------------------------------
+    def trial(self, commit: Commit, mode_name: str, purpose: str, bisection_id: int | None = None) -> TrialResult:
+        """One server session for (commit, mode); skipped and failed trials are stored too."""
+        mode = self.ws.config.mode(mode_name)
+        prepared = self.prepare(commit)
+        identity = self.identity(prepared, mode)
+        if prepared.untestable:
+            return self._store_untestable(identity, prepared.untestable, purpose, bisection_id)
+        stored = self._stored_unobserved(identity, purpose, bisection_id)
+        if stored is not None:
+            self.progress.info(
+                f"trial #{stored.id}: {commit.short} [{mode.name}] was stored before the interruption: used, not measured again"
+            )
+            return stored
+        self._wait_until_idle()
+        log_path = self._server_log(commit, mode)
+        trial_id = self.ws.store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id, log_path=str(log_path))
+        self.progress.info(f"trial #{trial_id}: {commit.short} [{mode.name}] {commit.subject[:60]}")
+        session = _Session(trial_id, self.ws.store, self.progress)
+        status, error = self._measure(session, prepared, mode, log_path)
+        self._read_versions(prepared)
+        result = self._finish(session, status, error, prepared.versions)
+        self._report_summary(result, session.info)
+        return result
+
+    def _store_untestable(self, identity: TrialIdentity, why: str, purpose: str, bisection_id: int | None) -> TrialResult:
+        """A commit that cannot be tested (patch conflict, build failure) is stored as a skipped trial."""
+        store = self.ws.store
+        trial_id = store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id)
+        store.finish_trial(trial_id, TrialStatus.SKIPPED, error=why)
+        return store.trial(trial_id)
+
+    def _wait_until_idle(self) -> None:
+        wait_until_idle(
+            timeout_s=self.wait_idle_s,
+            poll_s=10.0,
+            progress=lambda procs, waited: self.progress.detail(f"GPUs busy ({len(procs)} processes); waited {waited:.0f}s"),
+        )
+
+    def _server_log(self, commit: Commit, mode: ModeConfig) -> Path:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        log_path = self._logs / "server" / f"{stamp}-{commit.short}-{mode.name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        return log_path
+
+    def _measure(self, session: "_Session", prepared: Prepared, mode: ModeConfig, log_path: Path) -> tuple[TrialStatus, str | None]:
+        """Run the workload under the sampler: (OK, None), or why the trial was skipped or failed.
+
+        Anything else (Ctrl-C, SIGTERM, a config error, a bug) marks the stored trial failed with
+        what happened, keeps its runs, and propagates.
+        """
+        commit = prepared.commit
+        gpu_baseline = gpu_memory_used_mib()
+        released = gpu_memory_released(gpu_baseline, tolerance_mib=1024) if gpu_baseline else None
+        try:
+            with session.sampler:
+                if self.ws.config.workload.kind == "command":
+                    self._run_command(session, prepared, mode, log_path)
+                else:
+                    self._run_server(session, prepared, mode, log_path, released)
+        except ServerNotReady as exc:
+            # A commit whose server never gets ready cannot be tested: skipped, never blamed.
+            self.progress.warn(f"{commit.short} [{mode.name}]: {exc}")
+            return TrialStatus.SKIPPED, f"server never ready: {exc}"
+        except (ServerError, WorkloadError) as exc:
+            self.progress.warn(f"{commit.short} [{mode.name}] trial failed: {exc}")
+            return TrialStatus.FAILED, str(exc)
+        except BaseException as exc:  # Ctrl-C, SIGTERM, a config error or a bug: record what happened, keep the runs
+            what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "aborted"
+            self.ws.store.finish_trial(
+                session.trial_id, TrialStatus.FAILED, system=session.sampler.summary(),
+                error=f"{what}: {type(exc).__name__}: {exc}",
+            )
+            raise
+        return TrialStatus.OK, None
+
+    def _run_command(self, session: "_Session", prepared: Prepared, mode: ModeConfig, log_path: Path) -> None:
+        """A ``command`` workload: the command starts what it measures and prints the metric."""
+        cfg = self.ws.config
+        env = {**cfg.server.env, **mode.env}
+        for run in run_command_workload(cfg.workload, prepared.worktree, cfg.target.python, env, log_path):
+            session.on_run(run)
+
+    def _run_server(self, session: "_Session", prepared: Prepared, mode: ModeConfig, log_path: Path,
+                    released: Callable[[], bool] | None) -> None:
+        """Start the server, wait until it is ready, check its env, run the workload, tear it down."""
+        cfg = self.ws.config
+        server = ServerSession(
+            cfg.server, mode, prepared.worktree, cfg.target.python, log_path,
+            gpu_memory_released=released,
+        )
+        session.servers.append(server)
+        with server:
+            pidfile = self._remember(server)
+            seconds = server.wait_ready(progress=self._ready_progress(mode.name))
+            self.progress.detail(f"  server ready in {seconds:.1f}s (port {server.port})")
+            if cfg.server.check_env:
+                session.env_checks = server.check_env()
+                self._report_env(session.env_checks)
+            run_workload(server.base_url, cfg.workload, on_run=session.on_run)
+            session.info = server_info(server.base_url)
+        pidfile.unlink(missing_ok=True)  # torn down cleanly: nothing to reap later
+
+    def _read_versions(self, prepared: Prepared) -> None:
+        """The target's package versions, read once per commit through the server's env (PYTHONPATH
+        to the checkout): the versions it imports."""
+        if prepared.versions is not None:
+            return
+        cfg = self.ws.config
+        server_env = {k: expand((v,), python=cfg.target.python, worktree=str(prepared.worktree))[0]
+                      for k, v in cfg.server.env.items()}
+        prepared.versions = target_versions(cfg.target.python, cwd=prepared.worktree, extra_env=server_env)
+
+    def _finish(self, session: "_Session", status: TrialStatus, error: str | None, versions: dict | None) -> TrialResult:
+        """Store the trial's outcome with the machine's state over its measured runs."""
+        sampler = session.sampler
+        since, until = (session.window[0], session.window[-1]) if len(session.window) == 2 else (None, None)
+        system = sampler.summary(since=since, until=until)
+        if system.samples == 0:  # runs shorter than the sampling interval: use the whole session
+            system = sampler.summary()
+        system = with_start_state(system, sampler.snapshots)
+        return self.ws.store.finish_trial(
+            session.trial_id,
+            status,
+            system=system,
+            system_samples=compact(sampler.snapshots),
+            env_checks=session.env_checks,
+            server_info=session.info,
+            versions=versions,
+            error=error,
+        )
+
+    def _report_summary(self, result: TrialResult, info: dict) -> None:
+        if result.summary is None:
+            return
+        accept = avg_spec_accept_length(info)
+        extra = f", server-wide accept length {accept:.2f}" if accept else ""
+        flagged = f", {len(result.flagged_runs)} runs flagged" if result.flagged_runs else ""
+        self.progress.info(
+            f"  → {math.exp(result.summary):.1f} tok/s (median of {len(result.usable_runs)} runs{flagged}{extra})"
+        )
+
+    def _stored_unobserved(self, identity: TrialIdentity, purpose: str, bisection_id: int | None) -> TrialResult | None:
+        """A finished trial of this bisection with this identity that no observation holds yet.
+
+        Such a trial is what a kill between the trials of one observation leaves (a ratio metric
+        measures two modes per commit): a resumed bisection uses it instead of measuring it again.
+        Each is handed out once; the list is taken when this runner first looks, so trials this
+        process measures itself are never handed back.
+        """
+        if bisection_id is None or purpose != "bisect":
+            return None
+        if bisection_id not in self._unobserved:
+            store = self.ws.store
+            held = {tid for o in store.observations(bisection_id) for tid in o.trial_ids}
+            self._unobserved[bisection_id] = [
+                t for t in store.trials(bisection_id=bisection_id, status=TrialStatus.OK)
+                if t.id not in held and t.summary is not None
+            ]
+        pool = self._unobserved[bisection_id]
+        for t in pool:
+            if t.identity == identity:
+                pool.remove(t)
+                return t
+        return None
+
+    def _remember(self, session: ServerSession) -> Path:
+        """Note the server's process group so a crash of this process cannot leave it running unseen."""
+        self._pids.mkdir(parents=True, exist_ok=True)
+        pidfile = self._pids / f"{session.pid}.pid"
+        pidfile.write_text(f"{_PIDFILE_OWNER}{process_owner()}\n" + " ".join(session.argv))
+        return pidfile
+
+    def _ready_progress(self, mode: str) -> Callable[[float, int], None]:
+        last = [0.0]
+
+        def report(elapsed: float, polls: int) -> None:
+            if elapsed - last[0] >= 10:
+                last[0] = elapsed
+                self.progress.detail(f"  [{mode}] waiting for readiness: {elapsed:.0f}s, {polls} polls")
+
+        return report
+
+    def _report_env(self, checks: Iterable[EnvCheck]) -> None:
+        for check in checks:
+            if not check.ok:
+                self.progress.warn(f"  configured env did not reach {check.gap()}")
+
+
+class _Session:
+    """What one trial gathers while it runs: its runs (stored as they land) and their time window,
+    the sampler, the server, its env checks and server info."""
+
+    def __init__(self, trial_id: int, store: Store, progress: Progress):
+        self.trial_id = trial_id
+        self.store = store
+        self.progress = progress
+        self.servers: list[ServerSession] = []
+        self.window: list[float] = []  # when measured runs ran: the state summary covers only that
+        self.env_checks: tuple[EnvCheck, ...] = ()
+        self.info: dict = {}
+        self.sampler = Sampler(
+            interval_s=1.0, exclude_pids=lambda: self.servers[0].group_pids() if self.servers else ()
+        )
+
+    def on_run(self, run: RunResult) -> None:
+        self.store.add_run(self.trial_id, run)
+        if run.warmup or not self.window:
+            self.window[:] = [time.time()]
+        else:
+            self.window[1:] = [time.time()]
+        self.progress.detail("  " + format_run(run))
+
+
+# ------------------------------------------------------------------------------------------------
+# Observations: what the search policy sees for one commit
+
+
+def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: int) -> tuple[Observation, list[int]]:
+    """Measure the bisection metric at ``commit`` once: one trial per needed mode.
+
+    A trial the machine spoiled (throttled by an external cause, another process on the GPUs) is
+    kept but flagged: the search excludes it and asks for the commit again, like nvbench re-runs.
+    """
+    cfg = runner.ws.config
+    summaries: dict[str, float] = {}
+    trial_ids: list[int] = []
+    covariates: dict[str, float] = {}
+    flags: list[str] = []
+    started: float | None = None
+    modes = interleaved(cfg.metric_modes, seq)
+    for mode in modes:
+        result = None
+        for _attempt in range(2):  # a crash mid-run is retried once before the commit counts as untestable
+            result = runner.trial(commit, mode, purpose="bisect", bisection_id=bisection_id)
+            trial_ids.append(result.id)
+            if result.status is not TrialStatus.FAILED:
+                break
+        if result is None or result.summary is None:
+            return Observation(commit=commit.sha, value=None, seq=seq), trial_ids
+        summaries[mode] = result.summary
+        covariates.update(result.system.as_covariates())
+        started = result.started_at if started is None else started
+        why = result.system.exclusion()
+        if why:
+            flags.append(f"[{mode}] {why}")
+            runner.progress.warn(f"{commit.short} [{mode}]: {why}: the search leaves this trial out and measures again")
+    return Observation(
+        commit=commit.sha, value=metric_value(cfg, summaries), covariates=covariates, seq=seq,
+        at=started, flag="; ".join(flags) or None,
+    ), trial_ids
+
+
+def with_start_state(system: SystemSummary, snapshots: Sequence) -> SystemSummary:
+    """Add the state before the trial's own load (first snapshot): temperature and CPU load then."""
+    if not snapshots:
+        return system
+    first = snapshots[0]
+    temps = [g.temperature_c for g in first.gpus if g.temperature_c is not None]
+    return replace(
+        system,
+        start_temperature_c=(sum(temps) / len(temps)) if temps else None,
+        start_load_avg=first.load_avg_1m,
+    )
+
+
+def interleaved(items: Sequence, round_index: int) -> list:
+    """Order of one round of an A B B A schedule: forwards on even rounds, backwards on odd ones."""
+    return list(items) if round_index % 2 == 0 else list(reversed(items))
+
+
+def run_logs(trials: Iterable[TrialResult]) -> list[list[float]]:
+    """Per trial, the log values of its usable runs (for the within-trial noise σ_w)."""
+    return [[math.log(r.value) for r in t.usable_runs if r.value] for t in trials]
+
+
+def metric_value(cfg: Config, summaries: dict[str, float]) -> float:
+    """log tok/s of the metric mode, or log(spec/base) for a ratio metric."""
+    modes = cfg.metric_modes
+    if len(modes) == 2:
+        return summaries[modes[1]] - summaries[modes[0]]
+    return summaries[modes[0]]

@@ -1,0 +1,153 @@
+"""What every command opens once, and the checks it makes before it touches a worktree or a GPU.
+
+``Workspace`` holds the config, the target repository, the results store, the patch stack and the
+caches; ``Progress`` is where long work reports what it is doing; ``preflight`` and ``exclusive``
+fail fast (a missing server executable, a busy port) and hold the repository's and the GPU node's
+locks. Nothing here runs a trial (``perfbisect.trials``) or decides anything (``perfbisect.app``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import locks
+from .build import BuildCache
+from .placeholders import expand
+from .settings import Config, ModeConfig
+from .errors import ConfigError
+from .gitrepo import TargetRepo
+from .host import host_fingerprint
+from .pathfilter import PathFilter
+from .patches import PatchStack
+from .worktrees import WorktreePool
+from .model import NoiseKey
+from .server import port_holders, port_in_use
+from .store import Store, open_store
+
+
+class Progress:
+    """Where long work reports what it is doing. The default sink drops everything."""
+
+    def info(self, message: str) -> None:  # a step of the work
+        pass
+
+    def detail(self, message: str) -> None:  # a finer step (a run, a readiness poll)
+        pass
+
+    def warn(self, message: str) -> None:  # something the user should know and may act on
+        pass
+
+
+@dataclass
+class Workspace:
+    """Everything one command needs opened once: config, repository, store, patch stack, caches."""
+
+    config: Config
+    repo: TargetRepo
+    store: Store
+    db_path: Path
+    stack: PatchStack | None
+    build_cache: BuildCache
+    host: str
+    filters: PathFilter
+    _pool: WorktreePool | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, config: Config, db_path: Path | None = None) -> "Workspace":
+        repo = TargetRepo(config.target.repo)
+        db = Path(db_path) if db_path else config.default_db
+        cache = config.cache_dir
+        check_cache_dir(config)
+        stack = PatchStack.load(config.patches, repo) if (config.patches.dir or config.patches.branch) else None
+        store = open_store(db)
+        return cls(
+            config=config,
+            repo=repo,
+            store=store,
+            db_path=db,
+            stack=stack,
+            build_cache=BuildCache(cache / "build-cache", int(config.build.cache_max_gb * 1024**3)),
+            host=host_fingerprint(),
+            filters=PathFilter(config.filters.ignore),
+        )
+
+    @property
+    def pool(self) -> WorktreePool:
+        """perfbisect's worktrees of the target, opened on first use: opening one recovers from a
+        crash (stale worktree metadata and index locks), which only a command holding the
+        repository's lock (``exclusive``) may do, never one that merely reads (plan, doctor)."""
+        if self._pool is None:
+            self._pool = WorktreePool(self.repo, self.config.cache_dir)
+        return self._pool
+
+    def noise_key(self, mode: ModeConfig) -> NoiseKey:
+        """The key trials of ``mode`` on this host with this workload share their noise under."""
+        return NoiseKey(self.host, mode.name, mode.config_hash(self.config.server), self.config.workload.config_hash())
+
+    def close(self) -> None:
+        try:
+            self.store.close()
+        finally:
+            if self.stack is not None:
+                self.stack.cleanup()  # a branch stack's temp dir is owned here
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_cache_dir(config: Config) -> None:
+    """The cache directory (worktrees, builds, logs, locks) must be a writable directory."""
+    cache = config.cache_dir
+    key = "target.cache_dir" if config.target.cache_dir else "target.cache_dir (default <repo>/.git/perfbisect)"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        probe = cache / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"{config.path}: {key} is {cache}, which cannot be used: {exc.strerror or exc}. perfbisect keeps "
+            f"its worktrees, build cache, logs and locks there: set target.cache_dir to a writable directory."
+        ) from None
+
+
+def preflight(ws: Workspace) -> None:
+    """Fail fast on what would break every trial: a server command that does not exist, a busy fixed port."""
+    cfg = ws.config
+    if cfg.workload.kind == "command":
+        argv = expand(cfg.workload.command, python=cfg.target.python, worktree=str(cfg.target.repo))
+        what = "workload.command"
+    else:
+        argv = expand(cfg.server.command, python=cfg.target.python, port="0", worktree=str(cfg.target.repo), host=cfg.server.host)
+        what = "server.command"
+    exe = argv[0]
+    if not (shutil.which(exe) or (os.sep in exe and os.access(exe, os.X_OK))):
+        raise ConfigError(
+            f"{cfg.path}: {what} starts with '{exe}', which is not an executable on PATH or a path to one. "
+            f"Fix {what} (for SGLang: [\"{{python}}\", \"-m\", \"sglang.launch_server\", ...]) or target.python."
+        )
+    if cfg.workload.kind != "command" and cfg.server.port and port_in_use(cfg.server.host, cfg.server.port):
+        holders = port_holders(cfg.server.port)
+        who = f" (held by pid {', '.join(map(str, holders))})" if holders else ""
+        raise ConfigError(
+            f"Port {cfg.server.port} on {cfg.server.host} is already in use{who}, so no trial could start its server. "
+            f"Stop the process holding it, or set server.port = 0 in {cfg.path} to pick a free port per trial."
+        )
+
+
+def exclusive(ws: Workspace, progress: Progress | None = None, *, wait: bool = False, gpu: bool = True):
+    """Hold the repository's lock (and the GPU node's) while a command uses worktrees and servers."""
+    progress = progress or Progress()
+    return locks.exclusive(
+        ws.config.cache_dir,
+        repo=str(ws.config.target.repo),
+        gpu=gpu,
+        wait=wait,
+        on_wait=lambda what, holder: progress.info(f"waiting for {holder.describe()} to release the {what} ..."),
+    )

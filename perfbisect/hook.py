@@ -194,7 +194,7 @@ def status(repo: Path) -> dict:
             problems.append(f"the interpreter the hook calls ({python or 'none'}) is missing: reinstall perfbisect, then `perfbisect hook install`")
         else:
             try:
-                probe = subprocess.run([python, "-c", "import perfbisect.cli, perfbisect.checkqueue"], capture_output=True, text=True, timeout=60,
+                probe = subprocess.run([python, "-c", "import perfbisect.cli, perfbisect.hookworker"], capture_output=True, text=True, timeout=60,
                                        stdin=subprocess.DEVNULL)
                 if probe.returncode != 0:
                     last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
@@ -232,7 +232,7 @@ def format_status(data: dict) -> list[str]:
             what = "not installed"
         lines.append(f"{h['name']}: {what}")
     if data["python"]:
-        lines.append(f"calls: {data['python']} -m perfbisect.checkqueue {data['config']} {data['state_dir']}")
+        lines.append(f"calls: {data['python']} -m perfbisect.hookworker {data['config']} {data['state_dir']}")
     lines.append("works: yes" if data["works"] else "works: no")
     lines.extend(f"  {p}" for p in data["problems"])
     return lines

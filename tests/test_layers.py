@@ -9,7 +9,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "perfbisect"
 # Who may import the use cases (app) and the command line (cli): the layers above them.
 MAY_IMPORT_APP = {"perfbisect.cli", "perfbisect.demo.run", "perfbisect.check"}
-MAY_IMPORT_CLI = {"perfbisect.__main__", "perfbisect.checkqueue"}
+MAY_IMPORT_CLI = {"perfbisect.__main__", "perfbisect.hookworker"}
 # Values every layer receives; they import nothing of perfbisect but each other.
 VALUE_MODULES = {"perfbisect.settings", "perfbisect.model", "perfbisect.errors", "perfbisect.placeholders"}
 

@@ -32,6 +32,7 @@ from .errors import PerfbisectError
 from .locks import LockHeld
 from .model import Commit, Verdict
 from .notify import notify, one_line, summary_line
+from .polling import poll_until
 
 # Simulates busy GPUs where there are none (tests, demos): while this file exists, every pid in it
 # counts as another process holding GPU 0. Real hosts are checked through sysstate.
@@ -71,7 +72,9 @@ def wait_for_idle(
     poll = poll_s if poll_s is not None else max(0.05, min(5.0, idle_s / 5))
     free_since: float | None = None
     told = ""
-    while True:
+
+    def idle_long_enough() -> bool:
+        nonlocal free_since, told
         procs = busy_gpu_processes()
         now = clock()
         if procs:
@@ -80,12 +83,14 @@ def wait_for_idle(
         else:
             free_since = now if free_since is None else free_since
             if now - free_since >= idle_s:
-                return
+                return True
             why = f"GPUs free for {now - free_since:.0f} of {idle_s:g} s before starting"
         if why != told:
             on_wait(why)
             told = why
-        sleep(poll)
+        return False
+
+    poll_until(idle_long_enough, None, poll, clock=clock, sleep=sleep)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -67,3 +67,20 @@ def test_every_config_key_is_in_the_readme_configuration_table() -> None:
         if f"`{leaf}`" not in text:
             missing.append(key)
     assert not missing, f"config keys missing from the README's configuration table: {missing}"
+
+
+def test_every_module_is_in_the_architecture_document() -> None:
+    """docs/architecture.md describes the code module by module: a new module must be placed there."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    package = Path(__file__).resolve().parent.parent / "perfbisect"
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if rel.name == "__init__.py" and len(rel.parts) > 1:
+            continue  # a package is described under its own heading
+        if rel.name == "__init__.py" or rel.name == "__main__.py":
+            continue
+        stem = path.stem
+        if not any(p in doc for p in (str(rel), f"`{stem}`", f"`{stem}.py`", f"{stem}.py")):
+            missing.append(str(rel))
+    assert missing == [], f"modules docs/architecture.md does not describe: {missing}"

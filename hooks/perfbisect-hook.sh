@@ -50,7 +50,7 @@ pb_enqueue() {
     # A worker already draining the queue takes this pull too (it looks at the queue again after
     # releasing its lock, and clears the pid in worker.lock only then): start none.
     pid=
-    read -r pid < "$PB_DIR/worker.lock" 2>/dev/null
+    { read -r pid < "$PB_DIR/worker.lock"; } 2>/dev/null  # no lock file yet: no worker
     case "$pid" in
         '' | *[!0-9]*) ;;
         *) if kill -0 "$pid" 2>/dev/null; then return 0; fi ;;

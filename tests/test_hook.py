@@ -164,7 +164,12 @@ def test_a_busy_gpu_makes_the_check_wait_and_pulls_meanwhile_are_coalesced(tmp_p
     git(setup.clone, "reset", "-q", "--hard", setup.target.bad)
 
     a = setup.push_commit("python/sglang/srt/managers/scheduler.py", "\n\ndef a():\n    pass\n", "scheduler: a")
-    assert git(setup.clone, "pull", "-q", env=env).returncode == 0
+    first = git(setup.clone, "pull", "-q", env=env)
+    assert first.returncode == 0
+    # The first pull has no worker lock file yet: the hook says its one line and nothing else.
+    assert [line for line in (first.stdout + first.stderr).splitlines() if line] == [
+        f"perfbisect: checking {setup.target.bad[:10]}..{a[:10]} in the background (`perfbisect status`)"
+    ]
     cfg = load_config(setup.config)
     waiting = wait_until(lambda: (s := check.status(cfg))["worker"]["phase"] == "waiting" and s, what="the worker to wait")
     assert "GPUs busy (pid 4242" in waiting["worker"]["detail"]

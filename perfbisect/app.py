@@ -22,6 +22,7 @@ from .errors import UsageError
 from .patches import PatchCheck, check_patches
 from .plan import Plan, plan_range
 from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict
+from .metrics import describe as describe_metric
 from .render import attribution_line, history_line, state_lines
 from .stats import NoiseModel, calibrate_report, compare, compare_sequential, pct
 from .store import BisectionRecord, ComparisonRecord, NoiseEstimate, Store, open_store
@@ -204,7 +205,7 @@ def run_bisection(
         ]
         progress.info(f"resuming bisection #{bisection_id}: {len(observations)} stored observations, none repeated")
     history = endpoint_history(ws, (good_c, bad_c))
-    policy = SearchPolicy(shas, cfg.stats, noise, history=history, higher_is_better=cfg.workload.higher_is_better)
+    policy = SearchPolicy(shas, cfg.stats, noise, history=history, higher_is_better=describe_metric(cfg).higher_is_better)
     runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
     while True:
         action = policy.next(observations)
@@ -345,7 +346,7 @@ def compare_commits(
             looks += 1
             cmp = compare_sequential(
                 sa, sb, noise, cfg.stats, look=looks, max_looks=max(max_trials - min_trials + 1, 1),
-                higher_is_better=cfg.workload.higher_is_better,
+                higher_is_better=describe_metric(cfg).higher_is_better,
             )
             progress.info(f"after {len(sa)}+{len(sb)} trials: {cmp.verdict.value} ({cmp.effect_pct:+.1f}%)")
             if cmp.verdict is not Verdict.INCONCLUSIVE:
@@ -353,10 +354,10 @@ def compare_commits(
         if i >= max_trials:
             break
     if cmp is None:  # too few usable trials for a look: judge what there is (inconclusive)
-        cmp = compare(sa, sb, noise, cfg.stats, higher_is_better=cfg.workload.higher_is_better)
+        cmp = compare(sa, sb, noise, cfg.stats, higher_is_better=describe_metric(cfg).higher_is_better)
     history = [
         line for line in (
-            history_line(c.short, ts, ws.store.trials(commit=c.sha, mode=mode_cfg.name), noise) for c, ts in ((a, ta), (b, tb))
+            history_line(c.short, ts, ws.store.trials(commit=c.sha, mode=mode_cfg.name), noise, describe_metric(cfg)) for c, ts in ((a, ta), (b, tb))
         ) if line
     ]
     attribution = attribution_line(ta + tb)

@@ -394,7 +394,10 @@ def measure(
     with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws):
         result = app.measure(ws, rev, modes, trials, progress, wait_idle_s=wait_idle)
     if json_out:
-        data = {"commit": result.commit.sha, "trials": {m: [trial_row(t) for t in ts] for m, ts in result.trials.items()}}
+        from .metrics import describe_workload
+
+        data = {"commit": result.commit.sha, "metric": describe_workload(cfg.workload).as_json(),
+                "trials": {m: [trial_row(t) for t in ts] for m, ts in result.trials.items()}}
         print_json(data)
     else:
         print_lines(format_measure(result, cfg))

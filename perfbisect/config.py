@@ -19,6 +19,7 @@ from dataclasses import MISSING, Field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from . import metrics
 from .errors import ConfigError
 from .settings import (
     HOOK_ACTIONS,
@@ -344,7 +345,11 @@ def _workload(sec: _Section, base: Path) -> WorkloadConfig:
     workload = WorkloadConfig(**_read_fields(sec, WorkloadConfig, "workload", base))
     if workload.kind == "command" and not workload.command:
         raise ConfigError(f"{sec.file}: workload.kind is 'command' but 'workload.command' is empty; give the benchmark command that prints a JSON object.")
-    return workload
+    problem = metrics.unknown_quantity(workload) or metrics.direction_conflict(workload, sec.data.get("higher_is_better"))
+    if problem:
+        raise ConfigError(f"{sec.file}: {problem}")
+    # A known metric's direction is known: the settings say it (ttft_ms is lower-is-better).
+    return replace(workload, higher_is_better=metrics.describe_workload(workload).higher_is_better)
 
 
 def _stats(sec: _Section, base: Path) -> StatsConfig:

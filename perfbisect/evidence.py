@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .metrics import DECODE, Metric, describe, describe_workload
 from .errors import PerfbisectError, UsageError
 from .model import BisectOutcome, Comparison, TrialResult, TrialStatus, Verdict, median
 from .search_replay import REPLAY_BUDGET_S, replay, stats_config
@@ -168,17 +169,12 @@ def metric_modes(metric: str) -> tuple[str, ...]:
 
 
 def metric_unit(metric: str, config: Any = None) -> tuple[str, str]:
-    """(unit, what it measures) of a bisection metric."""
-    if metric.startswith("ratio:"):
-        return "×", f"{metric[6:]} speed ratio"
+    """(unit, what it measures) of a bisection metric: the workload's metric (metrics.describe_workload)."""
     workload = getattr(config, "workload", None)
-    if workload is not None and getattr(workload, "kind", "") == "command":
-        return workload.metric, f"{metric} {workload.metric}"
-    return "tok/s", f"{metric} decode throughput"
-
-
-# ------------------------------------------------------------------------------------------------
-# Verdict sentence
+    m = describe_workload(workload) if workload is not None else DECODE
+    if metric.startswith("ratio:"):
+        return "×", f"{metric[6:]} ratio of {m.label} ({m.direction})"
+    return m.unit or m.name, f"{metric} {m.label} ({m.direction})"
 
 
 def _fmt_value(v: float | None, unit: str) -> str:
@@ -186,7 +182,9 @@ def _fmt_value(v: float | None, unit: str) -> str:
         return "?"
     if unit == "×":
         return f"{v:.3f}×"
-    return f"{v:,.1f} {unit}" if abs(v) < 1000 else f"{v:,.0f} {unit}"
+    if abs(v) >= 1000:
+        return f"{v:,.0f} {unit}"
+    return f"{v:,.1f} {unit}" if abs(v) >= 10 else f"{Metric('', '').number(v)} {unit}"
 
 
 def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, dict], levels: dict[str, Any],
@@ -256,7 +254,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
     excluded = {tid: o.flag for o in observations if o.flag for tid in o.trial_ids}
     modes = metric_modes(record.metric)
     unit, what = metric_unit(record.metric, config)
-    higher = bool(getattr(getattr(config, "workload", None), "higher_is_better", True))
+    higher = describe(config).higher_is_better if getattr(config, "workload", None) is not None else True
     settings = stats_config(record.settings)
 
     points = [trial_point(t, info, excluded) for t in trials]

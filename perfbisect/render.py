@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any, Sequence
 
+from .metrics import DECODE, Metric, describe_workload
 from .model import BisectOutcome, Comparison, RunResult, SystemSnapshot, SystemSummary, TrialResult, Verdict, median
 from .stats import NoiseModel, covariate_notes, history_shift
 from .store.codec import encode
@@ -129,7 +130,8 @@ def outcome_json(result: Any) -> dict[str, Any]:
 
 
 def trial_row(trial: Any) -> dict[str, Any]:
-    """The numbers one trial stands for: median tok/s, spread, accept length, cycle time, state."""
+    """The numbers one trial stands for: the median of its metric (``value``; ``tok_s`` is the same
+    number under its old name), spread, TTFT, ITL p50/p99, accept length, cycle time, state."""
     runs = trial.usable_runs
     values = [r.value for r in runs if r.value]
     med = math.exp(trial.summary) if trial.summary is not None else None
@@ -144,8 +146,12 @@ def trial_row(trial: Any) -> dict[str, Any]:
         "commit": trial.identity.commit,
         "mode": trial.identity.mode,
         "status": trial.status.value,
+        "value": med,
         "tok_s": med,
         "within_cv_pct": cv,
+        "ttft_ms": median(1000 * r.ttft_s for r in runs if r.ttft_s is not None),
+        "itl_p50_ms": median(r.itl_p50_ms for r in runs),
+        "itl_p99_ms": median(r.itl_p99_ms for r in runs),
         "runs": len(runs),
         "flagged": len(trial.flagged_runs),
         "accept_length": accept,
@@ -182,7 +188,8 @@ def speculative_health(baseline_tok_s: float | None, spec_rows: list[dict[str, A
 
 def format_measure(result: Any, config: Any) -> list[str]:
     """Per-mode trial tables for `perfbisect measure`, with speculative health when both modes ran."""
-    lines = [f"{result.commit.short} {result.commit.subject}"]
+    metric = describe_workload(config.workload)  # per mode: a ratio metric's parts are each in this unit
+    lines = [f"{result.commit.short} {result.commit.subject}", f"metric: {metric.name} ({metric.label}, {metric.direction})"]
     baseline = None
     spec_rows: list[dict[str, Any]] = []
     for mode, trials in result.trials.items():
@@ -192,9 +199,13 @@ def format_measure(result: Any, config: Any) -> list[str]:
             if r["tok_s"] is None:
                 lines.append(f"  trial #{r['trial']}: {r['status']}: {r['error']}")
                 continue
-            bits = [f"{r['tok_s']:.1f} tok/s", f"{r['runs']} runs"]
+            bits = [metric.format(r["value"]), f"{r['runs']} runs"]
             if r["within_cv_pct"] is not None:
                 bits.append(f"within-trial CV {r['within_cv_pct']:.1f}%")
+            if r["ttft_ms"] is not None and metric.name != "ttft_ms":
+                bits.append(f"TTFT {r['ttft_ms']:.1f} ms")
+            if r["itl_p50_ms"] is not None and r["itl_p99_ms"] is not None:
+                bits.append(f"ITL p50 {r['itl_p50_ms']:.2f} ms, p99 {r['itl_p99_ms']:.2f} ms")
             if r["flagged"]:
                 bits.append(f"{r['flagged']} flagged")
             if r["accept_length"]:
@@ -206,14 +217,16 @@ def format_measure(result: Any, config: Any) -> list[str]:
         if len(toks) >= 2:
             mean = sum(toks) / len(toks)
             sd = (sum((t - mean) ** 2 for t in toks) / (len(toks) - 1)) ** 0.5
-            lines.append(f"  across trials: mean {mean:.1f} tok/s, between-trial CV {100 * sd / mean:.1f}% ({len(toks)} sessions)")
+            lines.append(f"  across trials: mean {metric.format(mean)}, between-trial CV {100 * sd / mean:.1f}% ({len(toks)} sessions)")
         if config.modes[mode].speculative:
             spec_rows.extend(rows)
         elif toks:
             baseline = median(toks)
     if spec_rows:
-        lines.extend(speculative_health(baseline, spec_rows))
+        # The spec/baseline ratio and break-even accept length are about decode tok/s only.
+        lines.extend(speculative_health(baseline if metric.name == DECODE.name else None, spec_rows))
     return lines
+
 
 
 def format_comparison(result: Any) -> list[str]:
@@ -297,19 +310,21 @@ def format_log(bisections: Any, comparisons: Any) -> list[str]:
     return lines
 
 
-def format_run(run: RunResult) -> str:
-    """One progress line for a run."""
+def format_run(run: RunResult, metric: Metric | None = None) -> str:
+    """One progress line for a run, its value in the metric's own unit."""
     tag = "warm-up" if run.warmup else f"run {run.index}"
     if run.error:
         return f"{tag}: error: {run.error}"
-    value = run.value or 0.0
+    metric = metric or DECODE
     spec = ""
     if run.spec_accept_length:
         cycle = run.cycle_time_ms
         spec = f", accept {run.spec_accept_length:.2f}" + (f", cycle {cycle:.1f} ms" if cycle else "")
     flag = "" if run.complete else f"  FLAGGED: {run.output_tokens}/{run.requested_tokens} tokens, kept out of statistics"
-    ttft = f", TTFT {run.ttft_s * 1000:.0f} ms" if run.ttft_s is not None else ""
-    return f"{tag}: {value:.1f} tok/s{ttft}{spec}{flag}"
+    ttft = f", TTFT {run.ttft_s * 1000:.0f} ms" if run.ttft_s is not None and metric.name != "ttft_ms" else ""
+    itl = (f", ITL p50/p99 {run.itl_p50_ms:.2f}/{run.itl_p99_ms:.2f} ms"
+           if run.itl_p50_ms is not None and run.itl_p99_ms is not None and not metric.name.startswith("itl_") else "")
+    return f"{tag}: {metric.format(run.value)}{ttft}{itl}{spec}{flag}"
 
 
 def state_lines(trials: Sequence[TrialResult]) -> list[str]:
@@ -335,7 +350,8 @@ def state_lines(trials: Sequence[TrialResult]) -> list[str]:
     return lines
 
 
-def history_line(build: str, today: Sequence[TrialResult], stored: Sequence[TrialResult], noise: NoiseModel) -> str | None:
+def history_line(build: str, today: Sequence[TrialResult], stored: Sequence[TrialResult], noise: NoiseModel,
+                 metric: Metric | None = None) -> str | None:
     """Same build measured on earlier days: a shift is system drift, not code.
 
     ``today``: this command's trials of the build (named ``build``); ``stored``: every stored trial
@@ -353,7 +369,7 @@ def history_line(build: str, today: Sequence[TrialResult], stored: Sequence[Tria
     values = [t.summary for t in today if t.summary is not None]
     if not earlier or not values:
         return None
-    return history_shift(values, earlier, noise, build=build)
+    return history_shift(values, earlier, noise, build=build, fmt=(metric or DECODE).format)
 
 
 def attribution_line(trials: Sequence[TrialResult]) -> str | None:

@@ -32,7 +32,7 @@ SGLANG_IGNORE_PATHS: tuple[str, ...] = (
     "python/sglang/multimodal_gen/**",
 )
 
-WORKLOAD_KINDS: tuple[str, ...] = ("sglang", "openai-completions", "openai-chat", "command")
+WORKLOAD_KINDS: tuple[str, ...] = ("sglang", "openai-completions", "openai-chat", "command", "bench_serving")
 
 
 @dataclass(frozen=True)
@@ -114,9 +114,9 @@ class WorkloadConfig:
     temperature: float = 0.0
     request_timeout_s: float = 600.0
     model: str = "default"  # model name for the OpenAI endpoints
-    command: Argv = ()  # for kind = "command": prints a JSON object
-    metric: str = "tok_s"  # JSON key of the metric, for kind = "command"
-    higher_is_better: bool = True
+    command: Argv = ()  # kind = "command": prints a JSON object; kind = "bench_serving": extra arguments
+    metric: str = "tok_s"  # what each run yields: a quantity, a bench_serving or command JSON key (perfbisect/metrics.py)
+    higher_is_better: bool = True  # for command keys; a known metric's direction is known
 
     def config_hash(self) -> str:
         data = dataclasses.asdict(self)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import special
@@ -485,8 +485,10 @@ def history_shift(
     build: str = "this build",
     alpha: float = 0.05,
     unit: str = "tok/s",
+    fmt: Callable[[float], str] | None = None,
 ) -> str | None:
     """Today's trials of a build vs its stored trials on earlier days: a shift beyond noise is system drift."""
+    show = fmt or (lambda v: f"{v:.1f} {unit}")
     now = np.asarray([v for v in today if v is not None], dtype=float)
     if len(now) == 0 or not earlier:
         return None
@@ -499,7 +501,7 @@ def history_shift(
         ts = _two_sample(then, now, noise)
         if ts.p < alpha:
             notes.append(
-                f"{build}: {math.exp(then.mean()):.1f} {unit} on {day}, {math.exp(now.mean()):.1f} today "
+                f"{build}: {show(math.exp(then.mean()))} on {day}, {show(math.exp(now.mean()))} today "
                 f"({pct(ts.effect):+.1f}%, beyond the {pct(ts.sigma):.1f}% between-session noise, p={ts.p:.2g}); "
                 f"same build: system state, not code"
             )

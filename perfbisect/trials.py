@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from .metrics import Metric, describe_workload
 from .host import gpu_memory_released, gpu_memory_used_mib, wait_until_idle
 from .store.samples import compact
 from .sysstate import Sampler
@@ -29,7 +30,7 @@ from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, Tr
 from .render import format_run
 from .server import ServerSession
 from .store import Store, owner_alive, process_owner
-from .workload import avg_spec_accept_length, run_command_workload, run_workload, server_info
+from .workload import avg_spec_accept_length, run_bench_serving, run_command_workload, run_workload, server_info
 from .workspace import Progress, Workspace
 
 
@@ -193,7 +194,7 @@ class TrialRunner:
         log_path = self._server_log(commit, mode)
         trial_id = self.ws.store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id, log_path=str(log_path))
         self.progress.info(f"trial #{trial_id}: {commit.short} [{mode.name}] {commit.subject[:60]}")
-        session = _Session(trial_id, self.ws.store, self.progress)
+        session = _Session(trial_id, self.ws.store, self.progress, describe_workload(self.ws.config.workload))
         status, error = self._measure(session, prepared, mode, log_path)
         self._read_versions(prepared)
         result = self._finish(session, status, error, prepared.versions)
@@ -274,7 +275,12 @@ class TrialRunner:
             if cfg.server.check_env:
                 session.env_checks = server.check_env()
                 self._report_env(session.env_checks)
-            run_workload(server.base_url, cfg.workload, on_run=session.on_run)
+            if cfg.workload.kind == "bench_serving":
+                env = {**cfg.server.env, **mode.env}
+                for run in run_bench_serving(server.base_url, cfg.workload, prepared.worktree, cfg.target.python, env, log_path):
+                    session.on_run(run)
+            else:
+                run_workload(server.base_url, cfg.workload, on_run=session.on_run)
             session.info = server_info(server.base_url)
         pidfile.unlink(missing_ok=True)  # torn down cleanly: nothing to reap later
 
@@ -314,7 +320,8 @@ class TrialRunner:
         extra = f", server-wide accept length {accept:.2f}" if accept else ""
         flagged = f", {len(result.flagged_runs)} runs flagged" if result.flagged_runs else ""
         self.progress.info(
-            f"  → {math.exp(result.summary):.1f} tok/s (median of {len(result.usable_runs)} runs{flagged}{extra})"
+            f"  → {describe_workload(self.ws.config.workload).format(math.exp(result.summary))} "
+            f"(median of {len(result.usable_runs)} runs{flagged}{extra})"
         )
 
     def _stored_unobserved(self, identity: TrialIdentity, purpose: str, bisection_id: int | None) -> TrialResult | None:
@@ -368,8 +375,9 @@ class _Session:
     """What one trial gathers while it runs: its runs (stored as they land) and their time window,
     the sampler, the server, its env checks and server info."""
 
-    def __init__(self, trial_id: int, store: Store, progress: Progress):
+    def __init__(self, trial_id: int, store: Store, progress: Progress, metric: Metric | None = None):
         self.trial_id = trial_id
+        self.metric = metric
         self.store = store
         self.progress = progress
         self.servers: list[ServerSession] = []
@@ -386,7 +394,7 @@ class _Session:
             self.window[:] = [time.time()]
         else:
             self.window[1:] = [time.time()]
-        self.progress.detail("  " + format_run(run))
+        self.progress.detail("  " + format_run(run, self.metric))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -452,7 +460,7 @@ def run_logs(trials: Iterable[TrialResult]) -> list[list[float]]:
 
 
 def metric_value(cfg: Config, summaries: dict[str, float]) -> float:
-    """log tok/s of the metric mode, or log(spec/base) for a ratio metric."""
+    """log of the metric mode's summary (its workload.metric), or log(spec/base) for a ratio metric."""
     modes = cfg.metric_modes
     if len(modes) == 2:
         return summaries[modes[1]] - summaries[modes[0]]

@@ -1,7 +1,8 @@
 """The fixed ruler: perfbisect's own streaming client for SGLang and OpenAI-compatible servers.
 
-Every trial measures with this client, never with the target's in-tree ``bench_serving.py`` (which
-changes with the code being bisected). A run is one request with a fixed prompt and a fixed output
+By default every trial measures with this client, not the target's in-tree ``bench_serving.py``
+(which changes with the code being bisected); ``kind = "bench_serving"`` runs that one instead
+(``run_bench_serving``) for users who trust it, and ``kind = "command"`` any other benchmark. A run is one request with a fixed prompt and a fixed output
 length (``ignore_eos``), streamed; the client timestamps each chunk as it arrives and computes:
 
 - ``decode_tok_s`` = (tokens − tokens of the first chunk) / (t_last − t_first), where t_first and
@@ -39,6 +40,7 @@ from typing import Any, Callable
 
 import httpx
 
+from . import metrics
 from .children import own_group
 from .placeholders import expand
 from .settings import WorkloadConfig
@@ -447,7 +449,7 @@ def run_workload(
             else:
                 futures = [pool.submit(_stream_one, client, url, cfg.kind, _payload(cfg.kind, cfg, p, ignore_eos)) for p in batch]
                 recs = [f.result() for f in futures]
-            run = _summarise(index, warmup, cfg, recs)
+            run = metrics.with_quantity(_summarise(index, warmup, cfg, recs), cfg)
             lost = any(r.connection_lost for r in recs)
             if reports_timing and concurrency == 1 and not lost and recs[0].request_id:
                 run = _with_server_timing(client, base, run, recs[0].request_id)
@@ -610,3 +612,117 @@ def _log_invocation(log_path: Path, label: str, shown: str, rc: int | None, stdo
     with open(log_path, "a", encoding="utf-8") as fh:
         status = "killed (timeout)" if rc is None else f"exit {rc}"
         fh.write(f"=== {label}: {shown} ({status})\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# SGLang's own benchmark: `python -m sglang.bench_serving` through the target's interpreter
+
+def bench_serving_argv(base_url: str, cfg: WorkloadConfig, python: str, worktree: Path, output_file: Path) -> list[str]:
+    """The bench_serving command line: runs × concurrency requests of ``max_tokens`` fixed-length
+    outputs at ``--max-concurrency concurrency`` (``warmup`` warm-up requests first), its JSON to
+    ``output_file``. ``workload.command`` is appended: argparse lets a later flag win, so a user's
+    ``--dataset-name sharegpt`` or ``--tokenizer PATH`` overrides these."""
+    concurrency = max(1, cfg.concurrency)
+    argv = [
+        python, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", base_url.rstrip("/"),
+        "--dataset-name", "random", "--num-prompts", str(max(1, cfg.runs) * concurrency),
+        "--random-output-len", str(cfg.max_tokens), "--random-range-ratio", "1.0",
+        "--max-concurrency", str(concurrency), "--warmup-requests", str(cfg.warmup),
+        "--output-file", str(output_file), "--disable-tqdm",
+    ]
+    return argv + expand(cfg.command, python=python, worktree=str(worktree))
+
+
+def parse_bench_serving(obj: dict[str, Any], key: str, index: int = 0) -> RunResult:
+    """One bench_serving result line as a measured RunResult: ``key`` is its value; TTFT, ITL p50/p99
+    and accept length are kept beside it. No completed request, or a key that is not a finite
+    positive number, flags the run."""
+    value = obj.get(key)
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    error = None
+    if not obj.get("completed"):
+        error = "bench_serving completed no request; run flagged, not used"
+    elif number is None or not math.isfinite(number) or number <= 0:
+        error = f"bench_serving's '{key}' is {value!r}, not a finite positive number; run flagged, not used"
+
+    def num(name: str) -> float | None:
+        v = obj.get(name)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    ttft_ms = num("median_ttft_ms")
+    return RunResult(
+        index=index, warmup=False, requested_tokens=0, output_tokens=int(num("total_output_tokens") or 0),
+        prompt_tokens=int(v) if (v := num("total_input_tokens")) is not None else None,
+        ttft_s=ttft_ms / 1000.0 if ttft_ms is not None else None,
+        itl_p50_ms=num("median_itl_ms"), itl_p99_ms=num("p99_itl_ms"),
+        spec_accept_length=num("accept_length"),
+        metric_value=number if number is not None and math.isfinite(number) else None,
+        error=error,
+    )
+
+
+def run_bench_serving(
+    base_url: str, cfg: WorkloadConfig, worktree: Path, python: str, env: dict[str, str], log_path: Path
+) -> list[RunResult]:
+    """Run SGLang's bench_serving once against a live server and read its JSON line back.
+
+    The module comes from the target's interpreter with the server's env (``PYTHONPATH`` to the
+    checkout): the benchmark of the commit under test. One invocation is the trial's one measured
+    run (its own warm-up requests come first); the key is ``workload.metric`` (``output_throughput``
+    by default). Output goes to ``log_path``.
+    """
+    key = metrics.describe_workload(cfg).name
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    output_file = log_path.with_name(log_path.stem + ".bench_serving.jsonl")
+    output_file.unlink(missing_ok=True)
+    argv = bench_serving_argv(base_url, cfg, python, worktree, output_file)
+    full_env = {**os.environ, **{k: expand((v,), python=python, worktree=str(worktree))[0] for k, v in env.items()}}
+    shown = " ".join(argv)
+    proc = subprocess.Popen(argv, cwd=worktree, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **own_group())
+    try:
+        stdout, stderr = proc.communicate(timeout=cfg.request_timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        stdout, stderr = proc.communicate()
+        _log_invocation(log_path, "bench_serving", shown, None, stdout, stderr)
+        raise WorkloadError(
+            f"sglang.bench_serving ran longer than workload.request_timeout_s = {cfg.request_timeout_s:g} s and was "
+            f"killed. Raise the timeout or ask for fewer requests; its output is in {log_path}."
+        ) from None
+    except BaseException:
+        _kill_group(proc.pid)
+        proc.wait()
+        raise
+    _log_invocation(log_path, "bench_serving", shown, proc.returncode, stdout, stderr)
+    if proc.returncode != 0:
+        missing = "No module named" in stderr and "sglang" in stderr
+        hint = (f"The target's interpreter {python} cannot import sglang.bench_serving (with the server's env); "
+                if missing else "")
+        raise WorkloadError(
+            f"{hint}sglang.bench_serving exited with status {proc.returncode} ({shown}). Last lines of its stderr:\n"
+            f"{_tail(stderr) or '(empty)'}\nFull output in {log_path}."
+        )
+    lines = output_file.read_text().splitlines() if output_file.exists() else []
+    obj = None
+    for line in reversed(lines):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            break
+        obj = None
+    if obj is None:
+        raise WorkloadError(
+            f"sglang.bench_serving wrote no JSON result to {output_file} ({shown}); it writes one when at least "
+            f"one request succeeded. Its output is in {log_path}."
+        )
+    if key not in obj:
+        raise ConfigError(
+            f"sglang.bench_serving's result has no key '{key}' (workload.metric); it has: "
+            f"{', '.join(sorted(k for k, v in obj.items() if isinstance(v, (int, float)))) or '(no numbers)'}. "
+            f"Set workload.metric to one of these."
+        )
+    return [parse_bench_serving(obj, key)]

@@ -1,0 +1,159 @@
+"""Metrics in their own units, bisection on a chosen quantity, and SGLang's bench_serving workload.
+
+Through the real CLI against the demo target (emulator servers on 127.0.0.1); durations are never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from perfbisect.config import parse_config
+from perfbisect.errors import ConfigError
+from perfbisect.metrics import describe_workload
+from perfbisect.workload import parse_bench_serving
+from perfbisect.demo.target import make_demo_target
+from tests.test_cli import cli
+
+import pytest
+
+
+def _config(target, tmp_path: Path, old: str, new: str, metric: str | None = None) -> Path:
+    text = target.config.read_text()
+    assert old in text
+    text = text.replace(old, new)
+    if metric:
+        text = text.replace('metric = "eagle3"', f'metric = "{metric}"')
+    path = tmp_path / "perfbisect.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_seconds_metric_prints_seconds_and_a_sane_effect(tmp_path):
+    """A command workload timing itself in seconds: progress, measure and compare speak seconds, and
+    a commit that takes longer is a regression of a sane size (not "0.0 tok/s", not "+618785%")."""
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "import json, pathlib, re\n"
+        "text = pathlib.Path('python/sglang/srt/model_executor/decode.py').read_text()\n"
+        "step = float(re.search(r'DECODE_STEP_MS = ([0-9.]+)', text).group(1))\n"
+        "print(json.dumps({'seconds': step / 1000.0 * 8}))\n"
+    )
+    config = _config(target, tmp_path, '[workload]\nkind = "sglang"',
+                     f'[workload]\nkind = "command"\ncommand = ["{{python}}", "{script}"]\nmetric = "seconds"\n'
+                     'higher_is_better = false', metric="baseline")
+    db = tmp_path / "r.sqlite"
+    proc = cli("measure", "HEAD", "-m", "baseline", "-n", "2", "-c", str(config), "--db", str(db))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "tok/s" not in out, out
+    assert " s, " in proc.stdout or " s\n" in proc.stdout, proc.stdout
+    assert "lower is better" in proc.stdout
+    data = json.loads(cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(db),
+                          "--json").stdout)
+    assert data["metric"]["unit"] == "s" and data["metric"]["higher_is_better"] is False
+    assert 0 < data["trials"]["baseline"][0]["value"] < 1
+
+
+def test_known_quantities_are_validated_and_know_their_direction(tmp_path):
+    base = {"server": {"command": ["x", "{port}"]}, "modes": {"baseline": {}}}
+    cfg = parse_config({**base, "workload": {"metric": "itl_p99_ms"}}, tmp_path / "p.toml")
+    assert cfg.workload.higher_is_better is False
+    assert describe_workload(cfg.workload).format(12.3456) == "12.35 ms"
+    assert parse_config({**base}, tmp_path / "p.toml").workload.higher_is_better is True  # tok_s: unchanged
+    with pytest.raises(ConfigError, match="Known quantities: decode_tok_s.*itl_p99_ms"):
+        parse_config({**base, "workload": {"metric": "itl_p42"}}, tmp_path / "p.toml")
+    with pytest.raises(ConfigError, match="lower is better"):
+        parse_config({**base, "workload": {"metric": "ttft_ms", "higher_is_better": True}}, tmp_path / "p.toml")
+
+
+def test_bisect_on_itl_p99_names_the_planted_commit(tmp_path):
+    """The planted commit slows the speculative verify cycle: ITL rises, a lower-is-better regression."""
+    target = make_demo_target(tmp_path / "demo", commits=12)
+    config = _config(target, tmp_path, '[workload]\nkind = "sglang"', '[workload]\nkind = "sglang"\nmetric = "itl_p99_ms"')
+    db = tmp_path / "r.sqlite"
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfbisect.cli", "run", f"good={target.good}", f"bad={target.bad}", "-c", str(config),
+         "--db", str(db), "--json"], capture_output=True, text=True, timeout=540,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["verdict"] == "regressed" and result["culprit"] == target.planted, result
+    assert result["effect_pct"] > 0  # ITL went up: the sign of the metric, called a regression
+    assert "ms" in proc.stderr and "tok/s" not in proc.stderr.split("→")[-1]
+
+
+def test_measure_shows_itl(tmp_path):
+    target = make_demo_target(tmp_path / "demo", commits=6)
+    db = tmp_path / "r.sqlite"
+    proc = cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(target.config), "--db", str(db))
+    assert proc.returncode == 0, proc.stderr
+    assert "ITL p50" in proc.stdout and "p99" in proc.stdout and "tok/s" in proc.stdout
+    data = json.loads(cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(target.config), "--db", str(db),
+                          "--json").stdout)
+    row = data["trials"]["baseline"][0]
+    assert row["itl_p50_ms"] > 0 and row["itl_p99_ms"] >= row["itl_p50_ms"]
+
+
+# A STAND-IN for SGLang's `python -m sglang.bench_serving`: it takes the real flags (unknown ones are
+# ignored), sends its requests to the server under test (the demo emulator), and appends one result line
+# in the real JSON format to --output-file. It is not SGLang's benchmark.
+FAKE_BENCH_SERVING = '''
+import argparse, json, time, urllib.request
+p = argparse.ArgumentParser()
+p.add_argument("--base-url"); p.add_argument("--num-prompts", type=int); p.add_argument("--random-output-len", type=int)
+p.add_argument("--max-concurrency", type=int); p.add_argument("--output-file"); p.add_argument("--warmup-requests", type=int)
+args, _ = p.parse_known_args()
+start = time.perf_counter(); ttfts = []; tokens = 0
+for _ in range(args.num_prompts):
+    body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": args.random_output_len,
+                       "ignore_eos": True}}).encode()
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(urllib.request.Request(args.base_url + "/generate", data=body,
+                                headers={"Content-Type": "application/json"}), timeout=60) as r:
+        meta = json.loads(r.read())["meta_info"]
+    ttfts.append(1000 * (time.perf_counter() - t0)); tokens += meta["completion_tokens"]
+dur = time.perf_counter() - start
+result = {"backend": "sglang", "dataset_name": "random", "request_rate": float("inf"), "max_concurrency": args.max_concurrency,
+          "duration": dur, "completed": args.num_prompts, "total_input_tokens": 10 * args.num_prompts,
+          "total_output_tokens": tokens, "request_throughput": args.num_prompts / dur,
+          "output_throughput": tokens / dur, "mean_ttft_ms": sum(ttfts) / len(ttfts), "median_ttft_ms": sorted(ttfts)[len(ttfts) // 2],
+          "p99_ttft_ms": max(ttfts), "median_itl_ms": 1.5, "p99_itl_ms": 2.5, "mean_itl_ms": 1.6, "concurrency": 1.0,
+          "accept_length": None}
+with open(args.output_file, "a") as f:
+    f.write(json.dumps(result) + "\\n")
+print("============ Serving Benchmark Result ============")
+'''
+
+
+def test_bench_serving_workload_runs_the_targets_module_and_reads_its_json(tmp_path):
+    target = make_demo_target(tmp_path / "demo", commits=6)
+    fake = tmp_path / "fake_site" / "sglang"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "bench_serving.py").write_text(FAKE_BENCH_SERVING)
+    config = _config(target, tmp_path, '[workload]\nkind = "sglang"',
+                     '[workload]\nkind = "bench_serving"\nmetric = "median_ttft_ms"\ncommand = ["--tokenizer", "demo/tok"]',
+                     metric="baseline")
+    text = config.read_text().replace("[server.env]\n", f'[server.env]\nPYTHONPATH = "{fake.parent}"\n', 1)
+    config.write_text(text)
+    db = tmp_path / "r.sqlite"
+    proc = cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(db), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["metric"]["name"] == "median_ttft_ms" and data["metric"]["unit"] == "ms"
+    row = data["trials"]["baseline"][0]
+    assert row["value"] > 0 and row["itl_p50_ms"] == 1.5 and row["itl_p99_ms"] == 2.5
+    logs = list((target.repo / ".git" / "perfbisect").rglob("*.bench_serving.jsonl"))
+    assert logs and json.loads(logs[0].read_text().splitlines()[-1])["completed"] == 5 * 1  # runs × concurrency (the demo: 5 runs)
+
+
+def test_parse_bench_serving_flags_a_result_without_requests():
+    run = parse_bench_serving({"completed": 0, "output_throughput": 0.0}, "output_throughput")
+    assert not run.usable and "completed no request" in (run.error or "")
+    ok = parse_bench_serving({"completed": 4, "output_throughput": 812.5, "p99_itl_ms": 3.0}, "output_throughput")
+    assert ok.usable and ok.value == 812.5 and ok.itl_p99_ms == 3.0

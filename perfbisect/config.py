@@ -52,6 +52,8 @@ _NUMBER_CHECKS: dict[str, str] = {
     "stats.stop_when_ruled_out_pct": "int-or-float",  # ≥ 0, checked with its own message
     "stats.second_change_z": "int-or-float",  # ≥ 0, checked with its own message
     "hook.idle_s": "int-or-float",  # ≥ 0, checked with its own message
+    "cost.trial_minutes": "non-negative",  # 0: learned from stored trials
+    "cost.budget_gpu_hours": "non-negative",  # 0: never ask
 }
 # Strings that must be one of a few values.
 _CHOICES: dict[str, tuple[str, ...]] = {"workload.kind": WORKLOAD_KINDS, "hook.action": HOOK_ACTIONS}

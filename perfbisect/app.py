@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+from . import cost
 from .bisect import Done, Observation, SearchPolicy
 from .settings import Config
 from .doctor import Finding, run_doctor
@@ -135,11 +136,28 @@ def _check_endpoints(ws: Workspace, good: Commit, bad: Commit) -> None:
     for label, commit in (("good", good), ("bad", bad)):
         check = ws.stack.check_at(commit)
         if not check.ok:
-            raise UsageError(
-                f"The patch stack does not apply at the {label} endpoint {commit.short}: {check.conflict.describe()}. "
-                f"Pick a {label} commit where it applies (see `perfbisect patches check good=.. bad=..`), or add a "
-                f"[[patches.variants]] entry with a version of that patch for this part of history."
-            )
+            raise UsageError(_endpoint_conflict_message(label, commit, check.conflict))
+
+
+def _endpoint_conflict_message(label: str, commit: Commit, conflict) -> str:
+    return (
+        f"The patch stack does not apply at the {label} endpoint {commit.short}: {conflict.describe()}. "
+        f"Pick a {label} commit where it applies (see `perfbisect patches check good=.. bad=..`), or add a "
+        f"[[patches.variants]] entry with a version of that patch for this part of history."
+    )
+
+
+def endpoint_conflict(plan: Plan) -> str | None:
+    """Why `run` would refuse a planned range (the stack conflicts at an endpoint), else None."""
+    for label, entry in (("good", plan.entries[0]), ("bad", plan.entries[-1])):
+        if entry.skipped:
+            return _endpoint_conflict_message(label, entry.commit, entry.conflict)
+    return None
+
+
+def plan_candidates(plan: Plan) -> int:
+    """The commits a bisection of this plan searches over (untestable ones cost a build attempt)."""
+    return sum(1 for e in plan.entries if e.measure or (e.skipped and not e.filtered))
 
 
 def latest_unfinished(ws: Workspace) -> int:
@@ -177,7 +195,7 @@ def run_bisection(
         progress.warn(str(warning))
     by_sha = {c.sha: c for c in commits}
     candidates = [e.commit for e in plan.entries if e.measure or e.commit.sha in (good_c.sha, bad_c.sha)]
-    filtered = [e.commit for e in plan.entries if e.filtered]
+    filtered = [e.commit for e in plan.filtered]
     progress.info(
         f"range {good_c.short}..{bad_c.short}: {len(commits)} commits, {len(candidates)} candidates, "
         f"{len(filtered)} not measured (only paths that cannot affect throughput)"
@@ -207,16 +225,30 @@ def run_bisection(
     history = endpoint_history(ws, (good_c, bad_c))
     policy = SearchPolicy(shas, cfg.stats, noise, history=history, higher_is_better=describe_metric(cfg).higher_is_better)
     runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
-    while True:
-        action = policy.next(observations)
-        if isinstance(action, Done):
-            outcome = action.outcome
-            break
-        commit = by_sha[action.commit]
-        progress.info(f"[{len(observations) + 1}] {commit.short} ({action.phase}): {action.reason}")
-        obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations))
-        store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag)
-        observations.append(obs)
+    estimate = cost.estimate(ws, len(shas))
+    started, done_here, best = time.monotonic(), 0, ("", None)
+    try:
+        while True:
+            action = policy.next(observations)
+            if isinstance(action, Done):
+                outcome = action.outcome
+                break
+            commit = by_sha[action.commit]
+            if action.best:
+                best = (action.best, action.p)
+            elapsed = time.monotonic() - started
+            step_s = elapsed / done_here if done_here else (estimate.trial_s and estimate.trial_s * estimate.modes)
+            progress.search(cost.SearchStatus(
+                bisection_id, len(observations) + 1, cfg.stats.max_trials_total, max(estimate.trials, len(observations) + 1),
+                action.phase, commit.short, best[0], best[1], elapsed, step_s or None,
+            ))
+            progress.info(f"[{len(observations) + 1}] {commit.short} ({action.phase}): {action.reason}")
+            obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations))
+            store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag)
+            observations.append(obs)
+            done_here += 1
+    finally:
+        progress.done()
     outcome = _expand_merge_culprit(ws, outcome, by_sha)
     store.finish_bisection(bisection_id, outcome)
     keep_noise(

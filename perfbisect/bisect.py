@@ -92,6 +92,8 @@ class Measure:
     reason: str
     phase: str = "locating"  # endpoints | locating | second-change check | confirming
     gain_bits: float = 0.0  # uncertainty about the answer this trial is expected to remove
+    best: str = ""  # the best answer so far (for progress), when the search has one
+    p: float | None = None  # its posterior probability
 
 
 @dataclass(frozen=True)
@@ -246,6 +248,8 @@ class SearchPolicy:
                     f"second-change check: {self._describe_key(data, top_key)} holds {top_p:.3f} of the posterior; "
                     f"measuring this side of it so a second level step would show",
                     "second-change check",
+                    best=self._describe_key(data, top_key),
+                    p=top_p,
                 )
         for st in steps:
             p_dir = t_cdf(-abs(st.step) / st.se, st.dof) if st.se > 0 else 0.0
@@ -411,6 +415,8 @@ class SearchPolicy:
             f"this commit is expected to remove {bits:.2f} bits of uncertainty",
             phase,
             bits,
+            best=what,
+            p=top_p,
         )
 
     def _confirm_step(self, data: _Data, st: Step, why: str) -> Measure | None:

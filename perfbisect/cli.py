@@ -143,7 +143,7 @@ def _exit_for(outcome, fail_on_regression: bool) -> int:
 
 
 def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: str | None = None,
-                    report: tuple[Path, str] | None = None) -> None:
+                    report: tuple[Path, str] | None = None, spent: dict | None = None, fmt: str = "text") -> None:
     """Print a finished bisection (lines, or one JSON object) and exit with its documented code.
 
     ``broken``: no trial measured anything (the server never started, every run failed). That is
@@ -152,11 +152,19 @@ def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: st
     """
     from .render import format_outcome, outcome_json
 
+    from .cost import spent_line
+
     if json_out:
-        print_json({**outcome_json(result), "report": str(report[0]) if report else None})
+        print_json({**outcome_json(result), "report": str(report[0]) if report else None, "spent": spent})
+    elif fmt == "markdown":
+        from .markdown import bisection_markdown
+
+        out_console.out(bisection_markdown(result, report[0] if report else None, spent), highlight=False)
     else:
         for line in format_outcome(result):
             out_console.print(show(line))
+        if spent is not None:
+            out_console.print(show(spent_line(spent)))
         if report is not None:
             out_console.print(show(report[1]))
     if broken:
@@ -184,6 +192,51 @@ def _bisection_report(ws, result, progress) -> tuple[Path, str] | None:
     return app.report_quietly(progress, write)
 
 
+def _format(fmt: str, json_out: bool) -> str:
+    if fmt not in ("text", "markdown"):
+        raise UsageError(f"--format is {fmt!r}; use text or markdown (or --json for one JSON object).")
+    if fmt == "markdown" and json_out:
+        raise UsageError("--format markdown and --json both choose what stdout holds: pass one of them.")
+    return fmt
+
+
+def _spent(ws, bisection_id: int) -> dict:
+    from . import cost
+
+    return cost.spent(ws.store.trials(bisection_id=bisection_id, status=None), ws.config.cost.gpus)
+
+
+def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
+    """Before a bisection starts: ask when its estimate exceeds [cost] budget_gpu_hours (never with --yes)."""
+    from . import cost
+
+    budget = ws.config.cost.budget_gpu_hours
+    if not budget or yes:
+        return
+    est = cost.estimate(ws, app.plan_candidates(app.plan(ws, good, bad, check_patches=False)))
+    if est.gpu_hours is None or est.gpu_hours <= budget:
+        return
+    over = (
+        f"The estimate ({est.gpu_hours:.1f} GPU-hours, ~{est.trials} trials, {cost.format_duration(est.wall_s)}) "
+        f"exceeds [cost] budget_gpu_hours = {budget:g}."
+    )
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"{over} stdin is not a terminal, so perfbisect cannot ask: pass --yes to start anyway, raise the "
+            f"budget, or narrow good..bad (`perfbisect plan` shows the estimate)."
+        )
+    err_console.print(show(est.line()))
+    if not typer.confirm(f"{over} Start anyway?", default=False, err=True):
+        print_error(f"{over} Not started (answered no); pass --yes to skip this question.")
+        raise typer.Exit(code=EXIT_USAGE)
+
+
+FormatOpt = Annotated[
+    str, typer.Option("--format", help="text, or markdown: a summary for a CI job summary or a pull-request comment.")
+]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Start even when the estimate exceeds [cost] budget_gpu_hours (no question).")]
+
+
 def _load(config: Path | None):
     from .config import load_config
 
@@ -207,23 +260,28 @@ def run(
     fail_on_regression: Annotated[
         bool, typer.Option("--fail-on-regression", help="Exit 1 when a regression is found (for hooks and CI).")
     ] = False,
+    yes: YesOpt = False,
+    fmt: FormatOpt = "text",
 ) -> None:
     """Bisect good..bad and name the commit that changed performance beyond noise.
 
     Example:  perfbisect run good=bba2fc4 bad=HEAD
     Example:  perfbisect run --good v0.5.0 --bad origin/main --json
+    Example:  perfbisect run good=v0.5.0 bad=HEAD --yes --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
 
     g, b = parse_revs(revs or [], good, bad)
+    fmt = _format(fmt, json_out)
     cfg = _load(config)
     progress = ConsoleProgress(quiet)
-    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(
-        ws, resumable=True, options=resume_options(config, db)
-    ):
-        result = app.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
-        broken = app.measured_nothing(ws, result.bisection_id)
-        report = _bisection_report(ws, result, progress)
-    _show_bisection(result, json_out, fail_on_regression, broken, report)
+    with app.Workspace.open(cfg, db) as ws:
+        _confirm_budget(ws, g, b, yes)
+        with app.exclusive(ws, progress, wait=wait), interruptible(ws, resumable=True, options=resume_options(config, db)):
+            result = app.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
+            broken = app.measured_nothing(ws, result.bisection_id)
+            report = _bisection_report(ws, result, progress)
+            spent = _spent(ws, result.bisection_id)
+    _show_bisection(result, json_out, fail_on_regression, broken, report, spent, fmt)
 
 
 @cli.command()
@@ -251,7 +309,8 @@ def resume(
             result = app.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
         broken = app.measured_nothing(ws, result.bisection_id)
         report = _bisection_report(ws, result, progress)
-    _show_bisection(result, json_out, fail_on_regression, broken, report)
+        spent = _spent(ws, result.bisection_id)
+    _show_bisection(result, json_out, fail_on_regression, broken, report, spent)
 
 
 @cli.command()
@@ -331,13 +390,20 @@ def plan(
     """
     from .render import format_plan
 
+    from . import cost
+
     g, b = parse_revs(revs or [], good, bad)
     with app.Workspace.open(_load(config), db) as ws:
         result = app.plan(ws, g, b, check_patches=not no_patch_check)
+        estimate = cost.estimate(ws, app.plan_candidates(result))
     if json_out:
         print_json(result)
     else:
-        print_lines(format_plan(result))
+        print_lines(format_plan(result) + [estimate.line()])
+    conflict = app.endpoint_conflict(result)
+    if conflict:  # `run` refuses this range: say so, and exit as it would
+        print_error(conflict)
+        raise typer.Exit(code=EXIT_USAGE)
 
 
 @patches_app.command("check")
@@ -419,6 +485,7 @@ def compare_cmd(
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
     wait: WaitOpt = False,
+    fmt: FormatOpt = "text",
 ) -> None:
     """Compare two commits with interleaved trials (A B B A …) until the verdict is clear.
 
@@ -431,6 +498,7 @@ def compare_cmd(
     """
     from .render import format_comparison, json_value
 
+    fmt = _format(fmt, json_out)
     cfg = _load(config)
     progress = ConsoleProgress(quiet)
     with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws):
@@ -441,6 +509,10 @@ def compare_cmd(
                 **json_value(result.comparison), "history": result.history, "attribution": result.attribution,
                 "report": str(report) if report else None}
         print_json(data)
+    elif fmt == "markdown":
+        from .markdown import comparison_markdown
+
+        out_console.out(comparison_markdown(result, report), highlight=False)
     else:
         print_lines(format_comparison(result))
         print_report(report)
@@ -570,17 +642,34 @@ def init(
 
 @cli.command()
 def log(
+    bisection: Annotated[Optional[str], typer.Argument(help="A bisection id: show that one in detail.")] = None,
     config: ConfigOpt = None,
     db: DbOpt = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="How many of each to show.")] = 20,
 ) -> None:
-    """List past bisections and comparisons with their verdicts.
+    """List past bisections and comparisons with their verdicts; `log ID` shows one bisection in detail.
 
     Example:  perfbisect log --limit 5
+    Example:  perfbisect log 3
     """
     from .render import format_log
 
-    bisections, comparisons = app.log(db or _load(config).default_db, limit)
+    cfg = _load(config) if (config is not None or db is None or _config_path(None).exists()) else None
+    path = db or cfg.default_db
+    if bisection is not None:
+        from .logdetail import bisection_detail
+
+        digits = bisection.strip().lstrip("b#")
+        if not digits.isdigit():
+            raise UsageError(f"Cannot read bisection id '{bisection}': give its number (see `perfbisect log`).")
+        with app.stored_results(path, cfg) as store:
+            bid = int(digits)
+            if bid not in {b.id for b in store.bisections(1 << 30)}:
+                raise UsageError(f"No bisection #{bid} in {path}. List the stored ones with `perfbisect log`.")
+            lines = bisection_detail(store, bid, app.report_path(path, f"bisection-{bid}"), cfg.cost.gpus if cfg else 1)
+        print_lines(lines)
+        return
+    bisections, comparisons = app.log(path, limit)
     print_lines(format_log(bisections, comparisons))
 
 
@@ -660,6 +749,7 @@ def check_cmd(
     enqueue: Annotated[bool, typer.Option("--enqueue", help="Queue OLD NEW for the background worker, as the hook does, and return.")] = False,
     drain: Annotated[bool, typer.Option("--drain", help="Be the background worker: check every queued pull, coalesced (the hook runs this).")] = False,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when a mode regressed.")] = False,
+    fmt: FormatOpt = "text",
 ) -> None:
     """Did OLD..NEW make any configured mode slower beyond noise? Then (action bisect) find the commit.
 
@@ -670,6 +760,7 @@ def check_cmd(
     from .checkqueue import CheckQueue, hook_dir
 
     words = revs or []
+    fmt = _format(fmt, json_out)
     if drain:
         check.drain(_config_path(config))
         raise typer.Exit(code=EXIT_OK)
@@ -690,6 +781,10 @@ def check_cmd(
     line = check.finish(cfg, CheckQueue(hook_dir(cfg.cache_dir)), result, app.Progress())
     if json_out:
         print_json({**result, "line": line})
+    elif fmt == "markdown":
+        from .markdown import check_markdown
+
+        out_console.out(check_markdown(result, line), highlight=False)
     else:
         print_lines([line])
     verdict = result["verdict"]

@@ -53,6 +53,8 @@ _NUMBER_CHECKS: dict[str, str] = {
     "stats.stop_when_ruled_out_pct": "int-or-float",  # ≥ 0, checked with its own message
     "stats.second_change_z": "int-or-float",  # ≥ 0, checked with its own message
     "hook.idle_s": "int-or-float",  # ≥ 0, checked with its own message
+    "cost.trial_minutes": "int-or-float",  # ≥ 0 (0: learned from stored trials), checked below
+    "cost.budget_gpu_hours": "int-or-float",  # ≥ 0 (0: never ask), checked below
 }
 # Strings that must be one of a few values.
 _CHOICES: dict[str, tuple[str, ...]] = {"workload.kind": WORKLOAD_KINDS, "hook.action": HOOK_ACTIONS}
@@ -423,6 +425,9 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None, base_dir: Pa
                 f"{path}: key 'stats.metric' is {stats.metric!r}, which needs mode '{needed}', but only "
                 f"{', '.join(sorted(modes))} are defined. Add [modes.{needed}] or change the metric."
             )
+    for key in ("trial_minutes", "budget_gpu_hours"):
+        if getattr(config.cost, key) < 0:
+            raise ConfigError(f"{path}: key 'cost.{key}' must be ≥ 0 (0: {'learn it from stored trials' if key == 'trial_minutes' else 'never ask'}), got {getattr(config.cost, key)}.")
     hook = config.hook
     if hook.idle_s < 0:
         raise ConfigError(f"{path}: key 'hook.idle_s' must be ≥ 0 seconds (0: start as soon as the GPUs are free), got {hook.idle_s}.")

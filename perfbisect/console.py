@@ -39,21 +39,93 @@ def print_json(data) -> None:
 
 
 class ConsoleProgress:
-    """Progress on stderr: steps, finer detail (unless --quiet) and warnings."""
+    """Progress on stderr: steps, finer detail (unless --quiet) and warnings.
+
+    Where a bisection stands (``search``) is a live status line at the bottom of a terminal — trial
+    k of at most N, phase, best answer and its probability, elapsed, ETA, and the latest detail (a
+    server's readiness polling) — and a plain line per trial when stderr is not a terminal. With
+    --quiet a heartbeat line still comes every ``PERFBISECT_HEARTBEAT_S`` seconds (60).
+    """
 
     def __init__(self, quiet: bool = False):
         self.quiet = quiet
+        self._status = None  # (cost.SearchStatus, monotonic time it was set)
+        self._last_detail = ""
+        self._live = None
+        self._stop = None
 
     def info(self, message: str) -> None:
         if not self.quiet:
             err_console.print(show(message))
 
     def detail(self, message: str) -> None:
+        self._last_detail = message.strip()
         if not self.quiet:
             err_console.print(f"[dim]{show(message)}[/dim]")
 
     def warn(self, message: str) -> None:
         err_console.print(f"[yellow]warning:[/yellow] {show(message)}")
+
+    # -- where a long search stands ------------------------------------------------------------
+
+    def _line(self) -> str:
+        import dataclasses
+        import time
+
+        status, at = self._status
+        return dataclasses.replace(status, elapsed_s=status.elapsed_s + time.monotonic() - at).line()
+
+    def search(self, status) -> None:
+        import time
+
+        self._status = (status, time.monotonic())
+        self._last_detail = ""
+        if self.quiet:
+            self._start_heartbeat()
+        elif err_console.is_terminal:
+            self._start_live()
+        else:
+            err_console.print(show(status.line()))
+
+    def _start_live(self) -> None:
+        if self._live is not None:
+            return
+        from rich.live import Live
+        from rich.spinner import Spinner
+        from rich.table import Table
+
+        def render():
+            grid = Table.grid()
+            grid.add_row(Spinner("dots", text=f"[bold]{show(self._line())}[/bold]"))
+            if self._last_detail:
+                grid.add_row(f"  [dim]{show(self._last_detail[:200])}[/dim]")
+            return grid
+
+        self._live = Live(console=err_console, get_renderable=render, refresh_per_second=4, transient=True)
+        self._live.start()
+
+    def _start_heartbeat(self) -> None:
+        if self._stop is not None:
+            return
+        import os
+        import threading
+
+        every = float(os.environ.get("PERFBISECT_HEARTBEAT_S", "60") or 60)
+        self._stop = threading.Event()
+
+        def beat(stop=self._stop):
+            while not stop.wait(every):
+                err_console.print(f"still working: {show(self._line())}")
+
+        threading.Thread(target=beat, name="perfbisect-heartbeat", daemon=True).start()
+
+    def done(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        if self._stop is not None:
+            self._stop.set()
+            self._stop = None
 
 
 def print_error(message: str) -> None:

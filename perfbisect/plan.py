@@ -61,7 +61,7 @@ class Plan:
 
     @property
     def filtered(self) -> list[PlanEntry]:
-        return [e for e in self.entries if e.filtered and not e.measure]
+        return [e for e in self.entries if e.filtered and not e.measure and not e.skipped]
 
     @property
     def skipped(self) -> list[PlanEntry]:

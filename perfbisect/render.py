@@ -233,7 +233,7 @@ def format_comparison(result: Any) -> list[str]:
     """`perfbisect compare` output: the verdict with its evidence, history and attribution."""
     cmp = result.comparison
     lines = [
-        f"{result.b.short} vs {result.a.short} [{result.mode}]: {cmp.verdict.value.upper()}",
+        f"{result.a.short} vs {result.b.short} [{result.mode}]: {cmp.verdict.value.upper()}",
         comparison_line("effect", cmp) or "",
     ]
     if cmp.explanation:
@@ -255,9 +255,7 @@ def format_plan(plan: Any) -> list[str]:
             if alt:
                 variant = "  variants: " + ", ".join(alt)
         lines.append(f"{e.commit.short}  {mark:<7}  {e.reason:<40}  {e.commit.subject[:60]}{variant}")
-    measured = sum(1 for e in plan.entries if e.measure)
-    filtered = sum(1 for e in plan.entries if e.filtered)
-    skipped = sum(1 for e in plan.entries if e.skipped)
+    measured, filtered, skipped = len(plan.measured), len(plan.filtered), len(plan.skipped)  # as the rows say
     lines.append(f"{len(plan.entries)} commits: {measured} to measure, {filtered} filtered, {skipped} untestable (patch conflict)")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
@@ -268,13 +266,21 @@ def format_patch_checks(checks: Any) -> list[str]:
     """`perfbisect patches check`: per commit, applies (with which files) or conflicts (where)."""
     lines = []
     bad = 0
+    rows: list[list] = []  # consecutive commits with the same outcome share one row: [first, last, n, text]
     for c in checks:
         if c.ok:
             used = ", ".join(patch_file_name(f) for _, f in (c.applied.applied if c.applied else ()))
-            lines.append(f"{c.commit.short}  applies   {used}")
+            text = f"applies   {used}"
         else:
             bad += 1
-            lines.append(f"{c.commit.short}  CONFLICT  {c.conflict.describe()}")
+            text = f"CONFLICT  {c.conflict.describe()}"
+        if rows and rows[-1][3] == text:
+            rows[-1][1], rows[-1][2] = c.commit, rows[-1][2] + 1
+        else:
+            rows.append([c.commit, c.commit, 1, text])
+    for first, last, n, text in rows:
+        where = first.short if n == 1 else f"{first.short}..{last.short} ({n} commits)"
+        lines.append(f"{where}  {text}")
     lines.append(f"{len(checks)} commits: {len(checks) - bad} apply, {bad} conflict (those will be skipped, never blamed)")
     return lines
 
@@ -302,7 +308,7 @@ def format_log(bisections: Any, comparisons: Any) -> list[str]:
         when = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(c.created_at))
         cmp = c.comparison
         lines.append(
-            f"compare #{c.id}  {when}  {c.b[:10]} vs {c.a[:10]}  [{c.mode}]  {cmp.verdict.value} "
+            f"compare #{c.id}  {when}  {c.a[:10]} vs {c.b[:10]}  [{c.mode}]  {cmp.verdict.value} "
             f"{effect_text(cmp)}"
         )
     if not lines:

@@ -158,6 +158,15 @@ HOOK_ACTIONS = ("check", "bisect")
 
 
 @dataclass(frozen=True)
+class CostConfig:
+    """[cost]: what a trial costs, for `plan`'s estimate and `run`'s budget question (perfbisect/cost.py)."""
+
+    trial_minutes: float = 0.0  # 0: learn it from the trials stored on this host (none yet: unknown)
+    gpus: int = 1  # GPUs one trial holds (8 for --tp 8): GPU-hours = trial hours x gpus
+    budget_gpu_hours: float = 0.0  # > 0: `run` asks before starting when the estimate exceeds it
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None  # the file these settings came from, if any
     target: TargetConfig
@@ -169,6 +178,7 @@ class Config:
     stats: StatsConfig
     filters: FiltersConfig
     hook: HookConfig = HookConfig()
+    cost: CostConfig = CostConfig()
 
     @property
     def cache_dir(self) -> Path:

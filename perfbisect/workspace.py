@@ -40,6 +40,12 @@ class Progress:
     def warn(self, message: str) -> None:  # something the user should know and may act on
         pass
 
+    def search(self, status) -> None:  # where a bisection stands (a cost.SearchStatus), before each trial
+        pass
+
+    def done(self) -> None:  # the long work is over (stop any live display or heartbeat)
+        pass
+
 
 @dataclass
 class Workspace:

@@ -100,7 +100,7 @@ CASES = [
      ["measure", "-c", "{config}", "--db", "{db}"], 2, "/opt/no-such/sglang"),
     ("repo-not-git", ("[target]\nrepo = ", "[target]\nrepo = \"{tmp}/plain\"\n#"), _setup_no_git,
      ["plan", "good=a", "bad=b", "-c", "{config}"], 2, "git"),
-    ("cache-dir-is-a-file", ("[target]\n", "[target]\ncache_dir = \"{tmp}/cache-is-a-file\"\n"), _setup_cache_file,
+    ("cache-dir-is-a-file", ("\ncache_dir = ", "\ncache_dir = \"{tmp}/cache-is-a-file\"\n# the demo's was: "), _setup_cache_file,
      ["measure", "-c", "{config}", "--db", "{db}"], 2, "target.cache_dir"),
     ("garbage-patch-file", ("[patches]\ndir = ", "[patches]\ndir = \"{tmp}/patches\"\n#"), _setup_garbage_patch,
      ["plan", "good={good}", "bad={bad}", "-c", "{config}"], 2, "0001-notes.patch"),

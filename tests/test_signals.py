@@ -266,7 +266,7 @@ def test_resume_refuses_a_bisection_whose_process_is_alive(demo, tmp_path):
         bid = rows(db, "select id from bisections")[0][0]
         # Another cache dir, so the repository lock does not stop it first: the store must.
         other = tmp_path / "other.toml"
-        other.write_text(demo.config.read_text().replace("[target]\n", f"[target]\ncache_dir = {str(tmp_path / 'c')!r}\n"))
+        other.write_text(demo.config.read_text().replace("\ncache_dir = ", f"\ncache_dir = {str(tmp_path / 'c')!r}\n# the demo's was: "))
         resumed = subprocess.run(
             [sys.executable, "-m", "perfbisect.cli", "resume", str(bid), "-c", str(other), "--db", str(db)],
             capture_output=True, text=True, timeout=EVENT_TIMEOUT_S,

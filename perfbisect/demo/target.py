@@ -308,6 +308,9 @@ def demo_config_text(
 [target]
 repo = {_toml_str(repo)}
 python = {_toml_str(sys.executable)}
+# The demo keeps everything in its own directory: results.sqlite, reports/, worktrees, logs. Commands
+# run in this directory find this file, and through it the demo's database.
+cache_dir = {_toml_str(drift_file.parent)}
 
 [patches]
 dir = {_toml_str(patches)}

@@ -1,0 +1,53 @@
+"""`perfbisect log ID`: one stored bisection in detail — its question, trials per commit, verdict,
+effect, what it spent and where its report is. Read from the results database only."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from .cost import format_duration, spent, spent_line
+from .model import median
+
+
+def bisection_detail(store, bisection_id: int, report: Path | None, gpus: int = 1) -> list[str]:
+    b = store.bisection(bisection_id)
+    trials = store.trials(bisection_id=bisection_id, status=None)
+    by_commit: dict[str, list] = {}
+    for t in trials:
+        by_commit.setdefault(t.identity.commit, []).append(t)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.started_at))
+    out = b.outcome
+    lines = [
+        f"bisection #{b.id}  {when}  {b.good[:10]}..{b.bad[:10]}  [{b.metric}]  {b.status}",
+        f"target: {b.target}",
+        f"verdict: {b.verdict.value if b.verdict else 'not finished'}"
+        + (f"  culprit {b.culprit[:10]}" if b.culprit else "")
+        + (f"  effect {out.effect_pct:+.1f}%" if out is not None and out.effect_pct is not None else ""),
+        f"trials per commit ({len(b.commits)} candidates, {len(by_commit)} measured):",
+    ]
+    for i, sha in enumerate(b.commits):
+        ts = by_commit.get(sha, [])
+        if not ts:
+            continue
+        ok = [t for t in ts if t.summary is not None]
+        level = median([math.exp(t.summary) for t in ok]) if ok else None
+        what = "good endpoint" if i == 0 else "bad endpoint" if i == len(b.commits) - 1 else ""
+        mark = "  ← first bad commit" if b.culprit == sha else ""
+        failed = f", {len(ts) - len(ok)} not usable" if len(ts) > len(ok) else ""
+        value = f"median {level:.1f}" if level is not None else "no value"
+        lines.append(f"  {sha[:10]}  {len(ts)} trial{'s' if len(ts) != 1 else ''}{failed}  {value}  {what}{mark}".rstrip())
+    if out is not None and out.explanation:
+        lines.append(out.explanation)
+    if trials:
+        lines.append(spent_line(spent(trials, gpus)))
+    if b.finished_at:
+        lines.append(f"took {format_duration(b.finished_at - b.started_at)} from start to verdict")
+    if report is not None and report.exists():
+        lines.append(f"report: {report}")
+    else:
+        lines.append(f"report: not written yet — `perfbisect report {b.id}` writes it")
+    if not b.finished:
+        lines.append(f"resume it: perfbisect resume {b.id}")
+    return lines

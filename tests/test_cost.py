@@ -1,0 +1,189 @@
+"""Issue #13: what a bisection costs, said in the terminal — through the real `perfbisect` CLI.
+
+Estimates, budget question, progress lines and heartbeat, what was spent, `log ID`, the demo
+directory's database, `compare` order, `plan` counts, `patches check` grouping, an endpoint conflict
+in `plan`, and `--format markdown`. No duration or rate is asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfbisect.demo.target import make_demo_target
+from perfbisect.markdown import md
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict | None = None, stdin=subprocess.DEVNULL) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "perfbisect.cli", *args],
+        capture_output=True, text=True, cwd=cwd, timeout=300, stdin=stdin,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return make_demo_target(tmp_path_factory.mktemp("cost") / "demo", commits=12)
+
+
+def _with_cost(demo, tmp_path: Path, table: str) -> Path:
+    cfg = tmp_path / "perfbisect.toml"
+    cfg.write_text(demo.config.read_text() + "\n[cost]\n" + table + "\n")
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def finished(demo, tmp_path_factory):
+    """One bisection run with -q, --yes past a tiny budget, and a fast heartbeat."""
+    tmp = tmp_path_factory.mktemp("finished")
+    cfg = _with_cost(demo, tmp, "trial_minutes = 8.4\ngpus = 8\nbudget_gpu_hours = 0.5")
+    db = tmp / "r.sqlite"
+    proc = cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db), "-q", "--yes",
+               env={"PERFBISECT_HEARTBEAT_S": "0.5"})
+    assert proc.returncode == 0, proc.stderr
+    return cfg, db, proc
+
+
+def test_plan_estimates_from_config_and_counts_agree_with_rows(demo, tmp_path):
+    cfg = _with_cost(demo, tmp_path, "trial_minutes = 8.4\ngpus = 8")
+    proc = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(tmp_path / "empty.sqlite"))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    rows = [line for line in lines if re.match(r"^[0-9a-f]{10}  ", line)]
+    measured = sum(1 for r in rows if "  measure  " in r)
+    filtered = sum(1 for r in rows if "filtered:" in r)
+    assert f"{len(rows)} commits: {measured} to measure, {filtered} filtered" in proc.stdout
+    assert "bad endpoint" in rows[-1] and "  measure  " in rows[-1]
+    est = next(line for line in lines if line.startswith("estimate: ~"))
+    assert "GPU-hours" in est and "[cost] trial_minutes" in est and "× 8 GPUs" in est
+    assert "benchmarks/strategies.py" in est
+
+
+def test_plan_without_any_trial_cost_says_it_is_unknown(demo, tmp_path):
+    proc = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--db", str(tmp_path / "e.sqlite"))
+    assert proc.returncode == 0, proc.stderr
+    assert "time unknown" in proc.stdout and "trial_minutes" in proc.stdout
+
+
+def test_run_over_budget_without_a_terminal_refuses_with_exit_2(demo, tmp_path):
+    cfg = _with_cost(demo, tmp_path, "trial_minutes = 8.4\ngpus = 8\nbudget_gpu_hours = 0.5")
+    db = tmp_path / "r.sqlite"
+    proc = cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db))
+    assert proc.returncode == 2, proc.stderr
+    text = " ".join(proc.stderr.split())
+    assert text.startswith("Error: ") and "budget_gpu_hours" in text and "--yes" in text
+    assert "Traceback" not in proc.stderr
+
+
+def test_run_with_yes_heartbeat_and_spent(finished):
+    _cfg, _db, proc = finished
+    assert "still working: bisection #1: trial " in proc.stderr  # -q keeps a heartbeat
+    assert re.search(r"of at most 80 \(~\d+ expected\) · (endpoints|locating|second-change check|confirming)", proc.stderr)
+    spent = next(line for line in proc.stdout.splitlines() if line.startswith("spent: "))
+    trials = int(re.search(r"trials used: (\d+)", proc.stdout).group(1))
+    assert spent.startswith(f"spent: {trials} trials, ") and "GPU-hours" in spent and "8 GPUs" in spent
+
+
+def test_plan_learns_the_trial_cost_from_stored_trials(demo, finished):
+    cfg, db, _ = finished
+    proc = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db))
+    assert proc.returncode == 0, proc.stderr
+    assert "stored trials on this host" in proc.stdout
+
+
+def test_log_id_shows_one_bisection_in_detail(finished):
+    cfg, db, _ = finished
+    proc = cli("log", "1", "-c", str(cfg), "--db", str(db))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("bisection #1 ") and "verdict: regressed" in out and "effect " in out
+    assert "good endpoint" in out and "bad endpoint" in out and "← first bad commit" in out
+    assert re.search(r"\d+ trials? ", out) and "report: " in out and "spent: " in out
+    missing = cli("log", "7", "-c", str(cfg), "--db", str(db))
+    assert missing.returncode == 2 and "No bisection #7" in missing.stderr
+
+
+def test_run_progress_lines_and_markdown_summary(demo, tmp_path):
+    db = tmp_path / "r.sqlite"
+    proc = cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--db", str(db), "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    # stderr is not a terminal: one plain status line per trial
+    status = [line for line in proc.stderr.splitlines() if " of at most " in line]
+    assert status and status[0].startswith("bisection #1: trial 1 of at most") and "endpoints" in status[0]
+    assert any("best: " in s and " p=" in s for s in status) and all("elapsed" in s and "ETA" in s for s in status)
+    out = proc.stdout
+    assert out.startswith("### ") and "REGRESSED" in out and "| first bad commit | `" in out
+    assert "| spent |" in out and "| report | `" in out
+    assert "\\(" in out or "\\-" in out  # the explanation's text is escaped
+
+
+def test_commands_in_the_demo_directory_find_the_demos_database(tmp_path):
+    root = tmp_path / "d"
+    proc = cli("demo", "--dir", str(root), "--commits", "10", "-q")
+    assert proc.returncode == 0, proc.stderr
+    log = cli("log", cwd=root)
+    assert log.returncode == 0, log.stderr
+    assert log.stdout.startswith("bisection #1 ")
+    assert cli("log", "1", cwd=root).stdout.startswith("bisection #1 ")
+    report = cli("report", "latest", cwd=root)
+    assert report.returncode == 0 and str(root / "reports") in report.stdout
+
+
+def test_compare_prints_its_arguments_in_the_order_given(demo, tmp_path):
+    db = tmp_path / "r.sqlite"
+    a, b = demo.bad, demo.good  # deliberately the later commit first
+    proc = cli("compare", a, b, "-c", str(demo.config), "--db", str(db), "--max-trials", "2")
+    assert proc.returncode in (0, 3), proc.stderr
+    assert proc.stdout.splitlines()[0].startswith(f"{a[:10]} vs {b[:10]} ")
+    log = cli("log", "-c", str(demo.config), "--db", str(db))
+    assert f"{a[:10]} vs {b[:10]}" in log.stdout
+    md_out = cli("compare", a, b, "-c", str(demo.config), "--db", str(db), "--max-trials", "2", "--format", "markdown")
+    assert md_out.returncode in (0, 3), md_out.stderr
+    text = md_out.stdout
+    assert text.startswith("### ") and text.index(f"| A | `{a[:10]}`") < text.index(f"| B | `{b[:10]}`")
+
+
+def test_check_format_markdown(demo, tmp_path):
+    db = tmp_path / "r.sqlite"
+    proc = cli("check", demo.good, demo.bad, "-c", str(demo.config), "--db", str(db), "--action", "check", "--format", "markdown")
+    assert proc.returncode in (0, 3), proc.stderr
+    assert proc.stdout.startswith("### ") and "perfbisect check" in proc.stdout and "| range | `" in proc.stdout
+
+
+def test_format_is_checked(demo):
+    proc = cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--format", "html")
+    assert proc.returncode == 2 and "--format" in proc.stderr
+
+
+def test_patches_check_groups_identical_rows(demo):
+    proc = cli("patches", "check", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2, proc.stdout  # 12 commits that all apply the same way: one row and the total
+    assert "(12 commits)  applies" in lines[0] and lines[1].startswith("12 commits: 12 apply")
+
+
+def test_plan_exits_2_when_the_bad_endpoint_conflicts(tmp_path):
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    patch = sorted((target.root / "patches").glob("*.patch"))[0].read_text()
+    touched = re.search(r"^\+\+\+ b/(\S+)", patch, re.M).group(1)
+    repo = target.root / "sglang"
+    (repo / touched).write_text("# rewritten upstream: the patch no longer applies\n")
+    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "Rewrite a patched file"], check=True)
+    proc = cli("plan", f"good={target.good}", "bad=HEAD", "-c", str(target.config))
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "SKIP" in proc.stdout.splitlines()[-3] or "patch conflict" in proc.stdout
+    assert "does not apply at the bad endpoint" in " ".join(proc.stderr.split())
+
+
+def test_markdown_escapes_repository_text():
+    hostile = "Fix [click](http://x) <img src=x> | `code` *bold* #1\x1b[31m"
+    text = md(hostile)
+    assert "\\[click\\]\\(http" in text and "\\<img" in text and "\\|" in text and "\\`" in text
+    assert "\x1b" not in text

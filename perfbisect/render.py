@@ -245,7 +245,9 @@ def format_plan(plan: Any) -> list[str]:
     measured = sum(1 for e in plan.entries if e.measure)
     filtered = sum(1 for e in plan.entries if e.filtered)
     skipped = sum(1 for e in plan.entries if e.skipped)
-    lines.append(f"{len(plan.entries)} commits: {measured} to measure, {filtered} filtered, {skipped} untestable (patch conflict)")
+    lines.append(f"{len(plan.entries)} commits: {measured} to measure, {filtered} filtered, {skipped} untestable (patch conflict or marked skipped)")
+    if plan.filters_note:
+        lines.append(f"filters: {plan.filters_note}")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
     return lines

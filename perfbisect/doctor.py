@@ -170,7 +170,9 @@ def _cpu(ctx: dict) -> list[Finding]:
     load = os.getloadavg()[0]
     cores = os.cpu_count() or 1
     if load > max(1.0, 0.5 * cores):
-        return [Finding("CPU load", "warn", f"load average {load:.1f} on {cores} cores: a busy host slows the server's scheduler and tokenizer; benchmark on a quiet machine")]
+        cfg = ctx.get("config")
+        slows = "the server's scheduler and tokenizer" if cfg is None or is_sglang_target(cfg) else "what is measured"
+        return [Finding("CPU load", "warn", f"load average {load:.1f} on {cores} cores: a busy host slows {slows}; benchmark on a quiet machine")]
     return [Finding("CPU load", "ok", f"load average {load:.1f} on {cores} cores")]
 
 

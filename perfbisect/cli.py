@@ -602,7 +602,7 @@ def skip(
     lines = [f"{'unmarked' if undo else 'marked untestable'}: {c.short} {c.subject[:60]}" for c in changed]
     if undo and len(changed) < len(revs or []):
         lines.append(f"{len(revs or []) - len(changed)} of those were not marked by `perfbisect skip` ([filters] skip is edited in the config)")
-    lines += [f"skipped: {s.commit.short} {s.describe()}  {s.commit.subject[:60]}" for s in marked] or ["no commit is marked untestable"]
+    lines += [f"{s.commit.short}  {s.describe()}  {s.commit.subject[:60]}" for s in marked] or ["no commit is marked untestable"]
     print_lines(lines)
 
 

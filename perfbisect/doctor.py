@@ -44,7 +44,10 @@ def _config(ctx: dict) -> list[Finding]:
         return [Finding("config", "error", str(exc))]
     ctx["config"] = cfg
     modes = ", ".join(sorted(cfg.modes))
-    return [Finding("config", "ok", f"{cfg.path}: {target_name(cfg)} target; modes {modes}; metric {cfg.stats.metric}; {_trial_shape(cfg)}")]
+    out = [Finding("config", "ok", f"{cfg.path}: {target_name(cfg)} target; modes {modes}; metric {cfg.stats.metric}; {_trial_shape(cfg)}")]
+    if cfg.workload.kind == "command" and cfg.server.command:
+        out.append(Finding("config", "info", "server.command is not used: a command workload starts what it measures (the [server] table can go)"))
+    return out
 
 
 def _trial_shape(cfg) -> str:

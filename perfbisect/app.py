@@ -21,7 +21,10 @@ from .settings import Config
 from .doctor import Finding, run_doctor
 from .errors import UsageError
 from .patches import PatchCheck, check_patches
+from .gitrepo import TargetRepo
 from .plan import Plan, plan_range
+from .skips import Skip, SkipList, skipped_commits
+from .targets import active_filters
 from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict
 from .metrics import describe as describe_metric
 from .render import attribution_line, history_line, state_lines
@@ -190,16 +193,20 @@ def run_bisection(
     good_c, bad_c, commits = _range(ws, good, bad)
     preflight(ws)
     _check_endpoints(ws, good_c, bad_c)
-    plan = plan_range(ws.repo, good_c.sha, bad_c.sha, ws.filters, None)
+    plan = _plan(ws, good_c, bad_c)
     for warning in plan.warnings:
         progress.warn(str(warning))
     by_sha = {c.sha: c for c in commits}
-    candidates = [e.commit for e in plan.entries if e.measure or e.commit.sha in (good_c.sha, bad_c.sha)]
+    # Commits marked untestable stay candidates (a change next to one is reported as a set); the
+    # search is told up front that they have no value, like a patch conflict found on the way.
+    candidates = [e.commit for e in plan.entries if e.measure or e.skip or e.commit.sha in (good_c.sha, bad_c.sha)]
+    marked = {e.commit.sha: e.skip for e in plan.entries if e.skip and not e.measure}
     filtered = [e.commit for e in plan.filtered]
     progress.info(
         f"range {good_c.short}..{bad_c.short}: {len(commits)} commits, {len(candidates)} candidates, "
-        f"{len(filtered)} not measured (only paths that cannot affect throughput)"
+        f"{len(filtered)} not measured (only paths the filters ignore)"
     )
+    progress.info(f"filters: {plan.filters_note}")
     noise, noise_note = noise_model_and_note(ws, cfg.metric_modes)
     progress.info(f"noise model: {noise.describe()}")
     if noise_note:
@@ -222,6 +229,12 @@ def run_bisection(
             for o in store.observations(bisection_id)
         ]
         progress.info(f"resuming bisection #{bisection_id}: {len(observations)} stored observations, none repeated")
+    untestable = {o.commit for o in observations if o.value is None}
+    for sha in (s for s in shas if s in marked and s not in untestable):
+        obs = Observation(commit=sha, value=None, seq=len(observations))
+        store.add_observation(bisection_id, obs.seq, sha, None, [])
+        observations.append(obs)
+        progress.info(f"{sha[:10]} {marked[sha]}: never measured, never blamed")
     history = endpoint_history(ws, (good_c, bad_c))
     policy = SearchPolicy(shas, cfg.stats, noise, history=history, higher_is_better=describe_metric(cfg).higher_is_better)
     runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
@@ -443,7 +456,25 @@ def calibrate(
 def plan(ws: Workspace, good: str, bad: str, check_patches: bool = True) -> Plan:
     """Which commits of good..bad would be measured, which not, and why (nothing is built or run)."""
     good_c, bad_c, _ = _range(ws, good, bad)
-    return plan_range(ws.repo, good_c.sha, bad_c.sha, ws.filters, ws.stack, check_patches=check_patches and ws.stack is not None)
+    return _plan(ws, good_c, bad_c, check_patches=check_patches and ws.stack is not None)
+
+
+def _plan(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bool = False) -> Plan:
+    """The plan of a range with the target's filters (named) and the commits marked untestable."""
+    skips = {sha: s.describe() for sha, s in skipped_commits(ws.repo, ws.config).items()}
+    active = active_filters(ws.config)
+    result = plan_range(ws.repo, good_c.sha, bad_c.sha, ws.filters, ws.stack, check_patches=check_patches, skipped=skips)
+    return replace(result, default_filters=active.defaults, default_filters_of=active.defaults_of,
+                   user_filters=active.user, filters_note=active.note)
+
+
+def skip(config: Config, revs: Sequence[str], *, undo: bool = False, reason: str = "") -> tuple[list[Commit], list[Skip]]:
+    """`perfbisect skip`: mark commits untestable (or unmark them with ``undo``); (changed, all marked now)."""
+    repo = TargetRepo(config.target.repo)
+    commits = [repo.resolve(r) for r in revs]
+    marks = SkipList(config.cache_dir)
+    changed = marks.remove(commits) if undo else (marks.add(commits, reason) or commits)
+    return changed, sorted(skipped_commits(repo, config).values(), key=lambda s: (s.source, s.commit.author_date))
 
 
 def patches_check(ws: Workspace, good: str, bad: str) -> list[PatchCheck]:

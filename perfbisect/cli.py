@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import sys
 import traceback
@@ -617,15 +618,29 @@ def init(
     draft: Annotated[str, typer.Option("--draft", help="EAGLE-3 draft model path.")] = "/models/Kimi-K2.5-EAGLE3",
     python: Annotated[Optional[str], typer.Option("--python", help="The interpreter SGLang runs under.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    command: Annotated[bool, typer.Option("--command", help="Any repository: a benchmark command that prints a JSON metric (no server).")] = False,
+    openai: Annotated[bool, typer.Option("--openai", help="Any OpenAI-compatible server (vLLM, TGI, ...) launched per trial.")] = False,
 ) -> None:
-    """Write a commented perfbisect.toml for an SGLang checkout (baseline + EAGLE-3, NCCL env, --tp 8).
+    """Write a commented perfbisect.toml for an SGLang checkout (baseline + EAGLE-3, NCCL env, --tp 8),
+    or, with --command / --openai, for any repository or any OpenAI-compatible server.
 
     Example:  cd ~/sglang && perfbisect init --model /models/Kimi-K2.5 --draft /models/eagle3
+    Example:  cd ~/myproject && perfbisect init --command
+    Example:  cd ~/vllm && perfbisect init --openai --model /models/Llama-3.1-8B
     """
-    from .init_template import find_target_python, render_sglang_config
+    from .init_template import find_target_python, render_sglang_config, render_template
 
     if path.exists() and not force:
         raise UsageError(f"{path} already exists. Pass --force to overwrite it, or --path to write elsewhere.")
+    if command and openai:
+        raise UsageError("--command and --openai pick different templates: give one of them.")
+    if command or openai:
+        kind = "command" if command else "openai"
+        target = python or shutil.which("python3") or sys.executable
+        path.write_text(render_template(kind, target, model))
+        what = "workload.command and workload.metric" if command else "server.command, workload.model and the model path"
+        out_console.print(f"wrote {show(str(path))}: edit {what}, then run `perfbisect doctor` and `perfbisect plan good=REV bad=REV`")
+        return
     if python:
         target, imports, how = python, True, "--python"
     else:
@@ -638,6 +653,32 @@ def init(
             f"[yellow]warning:[/yellow] no interpreter that imports sglang was found; {show(target)} was written. "
             f"Set target.python to the one SGLang runs under (or pass --python)."
         )
+
+
+@cli.command()
+def skip(
+    revs: Annotated[Optional[list[str]], typer.Argument(help="Commits to mark untestable (none: list the marked ones).", show_default=False)] = None,
+    undo: Annotated[bool, typer.Option("--undo", help="Unmark these commits: the search may measure them again.")] = False,
+    reason: Annotated[str, typer.Option("--reason", help="Why (shown by plan and run).")] = "",
+    config: ConfigOpt = None,
+) -> None:
+    """Mark commits untestable, as `git bisect skip` does: never measured, never blamed.
+
+    A change next to a marked commit is reported as a set. Kept in <cache_dir>/skipped.json, so
+    every later run, resume and plan sees them; [filters] skip in the config does the same.
+
+    Example:  perfbisect skip 1a2b3c4 HEAD~7 --reason "broken build"
+    Example:  perfbisect skip --undo 1a2b3c4
+    Example:  perfbisect skip
+    """
+    if undo and not revs:
+        raise UsageError("perfbisect skip --undo needs the commits to unmark, e.g. `perfbisect skip --undo 1a2b3c4`.")
+    changed, marked = app.skip(_load(config), revs or [], undo=undo, reason=reason)
+    lines = [f"{'unmarked' if undo else 'marked untestable'}: {c.short} {c.subject[:60]}" for c in changed]
+    if undo and len(changed) < len(revs or []):
+        lines.append(f"{len(revs or []) - len(changed)} of those were not marked by `perfbisect skip` ([filters] skip is edited in the config)")
+    lines += [f"{s.commit.short}  {s.describe()}  {s.commit.subject[:60]}" for s in marked] or ["no commit is marked untestable"]
+    print_lines(lines)
 
 
 @cli.command()

@@ -28,7 +28,6 @@ from .settings import (
     BuildConfig,
     BuildStep,
     Config,
-    FiltersConfig,
     ModeConfig,
     PatchesConfig,
     PatchVariant,
@@ -60,8 +59,8 @@ _NUMBER_CHECKS: dict[str, str] = {
 _CHOICES: dict[str, tuple[str, ...]] = {"workload.kind": WORKLOAD_KINDS, "hook.action": HOOK_ACTIONS}
 # Fields that no key sets: the file's own path, and a mode's name (the name of its table).
 _NOT_KEYS = ("path", "modes.NAME.name")
-# Keys that are not fields: `filters.use_defaults = false` drops the built-in ignore patterns.
-_FILE_ONLY_KEYS = ("filters.use_defaults",)
+# Keys that are not fields (none today).
+_FILE_ONLY_KEYS: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,17 +315,23 @@ def _build(sec: _Section, base: Path) -> BuildConfig:
 
 
 def _server(sec: _Section, base: Path) -> ServerConfig:
-    path = sec.file
-    values = _read_fields(sec, ServerConfig, "server", base)
-    command = values["command"]
+    # Whether a command is required depends on [workload] (a `command` workload runs no server):
+    # _check_server, once both tables are read.
+    return ServerConfig(**_read_fields(sec, ServerConfig, "server", base))
+
+
+def _check_server(path: Path | None, server: ServerConfig, workload: WorkloadConfig) -> None:
+    command = server.command
+    if workload.kind == "command":
+        return  # the command starts whatever it measures: [server] is optional, its command unused
     if not command:
         raise ConfigError(
-            f"{path}: key 'server.command' is required: the server launch command as a list, e.g. "
-            '["{python}", "-m", "sglang.launch_server", "--model-path", "M", "--port", "{port}"].'
+            f"{path}: key 'server.command' is required for workload.kind = {workload.kind!r}: the server launch "
+            'command as a list, e.g. ["{python}", "-m", "sglang.launch_server", "--model-path", "M", "--port", '
+            '"{port}"]. A benchmark that starts what it measures needs no server: set workload.kind = "command".'
         )
     if not any("{port}" in a for a in command):
         raise ConfigError(f"{path}: key 'server.command' must contain the placeholder {{port}} so each trial can use a free port.")
-    return ServerConfig(**values)
 
 
 def _modes(sec: _Section, base: Path) -> dict[str, ModeConfig]:
@@ -371,12 +376,6 @@ def _stats(sec: _Section, base: Path) -> StatsConfig:
     return stats
 
 
-def _filters(sec: _Section, base: Path) -> FiltersConfig:
-    use_defaults = sec.get("use_defaults", bool, True)
-    extra = sec.str_list("ignore")
-    return FiltersConfig(ignore=(FiltersConfig().ignore if use_defaults else ()) + extra)
-
-
 # One per table of Config (a table without one here is read field by field).
 _TABLES: dict[str, Callable[[_Section, Path], Any]] = {
     "target": _target,
@@ -386,7 +385,6 @@ _TABLES: dict[str, Callable[[_Section, Path], Any]] = {
     "modes": _modes,
     "workload": _workload,
     "stats": _stats,
-    "filters": _filters,
 }
 
 
@@ -410,6 +408,7 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None, base_dir: Pa
     top.finish()
 
     config = Config(path=path, **tables)
+    _check_server(path, config.server, config.workload)
     stats, modes = config.stats, config.modes
     metric = stats.metric
     if metric.startswith("ratio:"):

@@ -17,6 +17,7 @@ from .render import format_snapshot
 from .sysstate import collect_snapshot, throttle_reason_names
 from .versions import target_versions
 from .errors import ConfigError, GitError, PatchError, PerfbisectError, StoreError
+from .targets import is_sglang_target, target_name
 
 # Which check a failure to open the workspace belongs to.
 _OPENING: tuple[tuple[type, str], ...] = (
@@ -43,7 +44,21 @@ def _config(ctx: dict) -> list[Finding]:
         return [Finding("config", "error", str(exc))]
     ctx["config"] = cfg
     modes = ", ".join(sorted(cfg.modes))
-    return [Finding("config", "ok", f"{cfg.path}: modes {modes}; metric {cfg.stats.metric}; {cfg.workload.warmup} warm-up + {cfg.workload.runs} runs of {cfg.workload.max_tokens} tokens")]
+    out = [Finding("config", "ok", f"{cfg.path}: {target_name(cfg)} target; modes {modes}; metric {cfg.stats.metric}; {_trial_shape(cfg)}")]
+    if cfg.workload.kind == "command" and cfg.server.command:
+        out.append(Finding("config", "info", "server.command is not used: a command workload starts what it measures (the [server] table can go)"))
+    return out
+
+
+def _trial_shape(cfg) -> str:
+    """What one trial runs, in the target's own terms (tokens only where requests generate them)."""
+    w = cfg.workload
+    if w.kind == "command":
+        better = "higher" if w.higher_is_better else "lower"
+        return f"{w.warmup} warm-up + 1 measured invocation of workload.command per trial, metric '{w.metric}' ({better} is better)"
+    if is_sglang_target(cfg):
+        return f"{w.warmup} warm-up + {w.runs} runs of {w.max_tokens} tokens"
+    return f"{w.warmup} warm-up + {w.runs} runs per trial ({w.kind}, max_tokens = {w.max_tokens})"
 
 
 def _workspace(ctx: dict) -> list[Finding]:
@@ -89,7 +104,7 @@ def _interpreter(ctx: dict) -> list[Finding]:
         return [Finding("target interpreter", "error", str(exc))]
     shown = ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
     out = [Finding("target interpreter", "ok", f"{cfg.target.python}: {shown or 'no packages of interest found'}")]
-    if "sglang" not in versions and "perfbisect.demo.emulator" not in " ".join(cfg.server.command):
+    if is_sglang_target(cfg) and "sglang" not in versions and "perfbisect.demo.emulator" not in " ".join(cfg.server.command):
         out.append(Finding("target interpreter", "warn", f"sglang is not importable with {cfg.target.python}: install it (pip install -e python) or set target.python"))
     return out
 
@@ -158,7 +173,9 @@ def _cpu(ctx: dict) -> list[Finding]:
     load = os.getloadavg()[0]
     cores = os.cpu_count() or 1
     if load > max(1.0, 0.5 * cores):
-        return [Finding("CPU load", "warn", f"load average {load:.1f} on {cores} cores: a busy host slows the server's scheduler and tokenizer; benchmark on a quiet machine")]
+        cfg = ctx.get("config")
+        slows = "the server's scheduler and tokenizer" if cfg is None or is_sglang_target(cfg) else "what is measured"
+        return [Finding("CPU load", "warn", f"load average {load:.1f} on {cores} cores: a busy host slows {slows}; benchmark on a quiet machine")]
     return [Finding("CPU load", "ok", f"load average {load:.1f} on {cores} cores")]
 
 
@@ -183,6 +200,8 @@ def _launch(ctx: dict) -> list[Finding]:
     ws = ctx["ws"]
     cfg = ws.config
     mode = cfg.modes.get("baseline") or next(iter(cfg.modes.values()))
+    if cfg.workload.kind == "command":
+        return [_command_check(ws)]
     try:
         # The same locks as a trial: a launch next to a running bisection would disturb its numbers.
         with exclusive(ws):
@@ -197,6 +216,17 @@ def _launch(ctx: dict) -> list[Finding]:
     if all(c.ok for c in checks):
         out.append(Finding("worker env", "ok", f"all {len(cfg.server.env) + len(mode.env)} configured variables reached every process"))
     return out
+
+
+def _command_check(ws) -> Finding:
+    """A command workload starts no server: check its command can be started instead."""
+    from .workspace import preflight
+
+    try:
+        preflight(ws)
+    except PerfbisectError as exc:
+        return Finding("workload command", "error", str(exc))
+    return Finding("workload command", "ok", "workload.kind = 'command': no server to launch; workload.command starts in each trial's worktree")
 
 
 CHECKS: list[tuple[str, Callable[[dict], list[Finding]], tuple[str, ...]]] = [

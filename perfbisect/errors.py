@@ -99,6 +99,11 @@ class WorkloadError(PerfbisectError):
     """A request could not be made or its response could not be understood."""
 
 
+class Untestable(WorkloadError):
+    """The workload command exited 125: this commit cannot be tested (as in `git bisect run`).
+    The trial is stored as skipped; the commit is never blamed and this is not a failure."""
+
+
 class MachineBusy(PerfbisectError):
     """Another process holds the GPUs: benchmarking now would measure the neighbour."""
 

@@ -1,4 +1,6 @@
-"""The commented perfbisect.toml that `perfbisect init` writes for an SGLang checkout."""
+"""The commented perfbisect.toml files `perfbisect init` writes: for an SGLang checkout (the default),
+for any repository with a benchmark command (``--command``), for any OpenAI-compatible server
+(``--openai``). Each is a valid config as written (tests load every one)."""
 
 from __future__ import annotations
 
@@ -89,6 +91,120 @@ max_trials_per_commit = 10
 use_defaults = true              # docs/, **/*.md, test/, .github/, benchmark/, examples/, sgl-model-gateway/ ...
 ignore = []
 """
+
+
+COMMAND_TEMPLATE = """\
+# perfbisect.toml for any git repository whose speed one command can measure — written by
+# `perfbisect init --command`. Every key is documented in perfbisect's README; unknown keys are errors.
+#
+# Each trial checks the commit out in its own worktree, runs the build steps, then runs
+# workload.command there: `warmup` warm-up invocations and one measured one. No server is started
+# (there is no [server] table): the command starts whatever it measures itself.
+#
+# The command's contract:
+#   - it prints a JSON object on stdout; the LAST line that is a JSON object counts, e.g.
+#     {{"ops_per_s": 1234.5}}; other output (progress, logs) is fine and kept in the trial's log
+#   - workload.metric names the key read from it (a positive number); higher_is_better says which way is good
+#   - it runs in the worktree of the commit under test (its working directory), with the placeholders
+#     {{python}} (target.python) and {{worktree}} (that worktree's path) filled in
+#   - exit 0: measured · exit 125: this commit cannot be tested (skipped, never blamed, like
+#     `git bisect run`) · any other status: the trial failed (retried once, then the commit is untestable)
+#   - it may run at most workload.request_timeout_s seconds
+
+[target]
+repo = "."                       # the repository to bisect (relative to this file)
+python = "{python}"              # what {{python}} expands to in the commands below
+
+# Optional: steps that prepare each checked-out commit (compile, install into a venv). Cached by the
+# tree hash of `paths`; a failing step makes the commit untestable (skipped, never blamed).
+# [[build.steps]]
+# name = "build"
+# command = ["make", "-j8"]
+# paths = ["src/**", "Makefile"]
+
+[modes.baseline]                 # a mode is one configuration measured; its env reaches the command
+env = {{}}                         # e.g. {{ OMP_NUM_THREADS = "8" }}
+
+[workload]
+kind = "command"
+command = ["{{python}}", "bench.py"]  # a list of arguments (never run through a shell)
+metric = "ops_per_s"             # the key of the printed JSON object that is measured
+higher_is_better = true          # false for times and latencies
+warmup = 1                       # invocations before the measured one (caches, compilation)
+request_timeout_s = 600          # longest one invocation may run
+
+[stats]
+metric = "baseline"              # the mode the bisection decides on
+min_effect_pct = 3.0             # smaller differences are reported as `same`
+alpha = 0.01
+prior_sigma_pct = 5.0            # noise between trials assumed until `perfbisect calibrate` measures it
+max_trials_per_commit = 10
+
+[filters]
+# No default path filters apply (they are SGLang's); list paths whose changes cannot affect the metric.
+ignore = []                      # e.g. ["docs/**", "**/*.md", ".github/**"]
+skip = []                        # commits known to be untestable (or `perfbisect skip REV`)
+"""
+
+OPENAI_TEMPLATE = """\
+# perfbisect.toml for any server with an OpenAI-compatible API (vLLM, TGI, llama.cpp, ...) —
+# written by `perfbisect init --openai`. Every key is documented in perfbisect's README.
+#
+# Each trial checks the commit out in its own worktree, builds it, launches server.command, waits
+# for ready_path to answer 200, sends the workload's requests and tears the whole process group down.
+
+[target]
+repo = "."                       # the checkout to bisect (relative to this file)
+python = "{python}"              # what {{python}} expands to in the commands below
+
+# Optional: steps that prepare each checked-out commit (a compiled extension, an editable install
+# into a venv made for perfbisect). Cached by the tree hash of `paths`.
+# [[build.steps]]
+# name = "install"
+# command = ["{{python}}", "-m", "pip", "install", "-e", ".", "--no-deps", "-q"]
+# paths = ["**"]
+
+[server]
+# {{port}} is a free port per trial, {{host}} server.host, {{worktree}} the checkout under test.
+command = ["{{python}}", "-m", "vllm.entrypoints.openai.api_server",
+           "--model", "{model}", "--host", "{{host}}", "--port", "{{port}}"]
+ready_path = "/health"           # 200 once the server can answer
+ready_timeout_s = 900
+shutdown_grace_s = 30
+
+[server.env]                     # checked in every process of the server after readiness
+PYTHONPATH = "{{worktree}}"        # import the package from the checkout under test, not an install
+
+[modes.baseline]                 # one configuration measured; args are appended to server.command
+args = []
+
+[workload]
+kind = "openai-completions"      # /v1/completions; or openai-chat (/v1/chat/completions)
+model = "{model}"                # the "model" field of every request
+max_tokens = 256                 # fixed output length per request
+warmup = 2
+runs = 5
+concurrency = 1
+
+[stats]
+metric = "baseline"
+min_effect_pct = 3.0             # smaller differences are reported as `same`
+alpha = 0.01
+prior_sigma_pct = 5.0
+max_trials_per_commit = 10
+
+[filters]
+# No default path filters apply (they are SGLang's); list paths whose changes cannot affect speed.
+ignore = []                      # e.g. ["docs/**", "**/*.md", "tests/**", ".github/**"]
+skip = []                        # commits known to be untestable (or `perfbisect skip REV`)
+"""
+
+TEMPLATES = {"command": COMMAND_TEMPLATE, "openai": OPENAI_TEMPLATE}
+
+
+def render_template(kind: str, python: str, model: str = "/models/model") -> str:
+    """The ``--command`` or ``--openai`` template with the interpreter (and model) filled in."""
+    return TEMPLATES[kind].format(python=python, model=model)
 
 
 def render_sglang_config(python: str, model: str, draft: str) -> str:

@@ -58,7 +58,7 @@ def bisection_markdown(result: Any, report: Path | None, spent: dict | None) -> 
     if spent is not None:
         lines.append(f"| spent | {format_duration(spent['wall_s'])} wall, {spent['gpu_hours']:.2f} GPU-hours |")
     if result.filtered:
-        lines.append(f"| not measured | {len(result.filtered)} commits (only paths that cannot affect throughput) |")
+        lines.append(f"| not measured | {len(result.filtered)} commits (only paths the filters ignore) |")
     if report is not None:
         lines.append(f"| report | {code(report)} |")
     lines.append("")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .gitrepo import TargetRepo
 from .model import Commit
@@ -37,11 +37,12 @@ class PlanEntry:
     applied_hash: str | None = None
     conflict: PatchConflict | None = None
     merged_count: int = 0
+    skip: str | None = None  # marked untestable by hand or in [filters] skip: why
 
     @property
     def skipped(self) -> bool:
-        """Cannot be tested (patch conflict): never blamed."""
-        return self.conflict is not None
+        """Cannot be tested (patch conflict, or marked so): never measured, never blamed."""
+        return self.conflict is not None or self.skip is not None
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,10 @@ class Plan:
     warnings: tuple[PlanWarning, ...] = ()
     filters: tuple[str, ...] = ()
     patch_hash: str | None = None
+    default_filters: tuple[str, ...] = ()  # the target's built-in patterns among ``filters`` (SGLang's)
+    default_filters_of: str | None = None  # whose they are ("SGLang"); None: no defaults apply
+    user_filters: tuple[str, ...] = ()  # [filters] ignore
+    filters_note: str = ""  # which filters apply and why, in one line
 
     @property
     def measured(self) -> list[PlanEntry]:
@@ -86,9 +91,15 @@ def plan_range(
     filters: PathFilter | None = None,
     stack: PatchStack | None = None,
     check_patches: bool = False,
+    skipped: Mapping[str, str] | None = None,
 ) -> Plan:
-    """List good..bad: which commits would be measured, which are skipped or filtered, and why."""
+    """List good..bad: which commits would be measured, which are skipped or filtered, and why.
+
+    ``skipped``: commits marked untestable (sha -> why); an endpoint is measured all the same
+    (a warning says so), a commit only filtered paths changed stays filtered.
+    """
     filters = filters or PathFilter(())
+    skipped = skipped or {}
     commits = repo.first_parent_range(good, bad)
     checks = {c.commit.sha: c for c in stack.check_range(commits)} if (stack is not None and check_patches) else {}
 
@@ -119,6 +130,9 @@ def plan_range(
                 PlanEntry(measure=False, reason=f"filtered: {what}", filtered=True, inherits_from=last_testable, **common)
             )
             continue
+        elif c.sha in skipped:
+            entries.append(PlanEntry(measure=False, reason=skipped[c.sha], skip=skipped[c.sha], **common))
+            continue
         elif merged:
             entries.append(PlanEntry(measure=True, reason=f"merge of {merged} commits", **common))
         else:
@@ -126,6 +140,13 @@ def plan_range(
         last_testable = c.sha
 
     warnings = []
+    for c in (commits[0], commits[-1]):
+        if c.sha in skipped:
+            warnings.append(PlanWarning(
+                "endpoint-skipped",
+                f"{c.short} is marked untestable ({skipped[c.sha]}) but is an endpoint of the range: endpoints are "
+                f"always measured. Pick another endpoint, or undo the mark (`perfbisect skip --undo {c.short}`).",
+            ))
     if filters.patterns:
         universe: set[str] = set()
         for c in commits[1:]:

@@ -98,7 +98,7 @@ def format_outcome(result: Any) -> list[str]:
     if out.skipped:
         lines.append(f"skipped (untestable, never blamed): {', '.join(s[:10] for s in out.skipped)}")
     if result.filtered:
-        lines.append(f"not measured (only paths that cannot affect throughput): {len(result.filtered)} commits")
+        lines.append(f"not measured (only paths the filters ignore): {len(result.filtered)} commits")
     if out.explanation:
         lines.append(out.explanation)
     lines.append(f"trials used: {out.trials_used}; results in {result.db_path}")
@@ -256,7 +256,9 @@ def format_plan(plan: Any) -> list[str]:
                 variant = "  variants: " + ", ".join(alt)
         lines.append(f"{e.commit.short}  {mark:<7}  {e.reason:<40}  {e.commit.subject[:60]}{variant}")
     measured, filtered, skipped = len(plan.measured), len(plan.filtered), len(plan.skipped)  # as the rows say
-    lines.append(f"{len(plan.entries)} commits: {measured} to measure, {filtered} filtered, {skipped} untestable (patch conflict)")
+    lines.append(f"{len(plan.entries)} commits: {measured} to measure, {filtered} filtered, {skipped} untestable (patch conflict or marked skipped)")
+    if plan.filters_note:
+        lines.append(f"filters: {plan.filters_note}")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
     return lines

@@ -119,7 +119,7 @@ def range_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
                                                 {"field": "n", "title": "trials"}]}})
     marks = [{"commit": c["short"], "what": w, "subject": c["subject"]} for c in view["commits"]
              for w in (("skipped (untestable, never blamed)",) if "skipped" in c["role"] else ())
-             + (("filtered (cannot affect throughput)",) if "filtered" in c["role"] else ())]
+             + (("filtered (only paths the filters ignore)",) if "filtered" in c["role"] else ())]
     if marks:
         layers.append({"data": {"values": marks}, "mark": {"type": "tick", "thickness": 3, "size": 14, "orient": "vertical"},
                        "encoding": {"x": x, "y": {"value": 292},

@@ -77,7 +77,7 @@ class BuildConfig:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    command: Argv
+    command: Argv = ()  # required unless workload.kind = "command" (then no server runs)
     env: Mapping[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free port per trial
@@ -140,7 +140,9 @@ class StatsConfig:
 
 @dataclass(frozen=True)
 class FiltersConfig:
-    ignore: tuple[str, ...] = SGLANG_IGNORE_PATHS  # in the file: added to these unless use_defaults = false
+    ignore: tuple[str, ...] = ()  # your patterns, added to the target's defaults (targets.path_filters)
+    use_defaults: bool = True  # apply the target's default patterns (SGLang's, on an SGLang target only)
+    skip: tuple[str, ...] = ()  # revisions never measured, never blamed (like `git bisect skip`)
 
 
 @dataclass(frozen=True)

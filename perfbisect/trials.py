@@ -25,7 +25,7 @@ from .bisect import Observation
 from .build import run_build
 from .placeholders import expand
 from .settings import Config, ModeConfig
-from .errors import BuildError, PatchError, ServerError, ServerNotReady, WorkloadError
+from .errors import BuildError, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
 from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus
 from .render import format_run
 from .server import ServerSession
@@ -240,6 +240,10 @@ class TrialRunner:
             # A commit whose server never gets ready cannot be tested: skipped, never blamed.
             self.progress.warn(f"{commit.short} [{mode.name}]: {exc}")
             return TrialStatus.SKIPPED, f"server never ready: {exc}"
+        except Untestable as exc:
+            # The command's own verdict (exit 125, as in `git bisect run`): skipped, never blamed, not a failure.
+            self.progress.warn(f"{commit.short} [{mode.name}] skipped: {exc}")
+            return TrialStatus.SKIPPED, f"untestable: {exc}"
         except (ServerError, WorkloadError) as exc:
             self.progress.warn(f"{commit.short} [{mode.name}] trial failed: {exc}")
             return TrialStatus.FAILED, str(exc)

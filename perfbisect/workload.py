@@ -44,7 +44,7 @@ from . import metrics
 from .children import own_group
 from .placeholders import expand
 from .settings import WorkloadConfig
-from .errors import ConfigError, ServerDied, WorkloadError
+from .errors import ConfigError, ServerDied, Untestable, WorkloadError
 from .model import RunResult
 
 # The user's protocol: short prompts of 26–34 tokens (counted as words and punctuation marks,
@@ -483,6 +483,10 @@ def _with_server_timing(client: httpx.Client, base: str, run: RunResult, request
 # Command workloads
 
 
+# A command that exits with this status says "this commit cannot be tested", as in `git bisect run`.
+UNTESTABLE_EXIT = 125
+
+
 def _last_json_object(stdout: str) -> dict[str, Any] | None:
     for line in reversed(stdout.splitlines()):
         line = line.strip()
@@ -570,6 +574,11 @@ def _invoke_command(
         proc.wait()
         raise
     _log_invocation(log_path, label, shown, proc.returncode, stdout, stderr)
+    if proc.returncode == UNTESTABLE_EXIT:
+        raise Untestable(
+            f"the workload command exited {UNTESTABLE_EXIT} ({label}): it says this commit cannot be tested"
+            + (f": {_tail(stderr, 1)}" if stderr.strip() else "")
+        )
     if proc.returncode != 0:
         raise WorkloadError(
             f"The workload command {shown} exited with status {proc.returncode} in {worktree} "

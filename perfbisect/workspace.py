@@ -26,6 +26,7 @@ from .worktrees import WorktreePool
 from .model import NoiseKey
 from .server import port_holders, port_in_use
 from .store import Store, open_store
+from .targets import active_filters
 
 
 class Progress:
@@ -77,7 +78,7 @@ class Workspace:
             stack=stack,
             build_cache=BuildCache(cache / "build-cache", int(config.build.cache_max_gb * 1024**3)),
             host=host_fingerprint(),
-            filters=PathFilter(config.filters.ignore),
+            filters=active_filters(config).path_filter(),
         )
 
     @property

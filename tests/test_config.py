@@ -10,6 +10,7 @@ import pytest
 from perfbisect import config as config_module
 from perfbisect.config import known_keys, load_config, parse_config
 from perfbisect.placeholders import expand
+from perfbisect.targets import active_filters
 from perfbisect.settings import (
     SGLANG_IGNORE_PATHS,
     BuildConfig,
@@ -54,7 +55,7 @@ def test_minimal_config_loads_with_defaults(tmp_path):
     assert cfg.target.repo == (tmp_path / "sglang").resolve()
     assert cfg.workload.max_tokens == 2048 and cfg.workload.runs == 5
     assert cfg.modes["eagle3"].speculative and not cfg.modes["baseline"].speculative
-    assert cfg.filters.ignore == SGLANG_IGNORE_PATHS
+    assert active_filters(cfg).patterns == SGLANG_IGNORE_PATHS  # an SGLang target: SGLang's defaults apply
     assert cfg.default_db == cfg.target.repo / ".git" / "perfbisect" / "results.sqlite"
     # A mode's identity changes with its args and with the server env.
     base, spec = cfg.modes["baseline"], cfg.modes["eagle3"]

@@ -124,7 +124,7 @@ def test_doctor_on_the_demo_target_checks_config_repo_patches_store_noise_and_a_
     proc, found = _doctor("-c", str(target.config), "--db", str(db), "--launch")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not any(state == "error" for fs in found.values() for state, _ in fs), proc.stdout
-    assert found["config"] == [("ok", f"{target.config}: modes baseline, eagle3; metric eagle3; 1 warm-up + 5 runs of 96 tokens")]
+    assert found["config"] == [("ok", f"{target.config}: SGLang target; modes baseline, eagle3; metric eagle3; 1 warm-up + 5 runs of 96 tokens")]
     [(state, repo)] = found["target repo"]
     assert state == "ok" and repo.startswith(f"{target.repo} at {target.bad[:10]} ")
     [(state, patches)] = found["patch stack"]

@@ -148,7 +148,9 @@ def test_bench_serving_workload_runs_the_targets_module_and_reads_its_json(tmp_p
     assert data["metric"]["name"] == "median_ttft_ms" and data["metric"]["unit"] == "ms"
     row = data["trials"]["baseline"][0]
     assert row["value"] > 0 and row["itl_p50_ms"] == 1.5 and row["itl_p99_ms"] == 2.5
-    logs = list((target.repo / ".git" / "perfbisect").rglob("*.bench_serving.jsonl"))
+    from perfbisect.config import load_config
+
+    logs = list(load_config(target.config).cache_dir.rglob("*.bench_serving.jsonl"))
     assert logs and json.loads(logs[0].read_text().splitlines()[-1])["completed"] == 5 * 1  # runs × concurrency (the demo: 5 runs)
 
 

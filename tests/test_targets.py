@@ -153,7 +153,7 @@ def test_plan_names_the_filters_and_only_sglang_targets_get_sglangs(project, tmp
     # The same repository as an SGLang target (an OpenAI workload against sglang.launch_server): SGLang's defaults.
     sglang = command_config(tmp_path, r.path).read_text().replace(
         'kind = "command"', 'kind = "openai-completions"'
-    ) + '[server]\ncommand = ["{python}", "-m", "sglang.launch_server", "--port", "{port}"]\n'
+    ).replace('metric = "ops_per_s"', 'metric = "decode_tok_s"') + '[server]\ncommand = ["{python}", "-m", "sglang.launch_server", "--port", "{port}"]\n'
     (tmp_path / "sglang.toml").write_text(sglang)
     cfg = load_config(tmp_path / "sglang.toml")
     assert is_sglang_target(cfg) and active_filters(cfg).defaults_of == "SGLang"
@@ -184,7 +184,7 @@ def test_init_templates_load_and_plan_a_real_repository(project, tmp_path, flag,
 def test_a_server_workload_still_needs_server_command(tmp_path):
     r, _ = make_project(tmp_path / "proj", ["100", "90"])
     config = command_config(tmp_path, r.path)
-    config.write_text(config.read_text().replace('kind = "command"', 'kind = "openai-chat"'))
+    config.write_text(config.read_text().replace('kind = "command"', 'kind = "openai-chat"').replace('metric = "ops_per_s"', 'metric = "decode_tok_s"'))
     with pytest.raises(ConfigError, match=r"'server.command' is required for workload.kind = 'openai-chat'"):
         load_config(config)
 

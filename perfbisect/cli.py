@@ -3,7 +3,7 @@
 Exit codes: 0 finished (no regression, or one found without --fail-on-regression); 1 regression found
 with --fail-on-regression; 2 usage or config error; 3 inconclusive; 4 measurement broke.
 
-Why ~650 lines: one thin function per command, each with its options and the ``--help`` examples
+Why ~900 lines: one thin function per command (twenty of them), each with its options and the ``--help`` examples
 users read; the logic is in ``app`` and the printing in ``render``/``console``.
 """
 

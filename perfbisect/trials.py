@@ -30,7 +30,8 @@ from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, Tr
 from .render import format_run
 from .server import ServerSession
 from .store import Store, owner_alive, process_owner
-from .workload import avg_spec_accept_length, run_bench_serving, run_command_workload, run_workload, server_info
+from .external_workloads import run_bench_serving, run_command_workload
+from .workload import avg_spec_accept_length, run_workload, server_info
 from .workspace import Progress, Workspace
 
 

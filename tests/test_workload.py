@@ -17,10 +17,10 @@ from perfbisect.workload import (
     DEFAULT_PROMPTS,
     avg_spec_accept_length,
     load_prompts,
-    run_command_workload,
     run_workload,
     server_info,
 )
+from perfbisect.external_workloads import run_command_workload
 
 from .conftest import free_port
 

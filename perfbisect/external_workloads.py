@@ -1,0 +1,281 @@
+"""Workloads that run an outside program once per trial: the ``command`` workload (any benchmark
+that prints a JSON object; exit 125 = untestable, as in ``git bisect run``) and SGLang's own
+``python -m sglang.bench_serving`` (its ``--output-file`` JSON read back).
+
+The built-in streaming client is ``perfbisect.workload``; both produce ``model.RunResult``s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from . import metrics
+from .children import own_group
+from .errors import ConfigError, Untestable, WorkloadError
+from .model import RunResult
+from .placeholders import expand
+from .settings import WorkloadConfig
+
+
+# ---------------------------------------------------------------------------------------------
+# Command workloads
+
+
+# A command that exits with this status says "this commit cannot be tested", as in `git bisect run`.
+UNTESTABLE_EXIT = 125
+
+
+def _last_json_object(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    return None
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run_command_workload(
+    cfg: WorkloadConfig, worktree: Path, python: str, env: dict[str, str], log_path: Path
+) -> list[RunResult]:
+    """Run ``cfg.command`` in the worktree: cfg.warmup warm-up invocations, then one measured one.
+
+    One measured invocation is one trial's evidence: the command prints a JSON object (the last
+    JSON line on stdout) whose ``cfg.metric`` key is the RunResult's ``metric_value``. Warm-up
+    invocations (caches, compilation, page cache) run first and come back with ``warmup=True``.
+    The command runs with os.environ updated by ``env``, and at most ``cfg.request_timeout_s``.
+    Output of every invocation is appended to ``log_path``.
+    """
+    if not cfg.command:
+        raise WorkloadError("workload.kind is 'command' but workload.command is empty: set the benchmark command in the config.")
+    argv = expand(cfg.command, python=python, worktree=str(worktree))
+    full_env = {**os.environ, **{k: expand((v,), python=python, worktree=str(worktree))[0] for k, v in env.items()}}
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    results = []
+    for index in range(cfg.warmup + 1):
+        warmup = index < cfg.warmup
+        value = _invoke_command(cfg, argv, Path(worktree), full_env, log_path, warmup, index)
+        error = None
+        if not (math.isfinite(value) and value > 0):
+            # inf, NaN, 0 or negative is a broken measurement, not a very fast or slow one: the run is
+            # kept, flagged, and stays out of every statistic (they work on the log of the metric).
+            error = (
+                f"workload.metric '{cfg.metric}' came back as {value!r}, not a finite positive number; "
+                f"run flagged, not used"
+            )
+            value = None if not math.isfinite(value) else value
+        results.append(
+            RunResult(index=index, warmup=warmup, requested_tokens=0, output_tokens=0, metric_value=value, error=error)
+        )
+    return results
+
+
+def _invoke_command(
+    cfg: WorkloadConfig, argv: list[str], worktree: Path, env: dict[str, str], log_path: Path, warmup: bool, index: int
+) -> float:
+    shown = " ".join(argv)
+    label = f"{'warm-up' if warmup else 'measured'} invocation {index}"
+    try:
+        proc = subprocess.Popen(
+            argv, cwd=worktree, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, **own_group(),
+        )
+    except FileNotFoundError:
+        raise WorkloadError(
+            f"The workload command {argv[0]!r} was not found (workload.command = {shown}). "
+            f"Give a full path or a program on PATH; {{python}} expands to the target's interpreter."
+        ) from None
+    except OSError as exc:
+        raise WorkloadError(f"Cannot start the workload command {shown}: {exc.strerror}. Fix workload.command.") from None
+    try:
+        stdout, stderr = proc.communicate(timeout=cfg.request_timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        stdout, stderr = proc.communicate()
+        _log_invocation(log_path, label, shown, None, stdout, stderr)
+        raise WorkloadError(
+            f"The workload command {shown} ran longer than workload.request_timeout_s = "
+            f"{cfg.request_timeout_s:g} s in {worktree} and was killed. Raise the timeout or make the "
+            f"command shorter; its output is in {log_path}."
+        ) from None
+    except BaseException:  # Ctrl-C / SIGTERM of perfbisect: the benchmark must not run on alone
+        _kill_group(proc.pid)
+        proc.wait()
+        raise
+    _log_invocation(log_path, label, shown, proc.returncode, stdout, stderr)
+    if proc.returncode == UNTESTABLE_EXIT:
+        raise Untestable(
+            f"the workload command exited {UNTESTABLE_EXIT} ({label}): it says this commit cannot be tested"
+            + (f": {_tail(stderr, 1)}" if stderr.strip() else "")
+        )
+    if proc.returncode != 0:
+        raise WorkloadError(
+            f"The workload command {shown} exited with status {proc.returncode} in {worktree} "
+            f"({label}). Last lines of its stderr:\n{_tail(stderr) or '(empty)'}\n"
+            f"Run it by hand in that worktree to see why; full output in {log_path}."
+        )
+    obj = _last_json_object(stdout)
+    if obj is None:
+        raise WorkloadError(
+            f"The workload command {shown} printed no JSON object on stdout ({label}); it must print one "
+            f'line like {{"{cfg.metric}": 123.4}}. Last lines of its stdout:\n{_tail(stdout) or "(empty)"}'
+        )
+    if cfg.metric not in obj:
+        # The config asks for a key this command does not print: no commit can be measured, so it
+        # is the config's error (exit 2), not a failed trial that would end a bisection inconclusive.
+        raise ConfigError(
+            f"The workload command {shown} printed a JSON object without the key '{cfg.metric}' "
+            f"(workload.metric); it has: {', '.join(sorted(obj)) or '(no keys)'}. Print that key or set "
+            f"workload.metric to one of these."
+        )
+    value = obj[cfg.metric]
+    if value is None:  # JSON null: what a benchmark prints for a NaN it could not encode
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WorkloadError(
+            f"The workload command {shown} printed '{cfg.metric}': {value!r}, which is not a number. "
+            f"Print the metric as a JSON number."
+        )
+    return float(value)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _log_invocation(log_path: Path, label: str, shown: str, rc: int | None, stdout: str, stderr: str) -> None:
+    with open(log_path, "a", encoding="utf-8") as fh:
+        status = "killed (timeout)" if rc is None else f"exit {rc}"
+        fh.write(f"=== {label}: {shown} ({status})\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# SGLang's own benchmark: `python -m sglang.bench_serving` through the target's interpreter
+
+def bench_serving_argv(base_url: str, cfg: WorkloadConfig, python: str, worktree: Path, output_file: Path) -> list[str]:
+    """The bench_serving command line: runs × concurrency requests of ``max_tokens`` fixed-length
+    outputs at ``--max-concurrency concurrency`` (``warmup`` warm-up requests first), its JSON to
+    ``output_file``. ``workload.command`` is appended: argparse lets a later flag win, so a user's
+    ``--dataset-name sharegpt`` or ``--tokenizer PATH`` overrides these."""
+    concurrency = max(1, cfg.concurrency)
+    argv = [
+        python, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", base_url.rstrip("/"),
+        "--dataset-name", "random", "--num-prompts", str(max(1, cfg.runs) * concurrency),
+        "--random-output-len", str(cfg.max_tokens), "--random-range-ratio", "1.0",
+        "--max-concurrency", str(concurrency), "--warmup-requests", str(cfg.warmup),
+        "--output-file", str(output_file), "--disable-tqdm",
+    ]
+    return argv + expand(cfg.command, python=python, worktree=str(worktree))
+
+
+def parse_bench_serving(obj: dict[str, Any], key: str, index: int = 0) -> RunResult:
+    """One bench_serving result line as a measured RunResult: ``key`` is its value; TTFT, ITL p50/p99
+    and accept length are kept beside it. No completed request, or a key that is not a finite
+    positive number, flags the run."""
+    value = obj.get(key)
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    error = None
+    if not obj.get("completed"):
+        error = "bench_serving completed no request; run flagged, not used"
+    elif number is None or not math.isfinite(number) or number <= 0:
+        error = f"bench_serving's '{key}' is {value!r}, not a finite positive number; run flagged, not used"
+
+    def num(name: str) -> float | None:
+        v = obj.get(name)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    ttft_ms = num("median_ttft_ms")
+    return RunResult(
+        index=index, warmup=False, requested_tokens=0, output_tokens=int(num("total_output_tokens") or 0),
+        prompt_tokens=int(v) if (v := num("total_input_tokens")) is not None else None,
+        ttft_s=ttft_ms / 1000.0 if ttft_ms is not None else None,
+        itl_p50_ms=num("median_itl_ms"), itl_p99_ms=num("p99_itl_ms"),
+        spec_accept_length=num("accept_length"),
+        metric_value=number if number is not None and math.isfinite(number) else None,
+        error=error,
+    )
+
+
+def run_bench_serving(
+    base_url: str, cfg: WorkloadConfig, worktree: Path, python: str, env: dict[str, str], log_path: Path
+) -> list[RunResult]:
+    """Run SGLang's bench_serving once against a live server and read its JSON line back.
+
+    The module comes from the target's interpreter with the server's env (``PYTHONPATH`` to the
+    checkout): the benchmark of the commit under test. One invocation is the trial's one measured
+    run (its own warm-up requests come first); the key is ``workload.metric`` (``output_throughput``
+    by default). Output goes to ``log_path``.
+    """
+    key = metrics.describe_workload(cfg).name
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    output_file = log_path.with_name(log_path.stem + ".bench_serving.jsonl")
+    output_file.unlink(missing_ok=True)
+    argv = bench_serving_argv(base_url, cfg, python, worktree, output_file)
+    full_env = {**os.environ, **{k: expand((v,), python=python, worktree=str(worktree))[0] for k, v in env.items()}}
+    shown = " ".join(argv)
+    proc = subprocess.Popen(argv, cwd=worktree, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **own_group())
+    try:
+        stdout, stderr = proc.communicate(timeout=cfg.request_timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        stdout, stderr = proc.communicate()
+        _log_invocation(log_path, "bench_serving", shown, None, stdout, stderr)
+        raise WorkloadError(
+            f"sglang.bench_serving ran longer than workload.request_timeout_s = {cfg.request_timeout_s:g} s and was "
+            f"killed. Raise the timeout or ask for fewer requests; its output is in {log_path}."
+        ) from None
+    except BaseException:
+        _kill_group(proc.pid)
+        proc.wait()
+        raise
+    _log_invocation(log_path, "bench_serving", shown, proc.returncode, stdout, stderr)
+    if proc.returncode != 0:
+        missing = "No module named" in stderr and "sglang" in stderr
+        hint = (f"The target's interpreter {python} cannot import sglang.bench_serving (with the server's env); "
+                if missing else "")
+        raise WorkloadError(
+            f"{hint}sglang.bench_serving exited with status {proc.returncode} ({shown}). Last lines of its stderr:\n"
+            f"{_tail(stderr) or '(empty)'}\nFull output in {log_path}."
+        )
+    lines = output_file.read_text().splitlines() if output_file.exists() else []
+    obj = None
+    for line in reversed(lines):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            break
+        obj = None
+    if obj is None:
+        raise WorkloadError(
+            f"sglang.bench_serving wrote no JSON result to {output_file} ({shown}); it writes one when at least "
+            f"one request succeeded. Its output is in {log_path}."
+        )
+    if key not in obj:
+        raise ConfigError(
+            f"sglang.bench_serving's result has no key '{key}' (workload.metric); it has: "
+            f"{', '.join(sorted(k for k, v in obj.items() if isinstance(v, (int, float)))) or '(no numbers)'}. "
+            f"Set workload.metric to one of these."
+        )
+    return [parse_bench_serving(obj, key)]

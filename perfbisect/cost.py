@@ -1,16 +1,18 @@
 """What a bisection costs: the estimate `plan` prints and `run` checks against `[cost] budget_gpu_hours`,
 and what a finished one spent.
 
-Trials: a model of the search's own behaviour, calibrated against the simulations of the real
-``SearchPolicy`` in ``benchmarks/strategies.py`` (docs/benchmarks.md, 100 bisections per cell, 5%
-prior noise, one step in the range):
+Trials: a model of the search's own behaviour, fitted to what the real ``SearchPolicy`` spent:
 
-    trials ≈ 2 (one per endpoint) + 2 (the two-trials-each-side confirmation) + 3.1 × log2(candidates − 1)
+    trials ≈ 2 (one per endpoint) + 2 (the two-trials-each-side confirmation) + 1.2 × log2(candidates − 1)^1.5
 
-Least squares through the simulated means: 9 commits (S1, M1) 11.5 trials — the model says 13.3;
-64 commits (S2, S3, D1–D4) 23.6 — the model says 22.5. A range with no change costs about as much
-(S0 21.0, D1-AA 17.2, D2-AA 21.0). ``stats.max_trials_total`` caps it. With several metric modes
-(``ratio:``), each step runs one trial per mode.
+Each halving costs more trials the longer the search (levels learned from fewer trials each, drift
+between far-apart trials), hence the power 1.5 rather than a constant per bit. Fitted points, mean
+trials: the 4-candidate demo 6.7 over six runs (6–9; model 6.4), simulated 9-commit ranges 10.2 (S1;
+model 10.2), the 20-candidate demo 11.5 over eight runs (8–17; model 14.2), simulated 64-commit
+ranges 23.6 (model 21.5). One bisection's count spreads about ±35% around such means. A range
+with no change costs about as much (S0 21.0, D1-AA 17.2, D2-AA 21.0). ``stats.max_trials_total``
+caps it. With several metric modes (``ratio:``), each step runs one trial per mode. It does not yet
+use the host's learned noise (a noisier host needs more trials per halving).
 
 Minutes per trial: the median duration of the trials stored on this host for the same mode and
 workload (``Workspace.noise_key``: start to finish, build and server start included), else
@@ -25,13 +27,14 @@ from typing import Sequence
 
 ENDPOINT_TRIALS = 2
 CONFIRM_TRIALS = 2
-TRIALS_PER_BIT = 3.1
+SEARCH_COEF = 1.2  # trials ≈ ... + SEARCH_COEF × log2(candidates − 1) ** SEARCH_POWER
+SEARCH_POWER = 1.5
 
 
 def expected_trials(candidates: int, max_total: int | None = None) -> int:
     """Trials a bisection over ``candidates`` measurable commits (endpoints included) is expected to take."""
     n = max(candidates, 2)
-    trials = ENDPOINT_TRIALS + CONFIRM_TRIALS + TRIALS_PER_BIT * math.log2(n - 1)
+    trials = ENDPOINT_TRIALS + CONFIRM_TRIALS + SEARCH_COEF * math.log2(n - 1) ** SEARCH_POWER
     out = int(round(trials))
     return min(out, max_total) if max_total else out
 
@@ -60,7 +63,7 @@ class Estimate:
 
     def line(self) -> str:
         head = f"estimate: ~{self.trials} trials" + (f" × {self.modes} modes" if self.modes > 1 else "")
-        head += f" (at most {self.max_trials}, stats.max_trials_total; model: endpoints + confirmation + 3.1 × log2 of {self.candidates - 1} candidates, fitted to benchmarks/strategies.py)"
+        head += f" (at most {self.max_trials}, stats.max_trials_total; model: endpoints + confirmation + 1.2 × log2({self.candidates - 1})^1.5, fitted to the demo and benchmarks/strategies.py)"
         if self.trial_s is None:
             return head + "; time unknown: no trial stored on this host yet — set [cost] trial_minutes"
         return (

@@ -37,8 +37,16 @@ class PullSetup:
     work: Path  # a second clone that pushes new commits to upstream
 
     @property
+    def cache_dir(self) -> Path:
+        """Where perfbisect keeps this clone's state: the config's target.cache_dir (the demo's
+        config names its own directory)."""
+        from perfbisect.config import load_config
+
+        return load_config(self.config).cache_dir
+
+    @property
     def state_dir(self) -> Path:
-        return self.clone / ".git" / "perfbisect" / "hook"
+        return self.cache_dir / "hook"
 
     def history(self) -> list[dict]:
         path = self.state_dir / "history.jsonl"

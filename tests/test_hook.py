@@ -139,12 +139,15 @@ def test_broken_perfbisect_and_bad_config_are_said_on_the_next_pull(tmp_path):
     assert pull.returncode == 0, pull.stderr
     unseen = setup.state_dir / "unseen"
     wait_until(unseen.exists, what="the failed start to be noted")
-    setup.push_commit("docs/a.md", "b\n", "docs: b")
+    said = unseen.read_text()
+    second = setup.push_commit("docs/a.md", "b\n", "docs: b")
     again = git(setup.clone, "pull", "-q", check=False)
     assert again.returncode == 0
     lines = [line for line in (again.stdout + again.stderr).splitlines() if line.startswith("perfbisect:")]
     assert "did not run (exit 1)" in lines[0] and first[:10] in lines[0]
-    assert not unseen.exists()  # said once
+    # Said once: the note was taken; the next one is this pull's own failed start, about its range.
+    wait_until(unseen.exists, what="the second failed start to be noted")
+    assert unseen.read_text() != said and second[:10] in unseen.read_text()
     assert not hook.status(setup.clone)["works"]
 
     # A config that no longer loads: the pull still succeeds; the worker's error is in its log.
@@ -182,7 +185,7 @@ def test_a_busy_gpu_makes_the_check_wait_and_pulls_meanwhile_are_coalesced(tmp_p
     state = check.status(cfg)
     assert state["worker"]["phase"] == "waiting" and setup.history() == []
     assert len(state["queued"]) == 2 and state["next"] == {"old": a, "new": c, "coalesced": 2}
-    assert not (setup.clone / ".git" / "perfbisect" / "results.sqlite").exists() or _trials(setup) == 0
+    assert not (setup.cache_dir / "results.sqlite").exists() or _trials(setup) == 0
 
     busy.unlink()  # the user's job ended
     done = setup.wait_for_checks(2, timeout=600)
@@ -198,7 +201,7 @@ def test_a_busy_gpu_makes_the_check_wait_and_pulls_meanwhile_are_coalesced(tmp_p
 def _trials(setup) -> int:
     import sqlite3
 
-    con = sqlite3.connect(setup.clone / ".git" / "perfbisect" / "results.sqlite")
+    con = sqlite3.connect(setup.cache_dir / "results.sqlite")
     try:
         return con.execute("select count(*) from trials").fetchone()[0]
     finally:

@@ -26,10 +26,12 @@ def run_git(
     workdir: Path | str, args: Sequence[str], env: Mapping[str, str] | None = None
 ) -> tuple[int, str, str]:
     """Run ``git ARGS`` in ``workdir``; return (status, stdout, stderr) without raising."""
+    where = str(Path(workdir).absolute())
     try:
-        status, out, err = git.Git(str(workdir)).execute(
-            # Paths verbatim (UTF-8, quotes, tabs) wherever git would print them C-quoted.
-            ["git", "-c", "core.quotePath=false", *args],
+        status, out, err = git.Git(where).execute(
+            # Paths verbatim (UTF-8, quotes, tabs) wherever git would print them C-quoted. `-C`: a
+            # workdir that does not exist is git's error (GitPython would run in our own cwd instead).
+            ["git", "-C", where, "-c", "core.quotePath=false", *args],
             with_extended_output=True,
             with_exceptions=False,
             strip_newline_in_stdout=False,

@@ -438,3 +438,10 @@ def test_deleted_worktree_directory_is_recreated(target, history, tmp_path):
     pool = WorktreePool(target, tmp_path / "cache")
     assert pool.checkout(history.shas["c2"]) == wt and (wt / "docs/index.md").exists()
     pool.gc()
+
+
+def test_run_git_in_a_missing_directory_is_gits_error_not_a_run_elsewhere(tmp_path):
+    from perfbisect.gitrepo import run_git
+
+    status, out, err = run_git(tmp_path / "gone", ["rev-parse", "--show-toplevel"])
+    assert status != 0 and out == "" and "gone" in err

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checkqueue import hook_dir
+from .gitrepo import run_git
 from .config import load_config
 from .errors import ConfigError, PerfbisectError, UsageError
 from .resources import data_dir
@@ -33,11 +34,8 @@ SETTINGS = "@PERFBISECT_SETTINGS@"
 
 
 def _git(repo: Path, *args: str) -> tuple[int, str]:
-    try:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise UsageError(f"git could not run ({exc}); install git and try again.") from None
-    return done.returncode, done.stdout.strip()
+    status, out, _ = run_git(repo, args)
+    return status, out.strip()
 
 
 def hooks_dir(repo: Path) -> Path:

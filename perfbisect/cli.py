@@ -133,12 +133,11 @@ def parse_revs(args: list[str], good: str | None, bad: str | None) -> tuple[str,
     return good, bad
 
 
-def _exit_for(outcome, fail_on_regression: bool) -> int:
-    from .model import Verdict
-
-    if outcome.verdict is Verdict.INCONCLUSIVE:
+def _exit_for(verdict: str, fail_on_regression: bool) -> int:
+    """The documented exit code of a verdict (a ``Verdict`` or its value, as ``check`` reports it)."""
+    if verdict == "inconclusive":
         return EXIT_INCONCLUSIVE
-    if outcome.verdict is Verdict.REGRESSED and fail_on_regression:
+    if verdict == "regressed" and fail_on_regression:
         return EXIT_REGRESSION
     return EXIT_OK
 
@@ -171,7 +170,7 @@ def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: st
     if broken:
         print_error(_nothing_measured(broken))
         raise typer.Exit(code=EXIT_RUNTIME)
-    raise typer.Exit(code=_exit_for(result.outcome, fail_on_regression))
+    raise typer.Exit(code=_exit_for(result.outcome.verdict, fail_on_regression))
 
 
 def _nothing_measured(first_error: str) -> str:
@@ -367,7 +366,7 @@ def demo(
         mark = "[green]✓[/green]" if hit else "[red]✗[/red]"
         out_console.print(f"{mark} planted: {show(planted)}")
         print_report(report)
-    raise typer.Exit(code=_exit_for(result.outcome, False))
+    raise typer.Exit(code=_exit_for(result.outcome.verdict, False))
 
 
 RevArgs = Annotated[Optional[list[str]], typer.Argument(help="good=REV bad=REV", show_default=False)]
@@ -517,8 +516,7 @@ def compare_cmd(
     else:
         print_lines(format_comparison(result))
         print_report(report)
-    code = EXIT_INCONCLUSIVE if result.comparison.verdict.value == "inconclusive" else EXIT_OK
-    raise typer.Exit(code=code)
+    raise typer.Exit(code=_exit_for(result.comparison.verdict, False))
 
 
 @cli.command()
@@ -828,9 +826,7 @@ def check_cmd(
         out_console.out(check_markdown(result, line), highlight=False)
     else:
         print_lines([line])
-    verdict = result["verdict"]
-    code = EXIT_INCONCLUSIVE if verdict == "inconclusive" else EXIT_REGRESSION if verdict == "regressed" and fail_on_regression else EXIT_OK
-    raise typer.Exit(code=code)
+    raise typer.Exit(code=_exit_for(result["verdict"], fail_on_regression))
 
 
 @cli.command("status")

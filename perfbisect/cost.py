@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from .model import median
+
 ENDPOINT_TRIALS = 2
 CONFIRM_TRIALS = 2
 SEARCH_COEF = 1.2  # trials ≈ ... + SEARCH_COEF × log2(candidates − 1) ** SEARCH_POWER
@@ -83,10 +85,7 @@ def trial_seconds(ws, mode_names: Sequence[str]) -> tuple[float | None, str]:
             if t.finished_at and t.started_at and t.finished_at > t.started_at
         ]
     if durations:
-        durations.sort()
-        mid = len(durations) // 2
-        med = durations[mid] if len(durations) % 2 else (durations[mid - 1] + durations[mid]) / 2
-        return med, f"median of {len(durations)} stored trial{'s' if len(durations) != 1 else ''} on this host"
+        return median(durations), f"median of {len(durations)} stored trial{'s' if len(durations) != 1 else ''} on this host"
     if ws.config.cost.trial_minutes > 0:
         return ws.config.cost.trial_minutes * 60.0, "[cost] trial_minutes"
     return None, "unknown"

@@ -82,6 +82,7 @@ class Observation:
     day: str = ""  # for history: the date it was measured ("11-28"); informs notes, never levels
     at: float | None = None  # wall-clock time the trial started (unix seconds), when known
     flag: str | None = None  # why this trial is excluded (throttled, contended); None = usable
+    host: str | None = None  # the node that measured it (host fingerprint); None = the one local host
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,20 @@ class SearchPolicy:
 
     # ----------------------------------------------------------------------------------------
     # public
+
+    def next_batch(self, observations: Sequence[Observation], k: int, pending: Sequence[str] = ()) -> list[Measure] | Done:
+        """Up to ``k`` trials to start now, given the commits whose trials are in flight (``pending``).
+
+        A pure function of the stored observations and the pending list: results may arrive in any
+        order. An empty list means "wait for a pending result". With ``k = 1`` and nothing pending
+        this is ``next``.
+        """
+        action = self.next(observations)
+        if isinstance(action, Done):
+            return [] if pending else action
+        if k < 1 or action.commit in pending:
+            return []
+        return [action]
 
     def next(self, observations: Sequence[Observation]) -> Measure | Done:
         """The next trial to run, or Done with the outcome; a pure function of the observations."""

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 from . import metrics
 from .errors import ConfigError
 from .settings import (
+    EXECUTOR_KINDS,
     HOOK_ACTIONS,
     WORKLOAD_KINDS,
     Argv,
@@ -54,9 +55,13 @@ _NUMBER_CHECKS: dict[str, str] = {
     "hook.idle_s": "int-or-float",  # ≥ 0, checked with its own message
     "cost.trial_minutes": "int-or-float",  # ≥ 0 (0: learned from stored trials), checked below
     "cost.budget_gpu_hours": "int-or-float",  # ≥ 0 (0: never ask), checked below
+    "executor.gpus_per_node": "non-negative",
+    "executor.retries": "non-negative",
 }
 # Strings that must be one of a few values.
-_CHOICES: dict[str, tuple[str, ...]] = {"workload.kind": WORKLOAD_KINDS, "hook.action": HOOK_ACTIONS}
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "workload.kind": WORKLOAD_KINDS, "hook.action": HOOK_ACTIONS, "executor.kind": EXECUTOR_KINDS,
+}
 # Fields that no key sets: the file's own path, and a mode's name (the name of its table).
 _NOT_KEYS = ("path", "modes.NAME.name")
 # Keys that are not fields (none today).

@@ -297,6 +297,8 @@ class TrialResult:
     error: str | None = None
     log_path: str | None = None
     id: int | None = None  # database id once stored
+    job_id: str | None = None  # the cluster job that ran it (None: run here by perfbisect itself)
+    node: str | None = None  # the node that job ran on
 
     @property
     def summary(self) -> float | None:

@@ -169,6 +169,25 @@ class CostConfig:
 
 
 @dataclass(frozen=True)
+class ExecutorConfig:
+    """[executor]: where a bisection's trials run (perfbisect/slurm.py for "slurm")."""
+
+    kind: str = "local"  # "local": on this machine, one at a time; "slurm": one Slurm job per observation
+    nodes: int = 1  # slurm: jobs in flight at once (k nodes, each job takes a whole node)
+    partition: str | None = None  # slurm: sbatch --partition
+    account: str | None = None  # slurm: sbatch --account
+    time_limit: str | None = None  # slurm: sbatch --time ("02:00:00"); the partition's default when unset
+    constraint: str | None = None  # slurm: sbatch --constraint ("h100")
+    gpus_per_node: int = 0  # slurm: sbatch --gpus-per-node (0: ask for none explicitly)
+    sbatch_args: tuple[str, ...] = ()  # slurm: more sbatch arguments, one per item ("--qos=high")
+    retries: int = 2  # slurm: resubmissions of a job lost to the cluster (cancelled, node failure) before giving up
+    poll_s: float = 10.0  # slurm: seconds between looks at the jobs in flight
+
+
+EXECUTOR_KINDS = ("local", "slurm")
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None  # the file these settings came from, if any
     target: TargetConfig
@@ -181,6 +200,7 @@ class Config:
     filters: FiltersConfig
     hook: HookConfig = HookConfig()
     cost: CostConfig = CostConfig()
+    executor: ExecutorConfig = ExecutorConfig()
 
     @property
     def cache_dir(self) -> Path:

@@ -196,6 +196,7 @@ def test_migrations_from_empty_create_exactly_the_declared_schema(db: Path):
         "observations",
         "comparisons",
         "noise_estimates",
+        "jobs",
     }
     assert sqlite_rows(db, "SELECT version_num FROM alembic_version") == [(head_revision(),)]
     assert sqlite_rows(db, "PRAGMA journal_mode") == [("wal",)]

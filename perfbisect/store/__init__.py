@@ -13,6 +13,7 @@ from .database import (
     owner_alive,
     process_owner,
 )
+from .jobs import JobRecord
 from .records import (
     INTERRUPTED_ERROR,
     UNFINISHED_ERROR,
@@ -30,6 +31,7 @@ __all__ = [
     "UNFINISHED_ERROR",
     "BisectionRecord",
     "ComparisonRecord",
+    "JobRecord",
     "NoiseEstimate",
     "ObservationRecord",
     "Store",

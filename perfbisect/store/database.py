@@ -33,7 +33,8 @@ from ..model import (
     content_hash,
 )
 from ..procfs import stat_fields
-from . import queries
+from . import jobs, queries
+from .jobs import JobRecord
 from .migrations import upgrade_to_head
 from .queries import TrialDetails
 from .records import BisectionRecord, ComparisonRecord, NoiseEstimate, ObservationRecord, TrialPurpose
@@ -253,6 +254,9 @@ class Store:
         self._write_engine = engine.execution_options(sqlite_begin="IMMEDIATE")
         self.owner = process_owner()
         self.recovered: tuple[list[int], list[int]] = ([], [])
+        # Set by a cluster job (perfbisect.slurmjob): every trial it begins records its job and node.
+        self.job_id: str | None = None
+        self.node: str | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -303,6 +307,8 @@ class Store:
                 bisection_id=bisection_id,
                 log_path=None if log_path is None else str(log_path),
                 started_at=started_at,
+                job_id=self.job_id,
+                node=self.node,
             )
 
     def add_run(self, trial_id: int, run: RunResult) -> None:
@@ -487,6 +493,51 @@ class Store:
         """Mark an interrupted bisection running again, owned by this process."""
         with self.session(write=True) as s:
             return queries.set_bisection_running(s, bisection_id, self.owner, owner_alive)
+
+    # --- cluster jobs (perfbisect.slurm) -------------------------------------------------------
+
+    def add_job(self, bisection_id: int, slot: int, attempt: int, commit: str, executor: str, job_name: str) -> int:
+        """Store a job about to be submitted (before sbatch, so a crash cannot lose track of it)."""
+        with self.session(write=True) as s:
+            return jobs.insert_job(s, bisection_id, slot, attempt, commit, executor, job_name)
+
+    def job(self, row_id: int) -> JobRecord:
+        with self.session() as s:
+            return jobs.load_job(s, row_id)
+
+    def jobs(self, bisection_id: int, states: tuple[str, ...] | None = None) -> list[JobRecord]:
+        """A bisection's jobs in submission order (only those in ``states`` when given)."""
+        with self.session() as s:
+            return jobs.load_jobs(s, bisection_id, states)
+
+    def job_submitted(self, row_id: int, job_id: str) -> None:
+        with self.session(write=True) as s:
+            jobs.set_submitted(s, row_id, job_id)
+
+    def job_seen(self, row_id: int, slurm_state: str, node: str | None) -> None:
+        with self.session(write=True) as s:
+            jobs.set_slurm_state(s, row_id, slurm_state, node)
+
+    def job_started(self, row_id: int, job_id: str | None, node: str) -> None:
+        with self.session(write=True) as s:
+            jobs.job_started(s, row_id, job_id, node)
+
+    def job_result(self, row_id: int, result: Mapping[str, Any]) -> bool:
+        with self.session(write=True) as s:
+            return jobs.job_result(s, row_id, result)
+
+    def job_error(self, row_id: int, error: str) -> None:
+        with self.session(write=True) as s:
+            jobs.job_error(s, row_id, error)
+
+    def job_lost(self, row_id: int, why: str) -> bool:
+        """An infrastructure failure: the row is lost, its unfinished trials failed (never blamed)."""
+        with self.session(write=True) as s:
+            return jobs.set_lost(s, row_id, why)
+
+    def job_observed(self, row_id: int, seq: int) -> None:
+        with self.session(write=True) as s:
+            jobs.set_observed(s, row_id, seq)
 
     # --- comparisons ---------------------------------------------------------------------------
 

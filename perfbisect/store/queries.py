@@ -75,6 +75,8 @@ def insert_trial(
     bisection_id: int | None = None,
     log_path: str | None = None,
     started_at: float | None = None,
+    job_id: str | None = None,
+    node: str | None = None,
 ) -> int:
     """Store a new trial in state "running" and return its id."""
     purpose = _purpose(purpose)
@@ -92,6 +94,8 @@ def insert_trial(
         started_at=time.time() if started_at is None else started_at,
         log_path=log_path,
         bisection_id=bisection_id,
+        job_id=job_id,
+        node=node,
     )
     session.add(row)
     session.flush()
@@ -293,7 +297,9 @@ def recover_interrupted(
         .where(TrialRow.status == TRIAL_RUNNING)
     )
     for row in running:
-        if owner_alive(row.owner):
+        # A cluster job's trial runs on another node: its job's state, not a local pid, says whether
+        # it is alive; the controller that watches the job closes it (perfbisect.slurm).
+        if row.job_id is not None or owner_alive(row.owner):
             continue
         row.status = TrialStatus.FAILED.value
         row.error = INTERRUPTED_ERROR
@@ -638,6 +644,8 @@ def _trial_result(row: TrialRow) -> TrialResult:
         error=UNFINISHED_ERROR if running else row.error,
         log_path=row.log_path,
         id=row.id,
+        job_id=row.job_id,
+        node=row.node,
     )
 
 

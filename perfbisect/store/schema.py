@@ -108,6 +108,9 @@ class TrialRow(Base):
     server_info: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
     versions: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
     bisection_id: Mapped[int | None] = mapped_column(ForeignKey("bisections.id"), nullable=True)
+    # Where an executor ran it: the Slurm job id and node name (None: run by perfbisect itself, here).
+    job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    node: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
     runs: Mapped[list[RunRow]] = relationship(back_populates="trial", order_by="RunRow.id")
 
@@ -188,6 +191,37 @@ class NoiseEstimateRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
     __table_args__ = (Index(None, "mode", "workload_hash"),)
+
+
+class JobRow(Base):
+    """One observation's trials submitted to a cluster as a job (``perfbisect.slurm``).
+
+    The controller owns ``state`` ("submitted" while in flight, "observed" once its result is an
+    observation, "lost" when the cluster ended it without a result), ``slurm_state`` and
+    ``observation_seq``; the job itself writes ``result`` (and sets ``state`` = "result") or ``error``.
+    """
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    bisection_id: Mapped[int] = mapped_column(ForeignKey("bisections.id"))
+    slot: Mapped[int] = mapped_column(Integer)  # the n-th measurement the controller asked for
+    attempt: Mapped[int] = mapped_column(Integer)  # 1, then 2, ... when the cluster lost the job
+    commit_sha: Mapped[str] = mapped_column(String(64))
+    executor: Mapped[str] = mapped_column(String(16))  # "slurm"
+    job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # None until sbatch answered
+    job_name: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16))
+    slurm_state: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    node: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    result: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    observation_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+    __table_args__ = (Index(None, "bisection_id", "state"), Index(None, "job_id"))
 
 
 class ComparisonRow(Base):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import cost
+from . import cost, slurm
 from .bisect import Done, Observation, SearchPolicy
 from .settings import Config
 from .doctor import Finding, run_doctor
@@ -241,7 +241,9 @@ def run_bisection(
     estimate = cost.estimate(ws, len(shas))
     started, done_here, best = time.monotonic(), 0, ("", None)
     try:
-        while True:
+        if cfg.executor.kind == "slurm":  # each observation a Slurm job, up to executor.nodes at once
+            outcome = slurm.search(ws, policy, observations, bisection_id, progress).outcome
+        while cfg.executor.kind == "local":
             action = policy.next(observations)
             if isinstance(action, Done):
                 outcome = action.outcome

@@ -276,7 +276,9 @@ def run(
     progress = ConsoleProgress(quiet)
     with app.Workspace.open(cfg, db) as ws:
         _confirm_budget(ws, g, b, yes)
-        with app.exclusive(ws, progress, wait=wait), interruptible(ws, resumable=True, options=resume_options(config, db)):
+        # Slurm jobs take their own node's lock; the controller holds only the repository's.
+        gpu = cfg.executor.kind == "local"
+        with app.exclusive(ws, progress, wait=wait, gpu=gpu), interruptible(ws, resumable=True, options=resume_options(config, db)):
             result = app.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
             broken = app.measured_nothing(ws, result.bisection_id)
             report = _bisection_report(ws, result, progress)
@@ -303,7 +305,7 @@ def resume(
 
     cfg = _load(config)
     progress = ConsoleProgress(quiet)
-    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait):
+    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait, gpu=cfg.executor.kind == "local"):
         bid = bisection if bisection is not None else app.latest_unfinished(ws)
         with interruptible(ws, resume_id=bid, resumable=True, options=resume_options(config, db)):
             result = app.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)

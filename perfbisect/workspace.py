@@ -63,13 +63,13 @@ class Workspace:
     _pool: WorktreePool | None = field(default=None, repr=False)
 
     @classmethod
-    def open(cls, config: Config, db_path: Path | None = None) -> "Workspace":
+    def open(cls, config: Config, db_path: Path | None = None, *, recover: bool = True) -> "Workspace":
         repo = TargetRepo(config.target.repo)
         db = Path(db_path) if db_path else config.default_db
         cache = config.cache_dir
         check_cache_dir(config)
         stack = PatchStack.load(config.patches, repo) if (config.patches.dir or config.patches.branch) else None
-        store = open_store(db)
+        store = open_store(db, recover=recover)  # a cluster job leaves recovery to its controller
         return cls(
             config=config,
             repo=repo,

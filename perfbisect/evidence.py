@@ -20,7 +20,7 @@ from .metrics import DECODE, Metric, describe, describe_workload
 from .errors import PerfbisectError, UsageError
 from .model import BisectOutcome, Comparison, TrialResult, TrialStatus, Verdict, median
 from .search_replay import REPLAY_BUDGET_S, replay, stats_config
-from .trial_tables import environment, failures, iso_time, speculative_rows, state_samples, trial_point
+from .trial_tables import environment, failures, iso_time, placements, speculative_rows, state_samples, trial_point
 
 _FORGES = {
     "github.com": "https://github.com/{path}/commit/{sha}",
@@ -393,6 +393,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         "comparisons": comparisons,
         "builds_reused": reused, "builds": len(seen),
         "failures": failures(trials),
+        "placements": placements(trials),
         "environment": environment(trials, config),
         "reproduce": reproduce,
         "db": db,
@@ -446,7 +447,7 @@ def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult]
         "speculative": speculative_rows(trials, shas),
         "comparisons": [c for c in (_comparison("B vs A", comparison),) if c],
         "builds_reused": 0, "builds": len({t.identity.build_hash for t in trials}),
-        "failures": failures(trials), "environment": environment(trials, config),
+        "failures": failures(trials), "placements": placements(trials), "environment": environment(trials, config),
         "reproduce": list(reproduce), "db": str(db_path or store.path), "outcome": {}, "drift_note": None,
     }
 

@@ -76,6 +76,7 @@ _TOOLTIP_TRIAL = [
     {"field": "value", "title": "trial median", "format": ",.2f"}, {"field": "runs", "title": "runs"},
     {"field": "within_cv_pct", "title": "within-trial CV %", "format": ".1f"},
     {"field": "started", "title": "started"}, {"field": "excluded", "title": "excluded because"},
+    {"field": "node", "title": "node"}, {"field": "job", "title": "Slurm job"},
 ]
 
 

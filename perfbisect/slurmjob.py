@@ -40,6 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--row", required=True, type=int, help="the jobs row this job measures")
     args = parser.parse_args(argv)
     install_signal_handlers()
+    try:
+        return _run(args)
+    except PerfbisectError as exc:  # before the jobs row could be opened: the job's output says why
+        print(f"perfbisect job: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+
+
+def _run(args: argparse.Namespace) -> int:
     node = node_name()
     job_id = os.environ.get("SLURM_JOB_ID")
     progress = ConsoleProgress()

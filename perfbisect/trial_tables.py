@@ -65,7 +65,18 @@ def trial_point(t: TrialResult, commits: Mapping[str, dict], excluded: Mapping[i
         "temperature_c": t.system.temperature_max_c,
         "power_w": t.system.power_mean_w,
         "throttle": hex(t.system.throttle_reasons_seen) if t.system.throttle_reasons_seen else "",
+        "node": t.node or "",
+        "job": t.job_id or "",
     }
+
+
+def placements(trials: Sequence[TrialResult]) -> list[dict[str, Any]]:
+    """Where each trial ran when a cluster ran them (the Slurm job and node); empty when all ran here."""
+    if not any(t.job_id for t in trials):
+        return []
+    return [{"trial": t.id, "commit": t.identity.commit[:10], "mode": t.identity.mode, "status": t.status.value,
+             "node": t.node or "(this machine)", "job": t.job_id or "", "started": iso_time(t.started_at),
+             "error": t.error or ""} for t in trials]
 
 
 def state_samples(store: Any, trials: Sequence[TrialResult], budget: int = MAX_SAMPLES_PER_TRIAL) -> list[dict[str, Any]]:
@@ -166,7 +177,8 @@ def failures(trials: Sequence[TrialResult]) -> list[dict[str, Any]]:
         if t.status is TrialStatus.OK:
             continue
         out.append({"trial": t.id, "commit": t.identity.commit[:10], "mode": t.identity.mode, "status": t.status.value,
-                    "error": t.error or "", "log": t.log_path or "", "tail": _log_tail(t.log_path) or ""})
+                    "error": t.error or "", "log": t.log_path or "", "tail": _log_tail(t.log_path) or "",
+                    "where": f"job {t.job_id} on {t.node}" if t.job_id else ""})
     return out
 
 

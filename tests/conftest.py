@@ -49,6 +49,20 @@ def private_node_lock(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("PERFBISECT_LOCK_DIR", str(tmp_path_factory.mktemp("node-lock")))
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A real single-node Slurm (munged, slurmctld, slurmd) for this session (tests/slurm_setup.py)."""
+    from tests.slurm_setup import missing_binaries, running_cluster
+
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"Slurm is not installed here (no {', '.join(missing)}): apt-get install slurm-wlm munge")
+    if os.geteuid() != 0:
+        pytest.skip("a sandbox slurmd runs jobs as their user and needs root")
+    with running_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
+
+
 def free_port() -> int:
     """A port that was free a moment ago on 127.0.0.1."""
     with socket.socket() as s:

@@ -1,0 +1,293 @@
+"""The Slurm executor against a real single-node Slurm (munged, slurmctld, slurmd: tests/slurm_setup.py).
+
+One demo bisection with ``[executor] kind = "slurm"`` is shared by the module: its first job is
+cancelled with ``scancel`` mid-trial (retried, never blamed), later perfbisect is SIGKILLed while a
+job runs and ``resume`` re-attaches to it (no second submission), and the resumed bisection names
+the planted culprit. Every wait is for an event (a row, a line, an exit), never for a duration.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from perfbisect.config import parse_config
+from perfbisect.demo.target import make_demo_target
+from perfbisect.errors import ConfigError
+from perfbisect.locks import NODE_LOCK_NAME
+from perfbisect.settings import ExecutorConfig
+from perfbisect.slurm import SCRIPT, sbatch_argv
+
+EVENT_TIMEOUT_S = 300  # generous: a shared 2-core machine; nothing here measures speed
+
+
+class Cli:
+    """A perfbisect command in the background, its stderr collected line by line."""
+
+    def __init__(self, *args: str, env: dict[str, str]):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "perfbisect.cli", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**env, "COLUMNS": "300"},
+        )
+        self.lines: list[str] = []
+        self.out = ""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, text: str) -> None:
+        until(lambda: text in self.stderr, f"{text!r} in the output", self)
+
+    def finish(self) -> int:
+        try:
+            self.out, _ = self.proc.communicate(timeout=EVENT_TIMEOUT_S)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        self._reader.join(timeout=10)
+        return self.proc.returncode
+
+
+def until(check, what: str, cli: Cli | None = None):
+    deadline = time.monotonic() + EVENT_TIMEOUT_S
+    while True:
+        value = check()
+        if value:
+            return value
+        if cli is not None and cli.proc.poll() is not None:
+            value = check()
+            assert value, f"perfbisect exited {cli.proc.returncode} before {what}:\n{cli.stderr}"
+            return value
+        assert time.monotonic() < deadline, f"no {what} after {EVENT_TIMEOUT_S}s" + (f":\n{cli.stderr}" if cli else "")
+        time.sleep(0.05)
+
+
+def rows(db: Path, sql: str, *args) -> list[tuple]:
+    if not db.exists():
+        return []
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return con.execute(sql, args).fetchall()
+    except sqlite3.OperationalError:  # the schema is not there yet
+        return []
+    finally:
+        con.close()
+
+
+@dataclass
+class Scenario:
+    demo: object
+    db: Path
+    cluster: object
+    run: Cli
+    run_rc: int
+    resume: Cli
+    resume_rc: int
+    cancelled_job: str
+    cancelled_slot: int
+    attached_job: str
+    attached_slot: int
+    notes: dict = field(default_factory=dict)
+
+
+def _config(base: str, runs: int, **executor) -> str:
+    text = base.replace("runs = 5", f"runs = {runs}")
+    table = "\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in executor.items())
+    return text + f"\n[executor]\nkind = \"slurm\"\n{table}\n"
+
+
+@pytest.fixture(scope="module")
+def scenario(slurm_cluster, tmp_path_factory) -> Scenario:
+    root = tmp_path_factory.mktemp("slurm-bisect")
+    demo = make_demo_target(root / "demo", commits=12)
+    db = root / "results.sqlite"
+    locks = root / "locks"
+    locks.mkdir()
+    env = {**slurm_cluster.env, "PERFBISECT_LOCK_DIR": str(locks)}
+    config = demo.config
+    base = config.read_text()
+    # The first job's trial runs until it is cancelled (a workload of a million runs); every later
+    # job reads the config again when it starts, and finds the ordinary demo workload.
+    config.write_text(_config(base, 1_000_000, poll_s=0.2))
+    started = time.monotonic()
+    run = Cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(config), "--db", str(db), "--yes", env=env)
+
+    # (b) scancel a job mid-trial: its trial is running and has measured runs.
+    job = until(lambda: rows(db, (
+        "select t.job_id, t.id from trials t where t.status = 'running' and t.job_id is not null and "
+        "(select count(*) from runs r where r.trial_id = t.id and r.warmup = 0) >= 2"
+    )), "a job's trial measuring", run)[0][0]
+    tmp = config.with_suffix(".new")
+    tmp.write_text(_config(base, 5, poll_s=0.2))
+    tmp.replace(config)
+    slot = rows(db, "select slot from jobs where job_id = ?", job)[0][0]
+    cancelled_at = time.monotonic()
+    slurm_cluster.run("scancel", job)
+    run.wait_for(f"(slot {slot}, attempt 2)")
+    retry_seen = time.monotonic()
+
+    # (c) hold the node lock between two jobs, so that the next job is RUNNING in Slurm but waits;
+    # then SIGKILL perfbisect while it runs.
+    until(lambda: rows(db, "select id from jobs where state = 'observed'"), "a first observation", run)
+    fd = os.open(locks / NODE_LOCK_NAME, os.O_RDWR | os.O_CREAT)
+
+    def lock() -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    until(lock, "the node lock between two jobs", run)
+    try:
+        waiting = until(lambda: rows(db, (
+            "select job_id, slot from jobs where state = 'submitted' and started_at is not null and job_id is not null"
+        )), "a job started on the node", run)
+        attached_job, attached_slot = waiting[0]
+        run.proc.kill()
+        run_rc = run.finish()
+        state = slurm_cluster.run("squeue", "--noheader", "--jobs", attached_job, "--format=%T").stdout.strip()
+        assert state == "RUNNING", f"job {attached_job} should outlive a SIGKILLed perfbisect; squeue says {state!r}"
+        resume = Cli("resume", "-c", str(config), "--db", str(db), env=env)
+        resume.wait_for(f"re-attached to job {attached_job}")
+    finally:
+        os.close(fd)  # releases the node lock: the job goes on
+    resume_rc = resume.finish()
+    return Scenario(
+        demo, db, slurm_cluster, run, run_rc, resume, resume_rc, job, slot, attached_job, attached_slot,
+        notes={"cancel_to_resubmit_s": retry_seen - cancelled_at, "module_s": time.monotonic() - started},
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def test_a_demo_bisection_runs_its_trials_as_slurm_jobs_and_names_the_culprit(scenario):
+    s = scenario
+    assert s.resume_rc in (0, 1), s.resume.stderr  # 1: the regression found (exit code of a verdict)
+    assert f"first bad commit: {s.demo.planted[:10]}" in s.resume.out, s.resume.out + s.resume.stderr
+    observations = rows(s.db, "select seq, commit_sha, trial_ids from observations order by seq")
+    assert len(observations) >= 3
+    jobs = {r[0]: r[1:] for r in rows(s.db, "select observation_seq, job_id, node, commit_sha from jobs where state = 'observed'")}
+    assert sorted(jobs) == [o[0] for o in observations]  # every observation came from one job
+    for seq, commit, trial_ids in observations:
+        job_id, node, job_commit = jobs[seq]
+        assert job_commit == commit and node == s.cluster.node
+        for tid in re.findall(r"\d+", trial_ids):
+            assert rows(s.db, "select job_id, node, status from trials where id = ?", int(tid)) == [(job_id, node, "ok")]
+    # Slurm itself ran them: each job id is known to slurmctld as a completed batch job of this node.
+    some = jobs[observations[-1][0]][0]
+    info = s.cluster.run("scontrol", "show", "job", "-o", some).stdout
+    assert "JobState=COMPLETED" in info and f"BatchHost={s.cluster.node}" in info
+    assert "submitted:" in s.run.stderr and "RUNNING on" in s.run.stderr
+    print(f"\nslurm scenario: {len(observations)} observations; cancel -> resubmission "
+          f"{s.notes['cancel_to_resubmit_s']:.1f}s; module {s.notes['module_s']:.0f}s")
+
+
+def test_b_a_job_cancelled_mid_trial_is_retried_and_never_blamed(scenario):
+    s = scenario
+    lost = rows(s.db, "select state, error, attempt, commit_sha from jobs where job_id = ?", s.cancelled_job)
+    assert len(lost) == 1
+    state, error, attempt, commit = lost[0]
+    assert state == "lost" and attempt == 1 and "CANCELLED" in error, lost
+    trials = rows(s.db, "select id, status, error from trials where job_id = ?", s.cancelled_job)
+    assert trials and all(t[1] == "failed" for t in trials), trials  # stopped mid-trial, stored as such
+    held = " ".join(r[0] for r in rows(s.db, "select trial_ids from observations"))
+    assert not {str(t[0]) for t in trials} & set(re.findall(r"\d+", held))  # no observation uses them
+    retry = rows(s.db, "select state, attempt, commit_sha, observation_seq from jobs where slot = ? and job_id != ?",
+                 s.cancelled_slot, s.cancelled_job)
+    assert [(r[0], r[1], r[2]) for r in retry] == [("observed", 2, commit)]
+    value = rows(s.db, "select value from observations where seq = ?", retry[0][3])[0][0]
+    assert value is not None  # the commit was measured, not marked untestable
+    assert "infrastructure failure, not a property of the commit" in s.run.stderr
+
+
+def test_c_resume_after_sigkill_reattaches_instead_of_submitting_again(scenario):
+    s = scenario
+    assert s.run_rc == -signal.SIGKILL
+    same_slot = rows(s.db, "select job_id, state, attempt from jobs where slot = ?", s.attached_slot)
+    assert same_slot == [(s.attached_job, "observed", 1)], same_slot
+    assert f"job {s.attached_job} submitted" not in s.resume.stderr
+    slots = rows(s.db, "select slot, count(*) from jobs where state != 'lost' group by slot having count(*) > 1")
+    assert slots == []  # no slot was ever submitted twice except after a loss
+    assert rows(s.db, "select status from bisections") == [("done",)]
+
+
+def test_the_report_names_the_node_and_job_of_each_trial(scenario):
+    s = scenario
+    report = Path(re.search(r"report: (\S+\.html)", s.resume.out + s.resume.stderr).group(1))
+    html = report.read_text()
+    assert f"job {s.attached_job}" in html and s.cluster.node in html
+
+
+def test_sigterm_cancels_the_jobs_in_flight_and_says_how_to_resume(slurm_cluster, tmp_path):
+    demo = make_demo_target(tmp_path / "demo", commits=10)
+    demo.config.write_text(_config(demo.config.read_text(), 1_000_000, poll_s=0.2))
+    db = tmp_path / "r.sqlite"
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    run = Cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--db", str(db), "--yes",
+              env={**slurm_cluster.env, "PERFBISECT_LOCK_DIR": str(locks)})
+    job = until(lambda: rows(db, "select job_id from trials where status = 'running' and job_id is not null"),
+                "a job's trial running", run)[0][0]
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.finish() == 143, run.stderr
+    assert f"cancelled the Slurm jobs in flight ({job})" in run.stderr
+    assert "perfbisect resume 1" in run.lines[-1]
+    until(lambda: slurm_cluster.run("squeue", "--noheader", "--jobs", job, "--format=%T", check=False).stdout.strip() == "",
+          f"job {job} gone from the queue")
+    assert rows(db, "select state from jobs") == [("lost",)]
+    assert "CANCELLED" in slurm_cluster.run("scontrol", "show", "job", "-o", job).stdout
+
+
+# ------------------------------------------------------------------------------------------------
+# What needs no cluster
+
+
+def test_sbatch_command_is_an_argument_list_with_the_config_resources():
+    cfg = ExecutorConfig(kind="slurm", partition="gpu", account="perf", time_limit="01:30:00", constraint="h100",
+                         gpus_per_node=8, sbatch_args=("--qos=high",))
+    argv = sbatch_argv(cfg, name="pb-1", output=Path("/o/%j.out"), script=SCRIPT, args=["/py", "--row", "3; rm -rf /"],
+                       nodelist="node07")
+    assert argv[:3] == ["sbatch", "--parsable", "--exclusive"]
+    for flag in ("--partition=gpu", "--account=perf", "--time=01:30:00", "--constraint=h100", "--gpus-per-node=8",
+                 "--nodelist=node07", "--qos=high", "--job-name=pb-1", "--output=/o/%j.out"):
+        assert flag in argv
+    assert not any(a.startswith("--wrap") for a in argv)
+    assert argv[-4:] == [str(SCRIPT), "/py", "--row", "3; rm -rf /"]  # passed through, never parsed by a shell
+    assert os.access(SCRIPT, os.X_OK)
+
+
+def test_executor_config_keys_are_checked(tmp_path):
+    demo = make_demo_target(tmp_path / "demo", commits=10)
+    from perfbisect.config import tomllib
+
+    data = tomllib.loads(demo.config.read_text())
+    assert parse_config(data, path=demo.config).executor == ExecutorConfig()
+    data["executor"] = {"kind": "slurm", "nodes": 4, "sbatch_args": ["--qos=high"]}
+    cfg = parse_config(data, path=demo.config).executor
+    assert (cfg.kind, cfg.nodes, cfg.sbatch_args) == ("slurm", 4, ("--qos=high",))
+    for bad, word in (({"kind": "kubernetes"}, "executor.kind"), ({"nodes": 0}, "executor.nodes"),
+                      ({"retries": -1}, "executor.retries")):
+        data["executor"] = bad
+        with pytest.raises(ConfigError, match=word):
+            parse_config(data, path=demo.config)

@@ -266,10 +266,11 @@ def run_bisection(
         progress.done()
     outcome = _expand_merge_culprit(ws, outcome, by_sha)
     store.finish_bisection(bisection_id, outcome)
-    keep_noise(
-        ws, cfg.metric_modes, outcome.noise_sigma_pct, outcome.noise_dof,
-        f"bisection #{bisection_id}: residual noise of {outcome.trials_used} trials after the change(s) and drift",
-    )
+    if cfg.executor.kind == "local":  # trials on cluster nodes measured their noise, not this host's
+        keep_noise(
+            ws, cfg.metric_modes, outcome.noise_sigma_pct, outcome.noise_dof,
+            f"bisection #{bisection_id}: residual noise of {outcome.trials_used} trials after the change(s) and drift",
+        )
     trials = store.trials(bisection_id=bisection_id, status=None)
     return BisectResult(
         bisection_id=bisection_id, outcome=outcome, commits=by_sha, filtered=filtered, db_path=ws.db_path,

@@ -34,6 +34,8 @@ from .workspace import Progress, Workspace
 SCRIPT = Path(__file__).with_name("slurm_job.sh")
 JOB_MODULE = "perfbisect.slurmjob"
 COMMAND_TIMEOUT_S = 120.0
+CANCEL_WAIT_S = 120.0  # scancel: SIGTERM, then SIGKILL after the cluster's KillWait (30 s by default)
+MAX_UNANSWERED_POLLS = 30  # a controller restart is survived; a dead one ends the run (resume continues)
 
 # Job states in which Slurm may still run the job (squeue(1) "JOB STATE CODES"); any other state is
 # an end. A preempted job that Slurm requeues goes back to PENDING and stays watched.
@@ -165,6 +167,7 @@ class SlurmExecutor:
         self.in_flight: dict[int, JobRecord] = {}  # jobs row id -> row, while queued, running or unread
         self.shown: dict[int, str] = {}  # row id -> the state last reported
         self.pins: dict[int, str] = {}  # slot -> the node the policy asked for
+        self.unanswered = 0  # polls in a row that Slurm did not answer
         self.out_dir = ws.config.cache_dir / "slurm"
         self._tag = hashlib.sha256(str(ws.db_path).encode()).hexdigest()[:8]
         jobs = ws.store.jobs(bisection_id)
@@ -234,7 +237,16 @@ class SlurmExecutor:
         for row_id in list(self.in_flight):
             job = store.job(row_id)
             if job.state == SUBMITTED:
-                state = job_state(job.job_id) if job.job_id else None
+                try:
+                    state = job_state(job.job_id) if job.job_id else None
+                except InfrastructureError as exc:  # slurmctld busy or restarting: look again next time
+                    self.unanswered += 1
+                    if self.unanswered >= MAX_UNANSWERED_POLLS:
+                        raise
+                    if self.unanswered == 1:
+                        self.progress.warn(f"{exc} (looking again every {self.cfg.poll_s:g}s)")
+                    continue
+                self.unanswered = 0
                 if state is not None and state.active:
                     self._show(job, state)
                     continue
@@ -285,10 +297,17 @@ class SlurmExecutor:
         self.submit(job.commit, slot=job.slot, attempt=job.attempt + 1, host=self.pins.get(job.slot))
 
     def cancel_all(self, why: str) -> list[str]:
-        """scancel every job in flight and store each as lost (``why``)."""
+        """scancel every job in flight, wait until Slurm has ended them (each job tears its server
+        down and stores its trial as interrupted itself), and store each as lost (``why``)."""
         ids = [j.job_id for j in self.in_flight.values() if j.job_id and j.state == SUBMITTED]
         try:
             cancel(ids)
+            deadline = time.monotonic() + CANCEL_WAIT_S
+            while ids and time.monotonic() < deadline:
+                states = [job_state(i) for i in ids]
+                if not any(st is not None and st.active for st in states):
+                    break
+                time.sleep(0.5)
         finally:
             for job in list(self.in_flight.values()):
                 self.ws.store.job_lost(job.id, why)
@@ -303,7 +322,7 @@ def search(ws: Workspace, policy: SearchPolicy, observations: list[Observation],
     k = ws.config.executor.nodes
     nodes = {j.observation_seq: j.node for j in store.jobs(bisection_id, (OBSERVED,))}
     observations[:] = [replace(o, host=nodes.get(o.seq, o.host)) for o in observations]
-    held = {tuple(o.trial_ids) for o in store.observations(bisection_id)}
+    held = {tuple(o.trial_ids): o.seq for o in store.observations(bisection_id)}
     executor = SlurmExecutor(ws, bisection_id, progress)
     try:
         executor.reattach()
@@ -311,8 +330,8 @@ def search(ws: Workspace, policy: SearchPolicy, observations: list[Observation],
             for job in executor.collect():
                 result = dict(job.result or {})
                 trial_ids = [int(t) for t in result.get("trial_ids", [])]
-                if tuple(trial_ids) in held and trial_ids:  # stored just before a kill: not twice
-                    store.job_observed(job.id, next(o.seq for o in observations if o.commit == job.commit))
+                if trial_ids and tuple(trial_ids) in held:  # observed just before a kill: not twice
+                    store.job_observed(job.id, held[tuple(trial_ids)])
                     continue
                 obs = Observation(
                     commit=job.commit, value=result.get("value"), covariates=dict(result.get("covariates") or {}),
@@ -320,7 +339,7 @@ def search(ws: Workspace, policy: SearchPolicy, observations: list[Observation],
                 )
                 store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag)
                 store.job_observed(job.id, obs.seq)
-                held.add(tuple(trial_ids))
+                held[tuple(trial_ids)] = obs.seq
                 observations.append(obs)
                 value = "untestable" if obs.value is None else "measured"
                 progress.info(f"[{obs.seq + 1}] job {job.job_id} on {job.node}: {job.commit[:10]} {value}")

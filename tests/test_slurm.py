@@ -29,6 +29,8 @@ from perfbisect.locks import NODE_LOCK_NAME
 from perfbisect.settings import ExecutorConfig
 from perfbisect.slurm import SCRIPT, sbatch_argv
 
+pytestmark = pytest.mark.slow
+
 EVENT_TIMEOUT_S = 300  # generous: a shared 2-core machine; nothing here measures speed
 
 
@@ -41,29 +43,41 @@ class Cli:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**env, "COLUMNS": "300"},
         )
         self.lines: list[str] = []
-        self.out = ""
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self.out_lines: list[str] = []
+        self._readers = [threading.Thread(target=self._read, args=(pipe, into), daemon=True)
+                         for pipe, into in ((self.proc.stderr, self.lines), (self.proc.stdout, self.out_lines))]
+        for reader in self._readers:
+            reader.start()
 
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
+    @staticmethod
+    def _read(pipe, into: list[str]) -> None:
+        for line in pipe:
+            into.append(line)
+
+    @property
+    def out(self) -> str:
+        return "".join(self.out_lines)
 
     @property
     def stderr(self) -> str:
         return "".join(self.lines)
+
+    @property
+    def said(self) -> str:
+        """stderr with its line wrapping undone (Rich wraps long lines at the terminal width)."""
+        return " ".join(self.stderr.split())
 
     def wait_for(self, text: str) -> None:
         until(lambda: text in self.stderr, f"{text!r} in the output", self)
 
     def finish(self) -> int:
         try:
-            self.out, _ = self.proc.communicate(timeout=EVENT_TIMEOUT_S)
+            self.proc.wait(timeout=EVENT_TIMEOUT_S)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
-        self._reader.join(timeout=10)
+        for reader in self._readers:
+            reader.join(timeout=10)
         return self.proc.returncode
 
 
@@ -98,14 +112,18 @@ class Scenario:
     demo: object
     db: Path
     cluster: object
-    run: Cli
+    terminated: Cli  # `run`, stopped by SIGTERM during its first job
+    terminated_job: str
+    run: Cli  # the first `resume`: a job scancelled mid-trial, then SIGKILL while a job runs
     run_rc: int
-    resume: Cli
+    resume: Cli  # the second `resume`, re-attached, to the end
     resume_rc: int
     cancelled_job: str
     cancelled_slot: int
     attached_job: str
     attached_slot: int
+    picked: Cli  # the `resume` between: it read the result of a job that finished while perfbisect was dead
+    finished_job: str
     notes: dict = field(default_factory=dict)
 
 
@@ -113,6 +131,14 @@ def _config(base: str, runs: int, **executor) -> str:
     text = base.replace("runs = 5", f"runs = {runs}")
     table = "\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in executor.items())
     return text + f"\n[executor]\nkind = \"slurm\"\n{table}\n"
+
+
+def _measuring(db: Path, cli: Cli, min_runs: int) -> str:
+    """The job id of a job whose trial is running and has measured ``min_runs`` runs."""
+    return until(lambda: rows(db, (
+        "select t.job_id from trials t where t.status = 'running' and t.job_id is not null and "
+        "(select count(*) from runs r where r.trial_id = t.id and r.warmup = 0) >= ?"
+    ), min_runs), "a job's trial measuring", cli)[0][0]
 
 
 @pytest.fixture(scope="module")
@@ -125,17 +151,20 @@ def scenario(slurm_cluster, tmp_path_factory) -> Scenario:
     env = {**slurm_cluster.env, "PERFBISECT_LOCK_DIR": str(locks)}
     config = demo.config
     base = config.read_text()
-    # The first job's trial runs until it is cancelled (a workload of a million runs); every later
-    # job reads the config again when it starts, and finds the ordinary demo workload.
+    # Trials run until cancelled (a workload of a million runs) until the config is rewritten: every
+    # job reads the config when it starts, and then finds the ordinary demo workload.
     config.write_text(_config(base, 1_000_000, poll_s=0.2))
     started = time.monotonic()
-    run = Cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(config), "--db", str(db), "--yes", env=env)
 
-    # (b) scancel a job mid-trial: its trial is running and has measured runs.
-    job = until(lambda: rows(db, (
-        "select t.job_id, t.id from trials t where t.status = 'running' and t.job_id is not null and "
-        "(select count(*) from runs r where r.trial_id = t.id and r.warmup = 0) >= 2"
-    )), "a job's trial measuring", run)[0][0]
+    # SIGTERM during the first job: perfbisect cancels it and says how to resume.
+    terminated = Cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(config), "--db", str(db), "--yes", env=env)
+    terminated_job = _measuring(db, terminated, 1)
+    terminated.proc.send_signal(signal.SIGTERM)
+    terminated.finish()
+
+    # (b) scancel a job mid-trial (its trial running with measured runs): retried, never blamed.
+    run = Cli("resume", "-c", str(config), "--db", str(db), env=env)
+    job = _measuring(db, run, 2)
     tmp = config.with_suffix(".new")
     tmp.write_text(_config(base, 5, poll_s=0.2))
     tmp.replace(config)
@@ -146,7 +175,8 @@ def scenario(slurm_cluster, tmp_path_factory) -> Scenario:
     retry_seen = time.monotonic()
 
     # (c) hold the node lock between two jobs, so that the next job is RUNNING in Slurm but waits;
-    # then SIGKILL perfbisect while it runs.
+    # SIGKILL perfbisect then. First the job finishes while perfbisect is dead (resume reads its
+    # result), then once more, and resume re-attaches to the job still running.
     until(lambda: rows(db, "select id from jobs where state = 'observed'"), "a first observation", run)
     fd = os.open(locks / NODE_LOCK_NAME, os.O_RDWR | os.O_CREAT)
 
@@ -157,14 +187,25 @@ def scenario(slurm_cluster, tmp_path_factory) -> Scenario:
         except BlockingIOError:
             return False
 
-    until(lock, "the node lock between two jobs", run)
-    try:
-        waiting = until(lambda: rows(db, (
+    def job_waiting(cli: Cli) -> tuple[str, int]:
+        return until(lambda: rows(db, (
             "select job_id, slot from jobs where state = 'submitted' and started_at is not null and job_id is not null"
-        )), "a job started on the node", run)
-        attached_job, attached_slot = waiting[0]
+        )), "a job started on the node", cli)[0]
+
+    try:
+        until(lock, "the node lock between two jobs", run)
+        finished_job, _ = job_waiting(run)
         run.proc.kill()
         run_rc = run.finish()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        until(lambda: rows(db, "select id from jobs where job_id = ? and state = 'result'", finished_job),
+              f"job {finished_job} to store its result with perfbisect dead")
+        picked = Cli("resume", "-c", str(config), "--db", str(db), env=env)
+        picked.wait_for(f"job {finished_job} finished while perfbisect was stopped")
+        until(lock, "the node lock between two jobs", picked)
+        attached_job, attached_slot = job_waiting(picked)
+        picked.proc.kill()
+        picked.finish()
         state = slurm_cluster.run("squeue", "--noheader", "--jobs", attached_job, "--format=%T").stdout.strip()
         assert state == "RUNNING", f"job {attached_job} should outlive a SIGKILLed perfbisect; squeue says {state!r}"
         resume = Cli("resume", "-c", str(config), "--db", str(db), env=env)
@@ -173,7 +214,8 @@ def scenario(slurm_cluster, tmp_path_factory) -> Scenario:
         os.close(fd)  # releases the node lock: the job goes on
     resume_rc = resume.finish()
     return Scenario(
-        demo, db, slurm_cluster, run, run_rc, resume, resume_rc, job, slot, attached_job, attached_slot,
+        demo, db, slurm_cluster, terminated, terminated_job, run, run_rc, resume, resume_rc, job, slot,
+        attached_job, attached_slot, picked, finished_job,
         notes={"cancel_to_resubmit_s": retry_seen - cancelled_at, "module_s": time.monotonic() - started},
     )
 
@@ -199,8 +241,10 @@ def test_a_demo_bisection_runs_its_trials_as_slurm_jobs_and_names_the_culprit(sc
     info = s.cluster.run("scontrol", "show", "job", "-o", some).stdout
     assert "JobState=COMPLETED" in info and f"BatchHost={s.cluster.node}" in info
     assert "submitted:" in s.run.stderr and "RUNNING on" in s.run.stderr
-    print(f"\nslurm scenario: {len(observations)} observations; cancel -> resubmission "
-          f"{s.notes['cancel_to_resubmit_s']:.1f}s; module {s.notes['module_s']:.0f}s")
+    starts = sorted(r[0] for r in rows(s.db, "select started_at - submitted_at from jobs where started_at is not null"))
+    print(f"\nslurm scenario: {len(observations)} observations; sbatch -> job's own start (Slurm + Python imports): "
+          f"median {starts[len(starts) // 2]:.1f}s, max {starts[-1]:.1f}s; cancel -> resubmission "
+          f"{s.notes['cancel_to_resubmit_s']:.1f}s; scenario {s.notes['module_s']:.0f}s")
 
 
 def test_b_a_job_cancelled_mid_trial_is_retried_and_never_blamed(scenario):
@@ -218,12 +262,17 @@ def test_b_a_job_cancelled_mid_trial_is_retried_and_never_blamed(scenario):
     assert [(r[0], r[1], r[2]) for r in retry] == [("observed", 2, commit)]
     value = rows(s.db, "select value from observations where seq = ?", retry[0][3])[0][0]
     assert value is not None  # the commit was measured, not marked untestable
-    assert "infrastructure failure, not a property of the commit" in s.run.stderr
+    assert "infrastructure failure, not a property of the commit" in s.run.said
 
 
 def test_c_resume_after_sigkill_reattaches_instead_of_submitting_again(scenario):
     s = scenario
-    assert s.run_rc == -signal.SIGKILL
+    assert s.run_rc == -signal.SIGKILL and s.picked.proc.returncode == -signal.SIGKILL
+    # A job that finished while perfbisect was dead: its stored result became an observation, once.
+    finished = rows(s.db, "select slot, state, observation_seq from jobs where job_id = ?", s.finished_job)
+    assert len(finished) == 1 and finished[0][1] == "observed", finished
+    assert rows(s.db, "select count(*) from jobs where slot = ?", finished[0][0]) == [(1,)]
+    assert f"job {s.finished_job} submitted" not in s.picked.stderr
     same_slot = rows(s.db, "select job_id, state, attempt from jobs where slot = ?", s.attached_slot)
     assert same_slot == [(s.attached_job, "observed", 1)], same_slot
     assert f"job {s.attached_job} submitted" not in s.resume.stderr
@@ -239,24 +288,28 @@ def test_the_report_names_the_node_and_job_of_each_trial(scenario):
     assert f"job {s.attached_job}" in html and s.cluster.node in html
 
 
-def test_sigterm_cancels_the_jobs_in_flight_and_says_how_to_resume(slurm_cluster, tmp_path):
+def test_sigterm_cancels_the_jobs_in_flight_and_says_how_to_resume(scenario):
+    s = scenario
+    t = s.terminated
+    assert t.proc.returncode == 143, t.stderr
+    assert f"cancelled the Slurm jobs in flight ({s.terminated_job}) with scancel" in t.said, t.stderr
+    assert re.search(r"Interrupted by SIGTERM: .*perfbisect resume 1 ", t.said), t.stderr
+    (state, error), = rows(s.db, "select state, error from jobs where job_id = ?", s.terminated_job)
+    assert state == "lost" and error.startswith("cancelled: perfbisect was interrupted"), error
+    assert "JobState=CANCELLED" in s.cluster.run("scontrol", "show", "job", "-o", s.terminated_job).stdout
+    trials = rows(s.db, "select status, error from trials where job_id = ?", s.terminated_job)
+    assert trials and all(status == "failed" for status, _ in trials), trials
+
+
+def test_sbatch_refusing_the_job_is_a_clear_error(slurm_cluster, tmp_path):
     demo = make_demo_target(tmp_path / "demo", commits=10)
-    demo.config.write_text(_config(demo.config.read_text(), 1_000_000, poll_s=0.2))
-    db = tmp_path / "r.sqlite"
-    locks = tmp_path / "locks"
-    locks.mkdir()
-    run = Cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--db", str(db), "--yes",
-              env={**slurm_cluster.env, "PERFBISECT_LOCK_DIR": str(locks)})
-    job = until(lambda: rows(db, "select job_id from trials where status = 'running' and job_id is not null"),
-                "a job's trial running", run)[0][0]
-    run.proc.send_signal(signal.SIGTERM)
-    assert run.finish() == 143, run.stderr
-    assert f"cancelled the Slurm jobs in flight ({job})" in run.stderr
-    assert "perfbisect resume 1" in run.lines[-1]
-    until(lambda: slurm_cluster.run("squeue", "--noheader", "--jobs", job, "--format=%T", check=False).stdout.strip() == "",
-          f"job {job} gone from the queue")
-    assert rows(db, "select state from jobs") == [("lost",)]
-    assert "CANCELLED" in slurm_cluster.run("scontrol", "show", "job", "-o", job).stdout
+    demo.config.write_text(_config(demo.config.read_text(), 5, partition="no-such-partition"))
+    run = Cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--db", str(tmp_path / "r.sqlite"),
+              "--yes", env={**slurm_cluster.env, "PERFBISECT_LOCK_DIR": str(tmp_path)})
+    assert run.finish() not in (0, 1), run.stderr
+    assert "sbatch refused the job" in run.said and "no-such-partition" in run.said, run.stderr
+    assert "Traceback" not in run.stderr
+    assert rows(tmp_path / "r.sqlite", "select state from jobs") == [("lost",)]
 
 
 # ------------------------------------------------------------------------------------------------

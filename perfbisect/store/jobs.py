@@ -115,7 +115,7 @@ def job_result(session: Session, row_id: int, result: Mapping[str, Any]) -> bool
 def job_error(session: Session, row_id: int, error: str) -> None:
     """Written by the job when it stops without a result (interrupted, an error)."""
     session.execute(
-        update(JobRow).where(JobRow.id == row_id, JobRow.result.is_(None))
+        update(JobRow).where(JobRow.id == row_id, JobRow.state == SUBMITTED)
         .values(error=error, finished_at=time.time())
     )
 

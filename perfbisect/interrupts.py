@@ -49,7 +49,7 @@ def interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, 
 def resume_options(config: Path | None, db: Path | str | None) -> str:
     """The -c/--db a resume needs to find the same bisection, as the user gave them (a password in a
     database URL masked: it is printed)."""
-    from .store.location import mask
+    from .errors import mask_secrets as mask
 
     parts = []
     if config is not None:

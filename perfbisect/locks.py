@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .errors import InfrastructureError, MachineBusy
+from .errors import InfrastructureError, MachineBusy, mask_secrets
 from .polling import poll_until
 
 NODE_LOCK_NAME = "perfbisect-gpu-node.lock"
@@ -41,9 +41,10 @@ def node_lock_path() -> Path:
 
 
 def this_command() -> str:
-    """How this process was started, as the holder line shows it."""
+    """How this process was started, as the holder line shows it (a --db URL's password masked:
+    every user of the node, or of the shared store, can read it)."""
     words = ["perfbisect", *sys.argv[1:]] if sys.argv and sys.argv[0] else ["python"]
-    text = " ".join(words)
+    text = mask_secrets(" ".join(words))
     return "".join(ch if ch.isprintable() else "?" for ch in text)[:300]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +21,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, func, select, text
 
+from perfbisect.check import format_status, status
+from perfbisect.config import parse_config
 from perfbisect.errors import StoreError
 from perfbisect.locks import LockHeld, exclusive
 from perfbisect.model import TrialStatus
@@ -30,6 +33,8 @@ from tests.pg_server import PASSWORD
 from tests.test_cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
+BASE_CONFIG = {"target": {"repo": "."}, "server": {"command": ["python", "-m", "x", "--port", "{port}"]},
+               "modes": {"baseline": {}}, "stats": {"metric": "baseline"}}
 
 
 def _python(*args: str, **kw) -> subprocess.Popen:
@@ -113,28 +118,37 @@ def _holder(*args: str) -> tuple[subprocess.Popen, dict]:
 
 def test_the_node_lock_is_a_database_lock_that_names_its_holder_and_dies_with_it(pg_url, tmp_path):
     open_store(pg_url).close()
-    proc, info = _holder("node", pg_url, "gpu-node-7")
+    node = socket.gethostname()  # the node lock's default key: this host's name
+    proc, info = _holder("node", pg_url, node)
     try:
         with open_store(pg_url) as store:
-            lock = store.node_lock("gpu-node-7")
-            assert lock.holder().pid == info["pid"]
+            lock = store.node_lock()
+            assert lock.node == node and lock.holder().pid == info["pid"]
             with pytest.raises(LockHeld) as refused:
                 lock.acquire()
             msg = str(refused.value)
-            assert f"pid {info['pid']} on {info['host']}" in msg and "GPU node gpu-node-7" in msg
-            assert "node gpu-node-7" in msg and "--wait" in msg
+            assert f"pid {info['pid']} on {info['host']}" in msg and f"GPU node {node}" in msg and "--wait" in msg
+            assert "store_writer node" in msg or "perfbisect" in msg  # the holder's command line
             _no_password(msg)
+            # `perfbisect status` with [store] url says who holds this node.
+            cfg = parse_config({**BASE_CONFIG, "target": {"repo": ".", "cache_dir": str(tmp_path / "cache")},
+                                "store": {"url": pg_url}}, base_dir=tmp_path)
+            (status_line,) = [l for l in format_status(status(cfg)) if l.startswith("GPU node")]
+            assert f"held by pid {info['pid']} on {info['host']}" in status_line
+            _no_password(status_line)
             # Another node's lock is free: the key is the node's name.
             other = store.node_lock("gpu-node-8")
             other.acquire()
             other.release()
             # Through the command's lock stack: refused the same way, and the repository lock is let go.
             with pytest.raises(LockHeld):
-                with exclusive(tmp_path / "cache", repo="r", node_locks=(store.node_lock("gpu-node-7"),)):
+                with exclusive(tmp_path / "cache", repo="r", node_locks=(store.node_lock(),)):
                     pass
+            with exclusive(tmp_path / "cache", repo="r", gpu=False):
+                pass
             # --wait: told who holds it, then it gets the lock once the holder is killed (no cleanup).
             told, done = [], threading.Event()
-            waiter = store.node_lock("gpu-node-7")
+            waiter = store.node_lock()
 
             def wait_for_it() -> None:
                 waiter.acquire(wait=True, on_wait=told.append, poll_s=0.1)
@@ -151,6 +165,8 @@ def test_the_node_lock_is_a_database_lock_that_names_its_holder_and_dies_with_it
             assert waiter.holder().pid == os.getpid()
             waiter.release()
             assert lock.holder() is None
+            (status_line,) = [l for l in format_status(status(cfg)) if l.startswith("GPU node")]
+            assert status_line.startswith(f"GPU node {node}: free")
     finally:
         proc.kill()
         proc.wait(timeout=10)
@@ -206,8 +222,6 @@ def test_a_demo_bisection_through_a_postgresql_url_names_the_planted_commit(pg_u
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -257,10 +271,7 @@ def test_a_missing_driver_says_how_to_install_it(pg_url, monkeypatch):
 
 
 def test_store_url_in_the_config_and_locations():
-    from perfbisect.config import parse_config
-
-    base = {"target": {"repo": "."}, "server": {"command": ["python", "-m", "x", "--port", "{port}"]}, "modes": {"baseline": {}},
-            "stats": {"metric": "baseline"}}
+    base = BASE_CONFIG
     cfg = parse_config({**base, "store": {"url": "postgresql+psycopg://u@db.example:5433/results"}}, base_dir=Path("/etc/pb"))
     assert cfg.results_db == "postgresql+psycopg://u@db.example:5433/results"
     loc = locate(cfg.results_db)

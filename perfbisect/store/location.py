@@ -7,28 +7,17 @@ password masked, so it can go into every message, report and suggested command l
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from ..errors import StoreError
+from ..errors import StoreError, mask_secrets
 
 PG_DRIVER = "postgresql+psycopg"
 _PG_NAMES = {"postgresql", "postgres", "postgresql+psycopg"}
-# user:password@ inside anything that looks like a URL, for text that could not be parsed as one.
-_PASSWORD_IN_TEXT = re.compile(r"(://[^:/@\s]*:)[^@\s]*(@)")
-_PASSWORD_PARAM = re.compile(r"(password=)[^&\s]*", re.IGNORECASE)
-
-
-def mask(text: str, *secrets: str | None) -> str:
-    """``text`` with URL passwords (and each of ``secrets``) replaced by ``***``."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return _PASSWORD_PARAM.sub(r"\1***", _PASSWORD_IN_TEXT.sub(r"\1***\2", text))
+mask = mask_secrets  # ``mask(text, *secrets)``: URL passwords (and ``secrets``) as ``***``
 
 
 @dataclass(frozen=True)

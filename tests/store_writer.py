@@ -9,6 +9,9 @@ each and one observation per trial, every write its own transaction, as a bisect
 is OWNER (held by its owner lock, as any process's is), it leaves a bisection and a trial with two
 runs running, prints their ids, and exits normally when its stdin closes.
 
+``python -m tests.store_writer resume URL ID GO``: resumes bisection ID once GO exists (two of them
+race for one interrupted bisection).
+
 ``python -m tests.store_writer node URL NODE``: holds NODE's lock in the shared store until killed
 or its stdin closes; prints its pid and host.
 """
@@ -73,8 +76,26 @@ def node(url: str, name: str) -> None:
         lock.release()
 
 
+def resume(url: str, bisection_id: int, go: Path) -> None:
+    """Resume a bisection as soon as GO exists; print "resumed" or the refusal, keep the store
+    (and the bisection) a moment so a racing resumer sees this owner alive."""
+    from perfbisect.errors import StoreError
+
+    with open_store(url) as store:
+        while not go.exists():
+            time.sleep(0.005)
+        try:
+            store.resume_bisection(bisection_id)
+            print(json.dumps({"resumed": True}), flush=True)
+        except StoreError as exc:
+            print(json.dumps({"resumed": False, "error": str(exc)}), flush=True)
+        time.sleep(2.0)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "hold":
+    if sys.argv[1] == "resume":
+        resume(sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))
+    elif sys.argv[1] == "hold":
         hold(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "node":
         node(sys.argv[2], sys.argv[3])

@@ -172,7 +172,7 @@ def test_the_node_lock_is_a_database_lock_that_names_its_holder_and_dies_with_it
         proc.wait(timeout=10)
 
 
-def test_a_trial_owned_on_another_host_is_alive_while_its_process_holds_the_store(pg_url):
+def test_a_trial_owned_on_another_host_is_alive_while_its_process_holds_the_store(pg_url, tmp_path):
     open_store(pg_url).close()
     owner = "node-b.cluster:4242:987654"  # no such host or pid here: /proc could not vouch for it
     proc, info = _holder("hold", pg_url, owner)
@@ -183,7 +183,7 @@ def test_a_trial_owned_on_another_host_is_alive_while_its_process_holds_the_stor
             (trial,) = store.unfinished_trials()
             assert is_unfinished(trial) and len(trial.runs) == 2
             assert store.latest_unfinished_bisection() is None  # still running there, not resumable
-            with pytest.raises(StoreError, match="still running"):
+            with pytest.raises(StoreError, match="still running in process 4242 on node-b.cluster"):
                 store.resume_bisection(info["bisection"])
     finally:
         proc.stdin.close()  # the other host's perfbisect exits normally
@@ -194,6 +194,32 @@ def test_a_trial_owned_on_another_host_is_alive_while_its_process_holds_the_stor
         assert store.trial(info["trial"]).status == TrialStatus.FAILED
         assert len(store.trial(info["trial"]).runs) == 2  # its runs are kept
         assert store.latest_unfinished_bisection().id == info["bisection"]
+    # Two nodes resume that interrupted bisection at the same moment: exactly one gets it. The test
+    # holds the bisection's row until both wait on it, so their transactions truly overlap.
+    go = tmp_path / "go"
+    racers = [_python("-m", "tests.store_writer", "resume", pg_url, str(info["bisection"]), str(go),
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    engine = create_engine(pg_url)
+    with engine.connect() as conn:
+        conn.execute(text("select id from bisections where id = :i for update"), {"i": info["bisection"]})
+        go.touch()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and all(p.poll() is None for p in racers):
+            waiting = conn.execute(text("select count(distinct pid) from pg_locks where not granted")).scalar()
+            if waiting >= 2:
+                break
+            time.sleep(0.05)
+        assert waiting >= 2, "the two resumers never met at the bisection's row"
+        conn.rollback()
+    engine.dispose()
+    answers = []
+    for p in racers:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        answers.append(json.loads(out))
+    assert sorted(a["resumed"] for a in answers) == [False, True], answers
+    (refusal,) = [a["error"] for a in answers if not a["resumed"]]
+    assert "still running in process" in refusal
 
 
 def test_a_demo_bisection_through_a_postgresql_url_names_the_planted_commit(pg_url, tmp_path):

@@ -75,6 +75,8 @@ def upgrade_to_head(engine: Engine, db_path: object) -> tuple[str | None, str]:
             from .shared import MIGRATION_KEY
 
             with conn.begin():
+                # Wait for another migrator however long its migration takes (not lock_timeout).
+                conn.execute(text("SET LOCAL lock_timeout = 0"))
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_KEY})
                 # Re-read under the lock: another process may have migrated meanwhile.
                 before = current_revision(conn)

@@ -29,7 +29,7 @@ from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict
 from .metrics import describe as describe_metric
 from .render import attribution_line, history_line, state_lines
 from .stats import NoiseModel, calibrate_report, compare, compare_sequential, pct
-from .store import BisectionRecord, ComparisonRecord, NoiseEstimate, Store, open_store
+from .store import BisectionRecord, ComparisonRecord, NoiseEstimate, Store, StoreLocation, locate, open_store
 from .trials import TrialRunner, interleaved, observe, run_logs
 from .workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
 
@@ -514,8 +514,8 @@ def doctor(config_path: Path, db: Path | None = None, launch: bool = False) -> l
     return run_doctor(config_path, db, launch=launch)
 
 
-def log(db_path: Path, limit: int = 20) -> tuple[list[BisectionRecord], list[ComparisonRecord]]:
-    """The newest ``limit`` bisections and comparisons stored in ``db_path``, newest first."""
+def log(db_path: Path | str, limit: int = 20) -> tuple[list[BisectionRecord], list[ComparisonRecord]]:
+    """The newest ``limit`` bisections and comparisons stored in ``db_path`` (a path or URL), newest first."""
     with open_store(db_path) as store:
         return store.bisections(limit), store.comparisons(limit)
 
@@ -527,22 +527,24 @@ def log(db_path: Path, limit: int = 20) -> tuple[list[BisectionRecord], list[Com
 INDEX_REPLAY_BUDGET_S = 0.1
 
 
-def report_path(db_path: Path, name: str) -> Path:
-    """Where a report goes by default: ``reports/`` beside the results database."""
-    return Path(db_path).expanduser().absolute().parent / "reports" / f"{name}.html"
+def report_path(db: StoreLocation | Path | str, name: str, config: Config | None = None) -> Path:
+    """Where a report goes by default: ``reports/`` beside a SQLite results file; for a database
+    server, ``<cache_dir>/reports`` (see ``StoreLocation.reports_dir``)."""
+    return locate(db).reports_dir(config.cache_dir if config is not None else None) / f"{name}.html"
 
 
-def stored_results(db: Path | None, config: Config | None) -> Store:
+def stored_results(db: Path | str | None, config: Config | None) -> Store:
     """The results database a command that only reads it opens: ``db``, else the config's default."""
-    path = db or (config.default_db if config is not None else None)
-    if path is None:
+    path = db or (config.results_db if config is not None else None)
+    if not path:
         raise UsageError(
-            "No results database: pass --db PATH (e.g. .perfbisect/demo/results.sqlite), or run this where "
-            "perfbisect.toml is (or with -c CONFIG) to use its default database."
+            "No results database: pass --db PATH (e.g. .perfbisect/demo/results.sqlite) or --db URL, or run this "
+            "where perfbisect.toml is (or with -c CONFIG) to use its database."
         )
-    if not Path(path).is_file():
-        raise UsageError(f"No results database at {path}: pass --db PATH, or run `perfbisect run` first.")
-    return open_store(Path(path), recover=False)
+    location = locate(path)
+    if not location.exists():
+        raise UsageError(f"No results database at {location}: pass --db PATH, or run `perfbisect run` first.")
+    return open_store(location, recover=False)
 
 
 def report(store: Store, which: str = "latest", out: Path | None = None, config: Config | None = None) -> tuple[Path, dict]:
@@ -555,7 +557,7 @@ def report(store: Store, which: str = "latest", out: Path | None = None, config:
         view = evidence.bisection_view(store, number, config)
     else:
         view = evidence.comparison_view(store, number, config)
-    path = write_html(render_report(view), out or report_path(store.path, f"{kind}-{number}"))
+    path = write_html(render_report(view), out or report_path(store.path, f"{kind}-{number}", config))
     return path, view
 
 
@@ -637,4 +639,4 @@ def calibration_report(ws: Workspace, result: CalibrateResult) -> Path:
         reproduce=[f"perfbisect calibrate {result.commit.sha} --mode {result.mode} --trials {len(result.trials)}{cfg} --db {db}"],
     )
     view["id"] = f"{result.commit.short}-{stamp}"
-    return write_html(render_report(view), report_path(db, f"calibrate-{result.commit.short}-{stamp}"))
+    return write_html(render_report(view), report_path(db, f"calibrate-{result.commit.short}-{stamp}", ws.config))

@@ -324,7 +324,24 @@ def status(config: Config, limit: int = 5) -> dict[str, Any]:
         "last": queue.last_line(),
         "results": queue.history(limit),
         "log": str(queue.path(LOG)),
+        "node_lock": shared_node_lock(config),
     }
+
+
+def shared_node_lock(config: Config) -> dict[str, Any] | None:
+    """Who holds this GPU node's lock in a shared results store (``[store] url`` on PostgreSQL);
+    None for a SQLite store, whose node lock is the local lock file."""
+    from .store import locate, open_store
+
+    if not config.store.url or not locate(config.store.url).shared:
+        return None
+    try:
+        with open_store(config.store.url, recover=False) as store:
+            lock = store.node_lock()
+            holder = lock.holder()
+    except PerfbisectError as exc:
+        return {"node": None, "holder": None, "error": str(exc)}
+    return {"node": lock.node, "holder": holder.describe() if holder else None, "error": None}
 
 
 def format_status(data: dict[str, Any]) -> list[str]:
@@ -352,5 +369,10 @@ def format_status(data: dict[str, Any]) -> list[str]:
         lines.append(f"{when}  {r.get('line') or summary_line(r)}")
     if not data["results"]:
         lines.append("no check has finished yet")
+    node = data.get("node_lock")
+    if node and node["error"]:
+        lines.append(f"GPU node lock in the shared store: unknown ({node['error']})")
+    elif node:
+        lines.append(f"GPU node {node['node']}: {'held by ' + node['holder'] if node['holder'] else 'free'} (shared store)")
     lines.append(f"log: {data['log']}")
     return [one_line(line) for line in lines]

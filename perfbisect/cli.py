@@ -89,8 +89,12 @@ ConfigOpt = Annotated[
     typer.Option("--config", "-c", help="perfbisect.toml (default: ./perfbisect.toml or $PERFBISECT_CONFIG)."),
 ]
 DbOpt = Annotated[
-    Optional[Path],
-    typer.Option("--db", help="Results database (default: <repo>/.git/perfbisect/results.sqlite)."),
+    Optional[str],
+    typer.Option(
+        "--db", metavar="PATH|URL",
+        help="Results database: a SQLite file, or postgresql+psycopg://USER@HOST:PORT/DB for a store shared by "
+        "several nodes (default: [store] url, else <repo>/.git/perfbisect/results.sqlite).",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout (progress stays on stderr).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and the result.")]
@@ -327,6 +331,7 @@ def demo(
     ] = False,
     commits: Annotated[int, typer.Option("--commits", min=10, max=400, help="Length of the demo history.")] = 36,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the emulator's noise.")] = 7,
+    db: DbOpt = None,
 ) -> None:
     """Build a throwaway SGLang-shaped repository with a planted slowdown and bisect it for real.
 
@@ -348,8 +353,9 @@ def demo(
             drift_only=drift_only,
             commits=commits,
             seed=seed,
+            db=db,
         )
-        report = app.report_quietly(progress, lambda: demo_report(target, result))
+        report = app.report_quietly(progress, lambda: demo_report(target, result, db))
     except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
         signum = getattr(exc, "signum", signal.SIGINT)
         err_console.print(f"Interrupted by {signal_name(signum)}: the demo's servers were stopped.")
@@ -696,7 +702,7 @@ def log(
     from .render import format_log
 
     cfg = _load(config) if (config is not None or db is None or _config_path(None).exists()) else None
-    path = db or cfg.default_db
+    path = db or cfg.results_db
     if bisection is not None:
         from .logdetail import bisection_detail
 
@@ -706,8 +712,8 @@ def log(
         with app.stored_results(path, cfg) as store:
             bid = int(digits)
             if bid not in {b.id for b in store.bisections(1 << 30)}:
-                raise UsageError(f"No bisection #{bid} in {path}. List the stored ones with `perfbisect log`.")
-            lines = bisection_detail(store, bid, app.report_path(path, f"bisection-{bid}"), cfg.cost.gpus if cfg else 1)
+                raise UsageError(f"No bisection #{bid} in {store.path}. List the stored ones with `perfbisect log`.")
+            lines = bisection_detail(store, bid, app.report_path(store.path, f"bisection-{bid}", cfg), cfg.cost.gpus if cfg else 1)
         print_lines(lines)
         return
     bisections, comparisons = app.log(path, limit)

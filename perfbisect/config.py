@@ -34,6 +34,7 @@ from .settings import (
     PatchVariant,
     ServerConfig,
     StatsConfig,
+    StoreConfig,
     TargetConfig,
     WorkloadConfig,
 )
@@ -381,6 +382,13 @@ def _stats(sec: _Section, base: Path) -> StatsConfig:
     return stats
 
 
+def _store(sec: _Section, base: Path) -> StoreConfig:
+    url = _read_fields(sec, StoreConfig, "store", base)["url"] or None
+    if url and "://" not in url:  # a plain path: relative to the config file's folder, like every path
+        url = str(_resolve(base, url))
+    return StoreConfig(url=url)
+
+
 # One per table of Config (a table without one here is read field by field).
 _TABLES: dict[str, Callable[[_Section, Path], Any]] = {
     "target": _target,
@@ -390,6 +398,7 @@ _TABLES: dict[str, Callable[[_Section, Path], Any]] = {
     "modes": _modes,
     "workload": _workload,
     "stats": _stats,
+    "store": _store,
 }
 
 

@@ -7,7 +7,22 @@ fix; it never prints or exits. ``perfbisect.cli`` is the one place that turns th
 
 from __future__ import annotations
 
+import re
 import signal
+
+# user:password@ inside anything that looks like a URL, and password=... parameters.
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)[^@\s]*(@)")
+_PASSWORD_PARAM = re.compile(r"(password=)[^&\s]*", re.IGNORECASE)
+
+
+def mask_secrets(text: str, *secrets: str | None) -> str:
+    """``text`` with URL passwords (and each of ``secrets``) replaced by ``***``: a message, a lock's
+    holder line or a suggested command line never shows a database password."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return _PASSWORD_PARAM.sub(r"\1***", _PASSWORD_IN_URL.sub(r"\1***\2", text))
+
 
 # Documented exit codes (README, `perfbisect --help`).
 EXIT_OK = 0

@@ -46,13 +46,16 @@ def interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, 
         raise typer.Exit(code=128 + signum) from None
 
 
-def resume_options(config: Path | None, db: Path | None) -> str:
-    """The -c/--db a resume needs to find the same bisection, as the user gave them."""
+def resume_options(config: Path | None, db: Path | str | None) -> str:
+    """The -c/--db a resume needs to find the same bisection, as the user gave them (a password in a
+    database URL masked: it is printed)."""
+    from .errors import mask_secrets as mask
+
     parts = []
     if config is not None:
         parts.append(f" -c {shlex.quote(str(config))}")
     if db is not None:
-        parts.append(f" --db {shlex.quote(str(db))}")
+        parts.append(f" --db {shlex.quote(mask(str(db)))}")
     return "".join(parts)
 
 

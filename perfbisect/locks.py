@@ -7,7 +7,9 @@ two ``flock`` locks for its whole life: ``<cache_dir>/perfbisect.lock`` for the 
 host-wide ``perfbisect-gpu-node.lock`` (in ``$PERFBISECT_LOCK_DIR``, default the system temp
 directory, so every user of the node sees the same file). The kernel drops a flock when its holder
 dies, however it dies, so a stale lock cannot block anyone. Each lock file holds the holder's pid and
-command line, which the refusal names.
+command line, which the refusal names. With a shared results store (PostgreSQL) the node is also
+locked in the database (``perfbisect.store.shared.DatabaseNodeLock``, passed in as ``node_locks``),
+so every user of the store, in any container, sees who holds the node.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .errors import InfrastructureError, MachineBusy
+from .errors import InfrastructureError, MachineBusy, mask_secrets
 from .polling import poll_until
 
 NODE_LOCK_NAME = "perfbisect-gpu-node.lock"
@@ -39,9 +41,10 @@ def node_lock_path() -> Path:
 
 
 def this_command() -> str:
-    """How this process was started, as the holder line shows it."""
+    """How this process was started, as the holder line shows it (a --db URL's password masked:
+    every user of the node, or of the shared store, can read it)."""
     words = ["perfbisect", *sys.argv[1:]] if sys.argv and sys.argv[0] else ["python"]
-    text = " ".join(words)
+    text = mask_secrets(" ".join(words))
     return "".join(ch if ch.isprintable() else "?" for ch in text)[:300]
 
 
@@ -49,11 +52,13 @@ def this_command() -> str:
 class Holder:
     pid: int | None
     command: str
+    host: str = ""  # set when the holder may run on another machine (a lock in a shared database)
 
     def describe(self) -> str:
         if self.pid is None:
             return "another perfbisect process (it did not say which)"
-        return f"pid {self.pid} (`{self.command}`)" if self.command else f"pid {self.pid}"
+        where = f" on {self.host}" if self.host else ""
+        return f"pid {self.pid}{where} (`{self.command}`)" if self.command else f"pid {self.pid}{where}"
 
 
 def _read_holder(path: Path) -> Holder:
@@ -162,9 +167,12 @@ class FileLock:
 
 @contextmanager
 def exclusive(
-    cache_dir: Path, *, repo: str, gpu: bool = True, wait: bool = False, on_wait: Callable[[str, Holder], None] | None = None
+    cache_dir: Path, *, repo: str, gpu: bool = True, wait: bool = False, on_wait: Callable[[str, Holder], None] | None = None,
+    node_locks: tuple = (),
 ) -> Iterator[None]:
-    """Hold the repository's lock (and with ``gpu`` the node's) for the ``with`` block."""
+    """Hold the repository's lock (and with ``gpu`` the node's, plus ``node_locks``: the node's lock in
+    a shared store) for the ``with`` block. Each lock has ``what``, ``acquire(wait, on_wait)`` and
+    ``release()``."""
     locks = [
         FileLock(
             Path(cache_dir) / REPO_LOCK_NAME,
@@ -176,6 +184,7 @@ def exclusive(
         locks.append(
             FileLock(node_lock_path(), "GPU node", "Two commands on one node would measure each other.")
         )
+        locks.extend(node_locks)
     with ExitStack() as stack:
         for lock in locks:
             lock.acquire(wait=wait, on_wait=(lambda h, what=lock.what: on_wait(what, h)) if on_wait else None)

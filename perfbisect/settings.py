@@ -185,6 +185,12 @@ class ExecutorConfig:
 
 
 EXECUTOR_KINDS = ("local", "slurm")
+class StoreConfig:
+    """[store]: where results are kept (perfbisect/store)."""
+
+    # A SQLAlchemy URL: postgresql+psycopg://USER@HOST:PORT/DB for a store shared by several nodes,
+    # sqlite:///PATH, or a plain file path. Default: the SQLite file <cache_dir>/results.sqlite.
+    url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +207,7 @@ class Config:
     hook: HookConfig = HookConfig()
     cost: CostConfig = CostConfig()
     executor: ExecutorConfig = ExecutorConfig()
+    store: StoreConfig = StoreConfig()
 
     @property
     def cache_dir(self) -> Path:
@@ -209,6 +216,11 @@ class Config:
     @property
     def default_db(self) -> Path:
         return self.cache_dir / "results.sqlite"
+
+    @property
+    def results_db(self) -> str | Path:
+        """The results database a command uses without --db: ``[store] url``, else ``default_db``."""
+        return self.store.url or self.default_db
 
     def mode(self, name: str) -> ModeConfig:
         try:

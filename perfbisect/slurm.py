@@ -18,6 +18,7 @@ cancels the jobs in flight (``scancel``) and says so; a SIGKILL leaves them runn
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import time
@@ -33,6 +34,7 @@ from .workspace import Progress, Workspace
 
 SCRIPT = Path(__file__).with_name("slurm_job.sh")
 JOB_MODULE = "perfbisect.slurmjob"
+DB_ENV = "PERFBISECT_JOB_DB"  # the store URL with its password, for the job (never on its command line)
 COMMAND_TIMEOUT_S = 120.0
 CANCEL_WAIT_S = 120.0  # scancel: SIGTERM, then SIGKILL after the cluster's KillWait (30 s by default)
 MAX_UNANSWERED_POLLS = 30  # a controller restart is survived; a dead one ends the run (resume continues)
@@ -70,9 +72,10 @@ class SlurmJob:
 # Slurm's commands, as argument lists
 
 
-def _slurm(argv: Sequence[str], what: str) -> subprocess.CompletedProcess:
+def _slurm(argv: Sequence[str], what: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                              env={**os.environ, **env} if env else None)
     except FileNotFoundError:
         raise InfrastructureError(
             f"`{argv[0]}` is not on PATH, so perfbisect cannot {what}. [executor] kind = \"slurm\" needs "
@@ -101,9 +104,10 @@ def sbatch_argv(cfg: ExecutorConfig, *, name: str, output: Path, script: Path, a
     return [*argv, str(script), *args]
 
 
-def submit(argv: Sequence[str]) -> str:
-    """Run sbatch; the job id it prints (``--parsable``: "ID" or "ID;CLUSTER")."""
-    done = _slurm(argv, "submit a job")
+def submit(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
+    """Run sbatch (``env`` added to the environment the job inherits); the job id it prints
+    (``--parsable``: "ID" or "ID;CLUSTER")."""
+    done = _slurm(argv, "submit a job", env)
     job_id = done.stdout.strip().split(";")[0]
     if done.returncode != 0 or not job_id.isdigit():
         raise InfrastructureError(
@@ -191,11 +195,16 @@ class SlurmExecutor:
         name = f"perfbisect-{self._tag}-b{self.bisection_id}-s{slot}-a{attempt}"
         row_id = store.add_job(self.bisection_id, slot, attempt, commit, "slurm", name)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "--config", str(self.ws.config.path), "--db", str(self.ws.db_path), "--row", str(row_id)]
+        # A password in the store's URL never goes on a command line (ps, `scontrol show job`): the
+        # job reads the URL from its environment, which sbatch passes on (--export=ALL, its default).
+        db, env = str(self.ws.db_path), None
+        if self.ws.db_path.password:
+            db, env = "env:" + DB_ENV, {DB_ENV: self.ws.db_path.secret()}
+        args = [sys.executable, "--config", str(self.ws.config.path), "--db", db, "--row", str(row_id)]
         argv = sbatch_argv(self.cfg, name=name, output=self.out_dir / f"{name}-%j.out", script=SCRIPT, args=args,
                            nodelist=host)
         try:
-            job_id = submit(argv)
+            job_id = submit(argv, env)
         except InfrastructureError as exc:
             store.job_lost(row_id, f"not submitted: {exc}")
             raise

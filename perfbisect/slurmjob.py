@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .config import load_config
 from .console import ConsoleProgress
-from .errors import PerfbisectError
+from .errors import PerfbisectError, UsageError
 from .interrupts import install_signal_handlers, signal_name
 from .trials import TrialRunner, observe
 from .workspace import Workspace, exclusive
@@ -55,7 +55,16 @@ def _run(args: argparse.Namespace) -> int:
     # One cache directory per node: its worktrees, build cache, logs and server pidfiles are this
     # node's own, and --exclusive means one job at a time uses it.
     config = replace(config, target=replace(config.target, cache_dir=config.cache_dir / "nodes" / node))
-    with Workspace.open(config, args.db, recover=False) as ws:
+    db = args.db
+    if db.startswith("env:"):  # a URL with a password: handed over in the environment (perfbisect.slurm)
+        db = os.environ.get(db[len("env:"):], "")
+        if not db:
+            raise UsageError(
+                f"The job's results database was to come from the environment variable {args.db[4:]}, which is "
+                f"not set on this node: the sbatch arguments must keep the environment (--export=ALL, the "
+                f"default), or put the password in ~/.pgpass on the nodes instead of the URL."
+            )
+    with Workspace.open(config, db, recover=False) as ws:
         store = ws.store
         store.job_id, store.node = job_id, node
         job = store.job(args.row)

@@ -25,7 +25,7 @@ from .patches import PatchStack
 from .worktrees import WorktreePool
 from .model import NoiseKey
 from .server import port_holders, port_in_use
-from .store import Store, open_store
+from .store import Store, StoreLocation, locate, open_store
 from .targets import active_filters
 
 
@@ -55,7 +55,7 @@ class Workspace:
     config: Config
     repo: TargetRepo
     store: Store
-    db_path: Path
+    db_path: StoreLocation  # prints as the file path, or the server URL with its password masked
     stack: PatchStack | None
     build_cache: BuildCache
     host: str
@@ -63,9 +63,9 @@ class Workspace:
     _pool: WorktreePool | None = field(default=None, repr=False)
 
     @classmethod
-    def open(cls, config: Config, db_path: Path | None = None, *, recover: bool = True) -> "Workspace":
+    def open(cls, config: Config, db_path: Path | str | None = None, *, recover: bool = True) -> "Workspace":
         repo = TargetRepo(config.target.repo)
-        db = Path(db_path) if db_path else config.default_db
+        db = locate(db_path or config.results_db)
         cache = config.cache_dir
         check_cache_dir(config)
         stack = PatchStack.load(config.patches, repo) if (config.patches.dir or config.patches.branch) else None
@@ -149,12 +149,15 @@ def preflight(ws: Workspace) -> None:
 
 
 def exclusive(ws: Workspace, progress: Progress | None = None, *, wait: bool = False, gpu: bool = True):
-    """Hold the repository's lock (and the GPU node's) while a command uses worktrees and servers."""
+    """Hold the repository's lock (and the GPU node's) while a command uses worktrees and servers.
+    With a shared store the node is locked in the database too, where every user of it sees the holder."""
     progress = progress or Progress()
+    shared_lock = ws.store.node_lock() if gpu else None
     return locks.exclusive(
         ws.config.cache_dir,
         repo=str(ws.config.target.repo),
         gpu=gpu,
         wait=wait,
         on_wait=lambda what, holder: progress.info(f"waiting for {holder.describe()} to release the {what} ..."),
+        node_locks=(shared_lock,) if shared_lock is not None else (),
     )

@@ -155,3 +155,26 @@ def start_emulator(tmp_path: Path) -> Callable[..., EmulatorProcess]:
     yield start
     for emulator in started:
         emulator.kill_group()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A throwaway PostgreSQL server on 127.0.0.1 for the session (tests/pg_server.py), or a skip
+    that says why when no PostgreSQL binaries are installed."""
+    from tests.pg_server import PgCluster, find_pg_bin
+
+    bindir = find_pg_bin()
+    if bindir is None:
+        pytest.skip(
+            "no PostgreSQL server binaries (initdb, pg_ctl, postgres) on PATH, in /usr/local/bin or in "
+            "/usr/lib/postgresql/*/bin: install Debian's postgresql package (.ci/run does) to run the shared-store tests"
+        )
+    cluster = PgCluster(bindir).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster) -> str:
+    """A fresh, empty database on the session's PostgreSQL server (its URL, with a password)."""
+    return pg_cluster.create_database()

@@ -20,8 +20,10 @@ def run_demo(
     drift_only: bool = False,
     commits: int = 36,
     seed: int = 7,
+    db: Path | str | None = None,
 ) -> tuple[app.BisectResult, DemoTarget]:
-    """Build the demo target (planted slowdown, or drift only) and bisect it with the real pipeline."""
+    """Build the demo target (planted slowdown, or drift only) and bisect it with the real pipeline.
+    Results go to ``db`` (a path or a database URL), by default ``<directory>/results.sqlite``."""
     progress = progress or app.Progress()
     progress.info(f"building the demo target in {directory} ...")
     target = make_demo_target(
@@ -35,13 +37,14 @@ def run_demo(
     what = f"planted {target.planted[:10]}" if target.planted else "no code change (drift only)"
     progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; server: SGLang emulator")
     config = load_config(target.config)
-    with app.Workspace.open(config, target.root / "results.sqlite") as ws, app.exclusive(ws, progress):
+    with app.Workspace.open(config, db or target.root / "results.sqlite") as ws, app.exclusive(ws, progress):
         result = app.run_bisection(ws, target.good, target.bad, progress)
     return result, target
 
 
-def demo_report(target: DemoTarget, result: app.BisectResult) -> Path:
-    """The demo's report, beside its database (``<demo dir>/reports/bisection-N.html``)."""
+def demo_report(target: DemoTarget, result: app.BisectResult, db: Path | str | None = None) -> Path:
+    """The demo's report, beside its database (``<demo dir>/reports/bisection-N.html``; for a
+    database server, under the demo's cache directory)."""
     config = load_config(target.config)
-    with open_store(target.root / "results.sqlite", recover=False) as store:
+    with open_store(db or target.root / "results.sqlite", recover=False) as store:
         return app.report(store, str(result.bisection_id), config=config)[0]

@@ -1,4 +1,5 @@
-"""The results store: SQLite through SQLAlchemy 2.0, schema managed by Alembic migrations in db/.
+"""The results store: SQLite (default) or PostgreSQL through SQLAlchemy 2.0, schema managed by
+Alembic migrations in db/.
 
 SQLAlchemy is imported only inside this package. ``open_store`` is the app layer's entry point;
 ``perfbisect.store.queries`` holds the session-taking query functions behind it.
@@ -14,6 +15,7 @@ from .database import (
     process_owner,
 )
 from .jobs import JobRecord
+from .location import StoreLocation, locate, mask
 from .records import (
     INTERRUPTED_ERROR,
     UNFINISHED_ERROR,
@@ -35,10 +37,13 @@ __all__ = [
     "NoiseEstimate",
     "ObservationRecord",
     "Store",
+    "StoreLocation",
     "TrialPurpose",
     "default_db_path",
     "is_unfinished",
+    "locate",
     "make_engine",
+    "mask",
     "open_store",
     "owner_alive",
     "process_owner",

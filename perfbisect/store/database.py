@@ -1,9 +1,12 @@
-"""The results database: one SQLite file, opened through SQLAlchemy, migrated by Alembic.
+"""The results database: a SQLite file (the default) or a shared PostgreSQL server, opened through
+SQLAlchemy, migrated by Alembic.
 
 ``open_store(path)`` gives a ``Store`` that owns the engine and runs each call in its own short
 transaction, so every run is committed the moment it lands and a crash loses nothing stored. The
 query functions it calls (``perfbisect.store.queries``) take a ``Session`` and can be used directly
-by code that wants several steps in one transaction.
+by code that wants several steps in one transaction. Where it is comes from ``location.locate``
+(``--db PATH`` or ``--db URL``); a shared store also holds this process's owner lock
+(``shared.OwnerLock``) while it is open, which is how other hosts tell its trials are still alive.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import URL, Engine, create_engine, event
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from ..errors import StoreError, StoreWriteError
@@ -35,12 +38,15 @@ from ..model import (
 from ..procfs import stat_fields
 from . import jobs, queries
 from .jobs import JobRecord
+from . import queries, shared
+from .location import StoreLocation, locate, mask
 from .migrations import upgrade_to_head
 from .queries import TrialDetails
 from .records import BisectionRecord, ComparisonRecord, NoiseEstimate, ObservationRecord, TrialPurpose
 
 DB_FILENAME = "results.sqlite"
 DEFAULT_BUSY_TIMEOUT_S = 30.0
+PG_CONNECT_TIMEOUT_S = 10
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _BEGIN_MODES = {"DEFERRED", "IMMEDIATE", "EXCLUSIVE"}
 
@@ -99,12 +105,13 @@ def _process_state(pid: int) -> tuple[str, str]:
     return fields[0], fields[19]  # fields 3 (state) and 22 (starttime) of proc(5)
 
 
-def make_engine(db_path: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
-    """An engine on ``db_path``: WAL, foreign keys and a busy timeout on every connection."""
-    engine = create_engine(
-        URL.create("sqlite", database=str(db_path)),
-        connect_args={"timeout": busy_timeout_s},
-    )
+def make_engine(db: "StoreLocation | Path | str", busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
+    """An engine on ``db``. SQLite: WAL, foreign keys and a busy timeout on every connection;
+    PostgreSQL: psycopg 3, a connect timeout, and a ping before a pooled connection is reused."""
+    location = locate(db)
+    if location.shared:
+        return _pg_engine(location, busy_timeout_s)
+    engine = create_engine(location.url, connect_args={"timeout": busy_timeout_s})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -129,20 +136,45 @@ def make_engine(db_path: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -
     return engine
 
 
+def _pg_engine(location: StoreLocation, busy_timeout_s: float) -> Engine:
+    try:
+        return create_engine(
+            location.url,
+            pool_pre_ping=True,
+            connect_args={
+                "connect_timeout": PG_CONNECT_TIMEOUT_S,
+                "application_name": "perfbisect",
+                # A lock wait as long as SQLite's busy timeout, then an error instead of a hang.
+                "options": f"-c lock_timeout={int(busy_timeout_s * 1000)}",
+            },
+        )
+    except (ImportError, NoSuchModuleError) as exc:
+        raise StoreError(
+            f"The results database {location} is on PostgreSQL, which needs the psycopg 3 driver, and it "
+            f"cannot be imported ({exc}). Install it with `pip install 'perfbisect[postgres]'` (or "
+            f"`pip install 'psycopg[binary]'`), or use a SQLite file with --db PATH."
+        ) from None
+
+
 def open_store(
-    db_path: Path,
+    db: "StoreLocation | Path | str",
     *,
     recover: bool = True,
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
 ) -> "Store":
-    """Open (creating parent directories, creating or upgrading the schema) the results database.
+    """Open (creating parent directories, creating or upgrading the schema) the results database:
+    a SQLite file path, or a ``StoreLocation``/URL string (see ``location.locate``).
 
     With ``recover`` (the default), trials and bisections left running by a dead process are
     marked failed / interrupted (see ``Store.recover_interrupted``); ``Store.recovered`` says which.
     """
-    db_path = Path(db_path).expanduser().absolute()
+    location = locate(db)
+    if location.shared:
+        return _open_shared(location, recover=recover, busy_timeout_s=busy_timeout_s)
+    db_path = location.path
+    assert db_path is not None
     _check_file(db_path)
-    engine = make_engine(db_path, busy_timeout_s)
+    engine = make_engine(location, busy_timeout_s)
     try:
         _check_integrity(engine, db_path)
         upgrade_to_head(engine, db_path)
@@ -156,7 +188,11 @@ def open_store(
             "not a perfbisect database, move it aside (perfbisect starts a new one) or pass "
             "--db PATH; if it is locked, wait for the other perfbisect process to finish."
         ) from exc
-    store = Store(db_path, engine)
+    store = Store(location, engine)
+    return _recover_on_open(store, recover)
+
+
+def _recover_on_open(store: "Store", recover: bool) -> "Store":
     if recover:
         try:
             store.recovered = store.recover_interrupted()
@@ -164,6 +200,58 @@ def open_store(
             store.close()
             raise
     return store
+
+
+def _open_shared(location: StoreLocation, *, recover: bool, busy_timeout_s: float) -> "Store":
+    """Open a PostgreSQL store: connect (a clear error for each way that fails), migrate under the
+    migration lock, take this process's owner lock, then recover what dead processes left."""
+    engine = make_engine(location, busy_timeout_s)
+    owner = process_owner()
+    try:
+        upgrade_to_head(engine, location)
+        owner_lock = shared.OwnerLock(engine, owner)
+    except StoreError:
+        engine.dispose()
+        raise
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise StoreError(connect_error(location, exc)) from None
+    store = Store(location, engine, owner_lock=owner_lock)
+    return _recover_on_open(store, recover)
+
+
+def connect_error(location: StoreLocation, exc: BaseException) -> str:
+    """One paragraph for a PostgreSQL server that cannot be used: what failed and what to do."""
+    reason = mask(" ".join(_reason(exc).split()) if isinstance(exc, SQLAlchemyError) else str(exc), location.password)
+    url = location.url
+    host = url.host or "the local socket"
+    where = f"{host}:{url.port or 5432}"
+    low = reason.lower()
+    if "password authentication failed" in low or "no password supplied" in low or "authentication failed" in low:
+        fix = (
+            f"the server at {where} refused user '{url.username or '(default)'}'. Fix the user name or "
+            "password: put the password in PGPASSWORD or ~/.pgpass (or in the URL, which perfbisect "
+            "never prints), and check the server's pg_hba.conf allows this host"
+        )
+    elif "does not exist" in low and "database" in low:
+        fix = (
+            f"the server at {where} has no database '{url.database}'. Create it once with "
+            f"`createdb -h {url.host or 'localhost'} -p {url.port or 5432} {url.database}` (perfbisect creates "
+            "its tables itself), or fix the name in the URL"
+        )
+    elif any(w in low for w in ("connection refused", "could not connect", "timeout expired", "timed out",
+                                "could not translate host name", "name or service not known",
+                                "no route to host", "network is unreachable", "connection failed")):
+        fix = (
+            f"no PostgreSQL server answers at {where}. Start it, or fix the host and port in --db / "
+            f"[store] url (`pg_isready -h {url.host or 'localhost'} -p {url.port or 5432}` checks), or "
+            "use a SQLite file with --db PATH"
+        )
+    else:
+        fix = "check the URL, the server's logs and that this user may create tables in that database"
+    return (
+        f"Cannot use the results database {location}: {reason}. In short, {fix}. Nothing was stored."
+    )
 
 
 def _check_integrity(engine: Engine, db_path: Path) -> None:
@@ -245,14 +333,22 @@ def _reason(exc: SQLAlchemyError) -> str:
 
 
 class Store:
-    """The results database for the app layer; each call is its own committed transaction."""
+    """The results database for the app layer; each call is its own committed transaction.
 
-    def __init__(self, path: Path, engine: Engine):
-        self.path = path
+    ``path`` is its ``StoreLocation`` (prints as the file path, or the URL with the password masked).
+    """
+
+    def __init__(self, path: "StoreLocation | Path", engine: Engine, *, owner_lock: "shared.OwnerLock | None" = None):
+        self.path = locate(path)
         self.engine = engine
-        # Writers take the write lock at BEGIN, so two processes queue instead of failing.
-        self._write_engine = engine.execution_options(sqlite_begin="IMMEDIATE")
-        self.owner = process_owner()
+        self.shared = self.path.shared
+        # SQLite writers take the write lock at BEGIN, so two processes queue instead of failing
+        # (PostgreSQL locks rows, not the database: writers never wait for each other's inserts).
+        self._write_engine = engine if self.shared else engine.execution_options(sqlite_begin="IMMEDIATE")
+        self.owner = owner_lock.owner if owner_lock is not None else process_owner()
+        self._owner_lock = owner_lock
+        # Whether the process that wrote an owner string still runs: /proc here, the owner lock when shared.
+        self.owner_alive = shared.owner_checker(engine, self.owner) if self.shared else owner_alive
         self.recovered: tuple[list[int], list[int]] = ([], [])
         # Set by a cluster job (perfbisect.slurmjob): every trial it begins records its job and node.
         self.job_id: str | None = None
@@ -261,8 +357,15 @@ class Store:
     # --- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the engine's connections."""
+        """Release the engine's connections (and, on a shared store, this process's owner lock)."""
+        if self._owner_lock is not None:
+            self._owner_lock.release()
+            self._owner_lock = None
         self.engine.dispose()
+
+    def node_lock(self, node: str | None = None) -> "shared.DatabaseNodeLock | None":
+        """The GPU node's lock in this store when it is shared (None for a SQLite file)."""
+        return shared.DatabaseNodeLock(self.engine, node, str(self.path)) if self.shared else None
 
     def __enter__(self) -> "Store":
         return self
@@ -279,6 +382,12 @@ class Store:
         except SQLAlchemyError as exc:
             # Failing once open (a full disk, a lock held too long) is the machine's trouble, not a
             # bad argument: exit 4, like any measurement that broke.
+            if self.shared:
+                raise StoreWriteError(
+                    f"The results database {self.path} failed: {mask(_reason(exc), self.path.password)}. "
+                    "Results stored before this point are kept. Check that the PostgreSQL server is up "
+                    "and reachable from this host, then `perfbisect resume` continues a bisection."
+                ) from exc
             raise StoreWriteError(
                 f"The results database {self.path} failed: {_reason(exc)}. Results stored before "
                 "this point are kept. If it is locked, another perfbisect process is writing: let "
@@ -389,7 +498,7 @@ class Store:
         Their runs and observations are kept. ``force`` also takes those whose process looks alive.
         Returns (trial ids, bisection ids).
         """
-        alive = (lambda _owner: False) if force else owner_alive
+        alive = (lambda _owner: False) if force else self.owner_alive
         with self.session() as s:
             # Most opens find nothing to recover: look before taking the write lock.
             if not queries.has_running(s):
@@ -402,7 +511,7 @@ class Store:
         SIGTERM exit), along with any left by dead processes. Returns (trial ids, bisection ids)."""
         mine = self.owner
         with self.session(write=True) as s:
-            return queries.recover_interrupted(s, lambda owner: owner != mine and owner_alive(owner))
+            return queries.recover_interrupted(s, lambda owner: owner != mine and self.owner_alive(owner))
 
     # --- bisections ----------------------------------------------------------------------------
 
@@ -487,12 +596,12 @@ class Store:
     def latest_unfinished_bisection(self) -> BisectionRecord | None:
         """The newest bisection that was interrupted (what `perfbisect resume` continues)."""
         with self.session() as s:
-            return queries.latest_unfinished_bisection(s, owner_alive)
+            return queries.latest_unfinished_bisection(s, self.owner_alive)
 
     def resume_bisection(self, bisection_id: int) -> BisectionRecord:
         """Mark an interrupted bisection running again, owned by this process."""
         with self.session(write=True) as s:
-            return queries.set_bisection_running(s, bisection_id, self.owner, owner_alive)
+            return queries.set_bisection_running(s, bisection_id, self.owner, self.owner_alive)
 
     # --- cluster jobs (perfbisect.slurm) -------------------------------------------------------
 

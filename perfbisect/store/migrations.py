@@ -20,7 +20,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, inspect
+from sqlalchemy import Connection, Engine, create_engine, inspect, text
 
 from ..errors import StoreError
 from ..resources import data_dir
@@ -48,21 +48,41 @@ def current_revision(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
-def upgrade_to_head(engine: Engine, db_path: Path) -> tuple[str | None, str]:
+def upgrade_to_head(engine: Engine, db_path: object) -> tuple[str | None, str]:
     """Bring the database to the head revision; return (revision before, revision after).
+    ``db_path`` (a path or a ``StoreLocation``) only names the database in messages.
 
-    At head this only reads. Otherwise the upgrade runs in one write transaction with foreign keys
-    off: SQLite batch migrations drop and recreate tables, and with foreign keys on a DROP TABLE
-    would first delete the rows that reference it (or refuse), which must never happen to results.
+    At head this only reads. Otherwise the upgrade runs in one write transaction. SQLite: with
+    foreign keys off, because batch migrations drop and recreate tables, and with foreign keys on a
+    DROP TABLE would first delete the rows that reference it (or refuse), which must never happen to
+    results. PostgreSQL (transactional DDL, real ALTER TABLE): under an advisory transaction lock, so
+    processes that open a new or old database at once migrate it one after the other.
     """
     script = ScriptDirectory.from_config(alembic_config())
     head = script.get_current_head()
+    assert head is not None, "db/versions has no migrations"
     known = {rev.revision for rev in script.walk_revisions()}
     with engine.connect() as conn:
         before = current_revision(conn)
-        _check_known(conn, before, known, head, db_path)
+        if conn.dialect.name == "sqlite":
+            _check_known(conn, before, known, head, db_path)
+        # (PostgreSQL: checked under the lock below only; reading the version, then the tables,
+        # outside it can see another process's migration commit in between.)
         conn.rollback()
         if before == head:
+            return before, head
+        if conn.dialect.name != "sqlite":
+            from .shared import MIGRATION_KEY
+
+            with conn.begin():
+                # Wait for another migrator however long its migration takes (not lock_timeout).
+                conn.execute(text("SET LOCAL lock_timeout = 0"))
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_KEY})
+                # Re-read under the lock: another process may have migrated meanwhile.
+                before = current_revision(conn)
+                _check_known(conn, before, known, head, db_path)
+                if before != head:
+                    command.upgrade(alembic_config(conn), "head")
             return before, head
         # PRAGMA foreign_keys is ignored inside a transaction: set it on the raw connection, which
         # (isolation_level None) is in autocommit between SQLAlchemy transactions.
@@ -95,21 +115,27 @@ def schema_diffs(engine: Engine) -> list:
 
 
 def _check_known(
-    conn: Connection, revision: str | None, known: set[str], head: str | None, db_path: Path
+    conn: Connection, revision: str | None, known: set[str], head: str | None, db_path: object
 ) -> None:
     if revision is None:
         tables = [t for t in inspect(conn).get_table_names() if not t.startswith("sqlite_")]
         if tables:
+            if conn.dialect.name == "sqlite":
+                raise StoreError(
+                    f"{db_path} is a SQLite database but not a perfbisect results database (it has "
+                    f"tables {', '.join(sorted(tables)[:5])} and no schema version). Point perfbisect at "
+                    "another file (--db PATH) or move this one aside."
+                )
             raise StoreError(
-                f"{db_path} is a SQLite database but not a perfbisect results database (it has "
-                f"tables {', '.join(sorted(tables)[:5])} and no schema version). Point perfbisect at "
-                "another file (--db PATH) or move this one aside."
+                f"The database {db_path} already holds other tables ({', '.join(sorted(tables)[:5])}) and no "
+                "perfbisect schema version, so it is not a perfbisect results database. Create an empty "
+                "database for perfbisect (`createdb perfbisect`) and point --db / [store] url at it."
             )
     elif revision not in known:
         raise StoreError(
             f"The results database {db_path} was written by a newer perfbisect (schema revision "
             f"{revision}; this version knows up to {head}). Upgrade perfbisect "
-            "(pip install -U perfbisect), or use another file with --db PATH."
+            "(pip install -U perfbisect), or use another database with --db PATH or --db URL."
         )
 
 

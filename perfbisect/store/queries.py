@@ -463,18 +463,19 @@ def set_bisection_running(
     session: Session, bisection_id: int, owner: str, owner_alive: Callable[[str], bool] = lambda _o: False
 ) -> BisectionRecord:
     """Take over an interrupted bisection (for `perfbisect resume`); refuse one whose process lives."""
-    row = _bisection_row(session, bisection_id)
+    row = _bisection_row(session, bisection_id, for_update=True)
     if row.status == BISECTION_DONE:
         raise StoreError(
             f"Bisection {bisection_id} ({row.good[:10]}..{row.bad[:10]}) is already done "
             f"(verdict {row.verdict}); there is nothing to resume. Start a new run instead."
         )
     if row.status == BISECTION_RUNNING and row.owner and row.owner != owner and owner_alive(row.owner):
-        pid = row.owner.split(":")[1] if row.owner.count(":") >= 2 else row.owner
+        host, pid = row.owner.split(":")[:2] if row.owner.count(":") >= 2 else ("", row.owner)
+        where = f" on {host}" if host else ""
         raise StoreError(
             f"Bisection {bisection_id} ({row.good[:10]}..{row.bad[:10]}) is still running in process "
-            f"{pid}; resuming it now would measure on top of it. Wait for it to finish, or stop it "
-            f"(kill {pid}) and run `perfbisect resume {bisection_id}` again."
+            f"{pid}{where}; resuming it now would measure on top of it. Wait for it to finish, or stop it "
+            f"(kill {pid}{where}) and run `perfbisect resume {bisection_id}` again."
         )
     row.status = BISECTION_RUNNING
     row.owner = owner
@@ -607,8 +608,10 @@ def _trial_row(session: Session, trial_id: int, *, with_runs: bool = False) -> T
     return row
 
 
-def _bisection_row(session: Session, bisection_id: int) -> BisectionRow:
-    row = session.get(BisectionRow, bisection_id)
+def _bisection_row(session: Session, bisection_id: int, *, for_update: bool = False) -> BisectionRow:
+    # for_update: PostgreSQL locks the row until commit (two resumers take turns and the second sees
+    # the first's owner); SQLite's writer already holds the database lock, and the clause is omitted.
+    row = session.get(BisectionRow, bisection_id, with_for_update=for_update or None)
     if row is None:
         raise StoreError(
             f"There is no bisection {bisection_id} in the results database; list stored "

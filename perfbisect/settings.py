@@ -185,6 +185,9 @@ class ExecutorConfig:
 
 
 EXECUTOR_KINDS = ("local", "slurm")
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     """[store]: where results are kept (perfbisect/store)."""
 

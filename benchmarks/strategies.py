@@ -421,14 +421,16 @@ def node_offsets(nodes: int, offset_pct: float) -> list[float]:
     return [math.log1p((offset_pct if k % 2 == 0 else -offset_pct) / 100) for k in range(nodes)]
 
 
-def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, settings: StatsConfig | None = None) -> dict:
+def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, settings: StatsConfig | None = None,
+                         blind: bool = False) -> dict:
     """perfbisect on ``nodes`` nodes at once: an event-driven clock, SearchPolicy.next_batch per free slot.
 
     Each node has its own fixed level offset (``node_offsets``), its own session-noise stream and its
     own build of each commit it measures. When a node frees, its result is stored (``seq`` = completion
     order) and the policy is asked for every free node given the trials still in flight; an empty batch
     leaves the node idle until the next result. Wall time ends at the verdict; GPU-hours sum every
-    node's trials and builds.
+    node's trials and builds. ``blind``: the stored observations do not say which node ran them (the
+    model cannot see the offsets: what perfbisect did before host offsets were modelled).
     """
     import heapq
 
@@ -484,7 +486,8 @@ def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, setting
             raise RuntimeError("the policy asked to wait with nothing in flight")
         now, k, results = heapq.heappop(events)
         for commit, value, cov, at, flag in results:
-            obs.append(Observation(commit, value, cov, seq=len(obs), at=at, flag=flag, host=names[k]))
+            obs.append(Observation(commit, value, cov, seq=len(obs), at=at, flag=flag,
+                                   host=None if blind else names[k]))
         del inflight[k]
         free.append(k)
     raise RuntimeError("policy did not finish in 4000 events")
@@ -784,10 +787,15 @@ def main(argv=None) -> int:
                     "an event-driven clock; its rows show wall time next to GPU-hours")
     ap.add_argument("--host-offset", type=float, default=0.0, metavar="PCT",
                     help="with --nodes: each node's fixed level offset, +PCT, −PCT, +PCT, … (default 0)")
+    ap.add_argument("--blind-hosts", action="store_true",
+                    help="with --nodes: the stored trials do not name their node, so offsets are not modelled "
+                    "(the comparison for the host-offset model)")
     args = ap.parse_args(argv)
     if args.nodes > 1:
-        label = f"perfbisect-{args.nodes}-nodes" + (f"±{args.host_offset:g}%" if args.host_offset else "")
-        STRATEGIES[label] = partial(run_perfbisect_nodes, nodes=args.nodes, offset_pct=args.host_offset)
+        label = (f"perfbisect-{args.nodes}-nodes" + (f"±{args.host_offset:g}%" if args.host_offset else "")
+                 + ("-blind" if args.blind_hosts else ""))
+        STRATEGIES[label] = partial(run_perfbisect_nodes, nodes=args.nodes, offset_pct=args.host_offset,
+                                    blind=args.blind_hosts)
     reps = args.reps if args.reps is not None else (40 if args.quick else 1000)
     default_scns = QUICK_SCENARIOS if args.quick else DEFAULT_SCENARIOS
     scns = [s.strip() for s in (args.scenarios or ",".join(default_scns)).split(",") if s.strip()]

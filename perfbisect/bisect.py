@@ -31,6 +31,10 @@ How it decides (DESIGN.md §5):
    temperature are mediators: shown, never adjusted for.
 6. Untestable commits (value None) are never measured again and never blamed: a change next to
    them is reported as the set of skipped commits plus the first testable bad one.
+7. Several nodes (``next_batch``): up to k trials at once, picked greedily, each scored given the
+   results still in flight; when trials come from more than one node, each node's level offset is
+   a random effect (prior sd HOST_OFFSET_PRIOR_PCT) integrated out of the posterior, so a slow node
+   is never a slow commit. The noise σ stays one for the bisection (shared by its nodes).
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ import multiprocessing as mp
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -146,8 +147,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in _BASE}
 for _s in _WITH_TWINS:
     SCENARIOS[_s.name] = _s
     SCENARIOS[f"{_s.name}-AA"] = _aa(_s)
-# The default set (every scenario); S6c is S6 with one more covariate, so it is left out unless named.
-DEFAULT_SCENARIOS = [k for k in SCENARIOS if k != "S6c"]
+# S2's A/A twin (no change, S2's noise): the host-offset check of --nodes runs on it.
+SCENARIOS["S2-AA"] = _aa(SCENARIOS["S2"])
+# The default set (every scenario); S6c is S6 with one more covariate and S2-AA a twin for the node
+# runs, so they are left out unless named.
+DEFAULT_SCENARIOS = [k for k in SCENARIOS if k not in ("S6c", "S2-AA")]
 # --quick: one plain case, the two drift cases and the mediator case, each with its A/A twin.
 QUICK_SCENARIOS = ["S2", "D1", "D1-AA", "D2", "D2-AA", "M1", "M1-AA"]
 
@@ -410,6 +414,85 @@ def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsCo
     raise RuntimeError("policy did not finish in 1000 steps")
 
 
+def node_offsets(nodes: int, offset_pct: float) -> list[float]:
+    """Each simulated node's fixed level offset (log): +PCT, −PCT, +PCT, … (0 for a lone node)."""
+    if nodes == 1:
+        return [0.0]
+    return [math.log1p((offset_pct if k % 2 == 0 else -offset_pct) / 100) for k in range(nodes)]
+
+
+def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, settings: StatsConfig | None = None,
+                         blind: bool = False) -> dict:
+    """perfbisect on ``nodes`` nodes at once: an event-driven clock, SearchPolicy.next_batch per free slot.
+
+    Each node has its own fixed level offset (``node_offsets``), its own session-noise stream and its
+    own build of each commit it measures. When a node frees, its result is stored (``seq`` = completion
+    order) and the policy is asked for every free node given the trials still in flight; an empty batch
+    leaves the node idle until the next result. Wall time ends at the verdict; GPU-hours sum every
+    node's trials and builds. ``blind``: the stored observations do not say which node ran them (the
+    model cannot see the offsets: what perfbisect did before host offsets were modelled).
+    """
+    import heapq
+
+    n = t.scn.n
+    commits = [f"c{j:03d}" for j in range(n)]
+    settings = settings or StatsConfig()
+    history = ()
+    if t.scn.history_good_pct is not None:
+        history = (Observation(commits[0], t.levels[0] + math.log1p(t.scn.history_good_pct / 100), day="11-28",
+                               at=T0_UNIX - 3 * 86400.0),)
+    policy = SearchPolicy(commits, settings, NoiseModel.prior(settings.prior_sigma_pct), history=history)
+    seed = getattr(t, "seed", 0)
+    offsets = node_offsets(nodes, offset_pct)
+    names = [f"node{k}" for k in range(nodes)]
+    sims = [Target(t.scn, t.levels, t.changes, t.untestable, np.random.default_rng([seed, 2, 1000 + k]),
+                   SessionNoise(t.scn, np.random.default_rng([seed, 3, 1000 + k]))) for k in range(nodes)]
+    free = list(range(nodes))
+    inflight: dict[int, tuple[str, str]] = {}
+    events: list = []
+    obs: list[Observation] = []
+    now = T0_UNIX
+    for _ in range(4000):
+        if free:
+            act = policy.next_batch(obs, len(free), pending=list(inflight.values()), hosts=[names[k] for k in free])
+            if isinstance(act, Done):
+                assert not inflight, "Done with trials in flight"
+                o = act.outcome
+                named = ()
+                if o.culprit is not None:
+                    named = (int(o.culprit[1:]), *(int(c[1:]) for c in o.extra_changes))
+                cset = tuple(int(c[1:]) for c in o.culprit_set) or named[:1]
+                return {"changes": named, "set": cset, **_outcome_fields(o, settings),
+                        "trials": sum(x.trials for x in sims), "gpu_hours": sum(x.gpu_hours for x in sims),
+                        "wall_hours": (now - T0_UNIX) / 3600.0}
+            for m in act:
+                k = names.index(m.host)
+                free.remove(k)
+                x = sims[k]
+                x.clock = now
+                j = int(m.commit[1:])
+                results = []
+                if not x.try_build(j):
+                    results.append((m.commit, None, {}, x.clock, None))
+                else:
+                    for _ in range(MAX_RERUNS + 1):
+                        tr = x.raw_trial(j)
+                        results.append((m.commit, tr.value + offsets[k], tr.cov, tr.at, tr.flag))
+                        if tr.flag is None:
+                            break
+                inflight[k] = (m.commit, m.host)
+                heapq.heappush(events, (x.clock, k, results))
+        if not events:
+            raise RuntimeError("the policy asked to wait with nothing in flight")
+        now, k, results = heapq.heappop(events)
+        for commit, value, cov, at, flag in results:
+            obs.append(Observation(commit, value, cov, seq=len(obs), at=at, flag=flag,
+                                   host=None if blind else names[k]))
+        del inflight[k]
+        free.append(k)
+    raise RuntimeError("policy did not finish in 4000 events")
+
+
 def _bisect_with(t: Target, lo: int, hi: int, is_bad) -> tuple[int, tuple[int, ...]]:
     """git-bisect over (lo, hi] with skip handling; returns (first bad, set incl. skipped)."""
     skipped: set[int] = set()
@@ -540,8 +623,10 @@ def score(t: Target, res: dict) -> dict:
     return {
         "correct": correct,
         "false_blame": false_blame,
-        "trials": t.trials,
-        "gpu_hours": t.gpu_hours,
+        "trials": res.get("trials", t.trials),
+        "gpu_hours": res.get("gpu_hours", t.gpu_hours),
+        # one node runs one thing at a time: its wall time is its clock
+        "wall_hours": res.get("wall_hours", (t.clock - T0_UNIX) / 3600.0),
         "set_size": len(res["set"]) if res["set"] else len(named[:1]),
         # every simulated scenario is a slowdown (or nothing): any named improvement is a false one
         "false_improvement": bool(res.get("improvements", ())),
@@ -697,12 +782,27 @@ def main(argv=None) -> int:
     ap.add_argument("--aa-noise", default=None, help="comma-separated labels or scenario names for the A/A table")
     ap.add_argument("--aa-only", action="store_true", help="only the A/A compare table")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="K > 1 adds the strategy perfbisect-K-nodes: K nodes at once through next_batch, "
+                    "an event-driven clock; its rows show wall time next to GPU-hours")
+    ap.add_argument("--host-offset", type=float, default=0.0, metavar="PCT",
+                    help="with --nodes: each node's fixed level offset, +PCT, −PCT, +PCT, … (default 0)")
+    ap.add_argument("--blind-hosts", action="store_true",
+                    help="with --nodes: the stored trials do not name their node, so offsets are not modelled "
+                    "(the comparison for the host-offset model)")
     args = ap.parse_args(argv)
+    if args.nodes > 1:
+        label = (f"perfbisect-{args.nodes}-nodes" + (f"±{args.host_offset:g}%" if args.host_offset else "")
+                 + ("-blind" if args.blind_hosts else ""))
+        STRATEGIES[label] = partial(run_perfbisect_nodes, nodes=args.nodes, offset_pct=args.host_offset,
+                                    blind=args.blind_hosts)
     reps = args.reps if args.reps is not None else (40 if args.quick else 1000)
     default_scns = QUICK_SCENARIOS if args.quick else DEFAULT_SCENARIOS
     scns = [s.strip() for s in (args.scenarios or ",".join(default_scns)).split(",") if s.strip()]
     strats_arg = args.strategies or ("perfbisect,oracle-sprt" if args.quick else ",".join(STRATEGIES))
     strats = [s.strip() for s in strats_arg.split(",") if s.strip()]
+    if args.nodes > 1 and label not in strats:
+        strats.append(label)
     for s in scns:
         if s not in SCENARIOS:
             ap.error(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS)}")
@@ -753,6 +853,7 @@ def main(argv=None) -> int:
                 "false_blame": float(np.mean([r["false_blame"] for r in rows])),
                 "mean_trials": float(np.mean([r["trials"] for r in rows])),
                 "mean_gpu_hours": float(np.mean([r["gpu_hours"] for r in rows])),
+                "mean_wall_hours": float(np.mean([r["wall_hours"] for r in rows])),
                 "mean_set_size": float(np.mean([r["set_size"] for r in rows])),
                 "false_improvement": float(np.mean([r["false_improvement"] for r in rows])),
                 "budget_exhausted": _mean(rows, "budget_exhausted"),
@@ -782,11 +883,11 @@ def main(argv=None) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     if table:
-        print(f"{'scn':6} {'strategy':22} {'acc':>6} {'false':>6} {'trials':>7} {'GPU-h':>6} "
+        print(f"{'scn':6} {'strategy':22} {'acc':>6} {'false':>6} {'trials':>7} {'GPU-h':>6} {'wall-h':>6} "
               f"{'budget':>6} {'impr':>5} {'effErr':>6} {'bias':>6} {'cover':>6}")
         for r in table:
             print(f"{r['scenario']:6} {r['strategy']:22} {r['accuracy']:6.3f} {r['false_blame']:6.3f} "
-                  f"{r['mean_trials']:7.1f} {r['mean_gpu_hours']:6.2f} {_fmt(r['budget_exhausted'], 6)} "
+                  f"{r['mean_trials']:7.1f} {r['mean_gpu_hours']:6.2f} {r['mean_wall_hours']:6.2f} {_fmt(r['budget_exhausted'], 6)} "
                   f"{r['false_improvement']:5.3f} {_fmt(r['effect_err_pts'], 6, 2)} {_fmt(r['effect_bias_pts'], 6, 2)} {_fmt(r['ci_coverage'], 6)}")
         print("acc: exact culprit (in the set for S4; both for S5; nothing named for A/A twins) · false: a named"
               " culprit that is wrong, or any in an A/A twin · budget: share ending with the trial budget spent ·"

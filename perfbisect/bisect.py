@@ -31,12 +31,16 @@ How it decides (DESIGN.md §5):
    temperature are mediators: shown, never adjusted for.
 6. Untestable commits (value None) are never measured again and never blamed: a change next to
    them is reported as the set of skipped commits plus the first testable bad one.
+7. Several nodes (``next_batch``): up to k trials at once, picked greedily, each scored given the
+   results still in flight; when trials come from more than one node, each node's level offset is
+   a random effect (prior sd HOST_OFFSET_PRIOR_PCT) integrated out of the posterior, so a slow node
+   is never a slow commit. The noise σ stays one for the bisection (shared by its nodes).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -69,6 +73,10 @@ LOCATE_MIN_GAIN_BITS = 0.01
 # settings.second_change_z standard errors: a second change hides where nothing was measured.
 SECOND_CHANGE_PCT = 5.0
 SECOND_CHANGE_SHARE = 0.5
+# Prior sd of one node's level offset (percent): how differently two nodes of one cluster may run the
+# same build. Modelled (a random effect integrated out of the change-point posterior) only when the
+# trials come from more than one node.
+HOST_OFFSET_PRIOR_PCT = 5.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,7 @@ class Measure:
     gain_bits: float = 0.0  # uncertainty about the answer this trial is expected to remove
     best: str = ""  # the best answer so far (for progress), when the search has one
     p: float | None = None  # its posterior probability
+    host: str | None = None  # the node to run it on (next_batch with ``hosts``); None = any node
 
 
 @dataclass(frozen=True)
@@ -115,14 +124,42 @@ class _Data:
     spent: int  # every trial run, excluded ones included (the budget counts these)
     excluded: list[str]  # "c0ffee1234: throttled: HwSlowdown" per excluded trial
     notes: list[str]  # covariate sentences
+    hosts: list[list[str]] = field(default_factory=list)  # per commit, the node of each value ("" = unnamed)
+    pending: list[tuple[int, str | None]] = field(default_factory=list)  # trials in flight: (commit, node)
+
+    @property
+    def host_names(self) -> list[str]:
+        """Nodes of the usable trials, in order of first appearance by commit (a stable numbering)."""
+        seen: dict[str, int] = {}
+        for hs in self.hosts:
+            for h in hs:
+                seen.setdefault(h, len(seen))
+        return list(seen)
+
+    def host_index(self, host: str | None) -> int:
+        """Index of ``host`` in ``host_names``; -1 for a node that has no usable trial yet."""
+        names = self.host_names
+        return names.index(host) if host in names else -1
+
+    def count(self, i: int) -> int:
+        """Trials of commit ``i``: usable ones and those in flight."""
+        return len(self.values[i]) + sum(1 for j, _ in self.pending if j == i)
+
+    def count_on(self, i: int, host: str | None) -> int:
+        """Trials of commit ``i`` on ``host``: usable ones and those in flight."""
+        hs = self.hosts[i] if self.hosts else []
+        return sum(1 for h in hs if h == (host or "")) + sum(1 for j, h in self.pending if j == i and h == host)
 
     def evidence(self, n: int) -> Evidence:
-        commit, time, value = [], [], []
+        commit, time, value, host = [], [], [], []
+        names = {h: k for k, h in enumerate(self.host_names)}
         for i, (vs, ts) in enumerate(zip(self.values, self.times)):
-            for v, t in zip(vs, ts):
+            hs = self.hosts[i] if self.hosts else [""] * len(vs)
+            for v, t, h in zip(vs, ts, hs):
                 commit.append(i)
                 time.append(t)
                 value.append(v)
+                host.append(names[h])
         nt = np.arange(n)
         nxt = n - 1
         for k in range(n - 1, -1, -1):
@@ -130,9 +167,10 @@ class _Data:
                 nxt = k
             nt[k] = nxt
         order = np.argsort(np.asarray(time), kind="stable")
+        hosts = np.asarray(host, dtype=int)[order] if len(names) > 1 else None
         return Evidence(
             np.asarray(commit, dtype=int)[order], np.asarray(time, dtype=float)[order],
-            np.asarray(value, dtype=float)[order], n, nt,
+            np.asarray(value, dtype=float)[order], n, nt, hosts,
         )
 
 
@@ -169,23 +207,73 @@ class SearchPolicy:
     # ----------------------------------------------------------------------------------------
     # public
 
-    def next_batch(self, observations: Sequence[Observation], k: int, pending: Sequence[str] = ()) -> list[Measure] | Done:
-        """Up to ``k`` trials to start now, given the commits whose trials are in flight (``pending``).
+    def next_batch(
+        self,
+        observations: Sequence[Observation],
+        k: int,
+        pending: Sequence[str | Measure | tuple[str, str | None]] = (),
+        hosts: Sequence[str] | None = None,
+    ) -> list[Measure] | Done:
+        """Up to ``k`` trials to start now, given the trials in flight (``pending``).
+
+        ``pending``: one entry per trial started and not yet stored (a commit may repeat), as a
+        commit, a ``Measure`` (its ``host`` is read) or a (commit, host) pair. ``hosts``: the nodes
+        free now; each returned Measure is pinned to one of them (``Measure.host``), in their order,
+        and at most ``len(hosts)`` are returned. Without ``hosts`` the trials may run anywhere.
+
+        Greedy joint selection: slot by slot, each choice is ``next``'s decision with the pending
+        trials and the earlier choices of this batch counted as started — their commits count
+        towards the endpoints' interleaving, the trials each side of a change needs and the budget,
+        and the look-ahead scores a commit by what it is expected to tell *given* their results
+        (``lookahead.conditional_gain``) — so a batch spreads over distinct, useful commits (the
+        midpoints of several sub-ranges at once, as Pinpoint does), and each node measures the
+        endpoint it lacks while the endpoints are being compared, a reference for its own offset.
 
         A pure function of the stored observations and the pending list: results may arrive in any
-        order. An empty list means "wait for a pending result". With ``k = 1`` and nothing pending
-        this is ``next``.
+        order (``seq`` = completion order). An empty list means "wait for a pending result". Done
+        comes only when nothing is pending: a verdict is stated on every trial that was started
+        (a result in flight could still move it; the controller waits for it rather than cancel it).
+        With ``k = 1``, nothing pending and no hosts this is exactly ``next``.
         """
-        action = self.next(observations)
-        if isinstance(action, Done):
-            return [] if pending else action
-        if k < 1 or action.commit in pending:
-            return []
-        return [action]
+        pend = [self._pending_item(p) for p in pending]
+        free: list[str | None] = list(hosts) if hosts is not None else [None] * max(k, 0)
+        out: list[Measure] = []
+        memo: dict = {}  # the regrouped data and the posterior: one per batch, whatever the slot
+        for slot in range(min(k, len(free))):
+            act = self._decide(observations, pend + [(m.commit, m.host) for m in out], free[slot], memo)
+            if isinstance(act, Done):
+                return act if not pend and not out else out
+            out.append(replace(act, host=free[slot]) if free[slot] is not None else act)
+        return out
+
+    def _pending_item(self, p) -> tuple[str, str | None]:
+        if isinstance(p, Measure):
+            commit, host = p.commit, p.host
+        elif isinstance(p, str):
+            commit, host = p, None
+        else:
+            commit, host = p
+        if commit not in self.index:
+            raise UsageError(
+                f"A pending trial names commit {str(commit)[:10]}, which is not in this bisection's range. "
+                f"Pass the commits of the trials in flight for this bisection only."
+            )
+        return commit, host
 
     def next(self, observations: Sequence[Observation]) -> Measure | Done:
         """The next trial to run, or Done with the outcome; a pure function of the observations."""
-        data = self._regroup(observations)
+        return self._decide(observations, (), None)
+
+    def _decide(self, observations: Sequence[Observation], pending: Sequence[tuple[str, str | None]],
+                host: str | None, memo: dict | None = None) -> Measure | Done:
+        """``next`` with trials in flight (``pending``: (commit, node)) counted as started, for ``host``.
+
+        ``memo`` carries the regrouped observations and their posterior from one slot of a batch to
+        the next (they depend on the stored observations only)."""
+        memo = {} if memo is None else memo
+        if "data" not in memo:
+            memo["data"] = self._regroup(observations)
+        data = replace(memo["data"], pending=[(self.index[c], h) for c, h in pending])
         s = self.settings
         good, bad = 0, self.n - 1
         for end in (good, bad):
@@ -199,12 +287,17 @@ class SearchPolicy:
                     ),
                 )
         for end in (good, bad):
-            if not data.values[end]:
+            if not data.values[end] and not data.count(end):
                 if not self._budget_left(data, end):
                     return self._exhausted(data, None, "the endpoints could not both be measured")
                 return Measure(self.commits[end], "measuring the endpoints first (good, then bad)", "endpoints")
+        if not data.values[good] or not data.values[bad]:
+            # both started, not both back: while several nodes wait, they measure the endpoints too
+            return self._measure_endpoint(data, None, None, None, host)
 
-        post = self._posterior(data)
+        if "post" not in memo:
+            memo["post"] = self._posterior(data)
+        post = memo["post"]
         counts = [len(v) for v in data.values]
         ends, p_better = endpoint_comparison(post, counts, self._level_prior_ratio(data), s, self.higher_is_better)
         ruled_out = ruled_out_pct(ends, self.higher_is_better)
@@ -239,16 +332,17 @@ class SearchPolicy:
 
         if post.p_none >= 0.5:
             # No change is the likeliest story: the endpoints settle it, interleaved.
-            return self._measure_endpoint(data, post, ends, ruled_out)
+            return self._measure_endpoint(data, post, ends, ruled_out, host)
 
         located = top_p >= s.confidence and post.p_none < NO_CHANGE_DOUBT
         if not located:
-            return self._search_step(data, post, top_key, top_p, ends, ruled_out, phase="locating")
+            return self._search_step(data, post, top_key, top_p, ends, ruled_out, phase="locating", host=host)
 
         p_two = post.p_two
         doubt = None
         if len(top_key) == 1 and p_two >= SECOND_CHANGE_DOUBT:
-            step = self._search_step(data, post, top_key, top_p, ends, ruled_out, phase="second-change check")
+            step = self._search_step(data, post, top_key, top_p, ends, ruled_out, phase="second-change check",
+                                     host=host)
             if isinstance(step, Done) or step.gain_bits >= MIN_GAIN_BITS:
                 return step
             doubt = p_two
@@ -275,7 +369,7 @@ class SearchPolicy:
         # One wild session must not carry a verdict alone: the commits on both sides of a change are
         # each measured at least twice before it is named (heavy-tailed session effects did that).
         for st in steps:
-            if min(len(data.values[st.parent]), len(data.values[st.at])) < MIN_TRIALS_AT_CHANGE:
+            if min(data.count(st.parent), data.count(st.at)) < MIN_TRIALS_AT_CHANGE:
                 move = self._confirm_step(data, st, "a second trial of each side, so no single session carries the verdict")
                 if move is not None:
                     return move
@@ -339,21 +433,23 @@ class SearchPolicy:
             if o.flag:
                 excluded.append(f"{o.commit[:10]}: {o.flag}")
                 continue
-            rows.append((i, pos, float(o.value), o.covariates))
+            rows.append((i, pos, float(o.value), o.covariates, o.host or ""))
         # A commit that failed once is untestable: its earlier values (if any) are kept out too,
         # since a build that sometimes fails is not one identity to compare.
         rows = [r for r in rows if r[0] not in untestable]
         adjusted, notes = covariate_notes(
             [r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows], alpha=self.settings.alpha
         )
-        for (i, pos, _, _), v in zip(rows, adjusted):
+        hosts: list[list[str]] = [[] for _ in range(self.n)]
+        for (i, pos, _, _, h), v in zip(rows, adjusted):
             values[i].append(v)
             times[i].append(pos)
-        return _Data(values, times, untestable, len(rows), len(rows) + len(excluded), excluded, notes)
+            hosts[i].append(h)
+        return _Data(values, times, untestable, len(rows), len(rows) + len(excluded), excluded, notes, hosts)
 
     def _budget_left(self, data: _Data, i: int) -> bool:
         s = self.settings
-        return data.spent < s.max_trials_total and len(data.values[i]) < s.max_trials_per_commit
+        return data.spent + len(data.pending) < s.max_trials_total and data.count(i) < s.max_trials_per_commit
 
     def _noise_with(self, data: _Data) -> NoiseModel:
         """The noise model sharpened by this bisection's own repeats of identical builds."""
@@ -380,37 +476,59 @@ class SearchPolicy:
             # drift_check = false: trials are i.i.d. given their commit (the model before drift).
             rho_grid=RHO_GRID if self.settings.drift_check else (0.0,),
             rho_prior=RHO_PRIOR if self.settings.drift_check else (1.0,),
+            host_ratio=(log_of_pct(HOST_OFFSET_PRIOR_PCT) / self.noise.sigma_b) ** 2,
         )
 
     # ----------------------------------------------------------------------------------------
     # endpoints
 
-    def _measure_endpoint(self, data: _Data, post: ChangePosterior, ends: Comparison, ruled_out: float | None) -> Measure | Done:
+    def _measure_endpoint(self, data: _Data, post: ChangePosterior | None, ends: Comparison | None,
+                          ruled_out: float | None, host: str | None = None) -> Measure | Done:
         good, bad = 0, self.n - 1
-        m = len(data.values[good]) + len(data.values[bad])
+        m = data.count(good) + data.count(bad)
         order = [good, bad, bad, good][m % 4]
+        if host is not None and self._several_hosts(data, host):
+            # each node measures the endpoint it has fewer trials of: a reference for its own offset
+            on_good, on_bad = data.count_on(good, host), data.count_on(bad, host)
+            if on_good != on_bad:
+                order = good if on_good < on_bad else bad
         other = bad if order == good else good
         for i in (order, other):
             if self._budget_left(data, i):
-                return Measure(
-                    self.commits[i],
-                    f"comparing the endpoints (interleaved good/bad, trial {m + 1}): so far {ends.effect_pct:+.1f}%, "
-                    f"no change at all is likeliest (posterior {post.p_none:.2f})"
-                    + (f"; no regression ≥ {ruled_out:.1f}% already ruled out" if ruled_out is not None else ""),
-                    "endpoints",
-                )
+                if post is None:
+                    why = f"comparing the endpoints (interleaved good/bad, trial {m + 1}) while the first results are out"
+                else:
+                    why = (
+                        f"comparing the endpoints (interleaved good/bad, trial {m + 1}): so far {ends.effect_pct:+.1f}%, "
+                        f"no change at all is likeliest (posterior {post.p_none:.2f})"
+                        + (f"; no regression ≥ {ruled_out:.1f}% already ruled out" if ruled_out is not None else "")
+                    )
+                return Measure(self.commits[i], why, "endpoints")
         return self._exhausted(data, post, "no change at all is likeliest but not certain", ends=ends, ruled_out=ruled_out)
+
+    @staticmethod
+    def _several_hosts(data: _Data, host: str | None) -> bool:
+        names = set(data.host_names) | {h or "" for _, h in data.pending} | {host or ""}
+        return len(names) > 1
 
     # ----------------------------------------------------------------------------------------
     # search
 
-    def _search_step(self, data: _Data, post: ChangePosterior, top_key, top_p, ends, ruled_out, phase: str) -> Measure | Done:
+    def _search_step(self, data: _Data, post: ChangePosterior, top_key, top_p, ends, ruled_out, phase: str,
+                     host: str | None = None) -> Measure | Done:
         """Measure the commit whose next trial is expected to remove the most uncertainty about the answer."""
         cand = [j for j in range(self.n) if j not in data.untestable and self._budget_left(data, j)]
         if not cand:
             return self._exhausted(data, post, f"the best answer holds {top_p:.2f}", top_key=top_key, top_p=top_p,
                                    ends=ends, ruled_out=ruled_out)
-        j, bits = best_trial(post, cand, float(data.spent))
+        if not data.pending and host is None:
+            j, bits = best_trial(post, cand, float(data.spent))
+        else:
+            hosts_on = post.host_ratio > 0.0
+            hid = data.host_index(host) if hosts_on and host is not None else None
+            inflight = [(i, float(data.spent + q), data.host_index(h) if hosts_on and h is not None else None)
+                        for q, (i, h) in enumerate(data.pending)]
+            j, bits = best_trial(post, cand, float(data.spent + len(data.pending)), host=hid, pending=inflight)
         what = self._describe_key(data, top_key) or "no change"
         decisive = [b for k in top_key for b in (k, self._parent(k, data))]
         if phase == "locating" and bits < LOCATE_MIN_GAIN_BITS and decisive and not any(
@@ -436,7 +554,7 @@ class SearchPolicy:
 
     def _confirm_step(self, data: _Data, st: Step, why: str) -> Measure | None:
         """Measure the side of the change (its parent or the commit) with fewer trials, budget allowing."""
-        first, second = (st.parent, st.at) if len(data.values[st.parent]) <= len(data.values[st.at]) else (st.at, st.parent)
+        first, second = (st.parent, st.at) if data.count(st.parent) <= data.count(st.at) else (st.at, st.parent)
         for i in (first, second):
             if self._budget_left(data, i):
                 return Measure(
@@ -459,7 +577,7 @@ class SearchPolicy:
         if z <= 0:
             return None
         need = (z * post.sigma_top / step) ** 2
-        cnt = np.array([len(v) for v in data.values], dtype=float)
+        cnt = np.array([data.count(i) for i in range(self.n)], dtype=float)
         best: tuple[float, int] | None = None
         for lo, hi in ((0, st.at), (st.at, self.n)):
             idx = np.array([j for j in range(lo, hi) if j not in data.untestable])

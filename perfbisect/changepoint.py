@@ -46,6 +46,12 @@ class Evidence:
     value: np.ndarray  # float, log summaries
     n: int  # number of commits in the range
     next_testable: np.ndarray  # per commit index, the next testable commit at or after it
+    host: np.ndarray | None = None  # int, per trial, the node that measured it; None = one host
+
+    @property
+    def several_hosts(self) -> bool:
+        """Whether more than one node measured these trials (only then is a host offset modelled)."""
+        return self.host is not None and len(np.unique(self.host)) > 1
 
     @property
     def trials(self) -> int:
@@ -57,6 +63,7 @@ class _RhoFit:
     """Per drift scale: the whitened design, data and prefix sums every hypothesis reads from."""
 
     rho: float
+    host_ratio: float  # prior variance of a host's level offset, as a multiple of σ² (0 = not modelled)
     logdet_v: float
     L: np.ndarray
     W: np.ndarray  # L⁻¹ Z
@@ -87,6 +94,8 @@ class ChangePosterior:
     m0: float
     times: np.ndarray
     n: int
+    hosts: np.ndarray | None = None  # per trial, its host index, when host offsets are modelled
+    host_ratio: float = 0.0  # prior variance of a host offset / σ² (0 = one host, nothing modelled)
 
     @property
     def p_one(self) -> float:
@@ -156,13 +165,18 @@ class ChangePosterior:
         alpha = np.linalg.solve(fit.L.T, np.linalg.solve(fit.L, resid))
         return fit.rho * K @ alpha
 
-    def predict(self, idx: np.ndarray, commits: np.ndarray, t_new: float) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, idx: np.ndarray, commits: np.ndarray, t_new: float,
+                host: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Predictive location and scale of one new trial of each commit at time ``t_new``, per hypothesis.
 
         Returns (loc, scale), each (len(idx), len(commits)): a Student-t with ``dof`` degrees of
         freedom. The drift at ``t_new`` is predicted from the residuals (kriging under the random
-        walk); its uncertainty and the levels' uncertainty widen the scale.
+        walk); its uncertainty and the levels' uncertainty widen the scale. When host offsets are
+        modelled, ``host`` is the node the trial would run on (its offset is predicted from its
+        trials so far; None or a node with no trials yet: an unknown offset, the prior's width).
         """
+        if self.host_ratio > 0.0:
+            return self._predict_hosts(idx, commits, t_new, host)
         b1, b2 = self.b1[idx], self.b2[idx]
         seg = (commits[None, :] >= b1[:, None]).astype(int) + (commits[None, :] >= b2[:, None]).astype(int)
         beta = self.beta[idx]
@@ -186,6 +200,39 @@ class ChangePosterior:
             centred = beta[sel] - self.m0
             extra_mean[sel] = fit.rho * (a - (segsum * centred).sum(axis=1))
             extra_var[sel] = max(fit.rho * t_new - fit.rho**2 * float(wk @ wk), 0.0)
+        loc = loc + extra_mean[:, None]
+        scale = np.sqrt(self.s2[idx][:, None] * (1.0 + extra_var[:, None] + lvar))
+        return loc, scale
+
+    def _predict_hosts(self, idx: np.ndarray, commits: np.ndarray, t_new: float,
+                       host: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """``predict`` when host offsets are modelled: the new trial's covariance with the stored
+        ones is the drift's ρ·min(t, t_new) plus the host offset's λ for trials of the same node."""
+        b1, b2 = self.b1[idx], self.b2[idx]
+        seg = (commits[None, :] >= b1[:, None]).astype(int) + (commits[None, :] >= b2[:, None]).astype(int)
+        beta = self.beta[idx]
+        loc = np.take_along_axis(beta, seg, axis=1)
+        cov = self.cov[idx]
+        lvar = np.take_along_axis(cov.reshape(len(idx), 9), seg * 4, axis=1)
+        extra_mean = np.zeros(len(idx))
+        extra_var = np.zeros(len(idx))
+        rho_i = self.rho_index[idx]
+        same = (self.hosts == host).astype(float) if host is not None else np.zeros(len(self.times))
+        for r, fit in enumerate(self.fits):
+            sel = rho_i == r
+            if not sel.any():
+                continue
+            k = fit.rho * np.minimum(self.times, t_new) + self.host_ratio * same
+            c_new = fit.rho * t_new + self.host_ratio
+            wk = np.linalg.solve(fit.L, k)
+            a = float(wk @ fit.u)
+            gvec = fit.W.T @ wk
+            Cg = np.concatenate([[0.0], np.cumsum(gvec)])
+            bounds = np.stack([np.zeros_like(b1[sel]), b1[sel], b2[sel], np.full_like(b1[sel], self.n)], axis=1)
+            segsum = Cg[bounds[:, 1:]] - Cg[bounds[:, :-1]]
+            centred = beta[sel] - self.m0
+            extra_mean[sel] = a - (segsum * centred).sum(axis=1)
+            extra_var[sel] = max(c_new - float(wk @ wk), 0.0)
         loc = loc + extra_mean[:, None]
         scale = np.sqrt(self.s2[idx][:, None] * (1.0 + extra_var[:, None] + lvar))
         return loc, scale
@@ -217,16 +264,19 @@ def _hypotheses(n: int, two: bool) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(b1), np.concatenate(b2)
 
 
-def _fit_rho(ev: Evidence, y: np.ndarray, rho: float) -> _RhoFit:
+def _fit_rho(ev: Evidence, y: np.ndarray, rho: float, host_ratio: float = 0.0) -> _RhoFit:
     N, n = ev.trials, ev.n
     Z = np.zeros((N, n))
     Z[np.arange(N), ev.commit] = 1.0
-    if rho == 0.0:
+    if rho == 0.0 and host_ratio == 0.0:
         L = np.eye(N)
         W, u, logdet = Z, y.copy(), 0.0
     else:
         t = ev.time
         V = np.eye(N) + rho * np.minimum(t[:, None], t[None, :])
+        if host_ratio > 0.0:
+            # each node's level offset ~ N(0, host_ratio·σ²), shared by every trial it ran: integrated out
+            V = V + host_ratio * (ev.host[:, None] == ev.host[None, :])
         L = np.linalg.cholesky(V)
         W = np.linalg.solve(L, Z)
         u = np.linalg.solve(L, y)
@@ -235,7 +285,7 @@ def _fit_rho(ev: Evidence, y: np.ndarray, rho: float) -> _RhoFit:
     CM = np.zeros((n + 1, n + 1))
     CM[1:, 1:] = M.cumsum(axis=0).cumsum(axis=1)
     Cv = np.concatenate([[0.0], np.cumsum(W.T @ u)])
-    return _RhoFit(rho, logdet, L, W, u, float(u @ u), CM, Cv)
+    return _RhoFit(rho, host_ratio, logdet, L, W, u, float(u @ u), CM, Cv)
 
 
 def posterior(
@@ -249,6 +299,7 @@ def posterior(
     two_change_prior: float,
     rho_grid: tuple[float, ...] = RHO_GRID,
     rho_prior: tuple[float, ...] = RHO_PRIOR,
+    host_ratio: float = 0.0,
 ) -> ChangePosterior:
     """Score every (hypothesis, drift scale) pair by its marginal likelihood times its prior.
 
@@ -256,7 +307,12 @@ def posterior(
     weighed by the posterior probability that each of its steps is at least that big (a truncated
     prior on step sizes); without it, splits of one level into two equal ones keep mass no trial
     can remove and "no change" could never win.
+
+    ``host_ratio`` (λ): when the trials come from more than one node (``ev.host``), each node's level
+    offset is a random effect N(0, λ·σ²) integrated out with the rest, so only contrasts within a
+    node, and the spread of offsets the prior allows, carry a step. With one node it is ignored.
     """
+    lam = host_ratio if ev.several_hosts else 0.0
     n, N = ev.n, ev.trials
     m0 = float(ev.value.mean())
     y = ev.value - m0
@@ -282,7 +338,7 @@ def posterior(
     for r, (rho, prior_r) in enumerate(zip(rho_grid, rho_prior)):
         if rho > 0 and N < 3:
             continue
-        fit = _fit_rho(ev, y, rho)
+        fit = _fit_rho(ev, y, rho, lam)
         fits.append(fit)
         CM, Cv = fit.CM, fit.Cv
         G = (
@@ -332,6 +388,7 @@ def posterior(
         b1=b1, b2=b2, rho_index=rho_index, logw=logw, w=w, beta=np.concatenate(all_beta),
         cov=np.concatenate(all_cov), s2=np.concatenate(all_s2), dof=dof0 + N, keys=keys, groups=groups,
         p_none=groups.get((), 0.0), rho_weights=rho_w, fits=fits, m0=m0, times=ev.time.astype(float), n=n,
+        hosts=ev.host if lam > 0.0 else None, host_ratio=lam,
     )
 
 

@@ -18,12 +18,22 @@ from .changepoint import ChangePosterior
 # Hypotheses kept for the look-ahead once sorted by posterior mass (the rest hold < 1e-6 of it).
 MAX_HYPOTHESES = 160
 LOOKAHEAD_GRID = 32
+# Joint outcomes of the pending trials over which a batch member's gain is averaged, and their
+# fixed standard normal draws (up to 16 pending trials; more draw from a seeded generator).
+PENDING_SAMPLES = 16
+PENDING_HYPOTHESES = 96
+_PENDING_Z = np.random.default_rng(20261201).standard_normal((PENDING_SAMPLES, 16))
 
 
-def best_trial(post: ChangePosterior, candidates: Sequence[int], t_new: float) -> tuple[int, float]:
+def best_trial(post: ChangePosterior, candidates: Sequence[int], t_new: float, host: int | None = None,
+               pending: Sequence[tuple[int, float, int | None]] = ()) -> tuple[int, float]:
     """The candidate commit whose trial at run-order position ``t_new`` removes the most uncertainty.
 
-    Returns (commit index, expected gain in bits). ``candidates`` must not be empty.
+    Returns (commit index, expected gain in bits). ``candidates`` must not be empty. ``host``: the
+    node the trial runs on, when host offsets are modelled. ``pending``: trials already started
+    whose results are not in yet, as (commit index, run-order position, host); the gain is then the
+    one *given* their results, averaged over their joint predictive (``conditional_gain``), so a
+    batch does not spend two nodes on what one of them will already tell.
     """
     order = np.argsort(-post.w, kind="stable")
     csum = np.cumsum(post.w[order])
@@ -39,7 +49,15 @@ def best_trial(post: ChangePosterior, candidates: Sequence[int], t_new: float) -
     varies = purity < 0.995
     if varies.any() and not drifting:
         J = J[varies]
-    loc, scale = post.predict(keep, J, t_new)
+    loc, scale = post.predict(keep, J, t_new, host) if host is not None else post.predict(keep, J, t_new)
+    onehots = answer_groups(post, keep)
+    if pending:
+        # the hypotheses holding all but 1e-4 of the mass (at most PENDING_HYPOTHESES) carry it
+        few = max(1, min(PENDING_HYPOTHESES, int(np.searchsorted(np.cumsum(w), 1 - 1e-4)) + 1, len(keep)))
+        wf = w[:few] / w[:few].sum()
+        gain = conditional_gain(post, keep[:few], wf, loc[:few], scale[:few], [oh[:few] for oh in onehots], pending)
+        best = int(np.argmax(gain))
+        return int(J[best]), float(gain[best] / math.log(2))
     nu = post.dof
     lo_y = float((loc - 4.5 * scale).min())
     hi_y = float((loc + 4.5 * scale).max())
@@ -50,7 +68,6 @@ def best_trial(post: ChangePosterior, candidates: Sequence[int], t_new: float) -
     joint = w[:, None, None] * f  # (H, J, G)
     marg = joint.sum(axis=0)  # (J, G)
     postw = joint / np.maximum(marg[None], 1e-300)
-    onehots = answer_groups(post, keep)
     ent = np.zeros(postw.shape[1:])
     for oh in onehots:
         pg = np.einsum("hk,hjy->kjy", oh, postw)
@@ -64,6 +81,69 @@ def best_trial(post: ChangePosterior, candidates: Sequence[int], t_new: float) -
     gain = h0 - expected
     best = int(np.argmax(gain))
     return int(J[best]), float(gain[best] / math.log(2))
+
+
+def _t_logpdf(y: np.ndarray, loc: np.ndarray, scale: np.ndarray, nu: float) -> np.ndarray:
+    z = (y - loc) / scale
+    return -0.5 * (nu + 1.0) * np.log1p(z * z / nu) - np.log(scale)
+
+
+def _entropy(w: np.ndarray, onehots: list[np.ndarray]) -> np.ndarray:
+    """Answer entropy (nats) of each row of hypothesis weights ``w`` (…, H)."""
+    out = np.zeros(w.shape[:-1])
+    for oh in onehots:
+        pg = w @ oh
+        out += -(pg * np.log(np.maximum(pg, 1e-300))).sum(axis=-1)
+    return out
+
+
+def conditional_gain(post: ChangePosterior, keep: np.ndarray, w: np.ndarray, loc: np.ndarray, scale: np.ndarray,
+                     onehots: list[np.ndarray], pending: Sequence[tuple[int, float, int | None]]) -> np.ndarray:
+    """Expected gain (nats) of one more trial of each candidate given the pending trials' results.
+
+    I(answer; y | y_pending), averaged over PENDING_SAMPLES joint outcomes of the pending trials:
+    a hypothesis is drawn by stratified quantiles of ``w`` and each pending trial's value from its
+    predictive under it (fixed standard normal draws: the result is a pure function of the
+    posterior and the pending list). Given the hypothesis, trials are taken as independent.
+    """
+    nu = post.dof
+    S = PENDING_SAMPLES
+    H = len(keep)
+    # each pending trial's predictive under every kept hypothesis: (H, P)
+    ploc = np.zeros((H, len(pending)))
+    pscale = np.ones((H, len(pending)))
+    for p, (c, t, h) in enumerate(pending):
+        lc, sc = post.predict(keep, np.asarray([c]), t, h) if h is not None else post.predict(keep, np.asarray([c]), t)
+        ploc[:, p], pscale[:, p] = lc[:, 0], sc[:, 0]
+    cw = np.cumsum(w)
+    hs = np.minimum(np.searchsorted(cw, (np.arange(S) + 0.5) / S * cw[-1]), H - 1)
+    z = _PENDING_Z[:S, : len(pending)] if len(pending) <= _PENDING_Z.shape[1] else np.random.default_rng(0).standard_normal((S, len(pending)))
+    ys = ploc[hs] + pscale[hs] * z  # (S, P)
+    lw = np.log(np.maximum(w, 1e-300))[None, :] + _t_logpdf(ys[:, None, :], ploc[None], pscale[None], nu).sum(axis=2)
+    lw -= lw.max(axis=1, keepdims=True)
+    ws = np.exp(lw)
+    ws /= ws.sum(axis=1, keepdims=True)  # (S, H): the posterior after each sampled pending outcome
+    h0 = _entropy(ws, onehots)  # (S,)
+    G = LOOKAHEAD_GRID
+    lo_y = float((loc - 4.5 * scale).min())
+    hi_y = float((loc + 4.5 * scale).max())
+    y = np.linspace(lo_y, hi_y, G)
+    logf = _t_logpdf(y[None, None, :], loc[:, :, None], scale[:, :, None], nu)
+    f = np.exp(logf - logf.max())  # (H, J, G)
+    Jn = loc.shape[1]
+    fm = f.reshape(H, Jn * G)
+    marg = ws @ fm  # (S, J·G): each sample's predictive of the candidate trial, unnormalised
+    inv = 1.0 / np.maximum(marg, 1e-300)
+    ent = np.zeros((S, Jn * G))
+    for oh in onehots:
+        K = oh.shape[1]
+        num = ((ws[:, :, None] * oh[None]).transpose(0, 2, 1).reshape(S * K, H) @ fm).reshape(S, K, Jn * G)
+        pg = num * inv[:, None, :]
+        ent += -(pg * np.log(np.maximum(pg, 1e-300))).sum(axis=1)
+    py = marg.reshape(S, Jn, G)
+    py = py / np.maximum(py.sum(axis=2, keepdims=True), 1e-300)
+    gain = (h0[:, None] - (py * ent.reshape(S, Jn, G)).sum(axis=2)).sum(axis=0)
+    return gain / S
 
 
 def answer_groups(post: ChangePosterior, keep: np.ndarray) -> list[np.ndarray]:
@@ -87,4 +167,4 @@ def answer_groups(post: ChangePosterior, keep: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-__all__ = ["LOOKAHEAD_GRID", "MAX_HYPOTHESES", "answer_groups", "best_trial"]
+__all__ = ["LOOKAHEAD_GRID", "MAX_HYPOTHESES", "PENDING_SAMPLES", "answer_groups", "best_trial", "conditional_gain"]

@@ -7,15 +7,21 @@ in `plan`, and `--format markdown`. No duration or rate is asserted.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from perfbisect import cost
 from perfbisect.demo.target import make_demo_target
+from perfbisect.settings import StatsConfig
+from perfbisect.stats import NoiseModel
 from perfbisect.markdown import md
 
 
@@ -62,7 +68,68 @@ def test_plan_estimates_from_config_and_counts_agree_with_rows(demo, tmp_path):
     assert "bad endpoint" in rows[-1] and "  measure  " in rows[-1]
     est = next(line for line in lines if line.startswith("estimate: ~"))
     assert "GPU-hours" in est and "[cost] trial_minutes" in est and "× 8 GPUs" in est
-    assert "benchmarks/strategies.py" in est
+    how = lines[lines.index(est) + 1]
+    assert "simulated runs of the search" in how and "assumed: 5 × stats.min_effect_pct" in how
+    assert "prior: 5.0%" in how  # a fresh host: the search starts from the config's prior noise
+
+
+def test_plan_json_estimate_is_the_median_of_its_simulations_with_its_range(demo, tmp_path):
+    cfg = _with_cost(demo, tmp_path, "trial_minutes = 8.4\ngpus = 8")
+    db = str(tmp_path / "empty.sqlite")
+    proc = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", db, "--json")
+    assert proc.returncode == 0, proc.stderr
+    est = json.loads(proc.stdout)["estimate"]
+    runs = est["simulated_trials"]
+    assert runs == sorted(runs) and runs and est["method"].startswith(f"median of {len(runs)} simulated runs")
+    assert est["trials_low"] <= est["trials"] <= est["trials_high"] <= est["max_trials"] == 80
+    assert min(runs) <= est["trials_low"] and est["trials_high"] <= max(runs)
+    assert abs(est["trials"] - statistics.median(runs)) <= 0.5
+    assert est["gpu_hours"] == pytest.approx(est["trials"] * 8.4 / 60 * 8)
+    assert est["gpu_hours_low"] <= est["gpu_hours"] <= est["gpu_hours_high"]
+    assert est["effect_pct"] == pytest.approx(15.0) and est["noise_pct"] == pytest.approx(5.0)
+    assert est["seconds_to_estimate"] >= 0 and est["cpu_seconds_to_estimate"] >= 0
+    # The text output shows the same numbers.
+    text = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", db).stdout
+    if "fitted formula" in text:  # this run's simulations hit the CPU budget (a very slow machine)
+        assert f"~{cost.expected_trials(est['candidates'], 80)} trials, at most 80" in text
+    elif est["trials_high"] > est["trials_low"]:
+        assert f"~{est['trials']} trials ({est['trials_low']}–{est['trials_high']} in 80% of simulated runs)" in text
+    else:
+        assert f"~{est['trials']} trials, at most 80" in text
+    told = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", db, "--json", "--effect", "40")
+    assert told.returncode == 0, told.stderr
+    told_est = json.loads(told.stdout)["estimate"]
+    assert told_est["effect_pct"] == pytest.approx(40.0) and told_est["effect_source"] == "given: --effect"
+    bad = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", db, "--effect", "140")
+    assert bad.returncode == 2 and "--effect" in bad.stderr and "between 0 and 100" in " ".join(bad.stderr.split())
+    assert "Traceback" not in bad.stderr
+
+
+def test_forecast_structure_and_the_formula_fallback():
+    settings, noise = StatsConfig(), NoiseModel.prior(3.0)
+    a = cost.forecast_trials(6, settings, noise, 15.0, "given", budget_s=60.0, reps=5)
+    b = cost.forecast_trials(6, settings, noise, 15.0, "given", budget_s=60.0, reps=5)
+    assert a.runs == b.runs and len(a.runs) == 5  # seeded: the same simulations every time
+    assert a.low <= a.trials <= a.high and all(c >= 2 for c in a.runs)
+    far = cost.forecast_trials(100, settings, noise, 15.0, "given", budget_s=60.0, reps=3)
+    assert "at 32 candidates" in far.method and len(far.runs) == 3
+    none = cost.forecast_trials(20, settings, noise, 15.0, "given", budget_s=0.0)
+    assert none.runs == () and none.method.startswith("fitted formula")
+    assert none.trials == none.low == none.high == cost.expected_trials(20, settings.max_trials_total)
+
+
+def test_spent_wall_time_leaves_out_a_pause():
+    def trial(start, end):
+        return SimpleNamespace(started_at=start, finished_at=end)
+
+    steady = [trial(1000.0 + 60 * i, 1050.0 + 60 * i) for i in range(4)]
+    s = cost.spent(steady, gpus=2)
+    assert s["wall_s"] == pytest.approx(230.0) and s["paused_s"] == 0.0
+    assert s["gpu_hours"] == pytest.approx(4 * 50 / 3600 * 2)
+    resumed = steady + [trial(steady[-1].finished_at + 7200 + 60 * i, steady[-1].finished_at + 7250 + 60 * i) for i in range(2)]
+    r = cost.spent(resumed, gpus=2)
+    assert r["wall_s"] == pytest.approx(230.0 + 110.0) and r["paused_s"] == pytest.approx(7200.0)
+    assert "paused, not counted" in cost.spent_line(r) and "paused" not in cost.spent_line(s)
 
 
 def test_plan_without_any_trial_cost_says_it_is_unknown(demo, tmp_path):
@@ -90,11 +157,16 @@ def test_run_with_yes_heartbeat_and_spent(finished):
     assert spent.startswith(f"spent: {trials} trials, ") and "GPU-hours" in spent and "8 GPUs" in spent
 
 
-def test_plan_learns_the_trial_cost_from_stored_trials(demo, finished):
+def test_plan_learns_the_trial_cost_noise_and_effect_from_stored_trials(demo, finished):
     cfg, db, _ = finished
     proc = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     assert "stored trials on this host" in proc.stdout
+    how = next(line for line in proc.stdout.splitlines() if line.startswith("  how: "))
+    assert "the endpoints' stored trials on this host" in how and "learned on this host by bisection #1" in how
+    est = json.loads(cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db), "--json").stdout)["estimate"]
+    assert est["effect_source"].startswith("the endpoints' stored trials") and est["effect_pct"] > 0
+    assert est["trial_s_source"].startswith("median of ")
 
 
 def test_log_id_shows_one_bisection_in_detail(finished):

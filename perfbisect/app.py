@@ -182,16 +182,22 @@ def endpoint_effect(ws: Workspace, good: str, bad: str) -> tuple[float, str] | N
     return worse, f"the endpoints' stored trials on this host: {values[0][1]} good, {values[1][1]} bad, {gap:+.1f}%"
 
 
-def plan_estimate(ws: Workspace, plan: Plan, effect_pct: float | None = None, budget_s: float = cost.SIM_BUDGET_S) -> cost.Estimate:
-    """`plan`'s estimate: the search simulated with the noise `run` would start from and the
-    regression the user states, else the one the endpoints' stored trials show, else the default."""
-    higher = describe_metric(ws.config).higher_is_better
+def check_effect(cfg: Config, effect_pct: float | None) -> bool:
+    """A clear error for a `--effect` that cannot be a regression of this metric; its direction."""
+    higher = describe_metric(cfg).higher_is_better
     if effect_pct is not None and not (0 < effect_pct < (100 if higher else math.inf)):
         raise UsageError(
             f"--effect is the size of the regression in percent, how much worse the bad commit is "
             f"({'between 0 and 100 for a metric where higher is better' if higher else 'above 0'}; e.g. --effect 15); "
             f"got {effect_pct:g}."
         )
+    return higher
+
+
+def plan_estimate(ws: Workspace, plan: Plan, effect_pct: float | None = None, budget_s: float = cost.SIM_BUDGET_S) -> cost.Estimate:
+    """`plan`'s estimate: the search simulated with the noise `run` would start from and the
+    regression the user states, else the one the endpoints' stored trials show, else the default."""
+    higher = check_effect(ws.config, effect_pct)
     effect = (effect_pct, "given: --effect") if effect_pct is not None else endpoint_effect(ws, plan.good.sha, plan.bad.sha)
     return cost.estimate(
         ws, plan_candidates(plan), noise_model(ws, ws.config.metric_modes), effect,

@@ -394,7 +394,9 @@ def plan(
     from .render import format_plan, json_value
 
     g, b = parse_revs(revs or [], good, bad)
-    with app.Workspace.open(_load(config), db) as ws:
+    cfg = _load(config)
+    app.check_effect(cfg, effect)  # before the plan: bad input is said at once
+    with app.Workspace.open(cfg, db) as ws:
         result = app.plan(ws, g, b, check_patches=not no_patch_check)
         estimate = app.plan_estimate(ws, result, effect)
     if json_out:

@@ -12,6 +12,7 @@ Each estimate is compared with the trials the following run spent: within 25%? i
 range? Also prints how long `plan` took to estimate (the simulations' own seconds, from --json).
 
 Usage:  python benchmarks/plan_estimate.py [--commits 36] [--seeds 7,8,9,10,11,12]
+(two at once: give each its own PERFBISECT_LOCK_DIR, or the second finds the node lock held)
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def plan(target, cfg, *extra: str) -> dict:
 def run(target, cfg) -> tuple[int, str]:
     t0 = time.monotonic()
     proc = cli("run", f"good={target.good}", f"bad={target.bad}", "-c", str(cfg), "-q", "--yes")
+    if "trials used: " not in proc.stdout:
+        raise SystemExit(f"run failed (exit {proc.returncode}): {proc.stderr}")
     used = int(re.search(r"trials used: (\d+)", proc.stdout).group(1))
     return used, f"{proc.stdout.split()[0]} in {time.monotonic() - t0:.0f}s"
 

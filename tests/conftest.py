@@ -8,6 +8,7 @@ launches ``python -m perfbisect.demo.emulator`` in its own process group on a fr
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -47,6 +48,29 @@ def private_node_lock(tmp_path_factory, monkeypatch):
     """Each test gets its own GPU-node lock file, so tests never queue behind a perfbisect (or
     another test session) running elsewhere on this machine."""
     monkeypatch.setenv("PERFBISECT_LOCK_DIR", str(tmp_path_factory.mktemp("node-lock")))
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """`perfbisect demo --json --dir DIR` run once for the session: the planted regression bisected."""
+
+    dir: Path
+    proc: subprocess.CompletedProcess
+    result: dict
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory, private_node_lock_for_the_session) -> DemoRun:
+    """One real `perfbisect demo` (36 commits, planted slowdown) shared by the tests that read what it
+    leaves: its JSON and progress, its database, report and directory. Tests must not add to its
+    database (copy it first, as test_pipeline does): others count its bisections."""
+    directory = tmp_path_factory.mktemp("demo-run") / "demo"
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfbisect.cli", "demo", "--json", "--dir", str(directory)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return DemoRun(directory, proc, json.loads(proc.stdout))
 
 
 def free_port() -> int:

@@ -57,10 +57,8 @@ def db_rows(db: Path, sql: str) -> list[tuple]:
         con.close()
 
 
-def test_demo_names_the_planted_commit(tmp_path):
-    proc = cli("demo", "--json", "--dir", str(tmp_path / "demo"))
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+def test_demo_names_the_planted_commit(demo_run, tmp_path):
+    proc, result = demo_run.proc, demo_run.result  # `perfbisect demo --json --dir DIR` (conftest, shared)
     assert result["planted"] and result["culprit"] == result["planted"]
     assert result["verdict"] == "regressed"
     # The planted change makes the verify cycle 4.0 → 4.7 ms: about −15% speculative tok/s.
@@ -77,9 +75,13 @@ def test_demo_names_the_planted_commit(tmp_path):
     # The noise this bisection measured is kept for the next one on this host, which says so.
     (source,) = db_rows(db, "select source from noise_estimates")[0]
     assert source.startswith("bisection #1")
-    demo = tmp_path / "demo"
+    demo = demo_run.dir
+    # The next bisection goes into a copy of the database: the shared demo's stays as `demo` left it.
+    copy = tmp_path / "again.sqlite"
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
     again = cli("run", f"good={result['good']}", f"bad={result['bad']}", "-c", str(demo / "perfbisect.toml"),
-                "--db", str(db), "--json", cwd=demo)
+                "--db", str(copy), "--json", cwd=demo)
     assert again.returncode == 0, again.stderr
     assert "learned on this host by bisection #1" in again.stderr
     assert json.loads(again.stdout)["culprit"] == result["planted"]

@@ -58,12 +58,9 @@ def console_messages(stderr: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    """One real demo bisection (planted slowdown) through the CLI, with its report."""
-    directory = tmp_path_factory.mktemp("report") / "demo"
-    proc = cli("demo", "--json", "--dir", str(directory))
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+def demo(demo_run):
+    """One real demo bisection (planted slowdown) through the CLI, with its report (conftest: shared)."""
+    return demo_run.result
 
 
 @pytest.fixture(scope="module")

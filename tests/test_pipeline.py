@@ -233,7 +233,7 @@ def test_command_workload_measures_through_the_same_store(tmp_path):
     assert db_rows(db, "select count(*) from runs where warmup = 0 and metric_value = 500.0") == [(2,)]
 
 
-def test_compare_and_calibrate_store_and_explain(tmp_path):
+def test_compare_and_calibrate_store_and_explain(compared_demo, tmp_path):
     """compare interleaves trials of A and B and records its verdict; calibrate reports σ_b and σ_w.
 
     The answers are known. Across the planted commit the speculative mode is ~15% slower
@@ -243,12 +243,9 @@ def test_compare_and_calibrate_store_and_explain(tmp_path):
     5% prior (1 dof) the pooled σ_b is at least 5%/√5, so the interval stays wider than ±3%, and
     nothing that small is significant: inconclusive, exit 3.
     """
-    target = make_demo_target(tmp_path / "demo", commits=10)
-    db = tmp_path / "r.sqlite"
-    proc = cli("compare", target.good, target.planted, "--max-trials", "6", "-c", str(target.config),
-               "--db", str(db), "--json")
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    # `compare GOOD PLANTED --max-trials 6 --json` on a 10-commit demo (conftest, shared with test_report)
+    target, result = compared_demo.target, compared_demo.result
+    db = compared_demo.db_copy(tmp_path)
     assert result["a"] == target.good and result["b"] == target.planted
     assert result["verdict"] == "regressed", result["explanation"]
     expected = 100 * (VERIFY_GOOD_MS / VERIFY_BAD_MS - 1)  # -14.9%

@@ -218,7 +218,9 @@ class Estimate:
             )
         out = [head]
         f = self.forecast
-        if f is not None:
+        if f is not None and not f.runs:
+            out.append(f"  how: {f.method}; it counts candidates only, not the regression or the noise")
+        elif f is not None:
             out.append(
                 f"  how: {f.method}, each a {f.effect_pct:.1f}% regression ({f.effect_source}) under "
                 f"{f.noise_pct:.1f}% trial noise ({f.noise_source}); the cost grows as the regression nears the noise"

@@ -25,7 +25,7 @@ from .gitrepo import TargetRepo
 from .plan import Plan, plan_range
 from .skips import Skip, SkipList, skipped_commits
 from .targets import active_filters
-from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict
+from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict, median
 from .metrics import describe as describe_metric
 from .render import attribution_line, history_line, state_lines
 from .stats import NoiseModel, calibrate_report, compare, compare_sequential, pct
@@ -163,6 +163,48 @@ def plan_candidates(plan: Plan) -> int:
     return sum(1 for e in plan.entries if e.measure or (e.skipped and not e.filtered))
 
 
+def endpoint_effect(ws: Workspace, good: str, bad: str) -> tuple[float, str] | None:
+    """The regression the endpoints' stored trials on this host show (percent, worse direction, with a
+    sentence saying so), or None when either has none (or the metric is a ratio of modes)."""
+    cfg = ws.config
+    if len(cfg.metric_modes) != 1:
+        return None
+    mode = cfg.mode(cfg.metric_modes[0])
+    key = ws.noise_key(mode)
+    values = []
+    for sha in (good, bad):
+        vs = [t.summary for t in ws.store.trials(commit=sha, mode=mode.name) if t.summary is not None and t.identity.noise_key == key]
+        if not vs:
+            return None
+        values.append((float(median(vs)), len(vs)))
+    gap = pct(values[1][0] - values[0][0])
+    worse = -gap if describe_metric(cfg).higher_is_better else gap
+    return worse, f"the endpoints' stored trials on this host: {values[0][1]} good, {values[1][1]} bad, {gap:+.1f}%"
+
+
+def check_effect(cfg: Config, effect_pct: float | None) -> bool:
+    """A clear error for a `--effect` that cannot be a regression of this metric; its direction."""
+    higher = describe_metric(cfg).higher_is_better
+    if effect_pct is not None and not (0 < effect_pct < (100 if higher else math.inf)):
+        raise UsageError(
+            f"--effect is the size of the regression in percent, how much worse the bad commit is "
+            f"({'between 0 and 100 for a metric where higher is better' if higher else 'above 0'}; e.g. --effect 15); "
+            f"got {effect_pct:g}."
+        )
+    return higher
+
+
+def plan_estimate(ws: Workspace, plan: Plan, effect_pct: float | None = None, budget_s: float = cost.SIM_BUDGET_S) -> cost.Estimate:
+    """`plan`'s estimate: the search simulated with the noise `run` would start from and the
+    regression the user states, else the one the endpoints' stored trials show, else the default."""
+    higher = check_effect(ws.config, effect_pct)
+    effect = (effect_pct, "given: --effect") if effect_pct is not None else endpoint_effect(ws, plan.good.sha, plan.bad.sha)
+    return cost.estimate(
+        ws, plan_candidates(plan), noise_model(ws, ws.config.metric_modes), effect,
+        higher_is_better=higher, budget_s=budget_s,
+    )
+
+
 def latest_unfinished(ws: Workspace) -> int:
     """Id of the newest bisection that did not finish, or a clear error when there is none."""
     record = ws.store.latest_unfinished_bisection()
@@ -238,7 +280,8 @@ def run_bisection(
     history = endpoint_history(ws, (good_c, bad_c))
     policy = SearchPolicy(shas, cfg.stats, noise, history=history, higher_is_better=describe_metric(cfg).higher_is_better)
     runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
-    estimate = cost.estimate(ws, len(shas))
+    estimate = cost.estimate(ws, len(shas), noise, endpoint_effect(ws, shas[0], shas[-1]),
+                             higher_is_better=describe_metric(cfg).higher_is_better)
     started, done_here, best = time.monotonic(), 0, ("", None)
     try:
         if cfg.executor.kind == "slurm":  # each observation a Slurm job, up to executor.nodes at once

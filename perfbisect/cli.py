@@ -217,7 +217,7 @@ def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
     budget = ws.config.cost.budget_gpu_hours
     if not budget or yes:
         return
-    est = cost.estimate(ws, app.plan_candidates(app.plan(ws, good, bad, check_patches=False)))
+    est = app.plan_estimate(ws, app.plan(ws, good, bad, check_patches=False))
     if est.gpu_hours is None or est.gpu_hours <= budget:
         return
     over = (
@@ -229,7 +229,8 @@ def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
             f"{over} stdin is not a terminal, so perfbisect cannot ask: pass --yes to start anyway, raise the "
             f"budget, or narrow good..bad (`perfbisect plan` shows the estimate)."
         )
-    err_console.print(show(est.line()))
+    for line in est.lines():
+        err_console.print(show(line))
     if not typer.confirm(f"{over} Start anyway?", default=False, err=True):
         print_error(f"{over} Not started (answered no); pass --yes to skip this question.")
         raise typer.Exit(code=EXIT_USAGE)
@@ -391,23 +392,25 @@ def plan(
     db: DbOpt = None,
     json_out: JsonOpt = False,
     no_patch_check: Annotated[bool, typer.Option("--no-patch-check", help="Skip checking the patch stack at each commit.")] = False,
+    effect: Annotated[Optional[float], typer.Option("--effect", metavar="PCT", help="The regression you saw, in percent (e.g. 15): the estimate simulates the search against it (default: the endpoints' stored trials, else 5 × stats.min_effect_pct).")] = None,
 ) -> None:
-    """List good..bad: which commits would be measured, which not, and why. Builds and runs nothing.
+    """List good..bad: which commits would be measured, which not, and why, and what the bisection
+    would cost (trials, wall time, GPU-hours, with a range). Builds and runs nothing.
 
-    Example:  perfbisect plan good=bba2fc4 bad=HEAD
+    Example:  perfbisect plan good=bba2fc4 bad=HEAD --effect 15
     """
-    from .render import format_plan
-
-    from . import cost
+    from .render import format_plan, json_value
 
     g, b = parse_revs(revs or [], good, bad)
-    with app.Workspace.open(_load(config), db) as ws:
+    cfg = _load(config)
+    app.check_effect(cfg, effect)  # before the plan: bad input is said at once
+    with app.Workspace.open(cfg, db) as ws:
         result = app.plan(ws, g, b, check_patches=not no_patch_check)
-        estimate = cost.estimate(ws, app.plan_candidates(result))
+        estimate = app.plan_estimate(ws, result, effect)
     if json_out:
-        print_json(result)
+        print_json({**json_value(result), "estimate": estimate.as_dict()})
     else:
-        print_lines(format_plan(result) + [estimate.line()])
+        print_lines(format_plan(result) + estimate.lines())
     conflict = app.endpoint_conflict(result)
     if conflict:  # `run` refuses this range: say so, and exit as it would
         print_error(conflict)

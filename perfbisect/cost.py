@@ -1,18 +1,22 @@
 """What a bisection costs: the estimate `plan` prints and `run` checks against `[cost] budget_gpu_hours`,
 and what a finished one spent.
 
-Trials: a model of the search's own behaviour, fitted to what the real ``SearchPolicy`` spent:
+Trials: simulated. The REAL ``SearchPolicy`` (bisect.py) is run ``SIM_REPS`` times on synthetic
+observations — the candidate count `plan` found, the noise model `run` would start from (learned on this
+host, else A/A data, else ``stats.prior_sigma_pct``) as both the policy's prior and the simulated
+noise, one level step at positions spread evenly over the range — and the estimate is the median count
+with the 10th–90th percentile range. The step is the gap between the endpoints' stored trials on this
+host when both have some, else the one the user states (``plan --effect PCT``), else an assumed
+``DEFAULT_EFFECT_FACTOR`` × ``stats.min_effect_pct`` (a regression a few trials show clearly). What the
+search costs depends on that step relative to the noise, which is why both are printed with the
+estimate. Ranges longer than ``SIM_MAX_CANDIDATES`` are simulated at that length and extended by the
+fitted growth below; past ``SIM_BUDGET_S`` CPU seconds (a slow machine) the simulations stop and the
+fitted formula alone is used:
 
     trials ≈ 2 (one per endpoint) + 2 (the two-trials-each-side confirmation) + 1.2 × log2(candidates − 1)^1.5
 
-Each halving costs more trials the longer the search (levels learned from fewer trials each, drift
-between far-apart trials), hence the power 1.5 rather than a constant per bit. Fitted points, mean
-trials: the 4-candidate demo 6.7 over six runs (6–9; model 6.4), simulated 9-commit ranges 10.2 (S1;
-model 10.2), the 20-candidate demo 11.5 over eight runs (8–17; model 14.2), simulated 64-commit
-ranges 23.6 (model 21.5). One bisection's count spreads about ±35% around such means. A range
-with no change costs about as much (S0 21.0, D1-AA 17.2, D2-AA 21.0). ``stats.max_trials_total``
-caps it. With several metric modes (``ratio:``), each step runs one trial per mode. It does not yet
-use the host's learned noise (a noisier host needs more trials per halving).
+(fitted to the demo and benchmarks/strategies.py; benchmarks/plan_estimate.py measures both against
+real runs). With several metric modes (``ratio:``), each step runs one trial per mode.
 
 Minutes per trial: the median duration of the trials stored on this host for the same mode and
 workload (``Workspace.noise_key``: start to finish, build and server start included), else
@@ -22,34 +26,165 @@ workload (``Workspace.noise_key``: start to finish, build and server start inclu
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from .model import median
+from .settings import StatsConfig
+from .stats import NoiseModel, log_of_pct, pct
 
 ENDPOINT_TRIALS = 2
 CONFIRM_TRIALS = 2
 SEARCH_COEF = 1.2  # trials ≈ ... + SEARCH_COEF × log2(candidates − 1) ** SEARCH_POWER
 SEARCH_POWER = 1.5
+# Simulated bisections behind one estimate, and the wall-clock budget `plan` gives them.
+SIM_REPS = 11
+SIM_BUDGET_S = 4.0  # CPU seconds; the demo's 4 and 20 candidates take about 0.1–1 s
+SIM_MAX_CANDIDATES = 32  # longer ranges: simulated at this length, extended by the fitted growth
+# The regression assumed when neither stored endpoint trials nor the user say how big it is.
+DEFAULT_EFFECT_FACTOR = 5.0
+# A gap between two trials of one bisection longer than this (and than a median trial) is a pause
+# (interrupted, resumed later): `spent` does not count it as wall time.
+PAUSE_GAP_S = 300.0
 
 
 def expected_trials(candidates: int, max_total: int | None = None) -> int:
-    """Trials a bisection over ``candidates`` measurable commits (endpoints included) is expected to take."""
-    n = max(candidates, 2)
-    trials = ENDPOINT_TRIALS + CONFIRM_TRIALS + SEARCH_COEF * math.log2(n - 1) ** SEARCH_POWER
-    out = int(round(trials))
+    """Trials a bisection over ``candidates`` measurable commits (endpoints included) is expected to take
+    by the fitted formula (no simulation)."""
+    out = int(round(_formula(candidates)))
     return min(out, max_total) if max_total else out
+
+
+def _formula(candidates: int) -> float:
+    n = max(candidates, 2)
+    return ENDPOINT_TRIALS + CONFIRM_TRIALS + SEARCH_COEF * math.log2(n - 1) ** SEARCH_POWER
+
+
+def simulate_trials(
+    candidates: int,
+    settings: StatsConfig,
+    noise: NoiseModel,
+    step_log: float,
+    *,
+    reps: int = SIM_REPS,
+    budget_s: float = SIM_BUDGET_S,
+    seed: int = 0,
+) -> list[int]:
+    """Trials the real SearchPolicy spends on ``reps`` simulated bisections of ``candidates`` commits.
+
+    Each: i.i.d. normal trial noise, one level step of ``step_log`` at the k-th of ``reps`` positions
+    spread evenly over the range, the policy started from ``noise``. A measured or learned ``noise`` is
+    known to its degrees of freedom only, so each simulation draws its σ from that uncertainty
+    (σ_b·√(dof/χ²_dof)); a pure prior (nothing measured) is taken as it is stated. Deterministic for a
+    seed. Past ``budget_s`` seconds of CPU time the result is empty (the caller falls back to the
+    fitted formula): all simulations or none, so the answer does not depend on the machine's load.
+    """
+    from .bisect import Done, Observation, SearchPolicy  # the search itself (heavy: numpy/scipy posteriors)
+
+    n = max(int(candidates), 2)
+    commits = [f"{i:040x}" for i in range(n)]
+    deadline = time.process_time() + budget_s  # CPU seconds: a busy machine does not change the answer
+    counts: list[int] = []
+    for r in range(reps):
+        at = 1 + min(int((r + 0.5) / reps * (n - 1)), n - 2)  # the first commit with the new level
+        rng = np.random.default_rng([seed, r])
+        sigma = noise.sigma_b
+        if not noise.source.startswith("prior") and noise.dof > 0:
+            sigma *= math.sqrt(noise.dof / max(float(rng.chisquare(noise.dof)), 1e-9))
+        policy = SearchPolicy(commits, settings, noise)
+        obs: list = []
+        while True:
+            if time.process_time() > deadline:
+                return []  # all or none: a partial set would favour the short simulations
+            action = policy.next(obs)
+            if isinstance(action, Done):
+                counts.append(action.outcome.trials_used)
+                break
+            i = policy.index[action.commit]
+            value = (step_log if i >= at else 0.0) + float(rng.normal(0.0, sigma))
+            obs.append(Observation(commit=action.commit, value=value, seq=len(obs)))
+    return counts
+
+
+def _percentile(sorted_counts: Sequence[int], q: float) -> int:
+    """Nearest-rank percentile of sorted counts."""
+    k = max(1, math.ceil(q * len(sorted_counts)))
+    return int(sorted_counts[k - 1])
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Trials a bisection is expected to take: the median of simulated runs with its 10th–90th range."""
+
+    trials: int
+    low: int
+    high: int
+    method: str  # "simulated" | "simulated at N candidates, extended by the fitted growth" | "formula"
+    runs: tuple[int, ...]  # simulated counts (empty for the formula)
+    effect_pct: float  # the regression simulated (percent, worse direction)
+    effect_source: str
+    noise_pct: float
+    noise_source: str
+    elapsed_s: float  # wall seconds the forecast took
+    cpu_s: float  # CPU seconds (what the budget counts)
+
+
+def forecast_trials(
+    candidates: int,
+    settings: StatsConfig,
+    noise: NoiseModel,
+    effect_pct: float,
+    effect_source: str,
+    *,
+    higher_is_better: bool = True,
+    budget_s: float = SIM_BUDGET_S,
+    reps: int = SIM_REPS,
+) -> Forecast:
+    """Median and 10th–90th percentile of the trials the search spends (simulated; see the module doc)."""
+    t0, c0 = time.monotonic(), time.process_time()
+    n = max(int(candidates), 2)
+    cap = settings.max_trials_total
+    step = log_of_pct(-effect_pct if higher_is_better else effect_pct)
+    sim_n = min(n, SIM_MAX_CANDIDATES)
+    runs = simulate_trials(sim_n, settings, noise, step, reps=reps, budget_s=budget_s) if budget_s > 0 else []
+    if runs:
+        extra = _formula(n) - _formula(sim_n)
+        counts = sorted(min(cap, int(round(c + extra))) for c in runs)
+        method = (f"median of {len(runs)} simulated runs of the search" if sim_n == n else
+                  f"median of {len(runs)} simulated runs of the search at {sim_n} candidates, "
+                  f"+{extra:.1f} for the longer range by the fitted growth")
+        trials, low, high = int(round(median(counts))), _percentile(counts, 0.1), _percentile(counts, 0.9)
+    else:
+        trials = expected_trials(n, cap)
+        low = high = trials
+        counts = []
+        method = (f"fitted formula 2 + 2 + {SEARCH_COEF} × log2({n - 1})^{SEARCH_POWER} (no simulation "
+                  f"finished within {budget_s:g} CPU seconds)")
+    return Forecast(
+        trials=trials, low=low, high=high, method=method, runs=tuple(counts), effect_pct=effect_pct,
+        effect_source=effect_source, noise_pct=pct(noise.sigma_b), noise_source=noise.source,
+        elapsed_s=time.monotonic() - t0, cpu_s=time.process_time() - c0,
+    )
 
 
 @dataclass(frozen=True)
 class Estimate:
     candidates: int
-    trials: int  # trial steps (each one trial per metric mode)
+    trials: int  # trial steps (each one trial per metric mode): the forecast's median
     max_trials: int
     modes: int  # trials per step (metric modes)
     trial_s: float | None  # seconds per trial (one mode), None when unknown
     source: str  # where trial_s comes from
     gpus: int
+    low: int = 0  # 10th percentile of the simulated counts (= trials for the formula)
+    high: int = 0  # 90th percentile
+    forecast: Forecast | None = None
+
+    def _hours(self, trials: int) -> float | None:
+        return None if self.trial_s is None else trials * self.modes * self.trial_s / 3600.0 * self.gpus
 
     @property
     def wall_s(self) -> float | None:
@@ -57,22 +192,57 @@ class Estimate:
 
     @property
     def gpu_hours(self) -> float | None:
-        return None if self.wall_s is None else self.wall_s / 3600.0 * self.gpus
+        return self._hours(self.trials)
 
     @property
     def max_gpu_hours(self) -> float | None:
-        return None if self.trial_s is None else self.max_trials * self.modes * self.trial_s / 3600.0 * self.gpus
+        return self._hours(self.max_trials)
+
+    def lines(self) -> list[str]:
+        """The estimate (trials, range, wall time, GPU-hours), then what it assumes."""
+        lo, hi = self.low or self.trials, self.high or self.trials
+        span = f" ({lo}–{hi} in 80% of simulated runs)" if hi > lo else ""
+        head = f"estimate: ~{self.trials} trials{span}" + (f" × {self.modes} modes" if self.modes > 1 else "")
+        head += f", at most {self.max_trials} (stats.max_trials_total)"
+        if self.trial_s is None:
+            head += "; time unknown: no trial stored on this host yet — set [cost] trial_minutes"
+        else:
+            wall = format_duration(self.wall_s)
+            hours = f"{self.gpu_hours:.2f}"
+            if hi > lo:
+                wall += f" ({format_duration(lo * self.modes * self.trial_s)}–{format_duration(hi * self.modes * self.trial_s)})"
+                hours += f" ({self._hours(lo):.2f}–{self._hours(hi):.2f})"
+            head += (
+                f"; {wall} wall, {hours} GPU-hours (at most {self.max_gpu_hours:.2f}) at "
+                f"{format_duration(self.trial_s)} per trial ({self.source}) × {self.gpus} GPU" + ("s" if self.gpus != 1 else "")
+            )
+        out = [head]
+        f = self.forecast
+        if f is not None and not f.runs:
+            out.append(f"  how: {f.method}; it counts candidates only, not the regression or the noise")
+        elif f is not None:
+            out.append(
+                f"  how: {f.method}, each a {f.effect_pct:.1f}% regression ({f.effect_source}) under "
+                f"{f.noise_pct:.1f}% trial noise ({f.noise_source}); the cost grows as the regression nears the noise"
+            )
+        return out
 
     def line(self) -> str:
-        head = f"estimate: ~{self.trials} trials" + (f" × {self.modes} modes" if self.modes > 1 else "")
-        head += f" (at most {self.max_trials}, stats.max_trials_total; model: endpoints + confirmation + 1.2 × log2({self.candidates - 1})^1.5, fitted to the demo and benchmarks/strategies.py)"
-        if self.trial_s is None:
-            return head + "; time unknown: no trial stored on this host yet — set [cost] trial_minutes"
-        return (
-            f"{head}; {format_duration(self.wall_s)} wall, {self.gpu_hours:.2f} GPU-hours "
-            f"(at most {self.max_gpu_hours:.2f}) at {format_duration(self.trial_s)} per trial ({self.source}) × {self.gpus} GPU"
-            + ("s" if self.gpus != 1 else "")
-        )
+        return self.lines()[0]
+
+    def as_dict(self) -> dict:
+        f = self.forecast
+        return {
+            "candidates": self.candidates, "trials": self.trials, "trials_low": self.low or self.trials,
+            "trials_high": self.high or self.trials, "range": "10th-90th percentile of simulated runs",
+            "max_trials": self.max_trials, "modes": self.modes, "trial_s": self.trial_s, "trial_s_source": self.source,
+            "gpus": self.gpus, "wall_s": self.wall_s, "gpu_hours": self.gpu_hours, "max_gpu_hours": self.max_gpu_hours,
+            "gpu_hours_low": self._hours(self.low or self.trials), "gpu_hours_high": self._hours(self.high or self.trials),
+            "method": f.method if f else "formula", "simulated_trials": list(f.runs) if f else [],
+            "effect_pct": f.effect_pct if f else None, "effect_source": f.effect_source if f else None,
+            "noise_pct": f.noise_pct if f else None, "noise_source": f.noise_source if f else None,
+            "seconds_to_estimate": f.elapsed_s if f else None, "cpu_seconds_to_estimate": f.cpu_s if f else None,
+        }
 
 
 def trial_seconds(ws, mode_names: Sequence[str]) -> tuple[float | None, str]:
@@ -91,30 +261,68 @@ def trial_seconds(ws, mode_names: Sequence[str]) -> tuple[float | None, str]:
     return None, "unknown"
 
 
-def estimate(ws, candidates: int) -> Estimate:
+def default_effect(settings: StatsConfig) -> tuple[float, str]:
+    """The regression assumed when nothing says how big it is."""
+    return (
+        DEFAULT_EFFECT_FACTOR * settings.min_effect_pct,
+        f"assumed: {DEFAULT_EFFECT_FACTOR:g} × stats.min_effect_pct; `plan --effect PCT` if you know it",
+    )
+
+
+def estimate(
+    ws,
+    candidates: int,
+    noise: NoiseModel | None = None,
+    effect: tuple[float, str] | None = None,
+    *,
+    higher_is_better: bool = True,
+    budget_s: float = SIM_BUDGET_S,
+) -> Estimate:
+    """Trials, wall time and GPU-hours of a bisection over ``candidates`` commits on this host.
+
+    ``noise``: the model `run` would start from (``app.noise_model``), else the configured prior;
+    ``effect``: (percent, where it comes from), else ``default_effect``.
+    """
     cfg = ws.config
     modes = cfg.metric_modes
     trial_s, source = trial_seconds(ws, modes)
     cap = cfg.stats.max_trials_total
+    noise = noise or NoiseModel.prior(cfg.stats.prior_sigma_pct)
+    effect_pct, effect_source = effect or default_effect(cfg.stats)
+    f = forecast_trials(candidates, cfg.stats, noise, effect_pct, effect_source,
+                        higher_is_better=higher_is_better, budget_s=budget_s)
     return Estimate(
-        candidates=candidates, trials=expected_trials(candidates, cap), max_trials=cap, modes=len(modes),
-        trial_s=trial_s, source=source, gpus=cfg.cost.gpus,
+        candidates=candidates, trials=f.trials, max_trials=cap, modes=len(modes),
+        trial_s=trial_s, source=source, gpus=cfg.cost.gpus, low=f.low, high=f.high, forecast=f,
     )
 
 
 def spent(trials, gpus: int) -> dict:
-    """What a bisection spent: its trials, the wall time from the first start to the last finish,
-    and GPU-hours (each trial's duration × gpus)."""
-    timed = [t for t in trials if t.started_at and t.finished_at]
+    """What a bisection spent: its trials, the wall time it ran (first start to last finish, less the
+    pauses: gaps between trials longer than ``PAUSE_GAP_S`` and than a median trial, as when it was
+    interrupted and resumed later), and GPU-hours (each trial's duration × gpus)."""
+    timed = sorted((t for t in trials if t.started_at and t.finished_at), key=lambda t: t.started_at)
     busy = sum(max(t.finished_at - t.started_at, 0.0) for t in timed)
-    wall = (max(t.finished_at for t in timed) - min(t.started_at for t in timed)) if timed else 0.0
-    return {"trials": len(trials), "wall_s": wall, "gpu_hours": busy / 3600.0 * gpus, "gpus": gpus}
+    wall = paused = 0.0
+    if timed:
+        typical = median([max(t.finished_at - t.started_at, 0.0) for t in timed]) or 0.0
+        limit = max(PAUSE_GAP_S, typical)
+        seg_start, seg_end = timed[0].started_at, timed[0].finished_at
+        for t in timed[1:]:
+            if t.started_at - seg_end > limit:  # nothing ran in between: it was paused
+                wall += seg_end - seg_start
+                paused += t.started_at - seg_end
+                seg_start = t.started_at
+            seg_end = max(seg_end, t.finished_at)
+        wall += seg_end - seg_start
+    return {"trials": len(trials), "wall_s": wall, "paused_s": paused, "gpu_hours": busy / 3600.0 * gpus, "gpus": gpus}
 
 
 def spent_line(s: dict) -> str:
     return (
         f"spent: {s['trials']} trials, {format_duration(s['wall_s'])} wall, {s['gpu_hours']:.2f} GPU-hours "
         f"(trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)"
+        + (f"; {format_duration(s['paused_s'])} paused, not counted" if s.get("paused_s") else "")
     )
 
 

@@ -8,6 +8,7 @@ launches ``python -m perfbisect.demo.emulator`` in its own process group on a fr
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -61,6 +62,66 @@ def slurm_cluster(tmp_path_factory):
         pytest.skip("a sandbox slurmd runs jobs as their user and needs root")
     with running_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
         yield cluster
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """`perfbisect demo --json --dir DIR` run once for the session: the planted regression bisected."""
+
+    dir: Path
+    proc: subprocess.CompletedProcess
+    result: dict
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory, private_node_lock_for_the_session) -> DemoRun:
+    """One real `perfbisect demo` (36 commits, planted slowdown) shared by the tests that read what it
+    leaves: its JSON and progress, its database, report and directory. Tests must not add to its
+    database (copy it first, as test_pipeline does): others count its bisections."""
+    directory = tmp_path_factory.mktemp("demo-run") / "demo"
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfbisect.cli", "demo", "--json", "--dir", str(directory)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return DemoRun(directory, proc, json.loads(proc.stdout))
+
+
+@dataclass(frozen=True)
+class Compared:
+    """`perfbisect compare GOOD PLANTED --max-trials 6 --json` on a 10-commit demo, run once."""
+
+    target: object  # perfbisect.demo.target.DemoTarget
+    db: Path
+    proc: subprocess.CompletedProcess
+    result: dict
+
+    def db_copy(self, where: Path) -> Path:
+        """A copy of the database as the comparison left it, for a test to add to."""
+        import sqlite3
+
+        copy = where / "compared.sqlite"
+        with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True) as src, sqlite3.connect(copy) as dst:
+            src.backup(dst)
+        return copy
+
+
+@pytest.fixture(scope="session")
+def compared_demo(tmp_path_factory, private_node_lock_for_the_session) -> Compared:
+    """One real comparison across the demo's planted commit, shared by test_pipeline and test_report
+    (each adds to its own copy of the database)."""
+    from perfbisect.demo.target import make_demo_target
+
+    base = tmp_path_factory.mktemp("compared")
+    target = make_demo_target(base / "demo", commits=10)
+    db = base / "r.sqlite"
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfbisect.cli", "compare", target.good, target.planted, "--max-trials", "6",
+         "-c", str(target.config), "--db", str(db), "--json"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return Compared(target, db, proc, json.loads(proc.stdout))
 
 
 def free_port() -> int:

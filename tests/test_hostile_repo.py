@@ -101,14 +101,14 @@ def _config(r: RepoFactory, patches: Path, tmp_path: Path) -> Path:
 def test_cli_prints_repository_text_inert_and_sees_no_conflict(hostile, tmp_path):
     r, shas, patches = hostile
     config = _config(r, patches, tmp_path)
+    out = {}
     for args in (["plan", f"good={shas[0]}", f"bad={shas[-1]}"], ["patches", "check", f"good={shas[0]}", f"bad={shas[-1]}"]):
-        proc = _cli(*args, "-c", str(config), "--db", str(tmp_path / "r.sqlite"))
+        proc = out[args[0]] = _cli(*args, "-c", str(config), "--db", str(tmp_path / "r.sqlite"))
         assert proc.returncode == 0, proc.stderr
         assert "CONFLICT" not in proc.stdout and "does not apply" not in proc.stdout, proc.stdout
         for ch in RAW_CONTROL:
             assert ch not in proc.stdout + proc.stderr, (args, ch)
-    plan = _cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "r.sqlite"))
-    assert "\\x1b]0;pwned\\x07Title change" in plan.stdout  # shown, escaped, not acted on
+    assert "\\x1b]0;pwned\\x07Title change" in out["plan"].stdout  # shown, escaped, not acted on
 
 
 def test_measure_in_a_repository_whose_path_holds_a_placeholder(hostile, tmp_path):

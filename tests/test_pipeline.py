@@ -57,10 +57,8 @@ def db_rows(db: Path, sql: str) -> list[tuple]:
         con.close()
 
 
-def test_demo_names_the_planted_commit(tmp_path):
-    proc = cli("demo", "--json", "--dir", str(tmp_path / "demo"))
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+def test_demo_names_the_planted_commit(demo_run, tmp_path):
+    proc, result = demo_run.proc, demo_run.result  # `perfbisect demo --json --dir DIR` (conftest, shared)
     assert result["planted"] and result["culprit"] == result["planted"]
     assert result["verdict"] == "regressed"
     # The planted change makes the verify cycle 4.0 → 4.7 ms: about −15% speculative tok/s.
@@ -77,9 +75,13 @@ def test_demo_names_the_planted_commit(tmp_path):
     # The noise this bisection measured is kept for the next one on this host, which says so.
     (source,) = db_rows(db, "select source from noise_estimates")[0]
     assert source.startswith("bisection #1")
-    demo = tmp_path / "demo"
+    demo = demo_run.dir
+    # The next bisection goes into a copy of the database: the shared demo's stays as `demo` left it.
+    copy = tmp_path / "again.sqlite"
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
     again = cli("run", f"good={result['good']}", f"bad={result['bad']}", "-c", str(demo / "perfbisect.toml"),
-                "--db", str(db), "--json", cwd=demo)
+                "--db", str(copy), "--json", cwd=demo)
     assert again.returncode == 0, again.stderr
     assert "learned on this host by bisection #1" in again.stderr
     assert json.loads(again.stdout)["culprit"] == result["planted"]
@@ -231,7 +233,7 @@ def test_command_workload_measures_through_the_same_store(tmp_path):
     assert db_rows(db, "select count(*) from runs where warmup = 0 and metric_value = 500.0") == [(2,)]
 
 
-def test_compare_and_calibrate_store_and_explain(tmp_path):
+def test_compare_and_calibrate_store_and_explain(compared_demo, tmp_path):
     """compare interleaves trials of A and B and records its verdict; calibrate reports σ_b and σ_w.
 
     The answers are known. Across the planted commit the speculative mode is ~15% slower
@@ -241,12 +243,9 @@ def test_compare_and_calibrate_store_and_explain(tmp_path):
     5% prior (1 dof) the pooled σ_b is at least 5%/√5, so the interval stays wider than ±3%, and
     nothing that small is significant: inconclusive, exit 3.
     """
-    target = make_demo_target(tmp_path / "demo", commits=10)
-    db = tmp_path / "r.sqlite"
-    proc = cli("compare", target.good, target.planted, "--max-trials", "6", "-c", str(target.config),
-               "--db", str(db), "--json")
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    # `compare GOOD PLANTED --max-trials 6 --json` on a 10-commit demo (conftest, shared with test_report)
+    target, result = compared_demo.target, compared_demo.result
+    db = compared_demo.db_copy(tmp_path)
     assert result["a"] == target.good and result["b"] == target.planted
     assert result["verdict"] == "regressed", result["explanation"]
     expected = 100 * (VERIFY_GOOD_MS / VERIFY_BAD_MS - 1)  # -14.9%

@@ -58,12 +58,9 @@ def console_messages(stderr: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    """One real demo bisection (planted slowdown) through the CLI, with its report."""
-    directory = tmp_path_factory.mktemp("report") / "demo"
-    proc = cli("demo", "--json", "--dir", str(directory))
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+def demo(demo_run):
+    """One real demo bisection (planted slowdown) through the CLI, with its report (conftest: shared)."""
+    return demo_run.result
 
 
 @pytest.fixture(scope="module")
@@ -174,15 +171,11 @@ def test_payloads_stay_text_in_chromium(payload_results, tmp_path):
     assert "&lt;script&gt;alert('subject')&lt;/script&gt;" in page  # shown as text
 
 
-def test_compare_and_calibrate_write_reports(tmp_path):
-    from perfbisect.demo.target import make_demo_target
-
-    target = make_demo_target(tmp_path / "demo", commits=10)
-    db = tmp_path / "r.sqlite"
-    proc = cli("compare", target.good, target.planted, "--max-trials", "6", "-c", str(target.config),
-               "--db", str(db), "--json")
-    assert proc.returncode == 0, proc.stderr  # the planted 15% step is decided within 6 trials a side
-    result = json.loads(proc.stdout)
+def test_compare_and_calibrate_write_reports(compared_demo, tmp_path):
+    # `compare GOOD PLANTED --max-trials 6 --json` on a 10-commit demo (conftest, shared with test_pipeline):
+    # the planted 15% step is decided within 6 trials a side
+    target, result = compared_demo.target, compared_demo.result
+    db = compared_demo.db_copy(tmp_path)
     assert result["verdict"] == "regressed", result["explanation"]
     html = Path(result["report"]).read_text()
     assert Path(result["report"]).is_absolute() and target.planted in html and "B vs A" in html

@@ -208,6 +208,10 @@ def scenario(slurm_cluster, tmp_path_factory) -> Scenario:
         picked.finish()
         state = slurm_cluster.run("squeue", "--noheader", "--jobs", attached_job, "--format=%T").stdout.strip()
         assert state == "RUNNING", f"job {attached_job} should outlive a SIGKILLed perfbisect; squeue says {state!r}"
+        # The rest runs on two slots: the policy proposes a batch and results arrive in any order
+        # (on this one node the second job waits in Slurm's queue while the first runs).
+        tmp.write_text(_config(base, 5, poll_s=0.2, nodes=2))
+        tmp.replace(config)
         resume = Cli("resume", "-c", str(config), "--db", str(db), env=env)
         resume.wait_for(f"re-attached to job {attached_job}")
     finally:
@@ -236,6 +240,9 @@ def test_a_demo_bisection_runs_its_trials_as_slurm_jobs_and_names_the_culprit(sc
         assert job_commit == commit and node == s.cluster.node
         for tid in re.findall(r"\d+", trial_ids):
             assert rows(s.db, "select job_id, node, status from trials where id = ?", int(tid)) == [(job_id, node, "ok")]
+    # With two slots, two jobs were in flight at once: one submitted before the other's result landed.
+    spans = rows(s.db, "select submitted_at, finished_at from jobs where state = 'observed' order by submitted_at")
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), spans
     # Slurm itself ran them: each job id is known to slurmctld as a completed batch job of this node.
     some = jobs[observations[-1][0]][0]
     info = s.cluster.run("scontrol", "show", "job", "-o", some).stdout

@@ -86,9 +86,11 @@ def test_batched_chunks_count_tokens_exactly(emulator_worktree, start_emulator) 
     emu = start_emulator(emulator_worktree(DECODE_STEP_MS=0.25))
     runs = run_workload(emu.base_url, cfg(max_tokens=400, warmup=1, runs=2))[1:]
     assert [r.output_tokens for r in runs] == [400, 400]
-    # ITL is per token: it agrees with the decode rate (per chunk it would be ~4× off).
+    # ITL is per token: it agrees with the decode rate (per chunk it would be ~4× low). Stalls of a
+    # busy machine lengthen a few gaps, which lowers the decode rate more than the median gap: the
+    # upper bound is loose on purpose, the lower one is what a per-chunk ITL would break.
     for r in runs:
-        assert 0.5 < (1000.0 / r.itl_p50_ms) / r.decode_tok_s < 2.0
+        assert 0.5 < (1000.0 / r.itl_p50_ms) / r.decode_tok_s < 3.5
 
 
 def test_early_eos_run_is_kept_but_flagged(emulator_worktree, start_emulator) -> None:

@@ -29,6 +29,7 @@ from typing import Sequence
 from .bisect import Done, Observation, SearchPolicy
 from .errors import InfrastructureError, UsageError
 from .settings import ExecutorConfig
+from .store.location import StoreLocation
 from .store.jobs import LOST, OBSERVED, RESULT, SUBMITTED, JobRecord
 from .workspace import Progress, Workspace
 
@@ -102,6 +103,18 @@ def sbatch_argv(cfg: ExecutorConfig, *, name: str, output: Path, script: Path, a
         argv.append(f"--gpus-per-node={cfg.gpus_per_node}")
     argv.extend(cfg.sbatch_args)
     return [*argv, str(script), *args]
+
+
+def job_db_argument(location: StoreLocation) -> tuple[str, dict[str, str] | None]:
+    """The job's ``--db`` argument and what to add to its environment.
+
+    A password in the store's URL never goes on a command line (``ps``, ``scontrol show job`` show
+    those): the job gets ``env:PERFBISECT_JOB_DB`` and reads the URL from its environment, which
+    sbatch passes on (``--export=ALL``, its default).
+    """
+    if location.password:
+        return "env:" + DB_ENV, {DB_ENV: location.secret()}
+    return str(location), None
 
 
 def submit(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
@@ -195,11 +208,7 @@ class SlurmExecutor:
         name = f"perfbisect-{self._tag}-b{self.bisection_id}-s{slot}-a{attempt}"
         row_id = store.add_job(self.bisection_id, slot, attempt, commit, "slurm", name)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        # A password in the store's URL never goes on a command line (ps, `scontrol show job`): the
-        # job reads the URL from its environment, which sbatch passes on (--export=ALL, its default).
-        db, env = str(self.ws.db_path), None
-        if self.ws.db_path.password:
-            db, env = "env:" + DB_ENV, {DB_ENV: self.ws.db_path.secret()}
+        db, env = job_db_argument(self.ws.db_path)
         args = [sys.executable, "--config", str(self.ws.config.path), "--db", db, "--row", str(row_id)]
         argv = sbatch_argv(self.cfg, name=name, output=self.out_dir / f"{name}-%j.out", script=SCRIPT, args=args,
                            nodelist=host)

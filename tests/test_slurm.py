@@ -8,6 +8,7 @@ the planted culprit. Every wait is for an event (a row, a line, an exit), never 
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import os
 import re
@@ -27,7 +28,7 @@ from perfbisect.demo.target import make_demo_target
 from perfbisect.errors import ConfigError
 from perfbisect.locks import NODE_LOCK_NAME
 from perfbisect.settings import ExecutorConfig
-from perfbisect.slurm import SCRIPT, sbatch_argv
+from perfbisect.slurm import DB_ENV, SCRIPT, job_db_argument, sbatch_argv
 
 pytestmark = pytest.mark.slow
 
@@ -351,3 +352,19 @@ def test_executor_config_keys_are_checked(tmp_path):
         data["executor"] = bad
         with pytest.raises(ConfigError, match=word):
             parse_config(data, path=demo.config)
+
+
+def test_a_store_password_reaches_the_job_through_its_environment_never_its_command_line(tmp_path, monkeypatch):
+    from perfbisect.store import locate
+    from perfbisect import slurmjob
+
+    url = "postgresql+psycopg://perf:s3cr3t@db.internal:5432/results"
+    arg, env = job_db_argument(locate(url))
+    assert "s3cr3t" not in arg and arg == f"env:{DB_ENV}" and env == {DB_ENV: url}
+    plain = tmp_path / "r.sqlite"
+    assert job_db_argument(locate(plain)) == (str(plain), None)  # nothing secret: the path as given
+    # A job whose environment lost the URL (sbatch --export=NONE) says so, and how to fix it.
+    demo = make_demo_target(tmp_path / "demo", commits=4)
+    monkeypatch.delenv(DB_ENV, raising=False)
+    with pytest.raises(Exception, match=f"{DB_ENV}.*--export=ALL"):
+        slurmjob._run(argparse.Namespace(config=str(demo.config), db=arg, row=1))

@@ -105,6 +105,34 @@ def sbatch_argv(cfg: ExecutorConfig, *, name: str, output: Path, script: Path, a
     return [*argv, str(script), *args]
 
 
+def idle_nodes(cfg: ExecutorConfig) -> list[str]:
+    """Nodes of the partition that are idle now (``sinfo``), in sinfo's order; [] when unknown.
+
+    With a ``constraint`` only nodes whose features include it literally count; a constraint
+    expression (``&``, ``|``, brackets) pins nothing: Slurm alone can evaluate it.
+    """
+    if cfg.constraint and any(c in cfg.constraint for c in "&|[]*,!"):
+        return []
+    argv = ["sinfo", "--noheader", "--Node", "--states=idle", "--format=%N %f"]
+    if cfg.partition:
+        argv.append(f"--partition={cfg.partition}")
+    try:
+        done = _slurm(argv, "list the idle nodes")
+    except InfrastructureError:
+        return []
+    if done.returncode != 0:
+        return []
+    nodes: list[str] = []
+    for line in done.stdout.splitlines():
+        name, _, features = line.strip().partition(" ")
+        if not name or name in nodes:
+            continue
+        if cfg.constraint and cfg.constraint not in features.split(","):
+            continue
+        nodes.append(name)
+    return nodes
+
+
 def job_db_argument(location: StoreLocation) -> tuple[str, dict[str, str] | None]:
     """The job's ``--db`` argument and what to add to its environment.
 
@@ -191,8 +219,9 @@ class SlurmExecutor:
         self.next_slot = max((j.slot for j in jobs), default=-1) + 1
 
     @property
-    def pending(self) -> list[str]:
-        return [j.commit for j in self.in_flight.values()]
+    def pending(self) -> list[tuple[str, str | None]]:
+        """(commit, node) of each job in flight: the node it runs on, or was pinned to, when known."""
+        return [(j.commit, j.node or self.pins.get(j.slot)) for j in self.in_flight.values()]
 
     def output(self, job: JobRecord) -> Path:
         return self.out_dir / f"{job.job_name}-{job.job_id}.out"
@@ -363,7 +392,11 @@ def search(ws: Workspace, policy: SearchPolicy, observations: list[Observation],
                 progress.info(f"[{obs.seq + 1}] job {job.job_id} on {job.node}: {job.commit[:10]} {value}")
             free = k - len(executor.in_flight)
             pending = executor.pending
-            action = policy.next_batch(observations, free, pending=pending) if free > 0 else []
+            # Idle nodes go to the policy, which pins measurements to them (a node's first trials
+            # are references for its level offset); the other free slots run wherever Slurm says.
+            hosts = idle_nodes(ws.config.executor)[:free] if free > 0 else []
+            hosts = [*hosts, *([None] * (free - len(hosts)))]
+            action = policy.next_batch(observations, free, pending=pending, hosts=hosts) if free > 0 else []
             if isinstance(action, Done):
                 if executor.in_flight:
                     ids = executor.cancel_all("cancelled: the search finished without this measurement")

@@ -28,7 +28,7 @@ from perfbisect.demo.target import make_demo_target
 from perfbisect.errors import ConfigError
 from perfbisect.locks import NODE_LOCK_NAME
 from perfbisect.settings import ExecutorConfig
-from perfbisect.slurm import DB_ENV, SCRIPT, job_db_argument, sbatch_argv
+from perfbisect.slurm import DB_ENV, SCRIPT, idle_nodes, job_db_argument, sbatch_argv
 
 pytestmark = pytest.mark.slow
 
@@ -172,7 +172,7 @@ def scenario(slurm_cluster, tmp_path_factory) -> Scenario:
     slot = rows(db, "select slot from jobs where job_id = ?", job)[0][0]
     cancelled_at = time.monotonic()
     slurm_cluster.run("scancel", job)
-    run.wait_for(f"(slot {slot}, attempt 2)")
+    run.wait_for(f"(slot {slot}, attempt 2")
     retry_seen = time.monotonic()
 
     # (c) hold the node lock between two jobs, so that the next job is RUNNING in Slurm but waits;
@@ -249,6 +249,8 @@ def test_a_demo_bisection_runs_its_trials_as_slurm_jobs_and_names_the_culprit(sc
     info = s.cluster.run("scontrol", "show", "job", "-o", some).stdout
     assert "JobState=COMPLETED" in info and f"BatchHost={s.cluster.node}" in info
     assert "submitted:" in s.run.stderr and "RUNNING on" in s.run.stderr
+    # A job submitted while the node was idle was pinned to it (sinfo → the policy → --nodelist).
+    assert f", on {s.cluster.node})" in s.run.stderr + s.resume.stderr
     starts = sorted(r[0] for r in rows(s.db, "select started_at - submitted_at from jobs where started_at is not null"))
     print(f"\nslurm scenario: {len(observations)} observations; sbatch -> job's own start (Slurm + Python imports): "
           f"median {starts[len(starts) // 2]:.1f}s, max {starts[-1]:.1f}s; cancel -> resubmission "
@@ -368,3 +370,15 @@ def test_a_store_password_reaches_the_job_through_its_environment_never_its_comm
     monkeypatch.delenv(DB_ENV, raising=False)
     with pytest.raises(Exception, match=f"{DB_ENV}.*--export=ALL"):
         slurmjob._run(argparse.Namespace(config=str(demo.config), db=arg, row=1))
+
+
+def test_idle_nodes_come_from_sinfo_and_a_constraint_filters_them(scenario, monkeypatch):
+    """After the shared bisection the node is idle; a feature it lacks, or an expression only Slurm
+    can evaluate, pins nothing."""
+    for key, value in scenario.cluster.env.items():
+        monkeypatch.setenv(key, value)
+    slurm = ExecutorConfig(kind="slurm")
+    assert until(lambda: idle_nodes(slurm), "the node idle after the bisection") == [scenario.cluster.node]
+    assert idle_nodes(ExecutorConfig(kind="slurm", partition="debug")) == [scenario.cluster.node]
+    assert idle_nodes(ExecutorConfig(kind="slurm", constraint="h100")) == []
+    assert idle_nodes(ExecutorConfig(kind="slurm", constraint="h100&ib")) == []

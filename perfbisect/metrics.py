@@ -66,6 +66,10 @@ _ms = 2
 QUANTITIES: dict[str, tuple[Metric, Callable[[RunResult], float | None]]] = {
     "decode_tok_s": (DECODE, lambda r: r.decode_tok_s),
     "e2e_tok_s": (Metric("e2e_tok_s", "end-to-end throughput (prefill included)", "tok/s", True, 1), lambda r: r.e2e_tok_s),
+    # bench_serving's output_throughput from the built-in client: Σ output tokens of a run's
+    # workload.concurrency requests / (last token − first request sent); the same number as e2e_tok_s.
+    "output_tok_s": (Metric("output_tok_s", "output throughput at workload.concurrency", "tok/s", True, 1),
+                     lambda r: r.e2e_tok_s),
     "ttft_ms": (Metric("ttft_ms", "time to first token", "ms", False, _ms),
                 lambda r: 1000.0 * r.ttft_s if r.ttft_s is not None else None),
     "itl_p50_ms": (Metric("itl_p50_ms", "inter-token latency p50", "ms", False, _ms), lambda r: r.itl_p50_ms),

@@ -162,3 +162,22 @@ def test_parse_bench_serving_flags_a_result_without_requests():
     assert not run.usable and "completed no request" in (run.error or "")
     ok = parse_bench_serving({"completed": 4, "output_throughput": 812.5, "p99_itl_ms": 3.0}, "output_throughput")
     assert ok.usable and ok.value == 812.5 and ok.itl_p99_ms == 3.0
+
+
+def test_output_throughput_at_a_concurrency_with_the_built_in_client(tmp_path):
+    """`concurrency = 4` + `metric = "output_tok_s"`: each run is four requests at once, its value their
+    output tokens over the run's wall time, printed in tok/s (bench_serving's output_throughput)."""
+    target = make_demo_target(tmp_path / "demo", commits=4)
+    config = _config(target, tmp_path, '[workload]\nkind = "sglang"',
+                     '[workload]\nkind = "sglang"\nmetric = "output_tok_s"\nconcurrency = 4')
+    db = tmp_path / "r.sqlite"
+    proc = cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(db), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["metric"]["name"] == "output_tok_s" and data["metric"]["unit"] == "tok/s"
+    trial = data["trials"]["baseline"][0]
+    runs = sqlite3.connect(db).execute(
+        "select output_tokens, requested_tokens, e2e_tok_s, metric_value from runs where warmup = 0").fetchall()
+    assert runs and all(out == req == 4 * 96 for out, req, _, _ in runs)  # four requests of 96 tokens per run
+    assert all(value == pytest.approx(e2e) for _, _, e2e, value in runs)  # the run's value is its output throughput
+    assert trial["value"] > 0

@@ -382,15 +382,21 @@ def run_perfbisect_thorough(t: Target) -> dict:
     return run_perfbisect(t, settings=StatsConfig(second_change_z=3.0))
 
 
-def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsConfig | None = None) -> dict:
-    n = t.scn.n
-    commits = [f"c{j:03d}" for j in range(n)]
+def _policy(t: Target, settings: StatsConfig | None = None, noise: NoiseModel | None = None):
+    """The candidate names, settings and a fresh SearchPolicy for target ``t`` (its history, if any)."""
+    commits = [f"c{j:03d}" for j in range(t.scn.n)]
     settings = settings or StatsConfig()
     history = ()
     if t.scn.history_good_pct is not None:
         history = (Observation(commits[0], t.levels[0] + math.log1p(t.scn.history_good_pct / 100), day="11-28",
                                at=T0_UNIX - 3 * 86400.0),)
     policy = SearchPolicy(commits, settings, noise or NoiseModel.prior(settings.prior_sigma_pct), history=history)
+    return commits, settings, policy
+
+
+def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsConfig | None = None) -> dict:
+    n = t.scn.n
+    commits, settings, policy = _policy(t, settings, noise)
     obs: list[Observation] = []
     for _ in range(1000):
         act = policy.next(obs)
@@ -435,13 +441,7 @@ def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, setting
     import heapq
 
     n = t.scn.n
-    commits = [f"c{j:03d}" for j in range(n)]
-    settings = settings or StatsConfig()
-    history = ()
-    if t.scn.history_good_pct is not None:
-        history = (Observation(commits[0], t.levels[0] + math.log1p(t.scn.history_good_pct / 100), day="11-28",
-                               at=T0_UNIX - 3 * 86400.0),)
-    policy = SearchPolicy(commits, settings, NoiseModel.prior(settings.prior_sigma_pct), history=history)
+    commits, settings, policy = _policy(t, settings)
     seed = getattr(t, "seed", 0)
     offsets = node_offsets(nodes, offset_pct)
     names = [f"node{k}" for k in range(nodes)]

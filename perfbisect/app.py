@@ -279,32 +279,11 @@ def run_bisection(
         progress.info(f"{sha[:10]} {marked[sha]}: never measured, never blamed")
     history = endpoint_history(ws, (good_c, bad_c))
     policy = SearchPolicy(shas, cfg.stats, noise, history=history, higher_is_better=describe_metric(cfg).higher_is_better)
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
-    estimate = cost.estimate(ws, len(shas), noise, endpoint_effect(ws, shas[0], shas[-1]),
-                             higher_is_better=describe_metric(cfg).higher_is_better)
-    started, done_here, best = time.monotonic(), 0, ("", None)
     try:
         if cfg.executor.kind == "slurm":  # each observation a Slurm job, up to executor.nodes at once
             outcome = slurm.search(ws, policy, observations, bisection_id, progress).outcome
-        while cfg.executor.kind == "local":
-            action = policy.next(observations)
-            if isinstance(action, Done):
-                outcome = action.outcome
-                break
-            commit = by_sha[action.commit]
-            if action.best:
-                best = (action.best, action.p)
-            elapsed = time.monotonic() - started
-            step_s = elapsed / done_here if done_here else (estimate.trial_s and estimate.trial_s * estimate.modes)
-            progress.search(cost.SearchStatus(
-                bisection_id, len(observations) + 1, cfg.stats.max_trials_total, max(estimate.trials, len(observations) + 1),
-                action.phase, commit.short, best[0], best[1], elapsed, step_s or None,
-            ))
-            progress.info(f"[{len(observations) + 1}] {commit.short} ({action.phase}): {action.reason}")
-            obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations))
-            store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag)
-            observations.append(obs)
-            done_here += 1
+        else:
+            outcome = _search_here(ws, policy, observations, bisection_id, by_sha, noise, progress, wait_idle_s).outcome
     finally:
         progress.done()
     outcome = _expand_merge_culprit(ws, outcome, by_sha)
@@ -320,6 +299,34 @@ def run_bisection(
         state=state_lines(trials),
     )
 
+
+def _search_here(ws: Workspace, policy: SearchPolicy, observations: list[Observation], bisection_id: int,
+                 by_sha: dict[str, Commit], noise: NoiseModel, progress: Progress, wait_idle_s: float) -> Done:
+    """The search with its trials on this machine, one at a time (``[executor] kind = "local"``):
+    each observation stored as it lands; progress says where the search stands and what is left."""
+    cfg, store = ws.config, ws.store
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    estimate = cost.estimate(ws, len(policy.commits), noise, endpoint_effect(ws, policy.commits[0], policy.commits[-1]),
+                             higher_is_better=describe_metric(cfg).higher_is_better)
+    started, done_here, best = time.monotonic(), 0, ("", None)
+    while True:
+        action = policy.next(observations)
+        if isinstance(action, Done):
+            return action
+        commit = by_sha[action.commit]
+        if action.best:
+            best = (action.best, action.p)
+        elapsed = time.monotonic() - started
+        step_s = elapsed / done_here if done_here else (estimate.trial_s and estimate.trial_s * estimate.modes)
+        progress.search(cost.SearchStatus(
+            bisection_id, len(observations) + 1, cfg.stats.max_trials_total, max(estimate.trials, len(observations) + 1),
+            action.phase, commit.short, best[0], best[1], elapsed, step_s or None,
+        ))
+        progress.info(f"[{len(observations) + 1}] {commit.short} ({action.phase}): {action.reason}")
+        obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations))
+        store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag)
+        observations.append(obs)
+        done_here += 1
 
 def endpoint_history(ws: Workspace, endpoints: Sequence[Commit]) -> list[Observation]:
     """Stored trials of the endpoints from earlier days: they inform drift notes, never the verdict."""

@@ -91,6 +91,7 @@ class Observation:
     at: float | None = None  # wall-clock time the trial started (unix seconds), when known
     flag: str | None = None  # why this trial is excluded (throttled, contended); None = usable
     host: str | None = None  # the node that measured it (host fingerprint); None = the one local host
+    layout: str | None = None  # the layout the trial ran under (env size, worktree path, hash seed); None = unrecorded
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,7 @@ def test_every_trial_runs_under_its_own_layout_and_stores_what_its_process_saw(p
         assert layout is not None and saw["pad"] == layout.env_pad
         assert saw["cwd"] == slot_path(tmp_path, layout.slot) and saw["cwd_len"] == len(slot_path(tmp_path, layout.slot))
         assert saw["seed"] == str(layout.hash_seed)
+        assert f"trial #{trial.id} [layout {layout.id}]: " in proc.stdout  # measure's table shows it
     assert len({t.layout for t in trials}) == 6
     assert len({s["cwd_len"] for s in observed}) >= 2 and len({s["pad"] for s in observed}) >= 2
     assert len({s["seed"] for s in observed}) >= 2
@@ -206,3 +207,14 @@ def test_observations_carry_their_trials_layouts_and_a_resume_keeps_the_stored_o
     assert len({t.layout.slot for t in trials.values()}) >= 2
     assert len(seen_lines(seen)) == len(trials)  # no trial ran twice
 
+    # `perfbisect log ID` lists each commit's layouts; the report has a table of them (escaped).
+    log = cli("log", str(result.bisection_id), "-c", str(config), "--db", str(db))
+    assert log.returncode == 0, log.stderr
+    first = trials[after[0].trial_ids[0]].layout.id
+    assert "layouts " in log.stdout and first in log.stdout
+    html = tmp_path / "report.html"
+    report = cli("report", str(result.bisection_id), "-o", str(html), "-c", str(config), "--db", str(db))
+    assert report.returncode == 0, report.stderr
+    text = html.read_text()
+    assert "<h3>Layouts</h3>" in text and f'<td class="sha">{first}</td>' in text
+    assert f"{len(trials)} trials under {len({t.layout for t in trials.values()})} layouts" in text

@@ -267,7 +267,7 @@ def run_bisection(
             shas = list(record.commits)
         observations = [
             Observation(commit=o.commit, value=o.value, covariates=dict(o.covariates), seq=o.seq,
-                        at=o.recorded_at or None, flag=o.flag)
+                        at=o.recorded_at or None, flag=o.flag, layout=o.layout)
             for o in store.observations(bisection_id)
         ]
         progress.info(f"resuming bisection #{bisection_id}: {len(observations)} stored observations, none repeated")
@@ -324,7 +324,8 @@ def _search_here(ws: Workspace, policy: SearchPolicy, observations: list[Observa
         ))
         progress.info(f"[{len(observations) + 1}] {commit.short} ({action.phase}): {action.reason}")
         obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations))
-        store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag)
+        store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag,
+                              layout=obs.layout)
         observations.append(obs)
         done_here += 1
 

@@ -252,6 +252,23 @@ def step_key(step: BuildStep, worktree: Path, applied_stack_hash: str, python: s
     return content_hash(_KEY_VERSION, tree, applied_stack_hash or "", list(step.command), python, list(step.artifacts))
 
 
+def cache_key(key: str, step: BuildStep, worktree: Path) -> str:
+    """The key a step's artefacts are stored and found under in the build cache.
+
+    A commit is checked out into worktree slots whose paths differ (perfbisect/layout.py), and the
+    cache restores artefacts by their path relative to the worktree, so most artefacts move between
+    slots intact. A step whose command names ``{worktree}`` is told the absolute path, and what it
+    builds may embed it (a CMake cache, an RPATH, a generated config): its artefacts are kept per
+    worktree path, so one is only restored where it was built. The build's identity (``step_key``,
+    ``BuildResult.hash``) stays the same in every slot: trials of one build pool as one build.
+    A step that embeds the path without naming it should name it (``-DSRC={worktree}``) or set
+    ``cache = false``.
+    """
+    if any("{worktree}" in arg for arg in step.command):
+        return content_hash(key, str(Path(worktree).resolve()))
+    return key
+
+
 def _log_name(commit: Commit | str, index: int, step: BuildStep) -> str:
     sha = commit.sha if isinstance(commit, Commit) else str(commit)
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", step.name).strip("-") or "step"
@@ -285,7 +302,8 @@ def run_build(
         log_path.parent.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         cacheable = cache is not None and step.cache and bool(step.artifacts)
-        entry = cache.get(key) if cacheable else None
+        stored_as = cache_key(key, step, worktree)
+        entry = cache.get(stored_as) if cacheable else None
         refused = ""
         if entry is not None:
             try:
@@ -294,7 +312,7 @@ def run_build(
                 entry, refused = None, f"# perfbisect: build cache not used: {exc}\n"
         if entry is not None:
             log_path.write_text(
-                f"cache hit: step {step.name!r} key {key}\nrestored {len(entry.files)} artefact file(s) from "
+                f"cache hit: step {step.name!r} key {stored_as}\nrestored {len(entry.files)} artefact file(s) from "
                 f"{entry.path}\noriginal build log: {entry.path / 'build.log'}\n"
             )
             results.append(StepResult(step.name, key, True, step.python_only, time.perf_counter() - start, str(log_path)))
@@ -303,7 +321,7 @@ def run_build(
         stored = False
         if cacheable:
             try:
-                cache.put(key, worktree, step.artifacts, log_path, {"step": step.name, "commit": str(getattr(commit, "sha", commit))})
+                cache.put(stored_as, worktree, step.artifacts, log_path, {"step": step.name, "commit": str(getattr(commit, "sha", commit))})
                 stored = True
             except FileNotFoundError as exc:
                 raise BuildError(

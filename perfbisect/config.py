@@ -24,11 +24,14 @@ from .errors import ConfigError
 from .settings import (
     EXECUTOR_KINDS,
     HOOK_ACTIONS,
+    LAYOUT_MAX_ENV_PAD,
+    LAYOUT_MAX_PATH_SLOTS,
     WORKLOAD_KINDS,
     Argv,
     BuildConfig,
     BuildStep,
     Config,
+    LayoutConfig,
     ModeConfig,
     PatchesConfig,
     PatchVariant,
@@ -58,6 +61,7 @@ _NUMBER_CHECKS: dict[str, str] = {
     "cost.budget_gpu_hours": "int-or-float",  # ≥ 0 (0: never ask), checked below
     "executor.gpus_per_node": "non-negative",
     "executor.retries": "non-negative",
+    "layout.env_pad_max": "non-negative",  # 0: no padding; the upper bound is checked in _layout
 }
 # Strings that must be one of a few values.
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -389,6 +393,23 @@ def _store(sec: _Section, base: Path) -> StoreConfig:
     return StoreConfig(url=url)
 
 
+def _layout(sec: _Section, base: Path) -> LayoutConfig:
+    path = sec.file
+    layout = LayoutConfig(**_read_fields(sec, LayoutConfig, "layout", base))
+    if not 1 <= layout.path_slots <= LAYOUT_MAX_PATH_SLOTS:
+        raise ConfigError(
+            f"{path}: key 'layout.path_slots' must be between 1 and {LAYOUT_MAX_PATH_SLOTS} (worktree paths of "
+            f"different lengths a trial may run in; 1 keeps one path), got {layout.path_slots}. Fix that value in the file."
+        )
+    if layout.env_pad_max > LAYOUT_MAX_ENV_PAD:
+        raise ConfigError(
+            f"{path}: key 'layout.env_pad_max' must be at most {LAYOUT_MAX_ENV_PAD} bytes (one environment variable "
+            f"may hold 128 KiB on Linux, and 4096 bytes already shift the stack through a whole page), got "
+            f"{layout.env_pad_max}. Fix that value in the file, or set it to 0 for no padding."
+        )
+    return layout
+
+
 # One per table of Config (a table without one here is read field by field).
 _TABLES: dict[str, Callable[[_Section, Path], Any]] = {
     "target": _target,
@@ -399,6 +420,7 @@ _TABLES: dict[str, Callable[[_Section, Path], Any]] = {
     "workload": _workload,
     "stats": _stats,
     "store": _store,
+    "layout": _layout,
 }
 
 

@@ -20,7 +20,16 @@ from .metrics import DECODE, Metric, describe, describe_workload
 from .errors import PerfbisectError, UsageError
 from .model import BisectOutcome, Comparison, TrialResult, TrialStatus, Verdict, median
 from .search_replay import REPLAY_BUDGET_S, replay, stats_config
-from .trial_tables import environment, failures, iso_time, placements, speculative_rows, state_samples, trial_point
+from .trial_tables import (
+    environment,
+    failures,
+    iso_time,
+    layouts,
+    placements,
+    speculative_rows,
+    state_samples,
+    trial_point,
+)
 
 _FORGES = {
     "github.com": "https://github.com/{path}/commit/{sha}",
@@ -394,6 +403,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         "builds_reused": reused, "builds": len(seen),
         "failures": failures(trials),
         "placements": placements(trials),
+        "layouts": layouts(trials),
         "environment": environment(trials, config),
         "reproduce": reproduce,
         "db": db,
@@ -447,7 +457,8 @@ def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult]
         "speculative": speculative_rows(trials, shas),
         "comparisons": [c for c in (_comparison("B vs A", comparison),) if c],
         "builds_reused": 0, "builds": len({t.identity.build_hash for t in trials}),
-        "failures": failures(trials), "placements": placements(trials), "environment": environment(trials, config),
+        "failures": failures(trials), "placements": placements(trials), "layouts": layouts(trials),
+        "environment": environment(trials, config),
         "reproduce": list(reproduce), "db": str(db_path or store.path), "outcome": {}, "drift_note": None,
     }
 

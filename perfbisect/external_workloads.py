@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +51,22 @@ def _tail(text: str, lines: int = 15) -> str:
 
 
 def run_command_workload(
-    cfg: WorkloadConfig, worktree: Path, python: str, env: dict[str, str], log_path: Path
+    cfg: WorkloadConfig, worktree: Path, python: str, env: dict[str, str], log_path: Path,
+    extra_env: Mapping[str, str] | None = None,
 ) -> list[RunResult]:
     """Run ``cfg.command`` in the worktree: cfg.warmup warm-up invocations, then one measured one.
 
     One measured invocation is one trial's evidence: the command prints a JSON object (the last
     JSON line on stdout) whose ``cfg.metric`` key is the RunResult's ``metric_value``. Warm-up
     invocations (caches, compilation, page cache) run first and come back with ``warmup=True``.
-    The command runs with os.environ updated by ``env``, and at most ``cfg.request_timeout_s``.
+    The command runs with os.environ updated by ``env`` (placeholders filled) and then by
+    ``extra_env`` (as given: the trial's layout), and at most ``cfg.request_timeout_s``.
     Output of every invocation is appended to ``log_path``.
     """
     if not cfg.command:
         raise WorkloadError("workload.kind is 'command' but workload.command is empty: set the benchmark command in the config.")
     argv = expand(cfg.command, python=python, worktree=str(worktree))
-    full_env = {**os.environ, **{k: expand((v,), python=python, worktree=str(worktree))[0] for k, v in env.items()}}
+    full_env = _full_env(env, extra_env, python, worktree)
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     results = []
@@ -83,6 +86,12 @@ def run_command_workload(
             RunResult(index=index, warmup=warmup, requested_tokens=0, output_tokens=0, metric_value=value, error=error)
         )
     return results
+
+
+def _full_env(env: Mapping[str, str], extra_env: Mapping[str, str] | None, python: str, worktree: Path) -> dict[str, str]:
+    """os.environ, then ``env`` with its placeholders filled, then ``extra_env`` as it is."""
+    filled = {k: expand((v,), python=python, worktree=str(worktree))[0] for k, v in env.items()}
+    return {**os.environ, **filled, **(extra_env or {})}
 
 
 def _invoke_command(
@@ -215,14 +224,16 @@ def parse_bench_serving(obj: dict[str, Any], key: str, index: int = 0) -> RunRes
 
 
 def run_bench_serving(
-    base_url: str, cfg: WorkloadConfig, worktree: Path, python: str, env: dict[str, str], log_path: Path
+    base_url: str, cfg: WorkloadConfig, worktree: Path, python: str, env: dict[str, str], log_path: Path,
+    extra_env: Mapping[str, str] | None = None,
 ) -> list[RunResult]:
     """Run SGLang's bench_serving once against a live server and read its JSON line back.
 
     The module comes from the target's interpreter with the server's env (``PYTHONPATH`` to the
     checkout): the benchmark of the commit under test. One invocation is the trial's one measured
     run (its own warm-up requests come first); the key is ``workload.metric`` (``output_throughput``
-    by default). Output goes to ``log_path``.
+    by default). ``extra_env`` (the trial's layout) is added as it is, after ``env``. Output goes
+    to ``log_path``.
     """
     key = metrics.describe_workload(cfg).name
     log_path = Path(log_path)
@@ -230,7 +241,7 @@ def run_bench_serving(
     output_file = log_path.with_name(log_path.stem + ".bench_serving.jsonl")
     output_file.unlink(missing_ok=True)
     argv = bench_serving_argv(base_url, cfg, python, worktree, output_file)
-    full_env = {**os.environ, **{k: expand((v,), python=python, worktree=str(worktree))[0] for k, v in env.items()}}
+    full_env = _full_env(env, extra_env, python, worktree)
     shown = " ".join(argv)
     proc = subprocess.Popen(argv, cwd=worktree, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **own_group())

@@ -8,7 +8,11 @@ import time
 from pathlib import Path
 
 from .cost import format_duration, spent, spent_line
+from .layout import FIXED
 from .model import median
+
+# Layout ids listed per commit before the rest are counted: a commit measured ten times stays one line.
+LAYOUTS_SHOWN = 6
 
 
 def bisection_detail(store, bisection_id: int, report: Path | None, gpus: int = 1) -> list[str]:
@@ -27,6 +31,10 @@ def bisection_detail(store, bisection_id: int, report: Path | None, gpus: int = 
         + (f"  effect {out.effect_pct:+.1f}%" if out is not None and out.effect_pct is not None else ""),
         f"trials per commit ({len(b.commits)} candidates, {len(by_commit)} measured):",
     ]
+    recorded = {t.layout for t in trials if t.layout is not None}
+    per_trial_layouts = bool(recorded) and recorded != {FIXED}
+    if recorded == {FIXED}:
+        lines.insert(-1, f"layout: {FIXED.id} for every trial (fixed: [layout] randomize = false)")
     for i, sha in enumerate(b.commits):
         ts = by_commit.get(sha, [])
         if not ts:
@@ -38,6 +46,8 @@ def bisection_detail(store, bisection_id: int, report: Path | None, gpus: int = 
         failed = f", {len(ts) - len(ok)} not usable" if len(ts) > len(ok) else ""
         value = f"median {level:.1f}" if level is not None else "no value"
         lines.append(f"  {sha[:10]}  {len(ts)} trial{'s' if len(ts) != 1 else ''}{failed}  {value}  {what}{mark}".rstrip())
+        if per_trial_layouts:
+            lines.append(f"  {'':10}  {_layouts_text([t.layout.id for t in ts if t.layout is not None])}")
     if out is not None and out.explanation:
         lines.append(out.explanation)
     if trials:
@@ -51,3 +61,11 @@ def bisection_detail(store, bisection_id: int, report: Path | None, gpus: int = 
     if not b.finished:
         lines.append(f"resume it: perfbisect resume {b.id}")
     return lines
+
+
+def _layouts_text(ids: list[str]) -> str:
+    """"layouts s2-e1733-h40211 s0-e12-h9 … +4 more": each trial's layout, in the order they ran."""
+    if not ids:
+        return "layouts not recorded"
+    more = f" … +{len(ids) - LAYOUTS_SHOWN} more" if len(ids) > LAYOUTS_SHOWN else ""
+    return f"layout{'s' if len(ids) != 1 else ''} {' '.join(ids[:LAYOUTS_SHOWN])}{more}"

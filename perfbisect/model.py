@@ -14,6 +14,8 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
+from .layout import Layout
+
 
 def content_hash(*parts: Any) -> str:
     """A short, stable sha256 of JSON-serialisable parts (used for config, mode and stack identity)."""
@@ -299,6 +301,7 @@ class TrialResult:
     id: int | None = None  # database id once stored
     job_id: str | None = None  # the cluster job that ran it (None: run here by perfbisect itself)
     node: str | None = None  # the node that job ran on
+    layout: Layout | None = None  # what it ran under (worktree slot, env padding, hash seed); None: stored before layouts
 
     @property
     def summary(self) -> float | None:

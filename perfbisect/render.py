@@ -159,6 +159,7 @@ def trial_row(trial: Any) -> dict[str, Any]:
         "sm_clock_mhz": trial.system.sm_clock_mean_mhz,
         "throttled_fraction": trial.system.throttled_fraction,
         "error": trial.error,
+        "layout": trial.layout.id if getattr(trial, "layout", None) else None,  # perfbisect/layout.py
     }
 
 
@@ -196,8 +197,9 @@ def format_measure(result: Any, config: Any) -> list[str]:
         rows = [trial_row(t) for t in trials]
         lines.append(f"[{mode}]")
         for r in rows:
+            layout = f" [layout {r['layout']}]" if r["layout"] else ""
             if r["tok_s"] is None:
-                lines.append(f"  trial #{r['trial']}: {r['status']}: {r['error']}")
+                lines.append(f"  trial #{r['trial']}{layout}: {r['status']}: {r['error']}")
                 continue
             bits = [metric.format(r["value"]), f"{r['runs']} runs"]
             if r["within_cv_pct"] is not None:
@@ -212,7 +214,7 @@ def format_measure(result: Any, config: Any) -> list[str]:
                 bits.append(f"accept {r['accept_length']:.2f}")
             if r["sm_clock_mhz"]:
                 bits.append(f"SM {r['sm_clock_mhz']:.0f} MHz")
-            lines.append(f"  trial #{r['trial']}: " + ", ".join(bits))
+            lines.append(f"  trial #{r['trial']}{layout}: " + ", ".join(bits))
         toks = [r["tok_s"] for r in rows if r["tok_s"]]
         if len(toks) >= 2:
             mean = sum(toks) / len(toks)

@@ -77,6 +77,7 @@ _TOOLTIP_TRIAL = [
     {"field": "within_cv_pct", "title": "within-trial CV %", "format": ".1f"},
     {"field": "started", "title": "started"}, {"field": "excluded", "title": "excluded because"},
     {"field": "node", "title": "node"}, {"field": "job", "title": "Slurm job"},
+    {"field": "layout", "title": "layout"},
 ]
 
 

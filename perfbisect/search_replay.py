@@ -73,7 +73,7 @@ def replay(record: Any, observations: Sequence[Any], noise: NoiseModel | None = 
 
     policy._posterior = remembered  # type: ignore[method-assign]
     obs = [Observation(commit=o.commit, value=o.value, covariates=dict(o.covariates), seq=o.seq,
-                       at=o.recorded_at or None, flag=o.flag) for o in observations]
+                       at=o.recorded_at or None, flag=o.flag, layout=o.layout) for o in observations]
     n = len(obs)
     deadline = time.monotonic() + budget_s
     done: dict[int, tuple[Any, Any]] = {}

@@ -170,6 +170,16 @@ def _read_cmdline(pid: int) -> str | None:
     return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
 
 
+# Longer values are shown by their length in a log header: a layout's padding (PERFBISECT_LAYOUT_PAD)
+# is thousands of bytes of one character, and its length is all that matters about it.
+_SHOWN_VALUE_MAX = 200
+
+
+def _shown_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The env as a log header shows it: sorted, long values replaced by "<N bytes>"."""
+    return {k: (v if len(v) <= _SHOWN_VALUE_MAX else f"<{len(v.encode())} bytes>") for k, v in sorted(env.items())}
+
+
 def _signal_name(code: int) -> str:
     if code >= 0:
         return f"exit code {code}"
@@ -326,7 +336,7 @@ class ServerSession:
             log.write(
                 f"# perfbisect: mode {self.mode.name}, port {port}, cwd {self.worktree}\n"
                 f"# perfbisect: argv {self.argv!r}\n"
-                f"# perfbisect: env {dict(sorted({**self.configured_env(), **self.extra_env}.items()))!r}\n".encode()
+                f"# perfbisect: env {_shown_env({**self.configured_env(), **self.extra_env})!r}\n".encode()
             )
             log.flush()
             try:

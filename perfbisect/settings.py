@@ -188,6 +188,27 @@ EXECUTOR_KINDS = ("local", "slurm")
 
 
 @dataclass(frozen=True)
+class LayoutConfig:
+    """[layout]: what each trial varies that the commit does not control (perfbisect/layout.py).
+
+    Environment size, path lengths and hash order move timings by several percent with no code
+    change (Mytkowicz et al., ASPLOS 2009): drawn anew per trial they become noise, not bias.
+    """
+
+    randomize: bool = True  # false: every trial runs under the fixed layout (slot 0, no padding, hash seed untouched)
+    env_pad_max: int = 4096  # bytes: a trial pads the server's and command's environment by 0..this many
+    path_slots: int = 4  # worktree paths of different lengths a trial may be checked out into (1..8)
+    hash_seed: bool = True  # a per-trial PYTHONHASHSEED, unless server.env or the mode's env sets one
+
+
+# Bounds of [layout]: a slot's directory name grows by 29 characters per slot (worktrees.slot_name)
+# and must stay under NAME_MAX (255); one environment string may hold 128 KiB on Linux
+# (MAX_ARG_STRLEN), and 4096 bytes already move the stack through every offset of a page.
+LAYOUT_MAX_PATH_SLOTS = 8
+LAYOUT_MAX_ENV_PAD = 65536
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     """[store]: where results are kept (perfbisect/store)."""
 
@@ -211,6 +232,7 @@ class Config:
     cost: CostConfig = CostConfig()
     executor: ExecutorConfig = ExecutorConfig()
     store: StoreConfig = StoreConfig()
+    layout: LayoutConfig = LayoutConfig()
 
     @property
     def cache_dir(self) -> Path:

@@ -383,8 +383,10 @@ def search(ws: Workspace, policy: SearchPolicy, observations: list[Observation],
                 obs = Observation(
                     commit=job.commit, value=result.get("value"), covariates=dict(result.get("covariates") or {}),
                     seq=len(observations), at=result.get("at"), flag=result.get("flag"), host=job.node,
+                    layout=result.get("layout"),
                 )
-                store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag)
+                store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag,
+                                      layout=obs.layout)
                 store.job_observed(job.id, obs.seq)
                 held[tuple(trial_ids)] = obs.seq
                 observations.append(obs)

@@ -86,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
             return exc.exit_code
         result = {
             "value": obs.value, "trial_ids": trial_ids, "covariates": dict(obs.covariates),
-            "flag": obs.flag, "at": obs.at, "node": node, "job_id": job_id,
+            "flag": obs.flag, "at": obs.at, "node": node, "job_id": job_id, "layout": obs.layout,
         }
         if not store.job_result(job.id, result):
             progress.warn(f"row #{job.id} was given up by its controller meanwhile: the result is kept in its trials only")

@@ -11,6 +11,7 @@ import re
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
+from .layout import FIXED
 from .model import TrialResult, TrialStatus, median
 from .render import speculative_health, trial_row
 
@@ -67,6 +68,7 @@ def trial_point(t: TrialResult, commits: Mapping[str, dict], excluded: Mapping[i
         "throttle": hex(t.system.throttle_reasons_seen) if t.system.throttle_reasons_seen else "",
         "node": t.node or "",
         "job": t.job_id or "",
+        "layout": t.layout.id if t.layout else "",
     }
 
 
@@ -77,6 +79,32 @@ def placements(trials: Sequence[TrialResult]) -> list[dict[str, Any]]:
     return [{"trial": t.id, "commit": t.identity.commit[:10], "mode": t.identity.mode, "status": t.status.value,
              "node": t.node or "(this machine)", "job": t.job_id or "", "started": iso_time(t.started_at),
              "error": t.error or ""} for t in trials]
+
+
+def layouts(trials: Sequence[TrialResult]) -> dict[str, Any] | None:
+    """Each trial's layout (worktree slot, env padding, hash seed: perfbisect/layout.py) with a line
+    that sums them up; None when no trial recorded one (stored before layouts were)."""
+    recorded = [t for t in trials if t.layout is not None]
+    if not recorded:
+        return None
+    rows = [{"trial": t.id, "commit": t.identity.commit[:10], "mode": t.identity.mode, "status": t.status.value,
+             "value": trial_row(t)["value"], "layout": t.layout.id, "slot": t.layout.slot,
+             "env_pad": t.layout.env_pad, "hash_seed": t.layout.hash_seed} for t in trials if t.layout is not None]
+    distinct = {t.layout for t in recorded}
+    if distinct == {FIXED}:
+        note = (f"All {len(recorded)} trials ran under the fixed layout ({FIXED.id}: worktree slot 0, no environment "
+                f"padding, PYTHONHASHSEED as configured): [layout] randomize = false.")
+    else:
+        pads = [t.layout.env_pad for t in recorded]
+        slots = sorted({t.layout.slot for t in recorded})
+        seeds = {t.layout.hash_seed for t in recorded} - {None}
+        note = (f"{len(recorded)} trials under {len(distinct)} layouts: worktree slots {', '.join(map(str, slots))}, "
+                f"{min(pads)}–{max(pads)} bytes of environment padding, "
+                + (f"{len(seeds)} hash seeds." if seeds else "PYTHONHASHSEED as configured."))
+    unrecorded = len(trials) - len(recorded)
+    if unrecorded:
+        note += f" {unrecorded} older trial(s) recorded none."
+    return {"note": note, "rows": rows}
 
 
 def state_samples(store: Any, trials: Sequence[TrialResult], budget: int = MAX_SAMPLES_PER_TRIAL) -> list[dict[str, Any]]:
@@ -215,4 +243,4 @@ def speculative_rows(trials: Sequence[TrialResult], order: Sequence[str]) -> lis
     return rows
 
 
-__all__ = ["environment", "failures", "iso_time", "speculative_rows", "state_samples", "trial_point"]
+__all__ = ["environment", "failures", "iso_time", "layouts", "speculative_rows", "state_samples", "trial_point"]

@@ -26,6 +26,7 @@ from .build import run_build
 from .placeholders import expand
 from .settings import Config, ModeConfig
 from .errors import BuildError, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
+from .layout import HASH_SEED_VAR, Layout, choose, joined
 from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus
 from .render import format_run
 from .server import ServerSession
@@ -41,6 +42,7 @@ class Prepared:
 
     commit: Commit
     worktree: Path | None = None
+    slot: int = 0  # the worktree slot (path length) it was prepared in
     patch_hash: str = "none"
     build_hash: str = "none"
     untestable: str | None = None  # reason: patch conflict, build failure
@@ -135,14 +137,23 @@ class TrialRunner:
         reap_leftover_servers(ws.config.cache_dir, self.progress)
 
     # -- preparation -------------------------------------------------------------------------
-    def prepare(self, commit: Commit) -> Prepared:
-        """Check out, patch and build ``commit`` (reusing the last preparation of the same commit)."""
-        if self._prepared is not None and self._prepared.commit.sha == commit.sha:
-            return self._prepared
+    def prepare(self, commit: Commit, slot: int = 0) -> Prepared:
+        """Check out, patch and build ``commit`` in worktree slot ``slot`` (reusing the last
+        preparation when it was of the same commit in the same slot).
+
+        Only the last one is reused: a build step without artefacts may install into the target's
+        environment (``pip install -e``), which then points at the worktree it last ran in, so a
+        commit prepared again in another slot is built again there (cached artefacts restored).
+        """
+        last = self._prepared
+        if last is not None and last.commit.sha == commit.sha and last.slot == slot:
+            return last
         cfg = self.ws.config
         self.progress.detail(f"{commit.short}: preparing worktree")
-        worktree = self.ws.pool.checkout(commit)
-        prepared = Prepared(commit=commit, worktree=worktree)
+        worktree = self.ws.pool.checkout(commit, slot=slot)
+        prepared = Prepared(commit=commit, worktree=worktree, slot=slot)
+        if last is not None and last.commit.sha == commit.sha:
+            prepared.versions = last.versions  # the same commit's code: the same versions, read once
         try:
             if self.ws.stack is not None:
                 applied = self.ws.stack.apply(worktree, commit)
@@ -177,14 +188,24 @@ class TrialRunner:
             build_hash=prepared.build_hash,
         )
 
+    def layout(self, commit: Commit, mode: ModeConfig) -> Layout:
+        """The layout of the next trial of (commit, mode): drawn per ``[layout]`` (perfbisect/layout.py),
+        counting the trials of (commit, mode) already stored, so each gets its own draw."""
+        cfg = self.ws.config
+        counter = self.ws.store.trial_count(commit.sha, mode.name) if cfg.layout.randomize else 0  # fixed: no draw
+        pinned = HASH_SEED_VAR in {**cfg.server.env, **mode.env}  # the config's own seed wins
+        return choose(cfg.layout, commit=commit.sha, mode=mode.name, counter=counter, hash_seed_pinned=pinned)
+
     # -- one trial ---------------------------------------------------------------------------
     def trial(self, commit: Commit, mode_name: str, purpose: str, bisection_id: int | None = None) -> TrialResult:
-        """One server session for (commit, mode); skipped and failed trials are stored too."""
+        """One server session for (commit, mode) under a layout drawn for it; skipped and failed
+        trials are stored too, each with its layout."""
         mode = self.ws.config.mode(mode_name)
-        prepared = self.prepare(commit)
+        layout = self.layout(commit, mode)
+        prepared = self.prepare(commit, layout.slot)
         identity = self.identity(prepared, mode)
         if prepared.untestable:
-            return self._store_untestable(identity, prepared.untestable, purpose, bisection_id)
+            return self._store_untestable(identity, prepared.untestable, purpose, bisection_id, layout)
         stored = self._stored_unobserved(identity, purpose, bisection_id)
         if stored is not None:
             self.progress.info(
@@ -193,19 +214,23 @@ class TrialRunner:
             return stored
         self._wait_until_idle()
         log_path = self._server_log(commit, mode)
-        trial_id = self.ws.store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id, log_path=str(log_path))
+        trial_id = self.ws.store.begin_trial(
+            identity, purpose=purpose, bisection_id=bisection_id, log_path=str(log_path), layout=layout,
+        )
         self.progress.info(f"trial #{trial_id}: {commit.short} [{mode.name}] {commit.subject[:60]}")
+        self.progress.detail(f"  layout {layout.id}: {_layout_words(layout, prepared.worktree)}")
         session = _Session(trial_id, self.ws.store, self.progress, describe_workload(self.ws.config.workload))
-        status, error = self._measure(session, prepared, mode, log_path)
+        status, error = self._measure(session, prepared, mode, log_path, layout)
         self._read_versions(prepared)
         result = self._finish(session, status, error, prepared.versions)
         self._report_summary(result, session.info)
         return result
 
-    def _store_untestable(self, identity: TrialIdentity, why: str, purpose: str, bisection_id: int | None) -> TrialResult:
+    def _store_untestable(self, identity: TrialIdentity, why: str, purpose: str, bisection_id: int | None,
+                          layout: Layout) -> TrialResult:
         """A commit that cannot be tested (patch conflict, build failure) is stored as a skipped trial."""
         store = self.ws.store
-        trial_id = store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id)
+        trial_id = store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id, layout=layout)
         store.finish_trial(trial_id, TrialStatus.SKIPPED, error=why)
         return store.trial(trial_id)
 
@@ -222,7 +247,8 @@ class TrialRunner:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         return log_path
 
-    def _measure(self, session: "_Session", prepared: Prepared, mode: ModeConfig, log_path: Path) -> tuple[TrialStatus, str | None]:
+    def _measure(self, session: "_Session", prepared: Prepared, mode: ModeConfig, log_path: Path,
+                 layout: Layout) -> tuple[TrialStatus, str | None]:
         """Run the workload under the sampler: (OK, None), or why the trial was skipped or failed.
 
         Anything else (Ctrl-C, SIGTERM, a config error, a bug) marks the stored trial failed with
@@ -234,9 +260,9 @@ class TrialRunner:
         try:
             with session.sampler:
                 if self.ws.config.workload.kind == "command":
-                    self._run_command(session, prepared, mode, log_path)
+                    self._run_command(session, prepared, mode, log_path, layout)
                 else:
-                    self._run_server(session, prepared, mode, log_path, released)
+                    self._run_server(session, prepared, mode, log_path, released, layout)
         except ServerNotReady as exc:
             # A commit whose server never gets ready cannot be tested: skipped, never blamed.
             self.progress.warn(f"{commit.short} [{mode.name}]: {exc}")
@@ -257,20 +283,23 @@ class TrialRunner:
             raise
         return TrialStatus.OK, None
 
-    def _run_command(self, session: "_Session", prepared: Prepared, mode: ModeConfig, log_path: Path) -> None:
-        """A ``command`` workload: the command starts what it measures and prints the metric."""
+    def _run_command(self, session: "_Session", prepared: Prepared, mode: ModeConfig, log_path: Path, layout: Layout) -> None:
+        """A ``command`` workload: the command starts what it measures and prints the metric.
+        It runs with the layout's env (padding, hash seed); build steps never get it."""
         cfg = self.ws.config
         env = {**cfg.server.env, **mode.env}
-        for run in run_command_workload(cfg.workload, prepared.worktree, cfg.target.python, env, log_path):
+        for run in run_command_workload(cfg.workload, prepared.worktree, cfg.target.python, env, log_path,
+                                        extra_env=layout.env()):
             session.on_run(run)
 
     def _run_server(self, session: "_Session", prepared: Prepared, mode: ModeConfig, log_path: Path,
-                    released: Callable[[], bool] | None) -> None:
-        """Start the server, wait until it is ready, check its env, run the workload, tear it down."""
+                    released: Callable[[], bool] | None, layout: Layout) -> None:
+        """Start the server (with the layout's env), wait until it is ready, check its env, run the
+        workload, tear it down."""
         cfg = self.ws.config
         server = ServerSession(
             cfg.server, mode, prepared.worktree, cfg.target.python, log_path,
-            gpu_memory_released=released,
+            extra_env=layout.env(), gpu_memory_released=released,
         )
         session.servers.append(server)
         with server:
@@ -282,7 +311,8 @@ class TrialRunner:
                 self._report_env(session.env_checks)
             if cfg.workload.kind == "bench_serving":
                 env = {**cfg.server.env, **mode.env}
-                for run in run_bench_serving(server.base_url, cfg.workload, prepared.worktree, cfg.target.python, env, log_path):
+                for run in run_bench_serving(server.base_url, cfg.workload, prepared.worktree, cfg.target.python, env, log_path,
+                                             extra_env=layout.env()):
                     session.on_run(run)
             else:
                 run_workload(server.base_url, cfg.workload, on_run=session.on_run)
@@ -417,8 +447,13 @@ def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: 
     trial_ids: list[int] = []
     covariates: dict[str, float] = {}
     flags: list[str] = []
+    layouts: dict[str, Layout | None] = {}  # per mode: the layout of the trial whose value is used
     started: float | None = None
     modes = interleaved(cfg.metric_modes, seq)
+
+    def layout_ids() -> str | None:  # in the order of metric_modes, whichever order the trials ran in
+        return joined([layouts[m] for m in cfg.metric_modes if m in layouts])
+
     for mode in modes:
         result = None
         for _attempt in range(2):  # a crash mid-run is retried once before the commit counts as untestable
@@ -426,8 +461,10 @@ def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: 
             trial_ids.append(result.id)
             if result.status is not TrialStatus.FAILED:
                 break
+        if result is not None:
+            layouts[mode] = result.layout
         if result is None or result.summary is None:
-            return Observation(commit=commit.sha, value=None, seq=seq), trial_ids
+            return Observation(commit=commit.sha, value=None, seq=seq, layout=layout_ids()), trial_ids
         summaries[mode] = result.summary
         covariates.update(result.system.as_covariates())
         started = result.started_at if started is None else started
@@ -437,8 +474,15 @@ def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: 
             runner.progress.warn(f"{commit.short} [{mode}]: {why}: the search leaves this trial out and measures again")
     return Observation(
         commit=commit.sha, value=metric_value(cfg, summaries), covariates=covariates, seq=seq,
-        at=started, flag="; ".join(flags) or None,
+        at=started, flag="; ".join(flags) or None, layout=layout_ids(),
     ), trial_ids
+
+
+def _layout_words(layout: Layout, worktree: Path | None) -> str:
+    """A layout in words for the progress line: where it checks out and what it adds to the env."""
+    where = f"worktree slot {layout.slot} ({len(str(worktree))}-character path)" if worktree else f"worktree slot {layout.slot}"
+    seed = "PYTHONHASHSEED as configured" if layout.hash_seed is None else f"PYTHONHASHSEED={layout.hash_seed}"
+    return f"{where}, {layout.env_pad} bytes of env padding, {seed}"
 
 
 def with_start_state(system: SystemSummary, snapshots: Sequence) -> SystemSummary:

@@ -87,7 +87,11 @@ class Workspace:
         crash (stale worktree metadata and index locks), which only a command holding the
         repository's lock (``exclusive``) may do, never one that merely reads (plan, doctor)."""
         if self._pool is None:
-            self._pool = WorktreePool(self.repo, self.config.cache_dir)
+            layout = self.config.layout
+            # One slot per path length a trial's layout may draw (perfbisect/layout.py); a fixed
+            # layout always uses slot 0, the one worktree perfbisect has always kept.
+            slots = layout.path_slots if layout.randomize else 1
+            self._pool = WorktreePool(self.repo, self.config.cache_dir, size=slots)
         return self._pool
 
     def noise_key(self, mode: ModeConfig) -> NoiseKey:

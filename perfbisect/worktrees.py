@@ -2,6 +2,8 @@
 
 Every checkout perfbisect makes lives here, under ``<cache_dir>/worktrees``: a slot is reset,
 cleaned and checked out again instead of being recreated, and ``perfbisect gc`` removes them all.
+Slot directories have names of clearly different lengths (``slot_name``), so a trial's layout
+(``perfbisect.layout``) can pick the length of the path it runs at.
 """
 
 from __future__ import annotations
@@ -14,6 +16,25 @@ from .gitrepo import TargetRepo, check_git
 from .model import Commit
 
 
+# How much longer each slot's directory name is than the one before. Not a multiple of 8 or 16, so
+# the path lengths (and what embeds them: PYTHONPATH, argv, __file__ strings) land on different
+# alignments, and tens of characters, as the path length that moved a benchmark by 7-8% differed.
+SLOT_NAME_STEP = 29
+
+
+def slot_name(index: int) -> str:
+    """The directory name of slot ``index``: "wt0", then "wt1-xxx…" 29 characters longer per slot.
+
+    Slot 0 keeps the name every worktree had before slots differed in length, so a fixed layout
+    checks out exactly where it always did. Eight slots stay far below a file name's 255 bytes.
+    """
+    if index == 0:
+        return "wt0"
+    length = 3 + SLOT_NAME_STEP * index
+    head = f"wt{index}-"
+    return head + "x" * (length - len(head))
+
+
 @dataclass(frozen=True)
 class _WorktreeInfo:
     path: Path
@@ -23,7 +44,12 @@ class _WorktreeInfo:
 
 
 class WorktreePool:
-    """Detached worktrees under ``<cache_dir>/worktrees``, reused and cleaned between commits."""
+    """Detached worktrees under ``<cache_dir>/worktrees``, reused and cleaned between commits.
+
+    ``size`` slots, named by ``slot_name`` (paths of different lengths). ``checkout(commit)`` picks
+    one (a slot already at that commit, else the least recently used); ``checkout(commit, slot=i)``
+    uses slot ``i``, as a trial's layout asks.
+    """
 
     def __init__(self, repo: TargetRepo, cache_dir: Path | str, size: int = 1):
         if size < 1:
@@ -31,7 +57,7 @@ class WorktreePool:
         self.repo = repo
         self.root = (Path(cache_dir).expanduser() / "worktrees").resolve()
         self.size = size
-        self._slots = [self.root / f"wt{i}" for i in range(size)]
+        self._slots = [self.root / slot_name(i) for i in range(size)]
         self._order: list[int] = list(range(size))  # least recently used first
         self.prune()
 
@@ -76,14 +102,30 @@ class WorktreePool:
             for name in ("index.lock", "HEAD.lock"):
                 (admin / name).unlink(missing_ok=True)
 
-    def checkout(self, commit: Commit | str) -> Path:
-        """A clean worktree at ``commit``: reused when one exists (reset, clean, checkout)."""
+    def path(self, slot: int) -> Path:
+        """Where slot ``slot`` checks out (whether or not it exists yet)."""
+        return self._slots[self._slot_index(slot)]
+
+    def _slot_index(self, slot: int) -> int:
+        if not 0 <= slot < self.size:
+            raise ValueError(f"worktree slot {slot} is outside this pool's {self.size} slots")
+        return slot
+
+    def checkout(self, commit: Commit | str, slot: int | None = None) -> Path:
+        """A clean worktree at ``commit``: reused when one exists (reset, clean, checkout).
+
+        ``slot``: check out into that slot (its path has that slot's length); None: a slot already
+        at ``commit`` if there is one, else the least recently used.
+        """
         sha = commit.sha if isinstance(commit, Commit) else self.repo.resolve(commit).sha
         registered = {w.path.resolve(): w for w in self._ours()}
-        slot = next(
-            (i for i in self._order if self._slots[i].resolve() in registered and registered[self._slots[i].resolve()].head == sha),
-            self._order[0],
-        )
+        if slot is None:
+            slot = next(
+                (i for i in self._order if self._slots[i].resolve() in registered and registered[self._slots[i].resolve()].head == sha),
+                self._order[0],
+            )
+        else:
+            slot = self._slot_index(slot)
         self._order.remove(slot)
         self._order.append(slot)
         path = self._slots[slot]

@@ -223,3 +223,37 @@ def test_a_step_failing_on_a_full_disk_stops_the_run_instead_of_skipping_the_com
     broken = BuildStep(name="compile", command=("{python}", "-c", "import sys; print('syntax error'); sys.exit(1)"))
     with pytest.raises(BuildError):
         run_build((broken,), wt, shas["c0"], "s", cache, sys.executable, logs)
+
+
+# Writes the absolute path it was told ({worktree}) into its artefact, as a CMake cache or an RPATH would.
+EMBED_PATH = (
+    "import pathlib, sys\n"
+    "out = pathlib.Path('sgl-kernel/build'); out.mkdir(parents=True, exist_ok=True)\n"
+    "(out / 'paths.txt').write_text(sys.argv[1] + '\\n')\n"
+    "with open(sys.argv[2], 'a') as fh: fh.write('run\\n')\n"
+)
+
+
+def test_artefacts_follow_a_commit_into_worktree_slots_of_other_path_lengths(setup, tmp_path):
+    """A layout checks a commit out into slots whose paths differ in length: an artefact stored by
+    its relative path comes back intact in any slot; one whose step was told the absolute path
+    ({worktree}) is only restored into the slot it was built in. The build's identity is the same."""
+    r, shas, _, steps, cache, counter, logs = setup
+    pool = WorktreePool(TargetRepo(r.path), tmp_path / "slots", size=3)
+    embed_runs = tmp_path / "embed-runs.txt"
+    embed = BuildStep(name="cmake", command=("{python}", "-c", EMBED_PATH, "{worktree}", str(embed_runs)),
+                      paths=("sgl-kernel/**",), artifacts=("sgl-kernel/build/paths.txt",))
+    steps = (steps[0], embed)
+    slot0 = pool.checkout(shas["c0"], slot=0)
+    first = run_build(steps, slot0, shas["c0"], "s", cache, sys.executable, logs)
+    slot2 = pool.checkout(shas["c0"], slot=2)
+    assert len(str(slot2)) - len(str(slot0)) >= 40
+    again = run_build(steps, slot2, shas["c0"], "s", cache, sys.executable, logs)
+    assert again.steps[0].cached and _runs(counter) == 1  # path-free artefact: restored into the other slot
+    assert (slot2 / KERNEL_OUT).read_text() == "compiled:kernel v1\n"
+    assert not again.steps[1].cached and _runs(embed_runs) == 2  # told the path: built again there
+    assert (slot2 / "sgl-kernel/build/paths.txt").read_text() == f"{slot2}\n"
+    assert again.hash == first.hash and [s.key for s in again.steps] == [s.key for s in first.steps]
+    back = run_build(steps, pool.checkout(shas["c0"], slot=0), shas["c0"], "s", cache, sys.executable, logs)
+    assert back.steps[1].cached and _runs(embed_runs) == 2
+    assert (slot0 / "sgl-kernel/build/paths.txt").read_text() == f"{slot0}\n"

@@ -15,6 +15,7 @@ from perfbisect.settings import (
     SGLANG_IGNORE_PATHS,
     BuildConfig,
     FiltersConfig,
+    LayoutConfig,
     ServerConfig,
     StatsConfig,
     TargetConfig,
@@ -192,3 +193,30 @@ def test_known_keys_are_the_keys_each_table_accepts(tmp_path):
         leaves = {k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == table}
         inner = {t.rpartition(".")[2] for t in tables if t.rpartition(".")[0] == table}
         assert sorted(listed) == sorted(leaves | inner), table
+
+
+def test_layout_table_defaults_and_values(tmp_path):
+    assert load_config(write(tmp_path, MINIMAL)).layout == LayoutConfig()
+    cfg = load_config(write(tmp_path, MINIMAL + "\n[layout]\nrandomize = false\nenv_pad_max = 0\npath_slots = 8\nhash_seed = false\n"))
+    assert cfg.layout == LayoutConfig(randomize=False, env_pad_max=0, path_slots=8, hash_seed=False)
+
+
+@pytest.mark.parametrize(
+    "table, needle",
+    [
+        ("path_slots = 0", "layout.path_slots' must be a positive number"),
+        ("path_slots = 9", "layout.path_slots' must be between 1 and 8"),
+        ("env_pad_max = -1", "layout.env_pad_max' must be an integer ≥ 0"),
+        ("env_pad_max = 200000", "layout.env_pad_max' must be at most 65536 bytes"),
+        ('randomize = "yes"', "layout.randomize' must be true or false"),
+        ("hash_seed = 1", "layout.hash_seed' must be true or false"),
+        ("path_slot = 2", "unknown key 'path_slot' in [layout]"),
+    ],
+)
+def test_a_bad_layout_value_is_one_paragraph_naming_file_and_key(tmp_path, table, needle):
+    path = write(tmp_path, MINIMAL + f"\n[layout]\n{table}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert needle in message and str(path) in message
+    assert "\n" not in message.strip()  # one paragraph, as the CLI prints it

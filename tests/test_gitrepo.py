@@ -18,7 +18,7 @@ from perfbisect.gitrepo import TargetRepo, worktree_tree_hash
 from perfbisect.pathfilter import PathFilter
 from perfbisect.patches import PatchConflictError, PatchStack, check_patches
 from perfbisect.plan import plan_range
-from perfbisect.worktrees import WorktreePool
+from perfbisect.worktrees import WorktreePool, slot_name
 from tests.repo_factory import RepoFactory, lines
 
 ENGINE = "python/sglang/srt/entrypoints/engine.py"
@@ -410,6 +410,29 @@ def test_gc_removes_worktrees(target, history, tmp_path):
     assert set(removed) == {a, b}
     assert not a.exists() and not b.exists()
     assert str(a) not in _worktree_paths(target.path) and str(b) not in _worktree_paths(target.path)
+
+
+def test_layout_slots_have_paths_of_different_lengths_and_are_reused_pruned_and_gced(target, history, tmp_path):
+    """A trial's layout picks a slot: each slot a path of its own length, reused and cleaned like any."""
+    s = history.shas
+    pool = WorktreePool(target, tmp_path / "cache", size=4)
+    paths = [pool.checkout(s["c1"], slot=i) for i in range(4)]
+    assert paths[0].name == slot_name(0) == "wt0"  # the fixed layout's slot: where worktrees always were
+    lengths = [len(str(p)) for p in paths]
+    assert all(b - a >= 20 for a, b in zip(lengths, lengths[1:])), lengths
+    assert all(len(slot_name(i)) < 255 for i in range(8))
+    assert len({n % 16 for n in lengths}) == 4  # different alignments, not just different lengths
+    (paths[2] / "stray.txt").write_text("left over")
+    assert pool.checkout(s["c6"], slot=2) == paths[2]  # reused: reset, cleaned, checked out
+    assert not (paths[2] / "stray.txt").exists() and (paths[2] / ENGINE).read_text() == history.repo.read(s["c6"], ENGINE)
+    assert pool.path(3) == paths[3]
+    with pytest.raises(ValueError, match="slot 4"):
+        pool.checkout(s["c1"], slot=4)
+    history.repo.git("worktree", "lock", str(paths[3]))
+    pool = WorktreePool(target, tmp_path / "cache", size=4)  # reopening prunes and unlocks every slot
+    assert pool.checkout(s["c2"], slot=3) == paths[3]
+    assert set(pool.gc()) == set(paths)
+    assert not any(p.exists() for p in paths) and not (set(map(str, paths)) & set(_worktree_paths(target.path)))
 
 
 def test_stale_lock_and_locked_worktree_are_recovered(target, history, tmp_path):

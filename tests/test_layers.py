@@ -11,7 +11,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "perfbisect"
 MAY_IMPORT_APP = {"perfbisect.cli", "perfbisect.demo.run", "perfbisect.check"}
 MAY_IMPORT_CLI = {"perfbisect.__main__", "perfbisect.hookworker"}
 # Values every layer receives; they import nothing of perfbisect but each other.
-VALUE_MODULES = {"perfbisect.settings", "perfbisect.model", "perfbisect.errors", "perfbisect.placeholders"}
+VALUE_MODULES = {"perfbisect.settings", "perfbisect.model", "perfbisect.errors", "perfbisect.placeholders",
+                 "perfbisect.layout"}
 
 
 def _modules() -> dict[str, Path]:

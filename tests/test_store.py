@@ -824,3 +824,48 @@ def test_a_full_disk_while_storing_is_a_runtime_error_not_a_usage_error(tmp_path
     if proc.returncode != 0 and ("unshare" in proc.stderr or "mount" in proc.stderr):
         pytest.skip(f"cannot make a private tmpfs here: {proc.stderr.strip()[:200]}")
     assert proc.stdout.split() == ["StoreWriteError", "4", "True"], proc.stdout + proc.stderr
+
+
+# --- layouts (migration 0004) ------------------------------------------------------------------
+
+
+def test_a_database_at_0003_upgrades_and_its_trials_and_observations_have_no_layout(db: Path):
+    """Rows stored before layouts were recorded come back with layout None; new ones keep theirs."""
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from perfbisect.layout import Layout
+    from perfbisect.store.migrations import alembic_config
+
+    db.parent.mkdir(parents=True)
+    engine = create_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0003")
+    engine.dispose()
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO trials (commit_sha, patch_hash, build_hash, mode, mode_hash, workload_hash, host, purpose, "
+            "status, owner, started_at, finished_at) VALUES (?, 'p', 'b', 'baseline', 'm', 'w', 'h', 'bisect', 'ok', "
+            "'host:1:1', 1000.0, 1060.0)", ("a" * 40,))
+        conn.execute(
+            "INSERT INTO bisections (good, bad, metric, config_hash, target, commits, settings, status, owner, "
+            "started_at) VALUES (?, ?, 'baseline', 'c', '/src', '[]', '{}', 'done', 'host:1:1', 1000.0)",
+            ("a" * 40, "b" * 40))
+        conn.execute(
+            "INSERT INTO observations (bisection_id, seq, commit_sha, value, trial_ids, covariates, recorded_at) "
+            "VALUES (1, 0, ?, 4.4, '[1]', '{}', 1060.0)", ("a" * 40,))
+    with open_store(db) as store:
+        assert schema_diffs(store.engine) == []
+        assert sqlite_rows(db, "SELECT version_num FROM alembic_version") == [(head_revision(),)]
+        assert store.trial(1).layout is None and store.observations(1)[0].layout is None
+        drawn = Layout(slot=2, env_pad=1733, hash_seed=40211)
+        tid = store.begin_trial(identity(), "bisect", 1, layout=drawn)
+        store.finish_trial(tid, TrialStatus.SKIPPED, error="patch conflict")
+        assert store.trial(tid).layout == drawn and sqlite_rows(db, "SELECT layout FROM trials WHERE id = ?", (tid,)) == [("s2-e1733-h40211",)]
+        store.add_observation(1, 1, "a" * 40, None, [tid], layout="s2-e1733-h40211+s0-e7")
+        assert store.observations(1)[1].layout == "s2-e1733-h40211+s0-e7"
+        assert store.trial_count("a" * 40, "baseline") == 2 and store.trial_count("a" * 40, "eagle3") == 0
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE trials SET layout = '<b>s2</b>' WHERE id = ?", (tid,))
+    with open_store(db) as store, pytest.raises(StoreError, match=f"Trial {tid} .* not a layout id"):
+        store.trial(tid)

@@ -23,6 +23,7 @@ from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from ..errors import StoreError, StoreWriteError
+from ..layout import Layout
 from ..model import (
     BisectOutcome,
     Comparison,
@@ -405,8 +406,9 @@ class Store:
         log_path: str | Path | None = None,
         *,
         started_at: float | None = None,
+        layout: Layout | None = None,
     ) -> int:
-        """Store a new running trial and return its id."""
+        """Store a new running trial (and the layout it runs under) and return its id."""
         with self.session(write=True) as s:
             return queries.insert_trial(
                 s,
@@ -418,7 +420,13 @@ class Store:
                 started_at=started_at,
                 job_id=self.job_id,
                 node=self.node,
+                layout=layout,
             )
+
+    def trial_count(self, commit: str, mode: str) -> int:
+        """How many trials of (commit, mode) are stored, whatever their status (the layout draw's counter)."""
+        with self.session() as s:
+            return queries.count_trials(s, commit, mode)
 
     def add_run(self, trial_id: int, run: RunResult) -> None:
         """Store one run, committed before this returns."""
@@ -558,10 +566,11 @@ class Store:
         trial_ids: Iterable[int] = (),
         covariates: Mapping[str, float] | None = None,
         flag: str | None = None,
+        layout: str | None = None,
     ) -> None:
         """Append one observation (committed before this returns)."""
         with self.session(write=True) as s:
-            queries.insert_observation(s, bisection_id, seq, commit, value, trial_ids, covariates, flag=flag)
+            queries.insert_observation(s, bisection_id, seq, commit, value, trial_ids, covariates, flag=flag, layout=layout)
 
     def add_noise_estimate(self, estimate: NoiseEstimate) -> None:
         """Keep a measured noise level (committed before this returns)."""

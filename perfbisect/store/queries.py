@@ -20,6 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from ..errors import StoreError
+from ..layout import Layout
 from ..model import (
     BisectOutcome,
     Comparison,
@@ -77,8 +78,9 @@ def insert_trial(
     started_at: float | None = None,
     job_id: str | None = None,
     node: str | None = None,
+    layout: Layout | None = None,
 ) -> int:
-    """Store a new trial in state "running" and return its id."""
+    """Store a new trial in state "running" and return its id (with the layout it runs under)."""
     purpose = _purpose(purpose)
     row = TrialRow(
         commit_sha=identity.commit,
@@ -96,6 +98,7 @@ def insert_trial(
         bisection_id=bisection_id,
         job_id=job_id,
         node=node,
+        layout=None if layout is None else layout.id,
     )
     session.add(row)
     session.flush()
@@ -252,6 +255,13 @@ def select_trials(
     return [_trial_result(row) for row in session.scalars(query)]
 
 
+def count_trials(session: Session, commit: str, mode: str) -> int:
+    """How many trials of (commit, mode) the database holds, whatever their status or purpose."""
+    return session.scalar(
+        select(func.count()).select_from(TrialRow).where(TrialRow.commit_sha == commit, TrialRow.mode == mode)
+    ) or 0
+
+
 def identical_build_groups(
     session: Session, noise_key: NoiseKey, *, min_size: int = 2
 ) -> list[list[TrialResult]]:
@@ -363,6 +373,7 @@ def insert_observation(
     *,
     recorded_at: float | None = None,
     flag: str | None = None,
+    layout: str | None = None,
 ) -> None:
     """Append one observation of a bisection; seq must be new for that bisection."""
     _bisection_row(session, bisection_id)
@@ -387,6 +398,7 @@ def insert_observation(
             covariates={str(k): float(v) for k, v in (covariates or {}).items()},
             recorded_at=time.time() if recorded_at is None else recorded_at,
             flag=flag,
+            layout=layout,
         )
     )
     session.flush()
@@ -410,6 +422,7 @@ def load_observations(session: Session, bisection_id: int) -> list[ObservationRe
             covariates=dict(row.covariates),
             recorded_at=row.recorded_at,
             flag=row.flag,
+            layout=row.layout,
         )
         for row in rows
     ]
@@ -649,7 +662,21 @@ def _trial_result(row: TrialRow) -> TrialResult:
         id=row.id,
         job_id=row.job_id,
         node=row.node,
+        layout=_layout(row),
     )
+
+
+def _layout(row: TrialRow) -> Layout | None:
+    if not row.layout:
+        return None
+    try:
+        return Layout.parse(row.layout)
+    except ValueError:
+        raise StoreError(
+            f"Trial {row.id} in the results database has the layout {row.layout!r}, which is not a layout id "
+            "(like 's2-e1733-h40211'); the file was edited by hand or damaged. Set that trial's layout to NULL "
+            "or use another database (--db)."
+        ) from None
 
 
 def _bisection_record(session: Session, row: BisectionRow) -> BisectionRecord:

@@ -45,6 +45,7 @@ class ObservationRecord:
     covariates: Mapping[str, float] = field(default_factory=dict)
     recorded_at: float = 0.0
     flag: str | None = None  # why the search excludes it (throttled, contended), if it does
+    layout: str | None = None  # layout ids of its trials, "+"-joined for a ratio metric (bisect.Observation.layout)
 
 
 @dataclass(frozen=True)

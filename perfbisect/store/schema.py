@@ -111,6 +111,8 @@ class TrialRow(Base):
     # Where an executor ran it: the Slurm job id and node name (None: run by perfbisect itself, here).
     job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     node: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # The layout it ran under (perfbisect.layout id: "s2-e1733-h40211"); NULL: stored before layouts.
+    layout: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     runs: Mapped[list[RunRow]] = relationship(back_populates="trial", order_by="RunRow.id")
 
@@ -167,6 +169,8 @@ class ObservationRow(Base):
     covariates: Mapped[dict[str, float]] = mapped_column(JSON)
     recorded_at: Mapped[float] = mapped_column(Float)
     flag: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it is excluded, if it is
+    # The layout ids of its trials ("+"-joined for a ratio metric); NULL: unrecorded.
+    layout: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
     bisection: Mapped[BisectionRow] = relationship(back_populates="observations")
 

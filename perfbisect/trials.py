@@ -459,11 +459,6 @@ def interleaved(items: Sequence, round_index: int) -> list:
     return list(items) if round_index % 2 == 0 else list(reversed(items))
 
 
-def run_logs(trials: Iterable[TrialResult]) -> list[list[float]]:
-    """Per trial, the log values of its usable runs (for the within-trial noise σ_w)."""
-    return [[math.log(r.value) for r in t.usable_runs if r.value] for t in trials]
-
-
 def metric_value(cfg: Config, summaries: dict[str, float]) -> float:
     """log of the metric mode's summary (its workload.metric), or log(spec/base) for a ratio metric."""
     modes = cfg.metric_modes

@@ -38,6 +38,14 @@ def bisection_detail(store, bisection_id: int, report: Path | None, gpus: int = 
         failed = f", {len(ts) - len(ok)} not usable" if len(ts) > len(ok) else ""
         value = f"median {level:.1f}" if level is not None else "no value"
         lines.append(f"  {sha[:10]}  {len(ts)} trial{'s' if len(ts) != 1 else ''}{failed}  {value}  {what}{mark}".rstrip())
+    warm = [t for t in trials if t.detected_warmup_runs]
+    if warm:
+        n = sum(len(t.detected_warmup_runs) for t in warm)
+        lines.append(
+            f"warm-up: {n} leading run{'s' if n != 1 else ''} in {len(warm)} trial{'s' if len(warm) != 1 else ''} "
+            f"{'was' if n == 1 else 'were'} slower "
+            f"than the later runs beyond their spread and counted as warm-up (workload.detect_warmup)"
+        )
     if out is not None and out.explanation:
         lines.append(out.explanation)
     if trials:

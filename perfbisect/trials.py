@@ -285,7 +285,7 @@ class TrialRunner:
                 for run in run_bench_serving(server.base_url, cfg.workload, prepared.worktree, cfg.target.python, env, log_path):
                     session.on_run(run)
             else:
-                run_workload(server.base_url, cfg.workload, on_run=session.on_run)
+                run_workload(server.base_url, cfg.workload, on_run=session.on_run, on_warmup_detected=session.on_warmup_detected)
             session.info = server_info(server.base_url)
         pidfile.unlink(missing_ok=True)  # torn down cleanly: nothing to reap later
 
@@ -324,6 +324,9 @@ class TrialRunner:
         accept = avg_spec_accept_length(info)
         extra = f", server-wide accept length {accept:.2f}" if accept else ""
         flagged = f", {len(result.flagged_runs)} runs flagged" if result.flagged_runs else ""
+        detected = len(result.detected_warmup_runs)
+        if detected:
+            flagged += f", {detected} slow leading run{'s' if detected > 1 else ''} counted as warm-up"
         self.progress.info(
             f"  → {describe_workload(self.ws.config.workload).format(math.exp(result.summary))} "
             f"(median of {len(result.usable_runs)} runs{flagged}{extra})"
@@ -387,6 +390,7 @@ class _Session:
         self.progress = progress
         self.servers: list[ServerSession] = []
         self.window: list[float] = []  # when measured runs ran: the state summary covers only that
+        self.landed: dict[int, float] = {}  # run index -> when it landed
         self.env_checks: tuple[EnvCheck, ...] = ()
         self.info: dict = {}
         self.sampler = Sampler(
@@ -395,11 +399,22 @@ class _Session:
 
     def on_run(self, run: RunResult) -> None:
         self.store.add_run(self.trial_id, run)
+        self.landed[run.index] = time.time()
         if run.warmup or not self.window:
-            self.window[:] = [time.time()]
+            self.window[:] = [self.landed[run.index]]
         else:
-            self.window[1:] = [time.time()]
+            self.window[1:] = [self.landed[run.index]]
         self.progress.detail("  " + format_run(run, self.metric))
+
+    def on_warmup_detected(self, runs: list[RunResult]) -> None:
+        """Leading measured runs turned out to be warm-up: re-mark them stored, and start the state
+        window after them (it covers measured runs only)."""
+        self.store.mark_detected_warmup(self.trial_id, [r.index for r in runs])
+        self.window[0] = max(self.landed[r.index] for r in runs)
+        self.progress.info(
+            f"  run{'s' if len(runs) > 1 else ''} {', '.join(str(r.index) for r in runs)}: slower than the later runs "
+            f"beyond their spread: counted as warm-up (workload.detect_warmup); more runs take their place, up to a bound"
+        )
 
 
 # ------------------------------------------------------------------------------------------------

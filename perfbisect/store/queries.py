@@ -119,6 +119,25 @@ def insert_run(
     return row.id
 
 
+def mark_detected_warmup(session: Session, trial_id: int, indices: Sequence[int]) -> int:
+    """Re-mark measured runs of a running trial as warm-up found after the fact; how many changed."""
+    trial = _trial_row(session, trial_id, with_runs=True)
+    if trial.status != TRIAL_RUNNING:
+        raise StoreError(
+            f"Trial {trial_id} is already finished ({trial.status}); its runs can no longer be re-marked "
+            "as warm-up (its summary is stored). Re-mark them before finish_trial()."
+        )
+    wanted = set(indices)
+    changed = 0
+    for row in trial.runs:
+        if row.idx in wanted and not row.warmup:
+            row.warmup = True
+            row.detected_warmup = True
+            changed += 1
+    session.flush()
+    return changed
+
+
 @dataclasses.dataclass(frozen=True)
 class TrialDetails:
     """What finish_trial writes, already reduced to JSON-able values (so encoding errors happen

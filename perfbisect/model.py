@@ -85,6 +85,9 @@ class RunResult:
     # A measured run found to be warm-up after the fact (slower than the later runs beyond their
     # spread, perfbisect.warmup); such a run also has warmup=True, so no statistic uses it.
     detected_warmup: bool = False
+    # When it landed in the store (unix time; None before it is stored): bookkeeping, not part of
+    # the measurement, so two runs that measured the same compare equal.
+    recorded_at: float | None = field(default=None, compare=False)
 
     @property
     def complete(self) -> bool:

@@ -113,7 +113,8 @@ def insert_run(
             "Start a new trial with begin_trial() for further runs."
         )
     values = {column: getattr(run, name) for name, column in _RUN_COLUMNS.items()}
-    row = RunRow(trial_id=trial_id, recorded_at=recorded_at or time.time(), **values)
+    values["recorded_at"] = recorded_at or run.recorded_at or time.time()
+    row = RunRow(trial_id=trial_id, **values)
     session.add(row)
     session.flush()
     return row.id

@@ -27,6 +27,7 @@ from .errors import UsageError
 from .patches import PatchCheck, check_patches
 from .gitrepo import TargetRepo
 from .plan import Plan, plan_range
+from .run_allocation import RunsAdvice, runs_advice
 from .skips import Skip, SkipList, skipped_commits
 from .targets import active_filters
 from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict, median
@@ -426,6 +427,7 @@ class CalibrateResult:
     next_noise: NoiseModel  # what it decides with (that figure pooled with stored A/A trials)
     spread_s: float = 0.0  # from the first session's start to the last one's end
     spread_minutes: float = 0.0  # what was asked for (--spread-minutes)
+    runs: RunsAdvice | None = None  # how many runs per trial this host's noise and timings make cheapest
 
 
 def calibrate(
@@ -486,7 +488,9 @@ def calibrate(
     attribution = attribution_line(done)
     if attribution:
         lines.append(attribution)
-    return CalibrateResult(a, b, mode, measured, done, lines, start, next_noise, spread_s, spread_minutes)
+    advice = runs_advice(ws, mode)
+    lines.append(advice.line())
+    return CalibrateResult(a, b, mode, measured, done, lines, start, next_noise, spread_s, spread_minutes, advice)
 
 
 def _calibration_partner(ws: Workspace, a: Commit, rev: str, against: str | None) -> Commit:

@@ -181,13 +181,17 @@ def noise_model_and_note(ws: "Workspace", mode_names: Sequence[str]) -> tuple[No
     """Between-trial noise for this host/mode/workload — the stored figure the module's rule picks,
     pooled with stored A/A trials of identical builds, else the stated prior — and a note when the
     figures disagree or were measured on another host."""
+    if len(mode_names) != 1:
+        # Ratio metrics: A/A data of the ratio itself is not pooled yet.
+        return NoiseModel.prior(ws.config.stats.prior_sigma_pct), None
+    return noise_model_for_key(ws, ws.noise_key(ws.config.mode(mode_names[0])))
+
+
+def noise_model_for_key(ws: "Workspace", key: NoiseKey) -> tuple[NoiseModel, str | None]:
+    """``noise_model_and_note`` for one noise key (a mode's, or one of its workload's siblings)."""
     cfg = ws.config
     prior = NoiseModel.prior(cfg.stats.prior_sigma_pct)
-    if len(mode_names) != 1:
-        return prior, None  # ratio metrics: A/A data of the ratio itself is not pooled yet
-    mode = cfg.mode(mode_names[0])
-    key = ws.noise_key(mode)
-    estimates = ws.store.noise_estimates(mode.name, key.workload_hash)
+    estimates = ws.store.noise_estimates(key.mode, key.workload_hash)
     start = starting_noise(estimates, key)
     note = start.note()
     if start.figure is not None:
@@ -322,6 +326,7 @@ __all__ = [
     "keep_noise",
     "noise_model",
     "noise_model_and_note",
+    "noise_model_for_key",
     "run_logs",
     "starting_noise",
     "starting_noise_for",

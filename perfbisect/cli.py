@@ -580,6 +580,8 @@ def calibrate(
                                    "source": start.figure.source if start.figure else "prior", "why": start.why,
                                    "disagree": start.disagree,
                                    "p_value": start.agreement.p_value if start.agreement else None},
+                "runs_per_trial": {"runs": result.runs.runs, "recommended": result.runs.recommended,
+                                   "saving_pct": result.runs.saving_pct} if result.runs else None,
                 "lines": result.lines, "report": str(report) if report else None}
         print_json(data)
         return

@@ -113,7 +113,7 @@ class WorkloadConfig:
     prompts_file: Path | None = None
     max_tokens: int = 256
     warmup: int = 2
-    runs: int = 5
+    runs: int = 5  # measured runs per trial; 0: auto, the cheapest for this host (perfbisect/run_allocation.py)
     concurrency: int = 1
     temperature: float = 0.0
     request_timeout_s: float = 600.0

@@ -24,7 +24,8 @@ from .versions import target_versions
 from .bisect import Observation
 from .build import run_build
 from .placeholders import expand
-from .settings import Config, ModeConfig
+from .settings import Config, ModeConfig, WorkloadConfig
+from .run_allocation import runs_advice
 from .errors import BuildError, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
 from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus
 from .render import format_run
@@ -130,6 +131,7 @@ class TrialRunner:
         self.wait_idle_s = wait_idle_s
         self._prepared: Prepared | None = None
         self._unobserved: dict[int, list[TrialResult]] = {}  # per bisection: stored trials no observation holds
+        self._auto_runs: dict[str, int] = {}  # per mode: the run count workload.runs = 0 chose
         self._logs = ws.config.cache_dir / "logs"
         self._pids = ws.config.cache_dir / "servers"
         reap_leftover_servers(ws.config.cache_dir, self.progress)
@@ -280,14 +282,27 @@ class TrialRunner:
             if cfg.server.check_env:
                 session.env_checks = server.check_env()
                 self._report_env(session.env_checks)
+            workload = self._workload(mode)
             if cfg.workload.kind == "bench_serving":
                 env = {**cfg.server.env, **mode.env}
-                for run in run_bench_serving(server.base_url, cfg.workload, prepared.worktree, cfg.target.python, env, log_path):
+                for run in run_bench_serving(server.base_url, workload, prepared.worktree, cfg.target.python, env, log_path):
                     session.on_run(run)
             else:
-                run_workload(server.base_url, cfg.workload, on_run=session.on_run, on_warmup_detected=session.on_warmup_detected)
+                run_workload(server.base_url, workload, on_run=session.on_run, on_warmup_detected=session.on_warmup_detected)
             session.info = server_info(server.base_url)
         pidfile.unlink(missing_ok=True)  # torn down cleanly: nothing to reap later
+
+    def _workload(self, mode: ModeConfig) -> WorkloadConfig:
+        """The workload a trial runs: ``workload.runs = 0`` (auto) resolved once per mode and command,
+        from this host's stored noise and timings (run_allocation), so one command's trials agree."""
+        workload = self.ws.config.workload
+        if workload.runs:
+            return workload
+        if mode.name not in self._auto_runs:
+            advice = runs_advice(self.ws, mode.name)
+            self._auto_runs[mode.name] = advice.runs
+            self.progress.info(f"[{mode.name}] {advice.line()}")
+        return replace(workload, runs=self._auto_runs[mode.name])
 
     def _read_versions(self, prepared: Prepared) -> None:
         """The target's package versions, read once per commit through the server's env (PYTHONPATH

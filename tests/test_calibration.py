@@ -101,6 +101,9 @@ def test_calibrate_interleaves_two_builds_stores_its_dof_and_names_a_disagreemen
     assert "they disagree" in text and "25.0% (bisection #7, 30 dof)" in text
     assert f"{out['sigma_b_pct']:.1f}% (calibrate, 4 dof)" in text
     assert out["next_bisection"]["disagree"] is True and out["next_bisection"]["sigma_b_pct"] == pytest.approx(25.0)
+    # And how many runs per trial would be cheapest at that noise and the timings these trials had.
+    assert out["lines"][-1].startswith("runs per trial: 5 now") and out["runs_per_trial"]["runs"] == 5
+    assert 3 <= out["runs_per_trial"]["recommended"] <= 30
     # The statement is true: the noise model a bisection opens with starts from the 25%, and warns.
     with Workspace.open(config, db) as ws:
         noise, note = noise_model_and_note(ws, ["baseline"])

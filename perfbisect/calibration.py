@@ -145,8 +145,7 @@ def starting_noise(estimates: Sequence[NoiseEstimate], key: NoiseKey) -> Startin
     ratio, p = variance_ratio_test(calibration.sigma_b, calibration.dof, bisection.sigma_b, bisection.dof)
     agreement = Agreement(ratio, p)
     if not agreement.disagree:
-        why = ("bisections are preferred (their trials meet what the next one's will: many builds, hours of drift); "
-               f"the calibration agrees ({agreement.describe()})")
+        why = "what bisections measured is preferred: their trials meet what the next one's will (many builds, hours of drift)"
         return StartingNoise(bisection, why, bisection, calibration, agreement)
     if bisection.sigma_b >= calibration.sigma_b:
         why = "what bisections measured is preferred, and it is the larger"

@@ -4,6 +4,7 @@ warm-up, stored flagged, and replaced, against real emulator sessions and throug
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import subprocess
@@ -90,3 +91,26 @@ def test_measure_stores_the_detected_warm_up_flagged_and_keeps_the_run_count(tmp
     assert rows[:2] == [(0, 1, 0), (1, 1, 1)]  # the fixed warm-up, then the run it missed: kept, flagged
     assert [idx for idx, warmup, _ in rows if not warmup] == [2, 3, 4, 5, 6]  # five measured, as configured
     assert runs_per_trial["runs"] == 5 and runs_per_trial["detected_warmup"] == 1
+
+
+def test_the_store_re_marks_detected_runs_only_while_the_trial_runs_and_the_log_counts_them(tmp_path):
+    from perfbisect.errors import StoreError
+    from perfbisect.logdetail import bisection_detail
+    from perfbisect.model import NoiseKey, TrialIdentity, TrialStatus
+    from perfbisect.store import open_store
+
+    identity = TrialIdentity.of_build(NoiseKey("host", "baseline", "m", "w"), commit="a" * 40, patch_hash="p", build_hash="b")
+    with open_store(tmp_path / "r.sqlite") as store:
+        bid = store.begin_bisection(good="a" * 40, bad="b" * 40, commits=["a" * 40, "b" * 40], metric="baseline",
+                                    settings={"metric": "baseline"}, target=str(tmp_path))
+        tid = store.begin_trial(identity, "bisect", bid)
+        for i, rate in enumerate((40.0, 100.0, 101.0, 99.0, 100.0, 100.0)):
+            store.add_run(tid, RunResult(index=i, warmup=False, requested_tokens=8, output_tokens=8, decode_tok_s=rate))
+        assert store.mark_detected_warmup(tid, [0]) == 1
+        trial = store.finish_trial(tid, TrialStatus.OK)
+        assert [r.index for r in trial.detected_warmup_runs] == [0] and len(trial.usable_runs) == 5
+        assert trial.summary == pytest.approx(math.log(100.0))  # the slow run is not averaged in
+        with pytest.raises(StoreError, match="already finished"):
+            store.mark_detected_warmup(tid, [1])
+        lines = bisection_detail(store, bid, None)
+    assert any(line.startswith("warm-up: 1 leading run in 1 trial was slower") for line in lines), lines

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import cost, slurm
-from .calibration import (  # noqa: F401 (LEARNED_DOF_CAP, noise_model_and_note: the use cases' noise, named here)
-    LEARNED_DOF_CAP, CalibrationNoise, StartingNoise, calibration_lines, calibration_noise, keep_noise, noise_model,
-    noise_model_and_note, starting_noise_for,
+from .calibration import (
+    CalibrationNoise, StartingNoise, calibration_lines, calibration_noise, keep_noise, noise_model, noise_model_and_note,
+    starting_noise_for,
 )
 from .bisect import Done, Observation, SearchPolicy
 from .settings import Config

@@ -445,9 +445,8 @@ def run_workload(
             reports_timing = "last_decode_tok_s" in server_info(base, client=client)
         except (WorkloadError, ServerDied):
             reports_timing = False
-        index = -1
-        while index + 1 < total:
-            index += 1
+        index = 0
+        while index < total:  # total grows when detected warm-up runs are replaced
             warmup = index < cfg.warmup
             batch = [prompts[(next_prompt + j) % len(prompts)] for j in range(concurrency)]
             next_prompt += concurrency
@@ -471,7 +470,8 @@ def run_workload(
                     f"{index} ({run.error}). The {len(results)} run(s) so far were kept; the trial is failed. "
                     f"Look at the server log for why it died (out of memory, a crash in a worker)."
                 )
-            if detect and index + 1 == total:
+            index += 1
+            if detect and index == total:
                 more = _detect_warmup(results, higher_is_better, extra_left, on_warmup_detected, progress)
                 extra_left -= more
                 total += more

@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import cost, slurm
+from .calibration import (
+    CalibrationNoise, StartingNoise, calibration_lines, calibration_noise, keep_noise, noise_model, noise_model_and_note,
+    starting_noise_for,
+)
 from .bisect import Done, Observation, SearchPolicy
 from .settings import Config
 from .doctor import Finding, run_doctor
@@ -23,14 +27,15 @@ from .errors import UsageError
 from .patches import PatchCheck, check_patches
 from .gitrepo import TargetRepo
 from .plan import Plan, plan_range
+from .run_allocation import RunsAdvice, runs_advice
 from .skips import Skip, SkipList, skipped_commits
 from .targets import active_filters
 from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict, median
 from .metrics import describe as describe_metric
 from .render import attribution_line, history_line, state_lines
-from .stats import NoiseModel, calibrate_report, compare, compare_sequential, pct
-from .store import BisectionRecord, ComparisonRecord, NoiseEstimate, Store, StoreLocation, locate, open_store
-from .trials import TrialRunner, interleaved, observe, run_logs
+from .stats import NoiseModel, compare, compare_sequential, pct
+from .store import BisectionRecord, ComparisonRecord, Store, StoreLocation, locate, open_store
+from .trials import TrialRunner, interleaved, observe
 from .workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
 
 def measured_nothing(ws: Workspace, bisection_id: int) -> str | None:
@@ -49,62 +54,6 @@ def why_nothing_measured(trials: Sequence[TrialResult]) -> str | None:
             if r.error and not r.warmup:
                 return r.error
     return "no trial produced a usable run"
-
-
-# ------------------------------------------------------------------------------------------------
-# The noise model of a command: stored A/A data, what earlier bisections learned, the prior
-
-
-# A learned noise level counts as this many pseudo-observations at most: it stays a prior that
-# today's own trials can overrule when the machine has changed.
-LEARNED_DOF_CAP = 30.0
-
-
-def noise_model(ws: Workspace, mode_names: Sequence[str]) -> NoiseModel:
-    """Between-trial noise for this host/mode/workload: stored A/A data pooled with what earlier
-    bisections on this host learned, else the stated prior."""
-    return noise_model_and_note(ws, mode_names)[0]
-
-
-def noise_model_and_note(ws: Workspace, mode_names: Sequence[str]) -> tuple[NoiseModel, str | None]:
-    """The noise model, and a note when it was learned elsewhere or the host has changed."""
-    cfg = ws.config
-    prior = NoiseModel.prior(cfg.stats.prior_sigma_pct)
-    if len(mode_names) != 1:
-        return prior, None  # ratio metrics: A/A data of the ratio itself is not pooled yet
-    mode = cfg.mode(mode_names[0])
-    key = ws.noise_key(mode)
-    note = None
-    estimates = [e for e in ws.store.noise_estimates(mode.name, key.workload_hash) if e.source.startswith("bisection")]
-    here = [e for e in estimates if e.noise_key == key]
-    if here:
-        e = here[0]
-        prior = NoiseModel(
-            sigma_b=e.sigma_b, dof=min(e.dof, LEARNED_DOF_CAP),
-            source=f"learned on this host by {e.source.split(':')[0]} ({pct(e.sigma_b):.1f}%, {e.dof:g} dof)",
-            sigma_w=e.sigma_w,
-        )
-    elif estimates:
-        note = (
-            f"the noise was learned on another host ({estimates[0].host}); this host ({ws.host}) differs "
-            f"(GPU, count or driver), so the search starts from the {cfg.stats.prior_sigma_pct:g}% prior"
-        )
-    groups = ws.store.identical_build_groups(key)
-    summaries = [[t.summary for t in g if t.summary is not None] for g in groups]
-    within = run_logs(t for g in groups for t in g)
-    return NoiseModel.from_groups([s for s in summaries if s], within=within, prior=prior), note
-
-
-def keep_noise(ws: Workspace, mode_names: Sequence[str], sigma_pct: float | None, dof: float | None, source: str,
-               sigma_w: float | None = None) -> None:
-    """Store the noise a calibration or a finished bisection measured, for the next one on this host."""
-    if sigma_pct is None or not dof or dof < 2 or len(mode_names) != 1 or not math.isfinite(sigma_pct):
-        return
-    mode = ws.config.mode(mode_names[0])
-    ws.store.add_noise_estimate(NoiseEstimate(
-        **ws.noise_key(mode)._asdict(),
-        sigma_b=math.log1p(sigma_pct / 100.0), dof=float(dof), sigma_w=sigma_w, source=source, created_at=time.time(),
-    ))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -469,38 +418,108 @@ def compare_commits(
 
 @dataclass
 class CalibrateResult:
-    commit: Commit
+    commit: Commit  # REV
+    against: Commit  # the build whose sessions interleaved with REV's (its first parent by default)
     mode: str
-    noise: NoiseModel
-    trials: list[TrialResult]
+    noise: CalibrationNoise  # what this calibration alone measured (stored with its dof)
+    trials: list[TrialResult]  # in the order they ran
     lines: list[str]
+    start: StartingNoise  # the figure the next bisection on this host starts from, and why
+    next_noise: NoiseModel  # what it decides with (that figure pooled with stored A/A trials)
+    spread_s: float = 0.0  # from the first session's start to the last one's end
+    spread_minutes: float = 0.0  # what was asked for (--spread-minutes)
+    runs: RunsAdvice | None = None  # how many runs per trial this host's noise and timings make cheapest
 
 
 def calibrate(
-    ws: Workspace, rev: str, mode: str, trials: int, progress: Progress | None = None, *, wait_idle_s: float = 0.0
+    ws: Workspace, rev: str, mode: str, trials: int, progress: Progress | None = None, *,
+    against: str | None = None, spread_minutes: float = 0.0, wait_idle_s: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> CalibrateResult:
-    """Measure the machine's noise on purpose: N trials of one build (A/A), then σ_b, σ_w and the MDE."""
+    """Measure the noise a bisection on this machine meets: ``trials`` sessions each of REV and a
+    second build (``against``, else REV's first parent) interleaved A B B A …, through the same
+    trial path as a bisection (checkout, patch stack, build, server, warm-up, runs), optionally
+    paced over ``spread_minutes``. Stores σ_b with its true dof and says how it compares with what
+    bisections on this host measured and which figure the next bisection starts from.
+    """
     if trials < 2:
-        raise UsageError("calibrate needs at least 2 trials (--trials 2) to see any between-session noise; 5–10 is better.")
-    result = measure(ws, rev, [mode], trials, progress, purpose="calibrate", wait_idle_s=wait_idle_s)
-    done = result.trials[mode]
-    groups: dict[tuple, list[float]] = {}
-    for t in done:
-        if t.summary is not None:
-            groups.setdefault(t.identity.build_key, []).append(t.summary)
-    within = run_logs(done)
-    measured = NoiseModel.from_groups(list(groups.values()), within=within, prior=NoiseModel.prior(ws.config.stats.prior_sigma_pct))
-    pooled = noise_model(ws, [mode])
-    lines = calibrate_report(pooled, budget_trials=ws.config.stats.max_trials_per_commit, alpha=ws.config.stats.alpha)
+        raise UsageError(
+            "calibrate needs at least 2 trials per build (--trials 2) to see any between-session noise; 5–10 is better."
+        )
+    if spread_minutes < 0 or not math.isfinite(spread_minutes):
+        raise UsageError(f"--spread-minutes is the time to spread the sessions over, 0 or more; got {spread_minutes:g}.")
+    progress = progress or Progress()
+    ws.config.mode(mode)
+    a = ws.repo.resolve(rev)
+    b = _calibration_partner(ws, a, rev, against)
+    preflight(ws)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    schedule = [c for i in range(trials) for c in interleaved([a, b], i)]
+    progress.info(
+        f"calibrate [{mode}]: {trials} sessions each of {a.short} (A) and {b.short} (B{', its first parent' if against is None else ''}), "
+        f"interleaved A B B A" + (f", spread over {spread_minutes:g} min" if spread_minutes else "")
+    )
+    done: list[TrialResult] = []
+    began = time.monotonic()
+    for n, commit in enumerate(schedule):
+        due = began + n * spread_minutes * 60.0 / max(len(schedule) - 1, 1)
+        pause = due - time.monotonic()
+        if pause > 0:
+            progress.info(f"pausing {cost.format_duration(pause)} before session {n + 1} of {len(schedule)} (--spread-minutes {spread_minutes:g})")
+            sleep(pause)
+        done.append(runner.trial(commit, mode, purpose="calibrate"))
+    spread_s = time.monotonic() - began
+    measured = calibration_noise(done)
+    if measured.sigma_b_pct is not None:
+        keep_noise(
+            ws, [mode], measured.sigma_b_pct, measured.dof,
+            f"calibrate: {'+'.join(map(str, measured.trials))} trials of {a.short} and {b.short} interleaved over "
+            f"{cost.format_duration(spread_s)}",
+            sigma_w=measured.sigma_w,
+        )
+    start = starting_noise_for(ws, mode)
+    next_noise = noise_model(ws, [mode])
+    cfg = ws.config
+    lines = [
+        f"{a.short} (A) and {b.short} (B) [{mode}]: {len(done)} sessions interleaved A B B A over "
+        f"{cost.format_duration(spread_s)}, each a bisection's trial (checkout, patch stack, build, server, "
+        f"{cfg.workload.warmup} warm-up, runs)"
+    ]
+    lines += calibration_lines(measured, start, next_noise, budget_trials=cfg.stats.max_trials_per_commit, alpha=cfg.stats.alpha)
     attribution = attribution_line(done)
     if attribution:
         lines.append(attribution)
-    if measured.measured:
-        # What this calibration alone measured (no prior pseudo-observations) is what is kept.
-        raw = NoiseModel.from_groups(list(groups.values()), prior=NoiseModel(0.0, 0.0, "none"))
-        keep_noise(ws, [mode], raw.sigma_b_pct, raw.dof, f"calibrate: {len(done)} trials of {result.commit.short}",
-                   sigma_w=measured.sigma_w)
-    return CalibrateResult(result.commit, mode, measured, done, lines)
+    advice = runs_advice(ws, mode)
+    lines.append(advice.line())
+    return CalibrateResult(a, b, mode, measured, done, lines, start, next_noise, spread_s, spread_minutes, advice)
+
+
+def _calibration_partner(ws: Workspace, a: Commit, rev: str, against: str | None) -> Commit:
+    """The build whose sessions interleave with REV's: ``against``, else REV's first parent."""
+    if against is None:
+        if not a.parents:
+            raise UsageError(
+                f"{rev} ({a.short}) has no parent to interleave its sessions with: pass --against REV2 (any other "
+                f"build; only the spread within each build is counted)."
+            )
+        b = ws.repo.resolve(a.parents[0])
+        what = f"{rev}'s first parent {b.short}"
+    else:
+        b = ws.repo.resolve(against)
+        what = f"--against {against} ({b.short})"
+        if b.sha == a.sha:
+            raise UsageError(
+                f"--against {against} is {rev} itself ({a.short}): sessions of one build back to back measure less "
+                f"noise than a bisection meets. Pass another build, or leave --against out for {rev}'s first parent."
+            )
+    if ws.stack is not None:
+        check = ws.stack.check_at(b)
+        if not check.ok:
+            raise UsageError(
+                f"The patch stack does not apply at {what}: {check.conflict.describe()}. Pass --against REV2 "
+                f"where it applies (see `perfbisect patches check`)."
+            )
+    return b
 
 
 # ------------------------------------------------------------------------------------------------
@@ -684,10 +703,14 @@ def calibration_report(ws: Workspace, result: CalibrateResult) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     db = ws.db_path
     cfg = f" -c {ws.config.path}" if ws.config.path else ""
+    per_build = max(sum(1 for t in result.trials if t.identity.commit == result.commit.sha), 2)
+    spread = f" --spread-minutes {result.spread_minutes:g}" if result.spread_minutes else ""
     view = evidence.trials_view(
-        ws.store, f"perfbisect calibrate: {result.commit.short} [{result.mode}], {len(result.trials)} trials", "calibrate",
-        result.trials, lines=result.lines, config=ws.config,
-        reproduce=[f"perfbisect calibrate {result.commit.sha} --mode {result.mode} --trials {len(result.trials)}{cfg} --db {db}"],
+        ws.store, f"perfbisect calibrate: {result.commit.short} and {result.against.short} [{result.mode}], "
+        f"{len(result.trials)} trials interleaved", "calibrate",
+        result.trials, a=result.commit.sha, b=result.against.sha, lines=result.lines, config=ws.config,
+        reproduce=[f"perfbisect calibrate {result.commit.sha} --against {result.against.sha} --mode {result.mode} "
+                   f"--trials {per_build}{spread}{cfg} --db {db}"],
     )
     view["id"] = f"{result.commit.short}-{stamp}"
     return write_html(render_report(view), report_path(db, f"calibrate-{result.commit.short}-{stamp}", ws.config))

@@ -532,9 +532,15 @@ def compare_cmd(
 
 @cli.command()
 def calibrate(
-    rev: Annotated[str, typer.Argument(help="The build to measure repeatedly.")] = "HEAD",
+    rev: Annotated[str, typer.Argument(help="The build to measure (A).")] = "HEAD",
     mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode (default: the metric's mode).")] = None,
-    trials: TrialsOpt = 5,
+    trials: Annotated[int, typer.Option("--trials", "-n", min=1, help="Server sessions per build (A and B each).")] = 5,
+    against: Annotated[Optional[str], typer.Option(
+        "--against", metavar="REV2", help="The second build (B) whose sessions interleave with REV's (default: REV's first parent).",
+    )] = None,
+    spread_minutes: Annotated[float, typer.Option(
+        "--spread-minutes", min=0.0, help="Spread the sessions over at least this many minutes, pausing between them (0: back to back).",
+    )] = 0.0,
     config: ConfigOpt = None,
     db: DbOpt = None,
     json_out: JsonOpt = False,
@@ -542,25 +548,44 @@ def calibrate(
     wait_idle: WaitIdleOpt = 0.0,
     wait: WaitOpt = False,
 ) -> None:
-    """Measure this machine's noise on purpose: N server sessions of one build.
+    """Measure the noise a bisection on this machine meets: sessions of two builds, interleaved.
 
-    Prints the between-session noise σ_b, the within-session noise σ_w and the smallest regression
-    the current budget can detect. Later bisections and comparisons use it.
+    N server sessions each of REV (A) and a second build (B: REV's first parent, or --against REV2),
+    in the order A B B A A B …, each run as a bisection runs a trial (checkout, patch stack, build,
+    server, warm-up, runs); --spread-minutes paces them over time, as a bisection's trials are spread
+    over hours. σ_b is the spread within each build across sessions; it is stored with its dof.
+
+    Prints σ_b, σ_w, how σ_b compares with what bisections on this host measured (F test), the
+    figure the next bisection starts from and why (what bisections measured is preferred; the larger
+    of the two when they disagree), the smallest regression a budget can detect, and how many runs
+    per trial would be cheapest.
 
     Example:  perfbisect calibrate HEAD --trials 5
+    Example:  perfbisect calibrate HEAD --trials 6 --spread-minutes 120
+    Example:  perfbisect calibrate v0.5.6 --against v0.5.5 -m baseline
     """
-
     cfg = _load(config)
     progress = ConsoleProgress(quiet)
     with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws):
-        result = app.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, progress, wait_idle_s=wait_idle)
+        result = app.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, progress, against=against,
+                               spread_minutes=spread_minutes, wait_idle_s=wait_idle)
         report = app.report_quietly(progress, lambda: app.calibration_report(ws, result))
     if json_out:
-        data = {"commit": result.commit.sha, "mode": result.mode, "trials": [t.id for t in result.trials],
+        start = result.start
+        data = {"commit": result.commit.sha, "against": result.against.sha, "mode": result.mode,
+                "trials": [t.id for t in result.trials], "sigma_b_pct": result.noise.sigma_b_pct, "dof": result.noise.dof,
+                "sigma_w_pct": result.noise.sigma_w_pct, "spread_s": result.spread_s,
+                "next_bisection": {"sigma_b_pct": start.figure.sigma_b_pct if start.figure else result.next_noise.sigma_b_pct,
+                                   "dof": start.figure.dof if start.figure else result.next_noise.dof,
+                                   "source": start.figure.source if start.figure else "prior", "why": start.why,
+                                   "disagree": start.disagree,
+                                   "p_value": start.agreement.p_value if start.agreement else None},
+                "runs_per_trial": {"runs": result.runs.runs, "recommended": result.runs.recommended,
+                                   "saving_pct": result.runs.saving_pct} if result.runs else None,
                 "lines": result.lines, "report": str(report) if report else None}
         print_json(data)
         return
-    print_lines([f"{result.commit.short} [{result.mode}]: {len(result.trials)} trials"] + result.lines)
+    print_lines(result.lines)
     print_report(report)
 
 

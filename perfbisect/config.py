@@ -53,6 +53,7 @@ CONFIG_NAME = "perfbisect.toml"
 _NUMBER_CHECKS: dict[str, str] = {
     "server.port": "non-negative",  # 0: pick a free port per trial
     "workload.warmup": "non-negative",
+    "workload.runs": "non-negative",  # 0: auto, from this host's noise and timings (run_allocation)
     "workload.temperature": "any",
     "stats.stop_when_ruled_out_pct": "int-or-float",  # ≥ 0, checked with its own message
     "stats.second_change_z": "int-or-float",  # ≥ 0, checked with its own message

@@ -56,9 +56,10 @@ def _trial_shape(cfg) -> str:
     if w.kind == "command":
         better = "higher" if w.higher_is_better else "lower"
         return f"{w.warmup} warm-up + 1 measured invocation of workload.command per trial, metric '{w.metric}' ({better} is better)"
+    runs = f"{w.runs} runs" if w.runs else "auto runs (workload.runs = 0)"
     if is_sglang_target(cfg):
-        return f"{w.warmup} warm-up + {w.runs} runs of {w.max_tokens} tokens"
-    return f"{w.warmup} warm-up + {w.runs} runs per trial ({w.kind}, max_tokens = {w.max_tokens})"
+        return f"{w.warmup} warm-up + {runs} of {w.max_tokens} tokens"
+    return f"{w.warmup} warm-up + {runs} per trial ({w.kind}, max_tokens = {w.max_tokens})"
 
 
 def _workspace(ctx: dict) -> list[Finding]:
@@ -186,9 +187,23 @@ def _database(ctx: dict) -> list[Finding]:
     groups = [g for mode in cfg.modes.values() for g in ws.store.identical_build_groups(ws.noise_key(mode))]
     out = [Finding("results database", "ok", f"{ws.db_path}: {n} trials stored")]
     if not groups:
-        out.append(Finding("noise model", "warn", f"no repeated trials of one build on this host yet: decisions use the {cfg.stats.prior_sigma_pct:.1f}% prior. Run `perfbisect calibrate HEAD --trials 5` to measure the real noise."))
+        out.append(Finding("noise model", "warn", f"no repeated trials of one build on this host yet: decisions use the {cfg.stats.prior_sigma_pct:.1f}% prior. Run `perfbisect calibrate HEAD --spread-minutes 60` to measure the noise a bisection meets (HEAD and its parent interleaved over an hour)."))
     else:
         out.append(Finding("noise model", "ok", f"A/A data from {len(groups)} builds on this host"))
+    out.extend(_runs_per_trial(ws))
+    return out
+
+
+def _runs_per_trial(ws) -> list[Finding]:
+    """How many runs per trial this host's measured noise and timings make cheapest (run_allocation)."""
+    from .run_allocation import runs_advice
+
+    out = []
+    for name in ws.config.modes:
+        advice = runs_advice(ws, name)
+        saving = advice.saving_pct
+        state = "info" if advice.recommended is None else ("warn" if advice.configured and (saving or 0) >= 10 else "ok")
+        out.append(Finding("runs per trial", state, f"[{name}] {advice.line().removeprefix('runs per trial: ')}"))
     return out
 
 

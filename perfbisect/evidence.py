@@ -417,7 +417,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
 def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult], *, comparison: Comparison | None = None,
                 a: str | None = None, b: str | None = None, lines: Sequence[str] = (), config: Any = None,
                 record_id: int | None = None, reproduce: Sequence[str] = (), db_path: Path | None = None) -> dict[str, Any]:
-    """The report of a comparison (A vs B) or a calibration (N trials of one build)."""
+    """The report of a comparison (A vs B) or a calibration (N sessions each of two builds, interleaved)."""
     target = str(getattr(getattr(config, "target", None), "repo", "") or "")
     repo = _Repo(target)
     shas = list(dict.fromkeys([s for s in (a, b) if s] + [t.identity.commit for t in trials]))

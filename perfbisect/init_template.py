@@ -79,6 +79,7 @@ kind = "sglang"                  # /generate; or openai-completions, openai-chat
 max_tokens = 2048                # fixed length: ignore_eos is always on
 warmup = 2
 runs = 5
+detect_warmup = true             # slow leading runs beyond the fixed warm-up: counted as warm-up, replaced
 
 [stats]
 metric = "eagle3"                # a mode, or "ratio:eagle3/baseline"

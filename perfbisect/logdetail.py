@@ -48,6 +48,14 @@ def bisection_detail(store, bisection_id: int, report: Path | None, gpus: int = 
         lines.append(f"  {sha[:10]}  {len(ts)} trial{'s' if len(ts) != 1 else ''}{failed}  {value}  {what}{mark}".rstrip())
         if per_trial_layouts:
             lines.append(f"  {'':10}  {_layouts_text([t.layout.id for t in ts if t.layout is not None])}")
+    warm = [t for t in trials if t.detected_warmup_runs]
+    if warm:
+        n = sum(len(t.detected_warmup_runs) for t in warm)
+        lines.append(
+            f"warm-up: {n} leading run{'s' if n != 1 else ''} in {len(warm)} trial{'s' if len(warm) != 1 else ''} "
+            f"{'was' if n == 1 else 'were'} slower "
+            f"than the later runs beyond their spread and counted as warm-up (workload.detect_warmup)"
+        )
     if out is not None and out.explanation:
         lines.append(out.explanation)
     if trials:

@@ -84,6 +84,12 @@ class RunResult:
     server_decode_tok_s: float | None = None  # what the server itself reports, when it does
     metric_value: float | None = None  # for `command` workloads: the metric the command printed
     error: str | None = None
+    # A measured run found to be warm-up after the fact (slower than the later runs beyond their
+    # spread, perfbisect.warmup); such a run also has warmup=True, so no statistic uses it.
+    detected_warmup: bool = False
+    # When it landed in the store (unix time; None before it is stored): bookkeeping, not part of
+    # the measurement, so two runs that measured the same compare equal.
+    recorded_at: float | None = field(default=None, compare=False)
 
     @property
     def complete(self) -> bool:
@@ -318,6 +324,11 @@ class TrialResult:
     def flagged_runs(self) -> tuple[RunResult, ...]:
         """Measured runs kept out of statistics (early EOS, errors)."""
         return tuple(r for r in self.runs if not r.warmup and not r.usable)
+
+    @property
+    def detected_warmup_runs(self) -> tuple[RunResult, ...]:
+        """Leading measured runs that turned out to be warm-up (``workload.detect_warmup``)."""
+        return tuple(r for r in self.runs if r.detected_warmup)
 
     def with_id(self, trial_id: int) -> "TrialResult":
         return replace(self, id=trial_id)

@@ -154,6 +154,7 @@ def trial_row(trial: Any) -> dict[str, Any]:
         "itl_p99_ms": median(r.itl_p99_ms for r in runs),
         "runs": len(runs),
         "flagged": len(trial.flagged_runs),
+        "detected_warmup": len(trial.detected_warmup_runs),
         "accept_length": accept,
         "cycle_ms": cycle,
         "sm_clock_mhz": trial.system.sm_clock_mean_mhz,
@@ -210,6 +211,8 @@ def format_measure(result: Any, config: Any) -> list[str]:
                 bits.append(f"ITL p50 {r['itl_p50_ms']:.2f} ms, p99 {r['itl_p99_ms']:.2f} ms")
             if r["flagged"]:
                 bits.append(f"{r['flagged']} flagged")
+            if r["detected_warmup"]:
+                bits.append(f"{r['detected_warmup']} slow leading run{'s' if r['detected_warmup'] > 1 else ''} counted as warm-up")
             if r["accept_length"]:
                 bits.append(f"accept {r['accept_length']:.2f}")
             if r["sm_clock_mhz"]:

@@ -74,6 +74,7 @@ _TOOLTIP_TRIAL = [
     {"field": "commit", "title": "commit"}, {"field": "subject", "title": "subject"},
     {"field": "mode", "title": "mode"}, {"field": "trial", "title": "trial #"},
     {"field": "value", "title": "trial median", "format": ",.2f"}, {"field": "runs", "title": "runs"},
+    {"field": "detected_warmup", "title": "slow leading runs counted as warm-up"},
     {"field": "within_cv_pct", "title": "within-trial CV %", "format": ".1f"},
     {"field": "started", "title": "started"}, {"field": "excluded", "title": "excluded because"},
     {"field": "node", "title": "node"}, {"field": "job", "title": "Slurm job"},

@@ -102,6 +102,10 @@ class ModeConfig:
         )
 
 
+# WorkloadConfig fields newer than its hash, with the default that leaves each out of it.
+_LATE_WORKLOAD_FIELDS: dict[str, object] = {"detect_warmup": True}
+
+
 @dataclass(frozen=True)
 class WorkloadConfig:
     kind: str = "sglang"  # one of WORKLOAD_KINDS
@@ -109,7 +113,7 @@ class WorkloadConfig:
     prompts_file: Path | None = None
     max_tokens: int = 256
     warmup: int = 2
-    runs: int = 5
+    runs: int = 5  # measured runs per trial; 0: auto, the cheapest for this host (perfbisect/run_allocation.py)
     concurrency: int = 1
     temperature: float = 0.0
     request_timeout_s: float = 600.0
@@ -117,11 +121,21 @@ class WorkloadConfig:
     command: Argv = ()  # kind = "command": prints a JSON object; kind = "bench_serving": extra arguments
     metric: str = "tok_s"  # what each run yields: a quantity, a bench_serving or command JSON key (perfbisect/metrics.py)
     higher_is_better: bool = True  # for command keys; a known metric's direction is known
+    # Leading measured runs slower than the rest beyond their spread count as warm-up and are
+    # replaced by more runs (perfbisect/warmup.py); built-in client only (one measured run otherwise).
+    detect_warmup: bool = True
 
     def config_hash(self) -> str:
+        """Identity of what a trial runs: part of the noise key every stored trial is pooled by."""
         data = dataclasses.asdict(self)
         data["prompts_file"] = str(self.prompts_file) if self.prompts_file else None
+        # Fields added after trials were stored under this hash stay out of it while at their
+        # default: adding one must not move the noise key of a config that does not set it.
+        for name, default in _LATE_WORKLOAD_FIELDS.items():
+            if data[name] == default:
+                del data[name]
         return content_hash(data)
+
 
 
 @dataclass(frozen=True)

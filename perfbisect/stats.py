@@ -508,23 +508,14 @@ def history_shift(
     return "; ".join(notes) if notes else None
 
 
-def calibrate_report(noise: NoiseModel, budget_trials: int = 10, alpha: float = 0.01) -> list[str]:
-    """Lines for `perfbisect calibrate`: σ_b, σ_w, and the smallest regression the budget can detect."""
-    lines = [f"between-trial noise σ_b: {noise.sigma_b_pct:.2f}% ({noise.dof:g} dof; {noise.source})"]
-    if noise.sigma_w is not None:
-        lines.append(f"within-trial noise σ_w: {noise.sigma_w_pct:.2f}% (runs of one session; not independent evidence)")
-    else:
-        lines.append("within-trial noise σ_w: not measured")
-    per_side = max(budget_trials // 2, 1)
-    for n in sorted({2, 3, 5, per_side}):
-        if n <= max(per_side, 2):
-            lines.append(
-                f"smallest regression detectable with {n} vs {n} trials (alpha {alpha:g}, power 80%): "
-                f"{min_detectable_effect(noise, n, n, alpha):.1f}%"
-            )
-    if not noise.measured:
-        lines.append("σ_b is a prior, not a measurement: repeat trials of one build to measure it.")
-    return lines
+def variance_ratio_test(sigma_a: float, dof_a: float, sigma_b: float, dof_b: float) -> tuple[float, float]:
+    """Two-sided F test that two noise figures (standard deviations with their degrees of freedom)
+    measure one variance: (variance ratio a/b, p value). Degrees of freedom may be fractional."""
+    if not (sigma_a > 0 and sigma_b > 0 and dof_a > 0 and dof_b > 0):
+        return math.nan, math.nan
+    ratio = (sigma_a / sigma_b) ** 2
+    below = float(special.fdtr(dof_a, dof_b, ratio))
+    return ratio, min(1.0, 2.0 * min(below, 1.0 - below))
 
 
 __all__ = [
@@ -535,11 +526,11 @@ __all__ = [
     "spent_alpha",
     "t_cdf",
     "t_quantile",
+    "variance_ratio_test",
     "Attribution",
     "NoiseModel",
     "adjust",
     "attribute",
-    "calibrate_report",
     "compare",
     "decide",
     "history_shift",

@@ -53,6 +53,7 @@ def trial_point(t: TrialResult, commits: Mapping[str, dict], excluded: Mapping[i
         "value": row["tok_s"],
         "runs": row["runs"],
         "flagged_runs": row["flagged"],
+        "detected_warmup": row["detected_warmup"],
         "within_cv_pct": row["within_cv_pct"],
         "accept_length": row["accept_length"],
         "cycle_ms": row["cycle_ms"],

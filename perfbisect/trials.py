@@ -24,7 +24,8 @@ from .versions import target_versions
 from .bisect import Observation
 from .build import run_build
 from .placeholders import expand
-from .settings import Config, ModeConfig
+from .settings import Config, ModeConfig, WorkloadConfig
+from .run_allocation import runs_advice
 from .errors import BuildError, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
 from .layout import HASH_SEED_VAR, Layout, choose, joined
 from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus
@@ -132,6 +133,7 @@ class TrialRunner:
         self.wait_idle_s = wait_idle_s
         self._prepared: Prepared | None = None
         self._unobserved: dict[int, list[TrialResult]] = {}  # per bisection: stored trials no observation holds
+        self._auto_runs: dict[str, int] = {}  # per mode: the run count workload.runs = 0 chose
         self._logs = ws.config.cache_dir / "logs"
         self._pids = ws.config.cache_dir / "servers"
         reap_leftover_servers(ws.config.cache_dir, self.progress)
@@ -309,15 +311,28 @@ class TrialRunner:
             if cfg.server.check_env:
                 session.env_checks = server.check_env()
                 self._report_env(session.env_checks)
+            workload = self._workload(mode)
             if cfg.workload.kind == "bench_serving":
                 env = {**cfg.server.env, **mode.env}
-                for run in run_bench_serving(server.base_url, cfg.workload, prepared.worktree, cfg.target.python, env, log_path,
+                for run in run_bench_serving(server.base_url, workload, prepared.worktree, cfg.target.python, env, log_path,
                                              extra_env=layout.env()):
                     session.on_run(run)
             else:
-                run_workload(server.base_url, cfg.workload, on_run=session.on_run)
+                run_workload(server.base_url, workload, on_run=session.on_run, on_warmup_detected=session.on_warmup_detected)
             session.info = server_info(server.base_url)
         pidfile.unlink(missing_ok=True)  # torn down cleanly: nothing to reap later
+
+    def _workload(self, mode: ModeConfig) -> WorkloadConfig:
+        """The workload a trial runs: ``workload.runs = 0`` (auto) resolved once per mode and command,
+        from this host's stored noise and timings (run_allocation), so one command's trials agree."""
+        workload = self.ws.config.workload
+        if workload.runs:
+            return workload
+        if mode.name not in self._auto_runs:
+            advice = runs_advice(self.ws, mode.name)
+            self._auto_runs[mode.name] = advice.runs
+            self.progress.info(f"[{mode.name}] {advice.line()}")
+        return replace(workload, runs=self._auto_runs[mode.name])
 
     def _read_versions(self, prepared: Prepared) -> None:
         """The target's package versions, read once per commit through the server's env (PYTHONPATH
@@ -354,6 +369,9 @@ class TrialRunner:
         accept = avg_spec_accept_length(info)
         extra = f", server-wide accept length {accept:.2f}" if accept else ""
         flagged = f", {len(result.flagged_runs)} runs flagged" if result.flagged_runs else ""
+        detected = len(result.detected_warmup_runs)
+        if detected:
+            flagged += f", {detected} slow leading run{'s' if detected > 1 else ''} counted as warm-up"
         self.progress.info(
             f"  → {describe_workload(self.ws.config.workload).format(math.exp(result.summary))} "
             f"(median of {len(result.usable_runs)} runs{flagged}{extra})"
@@ -417,6 +435,7 @@ class _Session:
         self.progress = progress
         self.servers: list[ServerSession] = []
         self.window: list[float] = []  # when measured runs ran: the state summary covers only that
+        self.landed: dict[int, float] = {}  # run index -> when it landed
         self.env_checks: tuple[EnvCheck, ...] = ()
         self.info: dict = {}
         self.sampler = Sampler(
@@ -425,11 +444,22 @@ class _Session:
 
     def on_run(self, run: RunResult) -> None:
         self.store.add_run(self.trial_id, run)
+        self.landed[run.index] = time.time()
         if run.warmup or not self.window:
-            self.window[:] = [time.time()]
+            self.window[:] = [self.landed[run.index]]
         else:
-            self.window[1:] = [time.time()]
+            self.window[1:] = [self.landed[run.index]]
         self.progress.detail("  " + format_run(run, self.metric))
+
+    def on_warmup_detected(self, runs: list[RunResult]) -> None:
+        """Leading measured runs turned out to be warm-up: re-mark them stored, and start the state
+        window after them (it covers measured runs only)."""
+        self.store.mark_detected_warmup(self.trial_id, [r.index for r in runs])
+        self.window[0] = max(self.landed[r.index] for r in runs)
+        self.progress.info(
+            f"  run{'s' if len(runs) > 1 else ''} {', '.join(str(r.index) for r in runs)}: slower than the later runs "
+            f"beyond their spread: counted as warm-up (workload.detect_warmup); more runs take their place, up to a bound"
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -501,11 +531,6 @@ def with_start_state(system: SystemSummary, snapshots: Sequence) -> SystemSummar
 def interleaved(items: Sequence, round_index: int) -> list:
     """Order of one round of an A B B A schedule: forwards on even rounds, backwards on odd ones."""
     return list(items) if round_index % 2 == 0 else list(reversed(items))
-
-
-def run_logs(trials: Iterable[TrialResult]) -> list[list[float]]:
-    """Per trial, the log values of its usable runs (for the within-trial noise σ_w)."""
-    return [[math.log(r.value) for r in t.usable_runs if r.value] for t in trials]
 
 
 def metric_value(cfg: Config, summaries: dict[str, float]) -> float:

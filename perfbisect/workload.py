@@ -40,6 +40,7 @@ from . import metrics
 from .settings import WorkloadConfig
 from .errors import ConfigError, ServerDied, WorkloadError
 from .model import RunResult
+from .warmup import MIN_LATER_RUNS, extra_runs_bound, leading_warmup
 
 # The user's protocol: short prompts of 26–34 tokens (counted as words and punctuation marks,
 # which is close to what a BPE tokenizer gives for plain English).
@@ -405,6 +406,7 @@ def run_workload(
     progress: Callable[[str], None] | None = None,
     *,
     ignore_eos: bool = True,
+    on_warmup_detected: Callable[[list[RunResult]], None] | None = None,
 ) -> list[RunResult]:
     """cfg.warmup warm-up runs then cfg.runs measured runs against a live server, streamed.
 
@@ -412,6 +414,12 @@ def run_workload(
     once. A bad request becomes a RunResult with ``error`` set; a server that refuses or drops the
     connection raises ServerDied after the partial run has been passed to ``on_run``.
     ``ignore_eos=False`` exists for tests of the early-EOS flag; measurements always keep it True.
+
+    With ``cfg.detect_warmup``, once the measured runs are in, leading ones slower than the rest
+    beyond their spread (``warmup.leading_warmup``) become warm-up (``warmup=True``,
+    ``detected_warmup=True``; ``on_warmup_detected(runs)`` gets them as re-marked, so the caller can
+    re-mark what it stored) and as many more runs are measured, up to ``warmup.extra_runs_bound``, so
+    the trial keeps its run count; the runs that replace them are looked at again the same way.
     """
     if cfg.kind not in _KINDS:
         raise WorkloadError(
@@ -427,6 +435,9 @@ def run_workload(
     results: list[RunResult] = []
     next_prompt = 0
     total = cfg.warmup + cfg.runs
+    higher_is_better = metrics.describe_workload(cfg).higher_is_better
+    detect = cfg.detect_warmup and cfg.runs > MIN_LATER_RUNS
+    extra_left = extra_runs_bound(cfg.runs) if detect else 0
     with httpx.Client(timeout=timeout, limits=limits) as client, ThreadPoolExecutor(max_workers=concurrency) as pool:
         # Servers that report their own timing of the last request (the emulator does) get it read
         # back after each single-stream run; real SGLang has no such field and gets no extra calls.
@@ -434,7 +445,8 @@ def run_workload(
             reports_timing = "last_decode_tok_s" in server_info(base, client=client)
         except (WorkloadError, ServerDied):
             reports_timing = False
-        for index in range(total):
+        index = 0
+        while index < total:  # total grows when detected warm-up runs are replaced
             warmup = index < cfg.warmup
             batch = [prompts[(next_prompt + j) % len(prompts)] for j in range(concurrency)]
             next_prompt += concurrency
@@ -458,7 +470,35 @@ def run_workload(
                     f"{index} ({run.error}). The {len(results)} run(s) so far were kept; the trial is failed. "
                     f"Look at the server log for why it died (out of memory, a crash in a worker)."
                 )
+            index += 1
+            if detect and index == total:
+                more = _detect_warmup(results, higher_is_better, extra_left, on_warmup_detected, progress)
+                extra_left -= more
+                total += more
     return results
+
+
+def _detect_warmup(results: list[RunResult], higher_is_better: bool, extra_left: int,
+                   on_detected: Callable[[list[RunResult]], None] | None,
+                   progress: Callable[[str], None] | None) -> int:
+    """Re-mark leading measured runs that were warm-up (in ``results``); how many more runs to measure."""
+    measured = [i for i, r in enumerate(results) if r.usable]
+    count = leading_warmup([results[i].value for i in measured], higher_is_better)  # type: ignore[misc]
+    if not count:
+        return 0
+    marked = []
+    for i in measured[:count]:
+        results[i] = replace(results[i], warmup=True, detected_warmup=True)
+        marked.append(results[i])
+    if on_detected is not None:
+        on_detected(marked)
+    more = min(count, extra_left)
+    if progress is not None:
+        which = ", ".join(str(r.index) for r in marked)
+        tail = (f"{more} more measured in their place" if more == count
+                else f"{more} more measured in their place: the trial's extra runs (warmup.extra_runs_bound) are spent")
+        progress(f"run{'s' if count > 1 else ''} {which}: slower than the later runs beyond their spread, counted as warm-up; {tail}")
+    return more
 
 
 def _with_server_timing(client: httpx.Client, base: str, run: RunResult, request_id: str) -> RunResult:

@@ -95,7 +95,7 @@ CASES = [
      ["plan", "good={good}", "bad={bad}", "-c", "{config}"], 2, "turbo"),
     ("workload-kind-unknown", ('kind = "sglang"', 'kind = "grpc"'), None,
      ["plan", "good={good}", "bad={bad}", "-c", "{config}"], 2, "workload.kind"),
-    ("runs-zero", ("runs = ", "runs = 0\n#"), None, ["plan", "good={good}", "bad={bad}", "-c", "{config}"], 2, "positive"),
+    ("runs-negative", ("runs = ", "runs = -1\n#"), None, ["plan", "good={good}", "bad={bad}", "-c", "{config}"], 2, "≥ 0"),
     ("server-command-not-found", (EMULATOR, 'command = ["/opt/no-such/sglang"'), None,
      ["measure", "-c", "{config}", "--db", "{db}"], 2, "/opt/no-such/sglang"),
     ("repo-not-git", ("[target]\nrepo = ", "[target]\nrepo = \"{tmp}/plain\"\n#"), _setup_no_git,

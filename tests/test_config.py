@@ -75,7 +75,7 @@ def test_directory_path_finds_perfbisect_toml(tmp_path):
         (("warmup = 2", "warmpu = 2"), "unknown key 'warmpu' in [workload]"),
         (("[workload]", "[workload]\nkind = \"grpc\""), "workload.kind"),
         (("\"--port\", \"{port}\", ", ""), "{port}"),
-        (("runs = 5", "runs = 0"), "positive"),
+        (("runs = 5", "runs = -1"), "integer ≥ 0"),  # 0 is auto (run_allocation)
         (("[modes.baseline]", "[modes.baseline]\nenv = [1]"), "modes.baseline.env"),
     ],
 )

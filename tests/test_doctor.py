@@ -133,6 +133,8 @@ def test_doctor_on_the_demo_target_checks_config_repo_patches_store_noise_and_a_
     assert found["results database"] == [("ok", f"{db}: 0 trials stored")]
     [(state, noise)] = found["noise model"]
     assert state == "warn" and "no repeated trials of one build on this host yet" in noise and "5.0% prior" in noise
+    assert found["runs per trial"] == [("info", f"[{m}] 5 now; no recommendation yet (no stored trial of this mode on this host yet)")
+                                       for m in ("baseline", "eagle3")]
     [(state, launch)] = found["server launch"]
     assert state == "ok" and launch.startswith("[baseline] ready in ")
     assert found["worker env"] == [("ok", f"all {env_vars} configured variables reached every process")]
@@ -147,6 +149,10 @@ def test_doctor_on_the_demo_target_checks_config_repo_patches_store_noise_and_a_
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert found["results database"] == [("ok", f"{db}: 2 trials stored")]
     assert found["noise model"] == [("ok", "A/A data from 1 builds on this host")]
+    # The stored trials' timings and runs now give a recommendation for the mode they measured.
+    (state, baseline), (_, eagle3) = found["runs per trial"]
+    assert state in ("ok", "warn") and baseline.startswith("[baseline] 5 now") and "σ_w" in baseline and "2 stored trials" in baseline
+    assert eagle3.startswith("[eagle3] 5 now; no recommendation yet")
     assert "server launch" not in found  # only with --launch
 
 

@@ -82,6 +82,8 @@ def every_field_run(index: int) -> RunResult:
             values[f.name] = False
         elif f.name == "error":
             values[f.name] = "stream cut"
+        elif f.type in (bool, "bool"):
+            values[f.name] = True  # detected_warmup: every bool but warmup is off by default
         elif "int" in str(f.type) and "float" not in str(f.type):
             values[f.name] = 1000 + number
         else:

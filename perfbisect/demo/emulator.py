@@ -19,9 +19,11 @@ Stdlib only: it runs under the target's interpreter, which need not have perfbis
 Speed knobs read from the code (``^NAME = value`` at module level; the last one found in path
 order wins): ``DECODE_STEP_MS`` (ms per baseline decode step, default 2.0), ``VERIFY_CYCLE_MS``
 (ms per speculative verify cycle, 4.0), ``SPEC_ACCEPT_LENGTH`` (mean tokens per cycle, 2.4),
-``STARTUP_S`` (seconds until /health_generate answers 200, 0.3) and ``EAGLE3_CAPTURE_FIX =
+``STARTUP_S`` (seconds until /health_generate answers 200, 0.3), ``EAGLE3_CAPTURE_FIX =
 True/False`` (default True; False caps the accept length at 1.3, modelling the missing
-deepseek_v2 hidden-state fix).
+deepseek_v2 hidden-state fix) and ``COLD_REQUESTS`` / ``COLD_SLOWDOWN`` (the first N generate
+requests of a session run that many times slower, default 0 / 2.0: compilation and cold caches that
+a fixed warm-up count may not cover).
 
 Environment:
 - ``PERFBISECT_DEMO_SEED``: seeds the session RNG, combined with pid and time so sessions differ.
@@ -92,6 +94,8 @@ _NUMERIC_KNOBS = {
     "VERIFY_CYCLE_MS": "verify_cycle_ms",
     "SPEC_ACCEPT_LENGTH": "spec_accept_length",
     "STARTUP_S": "startup_s",
+    "COLD_REQUESTS": "cold_requests",
+    "COLD_SLOWDOWN": "cold_slowdown",
 }
 _BOOL_KNOBS = {"EAGLE3_CAPTURE_FIX": "eagle3_capture_fix"}
 
@@ -122,6 +126,8 @@ class CodeSpeed:
     spec_accept_length: float = DEFAULT_SPEC_ACCEPT_LENGTH
     startup_s: float = DEFAULT_STARTUP_S
     eagle3_capture_fix: bool = True
+    cold_requests: float = 0.0  # the first N generate requests of a session are slow (warm-up)
+    cold_slowdown: float = 2.0  # ... by this factor
     sources: dict[str, str] = field(default_factory=dict)  # knob name -> "relative/path.py:line"
 
     @property
@@ -261,6 +267,7 @@ class Generation:
     n_tokens: int  # tokens it will produce (max_tokens, or fewer at EOS)
     stop_reason: dict[str, Any]
     die_at: int | None = None  # os._exit once this many tokens were streamed (test knob)
+    number: int = 0  # the n-th generate request of this session (1 = first)
     # Filled while it runs:
     completion_tokens: int = 0
     verify_ct: int = 0
@@ -334,6 +341,7 @@ class EmulatedEngine:
             n_tokens=n_tokens,
             stop_reason=stop,
             die_at=die_at,
+            number=number,
             t_arrival=time.perf_counter(),
         )
 
@@ -357,6 +365,8 @@ class EmulatedEngine:
     def schedule(self, gen: Generation) -> Iterator[tuple[float, int]]:
         """Yield (due time, cumulative tokens) per chunk; the caller sleeps until each is due."""
         factor = self.noise.factor * self._jitter()  # session factor × this run's factor
+        if gen.number <= self.code.cold_requests:  # not warm yet: compilation, cold caches
+            factor *= self.code.cold_slowdown
         prefill_s = (PREFILL_BASE_MS + PREFILL_PER_TOKEN_MS * gen.prompt_tokens) * factor / 1000.0
         due = gen.t_arrival + prefill_s
         # The first token comes out of prefill, alone in its chunk (as in SGLang).

@@ -433,6 +433,11 @@ class Store:
         with self.session(write=True) as s:
             queries.insert_run(s, trial_id, run)
 
+    def mark_detected_warmup(self, trial_id: int, indices: Sequence[int]) -> int:
+        """Re-mark measured runs (by index) of a running trial as warm-up found after the fact."""
+        with self.session(write=True) as s:
+            return queries.mark_detected_warmup(s, trial_id, indices)
+
     def finish_trial(
         self,
         trial_id: int,

@@ -116,10 +116,30 @@ def insert_run(
             "Start a new trial with begin_trial() for further runs."
         )
     values = {column: getattr(run, name) for name, column in _RUN_COLUMNS.items()}
-    row = RunRow(trial_id=trial_id, recorded_at=recorded_at or time.time(), **values)
+    values["recorded_at"] = recorded_at or run.recorded_at or time.time()
+    row = RunRow(trial_id=trial_id, **values)
     session.add(row)
     session.flush()
     return row.id
+
+
+def mark_detected_warmup(session: Session, trial_id: int, indices: Sequence[int]) -> int:
+    """Re-mark measured runs of a running trial as warm-up found after the fact; how many changed."""
+    trial = _trial_row(session, trial_id, with_runs=True)
+    if trial.status != TRIAL_RUNNING:
+        raise StoreError(
+            f"Trial {trial_id} is already finished ({trial.status}); its runs can no longer be re-marked "
+            "as warm-up (its summary is stored). Re-mark them before finish_trial()."
+        )
+    wanted = set(indices)
+    changed = 0
+    for row in trial.runs:
+        if row.idx in wanted and not row.warmup:
+            row.warmup = True
+            row.detected_warmup = True
+            changed += 1
+    session.flush()
+    return changed
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, deferred, mapped_column, relationship
 
@@ -149,6 +150,8 @@ class RunRow(Base):
     metric_value: Mapped[float | None] = mapped_column(Float, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     recorded_at: Mapped[float] = mapped_column(Float)
+    # Stored as measured, then found to be warm-up (warmup is set too): migration 0005.
+    detected_warmup: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
     trial: Mapped[TrialRow] = relationship(back_populates="runs")
 

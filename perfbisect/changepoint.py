@@ -11,6 +11,12 @@ are integrated out in closed form; the drift scale ρ is marginalised over a sma
 that favours "no drift". Every hypothesis is scored by its marginal likelihood, so:
 
 - with ρ = 0 this is the i.i.d. model (segments pooled, σ learned from every residual);
+- σ's prior is a mixture over scales of the stated σ (``SIGMA_SCALES``): a stored or calibrated
+  figure is a prior with bounded weight, and when this bisection's own spread disagrees with it the
+  marginal likelihood moves to the scale the data support instead of trusting the figure;
+- a trial may carry a variance multiplier (``Evidence.scale``): ``outlier_scale`` down-weights a
+  session that sits far from every fitted level (a two-component outlier mixture, one EM step), so
+  one slow session is neither a verdict nor a reason to inflate σ for every trial;
 - when trials of one commit taken at different times disagree beyond σ, larger ρ wins and
   comparisons between trials far apart in time lose weight, while contrasts between trials run
   next to each other keep theirs: the commit a trial measured is no longer confounded with *when*
@@ -35,6 +41,13 @@ from .stats import normal_cdf
 # most bisections run on a steady machine; the rest drift slowly, moderately or jump.
 RHO_GRID = (0.0, 0.03, 0.15, 0.6)
 RHO_PRIOR = (0.85, 0.05, 0.05, 0.05)
+# Scales of the stated σ and their prior weights: the figure a bisection starts from (a prior, a
+# calibration, an earlier bisection) may be too small by 2–4× (back-to-back sessions, another day)
+# or too large; the data pick the scale, the figure only leans. (1.0,) with weight 1 = trust it.
+SIGMA_SCALES = ((0.5, 0.15), (1.0, 0.45), (2.0, 0.25), (4.0, 0.15))
+# Outlier sessions (outlier_scale): prior share of wild sessions and their variance, as a multiple of σ².
+OUTLIER_SHARE = 0.03
+OUTLIER_VARIANCE = 9.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,7 @@ class Evidence:
     n: int  # number of commits in the range
     next_testable: np.ndarray  # per commit index, the next testable commit at or after it
     host: np.ndarray | None = None  # int, per trial, the node that measured it; None = one host
+    scale: np.ndarray | None = None  # float ≥ 1, per trial, its noise variance as a multiple of σ²; None = all 1
 
     @property
     def several_hosts(self) -> bool:
@@ -96,6 +110,7 @@ class ChangePosterior:
     n: int
     hosts: np.ndarray | None = None  # per trial, its host index, when host offsets are modelled
     host_ratio: float = 0.0  # prior variance of a host offset / σ² (0 = one host, nothing modelled)
+    evidence: Evidence | None = None  # what it was fitted on (drift_path, outlier_scale read it)
 
     @property
     def p_one(self) -> float:
@@ -269,11 +284,16 @@ def _fit_rho(ev: Evidence, y: np.ndarray, rho: float, host_ratio: float = 0.0) -
     Z = np.zeros((N, n))
     Z[np.arange(N), ev.commit] = 1.0
     if rho == 0.0 and host_ratio == 0.0:
-        L = np.eye(N)
-        W, u, logdet = Z, y.copy(), 0.0
+        if ev.scale is None:
+            L = np.eye(N)
+            W, u, logdet = Z, y.copy(), 0.0
+        else:
+            root = np.sqrt(ev.scale)
+            L = np.diag(root)
+            W, u, logdet = Z / root[:, None], y / root, float(np.log(ev.scale).sum())
     else:
         t = ev.time
-        V = np.eye(N) + rho * np.minimum(t[:, None], t[None, :])
+        V = np.diag(ev.scale if ev.scale is not None else np.ones(N)) + rho * np.minimum(t[:, None], t[None, :])
         if host_ratio > 0.0:
             # each node's level offset ~ N(0, host_ratio·σ²), shared by every trial it ran: integrated out
             V = V + host_ratio * (ev.host[:, None] == ev.host[None, :])
@@ -300,6 +320,7 @@ def posterior(
     rho_grid: tuple[float, ...] = RHO_GRID,
     rho_prior: tuple[float, ...] = RHO_PRIOR,
     host_ratio: float = 0.0,
+    sigma_scales: tuple[tuple[float, float], ...] | None = None,
 ) -> ChangePosterior:
     """Score every (hypothesis, drift scale) pair by its marginal likelihood times its prior.
 
@@ -307,6 +328,9 @@ def posterior(
     weighed by the posterior probability that each of its steps is at least that big (a truncated
     prior on step sizes); without it, splits of one level into two equal ones keep mass no trial
     can remove and "no change" could never win.
+
+    ``sigma_scales``: (multiplier of ``sigma0``, prior weight) pairs (default SIGMA_SCALES); σ's prior is their mixture of
+    scaled-inverse-χ² laws with ``dof0`` degrees of freedom each, integrated out per hypothesis.
 
     ``host_ratio`` (λ): when the trials come from more than one node (``ev.host``), each node's level
     offset is a random effect N(0, λ·σ²) integrated out with the rest, so only contrasts within a
@@ -335,6 +359,10 @@ def posterior(
     lo, hi = bounds[:, :-1], bounds[:, 1:]  # (H, 3) segment ranges
     all_b1, all_b2, all_r, all_logw, all_beta, all_cov, all_s2 = [], [], [], [], [], [], []
     fits = []
+    # σ² prior: a mixture over scales; per component ν0·s_k², and the log of its normalising part
+    sigma_scales = SIGMA_SCALES if sigma_scales is None else sigma_scales
+    a_k = np.asarray([dof0 * (sigma0 * m) ** 2 for m, _ in sigma_scales])
+    log_k = np.log([wk for _, wk in sigma_scales]) + 0.5 * dof0 * np.log(a_k)
     for r, (rho, prior_r) in enumerate(zip(rho_grid, rho_prior)):
         if rho > 0 and N < 3:
             continue
@@ -352,8 +380,12 @@ def posterior(
         R = np.maximum(fit.q - (rv * beta_c).sum(axis=1), 1e-300)
         _, logdet_g = np.linalg.slogdet(G)
         occam = -0.5 * (3.0 * math.log(g) + logdet_g)
-        logml = -0.5 * fit.logdet_v + occam - 0.5 * (dof0 + N) * np.log(dof0 * sigma0 * sigma0 + R)
-        s2 = (dof0 * sigma0 * sigma0 + R) / (dof0 + N)
+        terms = log_k[None, :] - 0.5 * (dof0 + N) * np.log(a_k[None, :] + R[:, None])  # (H, K)
+        top = terms.max(axis=1, keepdims=True)
+        pk = np.exp(terms - top)
+        total = pk.sum(axis=1)
+        logml = -0.5 * fit.logdet_v + occam + top[:, 0] + np.log(total)
+        s2 = (pk * (a_k[None, :] + R[:, None])).sum(axis=1) / total / (dof0 + N)
         for a, b, mask in ((0, 1, ~none), (1, 2, two)):
             d, se = level_step(beta_c, cov, s2, a, b)
             big = normal_cdf((-min_step - d) / se) + normal_cdf((d - min_step) / se)
@@ -388,8 +420,41 @@ def posterior(
         b1=b1, b2=b2, rho_index=rho_index, logw=logw, w=w, beta=np.concatenate(all_beta),
         cov=np.concatenate(all_cov), s2=np.concatenate(all_s2), dof=dof0 + N, keys=keys, groups=groups,
         p_none=groups.get((), 0.0), rho_weights=rho_w, fits=fits, m0=m0, times=ev.time.astype(float), n=n,
-        hosts=ev.host if lam > 0.0 else None, host_ratio=lam,
+        hosts=ev.host if lam > 0.0 else None, host_ratio=lam, evidence=ev,
     )
 
 
-__all__ = ["ChangePosterior", "Evidence", "RHO_GRID", "RHO_PRIOR", "level_step", "posterior"]
+def outlier_scale(post: ChangePosterior, share: float = OUTLIER_SHARE, variance: float = OUTLIER_VARIANCE,
+                  min_prob: float = 0.1) -> np.ndarray | None:
+    """Per-trial variance multipliers that down-weight wild sessions, or None when no trial looks wild.
+
+    Each trial's residual is taken against the levels averaged over every hypothesis (weighted by
+    the posterior, so a trial is not judged by one answer it might overturn) plus the fitted drift
+    when drift is likelier than not. Under a two-component mixture — a share ``share`` of sessions
+    with ``variance``·σ² — the trial's probability π of being wild gives its expected precision
+    (1 − π) + π/``variance``; its variance multiplier is the inverse. One EM step: a session far
+    beyond σ counts a fraction of a trial instead of moving a level or inflating σ for all.
+    """
+    ev = post.evidence
+    if ev is None or ev.trials < 4:
+        return None
+    seg = (ev.commit[None, :] >= post.b1[:, None]).astype(int) + (ev.commit[None, :] >= post.b2[:, None]).astype(int)
+    fitted = post.w @ np.take_along_axis(post.beta, seg, axis=1)
+    if post.rho_weights and post.rho_weights[0] < 0.5:
+        path = post.drift_path(ev)
+        if path is not None:
+            fitted = fitted + path
+    resid = ev.value - fitted
+    # σ for judging wildness: robust (a wild session inflates the posterior's σ, which would hide it),
+    # but never below half the posterior's, so a lucky tight sample does not make ordinary sessions wild
+    sigma = max(1.4826 * float(np.median(np.abs(resid - np.median(resid)))), 0.5 * math.sqrt(float(post.w @ post.s2)))
+    z2 = (resid / sigma) ** 2
+    wild = share * np.exp(-0.5 * z2 / variance) / math.sqrt(variance)
+    tame = (1.0 - share) * np.exp(-0.5 * z2)
+    pi = wild / np.maximum(wild + tame, 1e-300)
+    if pi.max() < min_prob:
+        return None
+    return 1.0 / ((1.0 - pi) + pi / variance)
+
+
+__all__ = ["ChangePosterior", "Evidence", "RHO_GRID", "RHO_PRIOR", "SIGMA_SCALES", "level_step", "outlier_scale", "posterior"]

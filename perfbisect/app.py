@@ -68,6 +68,7 @@ class BisectResult:
     filtered: list[Commit] = field(default_factory=list)
     db_path: Path | None = None
     state: list[str] = field(default_factory=list)  # system state over the bisection's trials
+    more: str | None = None  # when inconclusive: what settling the tolerance would cost on this host
 
 
 def _range(ws: Workspace, good: str, bad: str) -> tuple[Commit, Commit, list[Commit]]:
@@ -243,9 +244,12 @@ def run_bisection(
             f"bisection #{bisection_id}: residual noise of {outcome.trials_used} trials after the change(s) and drift",
         )
     trials = store.trials(bisection_id=bisection_id, status=None)
+    more = None
+    if outcome.more_trials and outcome.tolerance_pct:
+        more = cost.more_trials_line(ws, outcome.more_trials, f"ruling out a regression of {outcome.tolerance_pct:g}%")
     return BisectResult(
         bisection_id=bisection_id, outcome=outcome, commits=by_sha, filtered=filtered, db_path=ws.db_path,
-        state=state_lines(trials),
+        state=state_lines(trials), more=more,
     )
 
 
@@ -272,7 +276,7 @@ def _search_here(ws: Workspace, policy: SearchPolicy, observations: list[Observa
             action.phase, commit.short, best[0], best[1], elapsed, step_s or None,
         ))
         progress.info(f"[{len(observations) + 1}] {commit.short} ({action.phase}): {action.reason}")
-        obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations))
+        obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations), vary_layout=action.vary_layout)
         store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag,
                               layout=obs.layout)
         observations.append(obs)
@@ -375,7 +379,7 @@ def compare_commits(
     mode_cfg = cfg.mode(mode)
     a, b = ws.repo.resolve(a_rev), ws.repo.resolve(b_rev)
     preflight(ws)
-    max_trials = max_trials or cfg.stats.max_trials_per_commit
+    max_trials = max_trials or cfg.stats.max_trials_per_commit or max(cfg.stats.max_trials_total // 2, min_trials)
     noise = noise_model(ws, [mode])
     progress.info(f"noise model: {noise.describe()}")
     runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
@@ -383,7 +387,7 @@ def compare_commits(
     tb: list[TrialResult] = []
     cmp: Comparison | None = None
     i = 0
-    looks = 0  # each look spends part of alpha (stats.spent_alpha): stopping early stays honest
+    looks = 0  # every look decides at a share of alpha (stats.LOOK_ALPHA_SHARE): stopping early stays honest
     while True:
         for commit, bucket in interleaved([(a, ta), (b, tb)], i):
             bucket.append(runner.trial(commit, mode, purpose="compare"))
@@ -485,7 +489,7 @@ def calibrate(
         f"{cost.format_duration(spread_s)}, each a bisection's trial (checkout, patch stack, build, server, "
         f"{cfg.workload.warmup} warm-up, runs)"
     ]
-    lines += calibration_lines(measured, start, next_noise, budget_trials=cfg.stats.max_trials_per_commit, alpha=cfg.stats.alpha)
+    lines += calibration_lines(measured, start, next_noise, budget_trials=cfg.stats.max_trials_per_commit or cfg.stats.max_trials_total // 2, alpha=cfg.stats.alpha)
     attribution = attribution_line(done)
     if attribution:
         lines.append(attribution)

@@ -45,13 +45,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .changepoint import RHO_GRID, RHO_PRIOR, ChangePosterior, Evidence, posterior
+from .changepoint import RHO_GRID, RHO_PRIOR, ChangePosterior, Evidence, outlier_scale, posterior
 from .settings import StatsConfig
 from .effects import Step, endpoint_comparison, is_regression, located_step, ruled_out_pct, step_comparison
 from .errors import UsageError
 from .lookahead import best_trial
 from .model import BisectOutcome, Comparison, Verdict
-from .stats import NoiseModel, covariate_notes, history_shift, log_of_pct, pct, t_cdf
+from .stats import (LOOK_ALPHA_SHARE, PRIOR_DOF_CAP, NoiseModel, covariate_notes, history_shift, log_of_pct, pct, t_cdf,
+                    t_quantile)
 
 # Prior probability that the range holds two changes rather than one.
 TWO_CHANGE_PRIOR = 0.1
@@ -69,14 +70,48 @@ MIN_TRIALS_AT_CHANGE = 2
 # expected to remove less than this stops: the remaining budget cannot change the answer.
 LOCATE_MIN_GAIN_BITS = 0.01
 # Before one change is accepted, each side of it must carry enough trials, split anywhere, to show a
-# second level step of SECOND_CHANGE_PCT (or SECOND_CHANGE_SHARE of the located one, if bigger) at
-# settings.second_change_z standard errors: a second change hides where nothing was measured.
+# second level step of SECOND_CHANGE_PCT at settings.second_change_z standard errors: a second change
+# hides where nothing was measured.
 SECOND_CHANGE_PCT = 5.0
+# ...or SECOND_CHANGE_SHARE of the located step, or this many noise σ, whichever is biggest: below
+# SECOND_CHANGE_SIGMAS·σ no affordable number of trials shows a step.
 SECOND_CHANGE_SHARE = 0.5
+SECOND_CHANGE_SIGMAS = 1.5
+# Once the posterior suspects a second change (p_two ≥ SECOND_CHANGE_DOUBT), each side must show a
+# step of the floor size at this many standard errors: the located step is overestimated when a second
+# change sits on its bad side, so a share of it would look weakest exactly there.
+SUSPECTED_CHANGE_Z = 3.5
+ENDS_BEFORE_NAMING = 0
+SUSPECT_BF = False
 # Prior sd of one node's level offset (percent): how differently two nodes of one cluster may run the
 # same build. Modelled (a random effect integrated out of the change-point posterior) only when the
 # trials come from more than one node.
 HOST_OFFSET_PRIOR_PCT = 5.0
+# No verdict of any kind rests on fewer trials than this on each side: `same` and `improved` on each
+# endpoint, `regressed` on the culprit and on its parent (MIN_TRIALS_AT_CHANGE).
+MIN_TRIALS_PER_SIDE = 2
+# Trials before wild sessions are looked for (changepoint.outlier_scale): below it nothing is an outlier yet.
+ROBUST_MIN_TRIALS = 5
+# `same` by tolerance needs "no change" to be at least this likely: a regression the search can see is
+# located, not waved through because it is smaller than the tolerance.
+SAME_NO_CHANGE = 0.5
+# The share of alpha one look may spend on "no regression ≥ X%" and on "the bad end is faster": both are
+# checked after every trial, and a fixed-level bound checked that often crosses by chance (checked by
+# simulation at the tolerance's edge, benchmarks/strategies.py TE and TE-R, and on every A/A twin).
+SAME_ALPHA_SHARE = LOOK_ALPHA_SHARE
+BISECT_PRIOR_DOF_CAP = PRIOR_DOF_CAP
+# Layout re-check of a change smaller than stats.layout_check_pct: its commit and its parent each run
+# under at least LAYOUT_MIN_DISTINCT layouts, and with any one layout's trials left out the step keeps
+# LAYOUT_KEEP of its size; up to LAYOUT_EXTRA_TRIALS trials beyond MIN_TRIALS_AT_CHANGE each go to it.
+LAYOUT_MIN_DISTINCT = 2
+# A named change's own commit and its parent differ by at least this many standard errors on their own trials.
+LOCAL_Z = 2.0
+# Trials of a named change's commit and of its parent: enough that their own contrast would show the
+# step at CHANGE_TRIALS_Z standard errors (at least MIN_TRIALS_AT_CHANGE, at most MAX_TRIALS_AT_CHANGE).
+CHANGE_TRIALS_Z = 3.0
+MAX_TRIALS_AT_CHANGE = 8
+LAYOUT_KEEP = 0.5
+LAYOUT_EXTRA_TRIALS = 6
 
 
 @dataclass(frozen=True)
@@ -105,6 +140,7 @@ class Measure:
     best: str = ""  # the best answer so far (for progress), when the search has one
     p: float | None = None  # its posterior probability
     host: str | None = None  # the node to run it on (next_batch with ``hosts``); None = any node
+    vary_layout: bool = False  # run it under a layout its commit has not had yet, even when layouts are fixed
 
 
 @dataclass(frozen=True)
@@ -127,6 +163,7 @@ class _Data:
     notes: list[str]  # covariate sentences
     hosts: list[list[str]] = field(default_factory=list)  # per commit, the node of each value ("" = unnamed)
     pending: list[tuple[int, str | None]] = field(default_factory=list)  # trials in flight: (commit, node)
+    layouts: list[list[str | None]] = field(default_factory=list)  # per commit, the layout of each value
 
     @property
     def host_names(self) -> list[str]:
@@ -301,20 +338,29 @@ class SearchPolicy:
         post = memo["post"]
         counts = [len(v) for v in data.values]
         ends, p_better = endpoint_comparison(post, counts, self._level_prior_ratio(data), s, self.higher_is_better)
-        ruled_out = ruled_out_pct(ends, self.higher_is_better)
+        # What the endpoints rule out is looked at after every trial, so each look uses a stricter level
+        # (SAME_ALPHA_SHARE of alpha) for the claim "no regression ≥ X% at 1 − alpha" to hold over all looks.
+        seq, _ = endpoint_comparison(post, counts, self._level_prior_ratio(data), replace(s, alpha=s.alpha * SAME_ALPHA_SHARE),
+                                     self.higher_is_better)
+        ruled_out = ruled_out_pct(seq, self.higher_is_better)
         top_key, top_p = post.answer()
 
-        # No regression: "no change at all" holds the posterior, or the bad end is faster.
-        if post.p_none >= s.confidence:
+        # No regression: "no change at all" holds the posterior, the bad end is faster, or a regression
+        # as big as the tolerance is ruled out while no change is the likelier story. Each rests on at
+        # least MIN_TRIALS_PER_SIDE trials of each endpoint: one session per side cannot carry a verdict.
+        ends_ok = min(counts[good], counts[bad]) >= MIN_TRIALS_PER_SIDE
+        tol = self._tolerance()
+        if ends_ok and post.p_none >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
             return self._done(
                 Verdict.SAME, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
                 explanation=(
                     f"No regression beyond noise: no change of {s.min_effect_pct:g}% or more anywhere in the "
-                    f"range holds {post.p_none:.3f} of the posterior after {data.trials} trials. "
-                    f"Endpoints: {ends.explanation}"
+                    f"range holds {post.p_none:.3f} of the posterior after {data.trials} trials"
+                    + (f"; no regression ≥ {ruled_out:.1f}% ({100 * (1 - s.alpha):g}%, one-sided)" if ruled_out is not None else "")
+                    + f". Endpoints: {ends.explanation}"
                 ),
             )
-        if p_better >= s.confidence:
+        if ends_ok and p_better >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
             return self._done(
                 Verdict.IMPROVED, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
                 explanation=(
@@ -322,12 +368,16 @@ class SearchPolicy:
                     f"{s.min_effect_pct:g}%): no regression to bisect. {ends.explanation}"
                 ),
             )
-        if s.stop_when_ruled_out_pct and ruled_out is not None and ruled_out <= s.stop_when_ruled_out_pct:
+        if (ends_ok and tol > 0 and ruled_out is not None and ruled_out < tol
+                and (post.p_none >= SAME_NO_CHANGE or not is_regression(log_of_pct(ends.effect_pct), self.higher_is_better))):
             return self._done(
                 Verdict.SAME, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
                 explanation=(
-                    f"No regression ≥ {ruled_out:.1f}% ({100 * (1 - s.alpha):g}%): that answers the question asked "
-                    f"(stats.stop_when_ruled_out_pct = {s.stop_when_ruled_out_pct:g}). {ends.explanation}"
+                    f"No regression ≥ {ruled_out:.1f}% ({100 * (1 - s.alpha):g}%, one-sided), inside the tolerance "
+                    f"of {tol:g}% (stats.tolerance_pct), after {data.trials} trials; "
+                    + (f"no change is the likelier story (posterior {post.p_none:.2f})" if post.p_none >= SAME_NO_CHANGE
+                       else "the bad end is, if anything, faster")
+                    + f". Endpoints: {ends.explanation}"
                 ),
             )
 
@@ -370,10 +420,68 @@ class SearchPolicy:
         # One wild session must not carry a verdict alone: the commits on both sides of a change are
         # each measured at least twice before it is named (heavy-tailed session effects did that).
         for st in steps:
-            if min(data.count(st.parent), data.count(st.at)) < MIN_TRIALS_AT_CHANGE:
-                move = self._confirm_step(data, st, "a second trial of each side, so no single session carries the verdict")
+            need = self._trials_at_change(post, st)
+            if min(data.count(st.parent), data.count(st.at)) < need:
+                move = self._confirm_step(
+                    data, st,
+                    "a second trial of each side, so no single session carries the verdict" if need <= MIN_TRIALS_AT_CHANGE
+                    else f"{need} trials of each side: at {pct(post.sigma_top):.1f}% noise per trial a "
+                         f"{abs(pct(st.step)):.1f}% step needs that many before sessions that fell on one side of "
+                         f"the noise cannot carry it")
                 if move is not None:
                     return move
+        # The change must also show between its own commit and its parent, not only between the segments
+        # around it: sessions that happened to fall on the same side of the noise cannot carry it then.
+        for st in steps:
+            if LOCAL_Z > 0 and self._local_z(data, post, st) < LOCAL_Z:
+                move = self._confirm_step(data, st, f"the commit and its parent must differ by {LOCAL_Z:g} standard errors on their own trials")
+                if move is not None:
+                    return move
+        if len(top_key) == 1 and ENDS_BEFORE_NAMING > 0:
+            # The far ends of each side are where a second change hides longest (only the endpoints
+            # measure past it): each endpoint carries ENDS_BEFORE_NAMING trials before one change is named.
+            for end in (good, bad):
+                if data.count(end) < ENDS_BEFORE_NAMING and self._budget_left(data, end):
+                    return Measure(
+                        self.commits[end],
+                        f"second-change check: {self._describe_key(data, top_key)} holds {top_p:.3f} of the posterior; "
+                        f"one more trial of the {'good' if end == good else 'bad'} endpoint, where a second change would show",
+                        "second-change check", best=self._describe_key(data, top_key), p=top_p,
+                    )
+        # Layout: a small change must hold under layouts its commits did not share (Mytkowicz et al.:
+        # env size and code placement alone move timings by several percent). Re-measure, then keep it
+        # only if every layout can be left out without the step vanishing.
+        layout_sensitive: list[Step] = []
+        for st in steps:
+            if abs(pct(st.step)) >= s.layout_check_pct:
+                continue
+            ok, again = self._layout_check(data, st)
+            if ok:
+                continue
+            extra = data.count(st.parent) + data.count(st.at) - 2 * MIN_TRIALS_AT_CHANGE
+            if again is not None and extra < LAYOUT_EXTRA_TRIALS and self._budget_left(data, again):
+                return Measure(
+                    self.commits[again],
+                    f"confirming the change at {self.commits[st.at][:10]} ({pct(st.step):+.1f}%) under another layout: "
+                    f"a change smaller than {s.layout_check_pct:g}% must survive a different environment size, "
+                    f"worktree path and hash seed before it is blamed",
+                    "confirming", vary_layout=True,
+                )
+            layout_sensitive.append(st)
+        steps = [st for st in steps if st not in layout_sensitive]
+        if layout_sensitive and not steps:
+            return self._done(
+                Verdict.INCONCLUSIVE, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out, top_key=top_key,
+                layout_sensitive=tuple(self.commits[st.at] for st in layout_sensitive), probability=top_p,
+                explanation=(
+                    f"Layout-sensitive, not blamed: the change located at {self._describe_steps(data, layout_sensitive)} "
+                    f"does not survive a change of layout — with the trials of one layout left out, the step "
+                    f"shrinks below half its size or turns around. Environment size, worktree path length and "
+                    f"hash seed move timings by several percent without any code change on the hot path "
+                    f"(Mytkowicz et al., ASPLOS 2009); measure this commit with its parent again, or raise "
+                    f"stats.layout_check_pct only if you know the benchmark is layout-proof."
+                ),
+            )
         regressions = [st for st in steps if is_regression(st.step, self.higher_is_better)]
         improvements = [st for st in steps if not is_regression(st.step, self.higher_is_better)]
         if not regressions:
@@ -434,7 +542,7 @@ class SearchPolicy:
             if o.flag:
                 excluded.append(f"{o.commit[:10]}: {o.flag}")
                 continue
-            rows.append((i, pos, float(o.value), o.covariates, o.host or ""))
+            rows.append((i, pos, float(o.value), o.covariates, o.host or "", o.layout))
         # A commit that failed once is untestable: its earlier values (if any) are kept out too,
         # since a build that sometimes fails is not one identity to compare.
         rows = [r for r in rows if r[0] not in untestable]
@@ -442,15 +550,19 @@ class SearchPolicy:
             [r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows], alpha=self.settings.alpha
         )
         hosts: list[list[str]] = [[] for _ in range(self.n)]
-        for (i, pos, _, _, h), v in zip(rows, adjusted):
+        layouts: list[list[str | None]] = [[] for _ in range(self.n)]
+        for (i, pos, _, _, h, lay), v in zip(rows, adjusted):
             values[i].append(v)
             times[i].append(pos)
             hosts[i].append(h)
-        return _Data(values, times, untestable, len(rows), len(rows) + len(excluded), excluded, notes, hosts)
+            layouts[i].append(lay)
+        return _Data(values, times, untestable, len(rows), len(rows) + len(excluded), excluded, notes, hosts,
+                     layouts=layouts)
 
     def _budget_left(self, data: _Data, i: int) -> bool:
         s = self.settings
-        return data.spent + len(data.pending) < s.max_trials_total and data.count(i) < s.max_trials_per_commit
+        cap = s.max_trials_per_commit or s.max_trials_total  # 0: no cap per commit, the look-ahead allocates
+        return data.spent + len(data.pending) < s.max_trials_total and data.count(i) < cap
 
     def _noise_with(self, data: _Data) -> NoiseModel:
         """The noise model sharpened by this bisection's own repeats of identical builds."""
@@ -465,11 +577,26 @@ class SearchPolicy:
         gap = abs(float(np.mean(b)) - float(np.mean(a))) if a and b else 0.0
         return max(4.0, 2.0 * (gap / self.noise.sigma_b) ** 2)
 
+    def _tolerance(self) -> float:
+        """The regression `same` must rule out (percent): stats.tolerance_pct, or the older key's value."""
+        s = self.settings
+        return s.stop_when_ruled_out_pct or s.tolerance_pct
+
     def _posterior(self, data: _Data) -> ChangePosterior:
+        """The change-point posterior, with wild sessions down-weighted once there are enough trials to see them."""
+        ev = data.evidence(self.n)
+        post = self._fit(ev, data)
+        if ev.trials >= ROBUST_MIN_TRIALS:
+            scale = outlier_scale(post)
+            if scale is not None:
+                post = self._fit(replace(ev, scale=scale), data)
+        return post
+
+    def _fit(self, ev: Evidence, data: _Data) -> ChangePosterior:
         return posterior(
-            data.evidence(self.n),
+            ev,
             sigma0=self.noise.sigma_b,
-            dof0=self.noise.dof,
+            dof0=min(self.noise.dof, BISECT_PRIOR_DOF_CAP),
             level_ratio=self._level_prior_ratio(data),
             min_step=log_of_pct(self.settings.min_effect_pct),
             no_change_prior=NO_CHANGE_PRIOR,
@@ -573,10 +700,15 @@ class SearchPolicy:
         count n_a·n_b/(n_a + n_b); the weakest split must reach the count that shows the step at
         ``settings.second_change_z`` standard errors under the current noise.
         """
-        step = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SHARE * abs(st.step))
         z = self.settings.second_change_z
         if z <= 0:
             return None
+        floor = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SIGMAS * post.sigma_top)
+        step = max(floor, SECOND_CHANGE_SHARE * abs(st.step))
+        tc = TWO_CHANGE_PRIOR
+        if SUSPECTED_CHANGE_Z > 0 and post.p_two >= SECOND_CHANGE_DOUBT and (not SUSPECT_BF or post.p_two * (1 - tc) > tc * post.p_one):
+            # a second change is suspected: look for one as small as the floor, with more power
+            z, step = max(z, SUSPECTED_CHANGE_Z), floor
         need = (z * post.sigma_top / step) ** 2
         cnt = np.array([data.count(i) for i in range(self.n)], dtype=float)
         best: tuple[float, int] | None = None
@@ -599,6 +731,51 @@ class SearchPolicy:
             if best is None or cand < best:
                 best = cand
         return None if best is None else best[1]
+
+    @staticmethod
+    def _trials_at_change(post: ChangePosterior, st: Step) -> int:
+        """Trials each of a named change's commit and parent carry: MIN_TRIALS_AT_CHANGE, more when the
+        step is small against the noise (each trial then tells little, and a few sessions that happened to
+        fall on one side of the noise can carry a posterior), at most MAX_TRIALS_AT_CHANGE."""
+        ratio = CHANGE_TRIALS_Z * post.sigma_top / max(abs(st.step), 1e-9)
+        return int(min(MAX_TRIALS_AT_CHANGE, max(MIN_TRIALS_AT_CHANGE, math.ceil(ratio * ratio))))
+
+    @staticmethod
+    def _local_z(data: _Data, post: ChangePosterior, st: Step) -> float:
+        """The step between the commit's own trials and its parent's, in standard errors (signed along the step)."""
+        vc, vp = data.values[st.at], data.values[st.parent]
+        if not vc or not vp:
+            return 0.0
+        d = float(np.mean(vc) - np.mean(vp))
+        se = post.sigma_top * math.sqrt(1.0 / len(vc) + 1.0 / len(vp))
+        return (d if st.step > 0 else -d) / se
+
+    def _layout_check(self, data: _Data, st: Step) -> tuple[bool, int | None]:
+        """Whether the step at ``st`` survives leaving out each layout, and which commit to re-measure if not.
+
+        Only trials that recorded a layout count. The culprit and its parent must each have run under
+        at least LAYOUT_MIN_DISTINCT layouts; then, for every layout, the culprit-minus-parent contrast of
+        the trials of the other layouts must keep the step's sign and at least LAYOUT_KEEP of its size.
+        Returns (True, None) when no trial recorded a layout (nothing to check).
+        """
+        lp, lc = data.layouts[st.parent], data.layouts[st.at]
+        if not any(x is not None for x in (*lp, *lc)):
+            return True, None
+        vp, vc = data.values[st.parent], data.values[st.at]
+        dp, dc = set(lp), set(lc)
+        fewer = st.parent if (len(dp), len(vp)) <= (len(dc), len(vc)) else st.at
+        if min(len(dp), len(dc)) < LAYOUT_MIN_DISTINCT:
+            return False, fewer
+        sign = 1.0 if st.step > 0 else -1.0
+        for left_out in dp | dc:
+            rp = [v for v, x in zip(vp, lp) if x != left_out]
+            rc = [v for v, x in zip(vc, lc) if x != left_out]
+            if not rp or not rc:
+                continue
+            d = float(np.mean(rc) - np.mean(rp))
+            if sign * d < LAYOUT_KEEP * abs(st.step):
+                return False, fewer
+        return True, None
 
     def _parent(self, b: int, data: _Data) -> int:
         p = b - 1
@@ -644,7 +821,7 @@ class SearchPolicy:
         """Estimated drift of the machine over the bisection (percent, range of the fitted path) and a note."""
         if post is None or not post.fits or post.rho_weights[0] >= 0.5:
             return None, None
-        path = post.drift_path(data.evidence(self.n))
+        path = post.drift_path(post.evidence)
         if path is None:
             return None, None
         span = pct(float(path.max() - path.min()))
@@ -659,17 +836,51 @@ class SearchPolicy:
                    ends: Comparison | None = None, ruled_out: float | None = None) -> Done:
         s = self.settings
         best = self._describe_key(data, top_key) if top_key else "no change"
-        bound = f" No regression ≥ {ruled_out:.1f}% ({100 * (1 - s.alpha):g}%, from the endpoints)." if ruled_out is not None else ""
+        if data.spent + len(data.pending) >= s.max_trials_total:
+            limit = f"stats.max_trials_total = {s.max_trials_total}"
+        else:
+            limit = f"stats.max_trials_per_commit = {s.max_trials_per_commit} (reached by the commits that decide it)"
+        tol = self._tolerance()
+        more = self._trials_to_rule_out(data, post, ends, tol) if not top_key or top_p is None or top_p < 0.5 else None
+        bound = (f" No regression ≥ {ruled_out:.1f}% ({100 * (1 - s.alpha):g}%, one-sided, from the endpoints)."
+                 if ruled_out is not None else "")
+        if more is not None and tol > 0:
+            advice = (f" Ruling out the tolerance of {tol:g}% would take about {more} more trials of the endpoints "
+                      f"(interleaved) at the noise measured so far; raise {limit.split(' =')[0]}, or set "
+                      f"stats.tolerance_pct to the regression that matters to you.")
+        elif top_key:
+            advice = f" Raise {limit.split(' =')[0]} or narrow the range around the best answer."
+        else:
+            advice = f" Raise {limit.split(' =')[0]}."
         return self._done(
             Verdict.INCONCLUSIVE, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out, top_key=top_key,
-            probability=top_p, budget_exhausted=True, best=top_key or (),
+            probability=top_p, budget_exhausted=True, best=top_key or (), stopped_by=limit, more_trials=more,
             explanation=(
-                f"The trial budget ran out ({data.spent} trials; stats.max_trials_total = {s.max_trials_total}, "
-                f"stats.max_trials_per_commit = {s.max_trials_per_commit}) before the answer was clear: {why}. "
+                f"The trial budget ran out ({limit}; {data.spent} trials run) before the answer was clear: {why}. "
                 f"Best answer: {best}" + (f" (probability {top_p:.2f})" if top_p is not None else "") + "."
-                + bound + " Raise the budget, narrow the range, or calibrate the noise first."
+                + bound + advice
             ),
         )
+
+    def _trials_to_rule_out(self, data: _Data, post: ChangePosterior | None, ends: Comparison | None,
+                            tol: float) -> int | None:
+        """More endpoint trials (both ends, interleaved) after which the sequential bound would fall below
+        ``tol`` if the endpoints' difference and the noise stayed as measured; None when the endpoints
+        already point to a regression of the tolerance or more (more trials would confirm it instead)."""
+        if post is None or ends is None or tol <= 0 or not math.isfinite(ends.effect_pct):
+            return None
+        d = log_of_pct(ends.effect_pct) * (1.0 if self.higher_is_better else -1.0)  # < 0: a regression
+        room = log_of_pct(tol) + d
+        if room <= 0:
+            return None
+        z = t_quantile(1.0 - self.settings.alpha * SAME_ALPHA_SHARE, post.dof)
+        sigma = post.sigma_top
+        n_a, n_b = len(data.values[0]), len(data.values[-1])
+        for k in range(0, 100_000, 2):
+            a, b = n_a + k // 2, n_b + k // 2
+            if z * sigma * math.sqrt(1.0 / max(a, 1) + 1.0 / max(b, 1)) < room:
+                return k
+        return None
 
     def _done(
         self,
@@ -688,6 +899,9 @@ class SearchPolicy:
         probability: float | None = None,
         budget_exhausted: bool = False,
         best: tuple[int, ...] = (),
+        layout_sensitive: tuple[str, ...] = (),
+        stopped_by: str | None = None,
+        more_trials: int | None = None,
     ) -> Done:
         culprit_sha = None
         culprit_set: tuple[str, ...] = ()
@@ -697,7 +911,10 @@ class SearchPolicy:
             if skipped:
                 culprit_set = tuple(self.commits[i] for i in (*skipped, culprit))
         drift_pct, drift_note = self._drift(data, post) if post is not None else (None, None)
-        notes = [x for x in (drift_note, self._history_note(data, self._noise_with(data))) if x]
+        # History is judged against the noise this bisection measured (its posterior), not the prior it started from.
+        noise = (NoiseModel(post.sigma_top, post.dof, "this bisection's trials") if post is not None
+                 else self._noise_with(data))
+        notes = [x for x in (drift_note, self._history_note(data, noise)) if x]
         if data.notes:
             explanation += " System state: " + "; ".join(data.notes) + "."
         if data.excluded:
@@ -735,6 +952,10 @@ class SearchPolicy:
             drift_pct=drift_pct,
             noise_sigma_pct=sigma,
             noise_dof=noise_dof,
+            layout_sensitive=layout_sensitive,
+            tolerance_pct=self._tolerance() or None,
+            stopped_by=stopped_by,
+            more_trials=more_trials,
         )
         return Done(outcome)
 

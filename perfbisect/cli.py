@@ -489,7 +489,7 @@ def compare_cmd(
     a: Annotated[str, typer.Argument(help="Reference commit (A).")],
     b: Annotated[str, typer.Argument(help="Commit to judge against A (B).")],
     mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode to compare (default: the metric's mode).")] = None,
-    trials: Annotated[Optional[int], typer.Option("--max-trials", min=2, help="Most trials per side (default: stats.max_trials_per_commit).")] = None,
+    trials: Annotated[Optional[int], typer.Option("--max-trials", min=2, help="Most trials per side (default: stats.max_trials_per_commit, or half of stats.max_trials_total when that is 0).")] = None,
     config: ConfigOpt = None,
     db: DbOpt = None,
     json_out: JsonOpt = False,

@@ -56,6 +56,9 @@ _NUMBER_CHECKS: dict[str, str] = {
     "workload.runs": "non-negative",  # 0: auto, from this host's noise and timings (run_allocation)
     "workload.temperature": "any",
     "stats.stop_when_ruled_out_pct": "int-or-float",  # ≥ 0, checked with its own message
+    "stats.tolerance_pct": "int-or-float",  # ≥ 0 (0: `same` only when no change at all), checked below
+    "stats.layout_check_pct": "int-or-float",  # ≥ 0 (0: no layout re-check), checked below
+    "stats.max_trials_per_commit": "non-negative",  # 0: no cap per commit
     "stats.second_change_z": "int-or-float",  # ≥ 0, checked with its own message
     "hook.idle_s": "int-or-float",  # ≥ 0, checked with its own message
     "cost.trial_minutes": "int-or-float",  # ≥ 0 (0: learned from stored trials), checked below
@@ -378,7 +381,20 @@ def _stats(sec: _Section, base: Path) -> StatsConfig:
     if stats.stop_when_ruled_out_pct < 0:
         raise ConfigError(
             f"{path}: key 'stats.stop_when_ruled_out_pct' must be 0 (off) or a positive percent, got "
-            f"{stats.stop_when_ruled_out_pct}."
+            f"{stats.stop_when_ruled_out_pct}; it is the older name of stats.tolerance_pct."
+        )
+    for key in ("tolerance_pct", "layout_check_pct"):
+        value = getattr(stats, key)
+        if not (0 <= value < 100):
+            raise ConfigError(
+                f"{path}: key 'stats.{key}' must be a percent from 0 to below 100, got {value}"
+                + (" (the regression a `same` verdict rules out; 5 is the default)." if key == "tolerance_pct"
+                   else " (changes smaller than this are re-measured under other layouts; 10 is the default).")
+            )
+    if stats.max_trials_per_commit and stats.max_trials_per_commit < 2:
+        raise ConfigError(
+            f"{path}: key 'stats.max_trials_per_commit' must be 0 (no cap per commit) or at least 2, got "
+            f"{stats.max_trials_per_commit}: a verdict needs two trials on each side."
         )
     if not (0 < stats.alpha < 0.5):
         raise ConfigError(f"{path}: key 'stats.alpha' must lie between 0 and 0.5, got {stats.alpha}.")

@@ -297,6 +297,21 @@ def estimate(
     )
 
 
+def more_trials_line(ws, trials: int, what: str) -> str:
+    """"about N more trials (X of wall time, Y GPU-hours at ...)": what an inconclusive answer would cost to settle."""
+    cfg = ws.config
+    modes = cfg.metric_modes
+    trial_s, source = trial_seconds(ws, modes)
+    n = trials * len(modes)
+    head = f"{what} would take about {n} more trial{'s' if n != 1 else ''}"
+    if trial_s is None:
+        return head + " at the noise measured so far (set [cost] trial_minutes to see the time it costs)"
+    hours = n * trial_s / 3600.0
+    return (f"{head} at the noise measured so far: {format_duration(n * trial_s)} of the machine, "
+            f"{hours * cfg.cost.gpus:.1f} GPU-hours ({format_duration(trial_s)} per trial, {source}; × {cfg.cost.gpus} "
+            f"GPU{'s' if cfg.cost.gpus != 1 else ''}, [cost] gpus)")
+
+
 def spent(trials, gpus: int) -> dict:
     """What a bisection spent: its trials, the wall time it ran (first start to last finish, less the
     pauses: gaps between trials longer than ``PAUSE_GAP_S`` and than a median trial, as when it was

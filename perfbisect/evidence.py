@@ -226,10 +226,18 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
         why = "the trial budget ran out" if out.budget_exhausted else "the evidence did not settle it"
         bound = f" No regression ≥ {out.ruled_out_pct:.1f}% is ruled out." if out.ruled_out_pct is not None else ""
         per_trial = gpu_hours / trials if trials else 0.0
-        more = (f" Each further trial costs about {per_trial:.3f} {gpu_label}; raise stats.max_trials_total "
-                f"or narrow the range.") if trials else ""
+        stop = f" ({out.stopped_by})" if out.stopped_by else ""
+        if out.more_trials and out.tolerance_pct and trials:
+            more = (f" Ruling out a regression of {out.tolerance_pct:g}% would take about {out.more_trials} more "
+                    f"trials of the endpoints (about {out.more_trials * per_trial:.2f} {gpu_label}) at the noise "
+                    f"measured so far.")
+        else:
+            more = (f" Each further trial costs about {per_trial:.3f} {gpu_label}; raise stats.max_trials_total "
+                    f"or narrow the range.") if trials else ""
+        layout = (f" Layout-sensitive, not blamed: {', '.join(name(x) for x in out.layout_sensitive)}."
+                  if out.layout_sensitive else "")
         return {"cls": "inconclusive", "headline": "INCONCLUSIVE",
-                "sentence": f"Inconclusive after {cost}: {why}. Best answer: {best}{prob}.{bound}{more}"}
+                "sentence": f"Inconclusive after {cost}: {why}{stop}. Best answer: {best}{prob}.{bound}{layout}{more}"}
     ends = out.endpoint_comparison
     eff = f" The endpoints differ by {ends.effect_pct:+.1f}% [{ends.ci_low_pct:+.1f}%, {ends.ci_high_pct:+.1f}%]" if ends else ""
     abs_part = f" ({_fmt_value(levels.get('good'), unit)} → {_fmt_value(levels.get('bad'), unit)})" if levels.get("good") else ""
@@ -238,6 +246,8 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
         return {"cls": "improved", "headline": "NO REGRESSION (faster)",
                 "sentence": f"No regression in {what}: the bad end is faster.{eff}{abs_part}{sigma}; {cost}."}
     ruled = f"No regression ≥ {out.ruled_out_pct:.1f}%" if out.ruled_out_pct is not None else f"No change ≥ {min_effect:g}%"
+    if out.tolerance_pct and out.ruled_out_pct is not None:
+        ruled += f" (one-sided, inside the {out.tolerance_pct:g}% tolerance)"
     return {"cls": "same", "headline": "NO REGRESSION beyond noise",
             "sentence": f"{ruled} in {what} between {out.good[:10]} and {out.bad[:10]}.{eff}{abs_part}{sigma}; {cost}."}
 

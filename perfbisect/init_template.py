@@ -83,10 +83,11 @@ detect_warmup = true             # slow leading runs beyond the fixed warm-up: c
 
 [stats]
 metric = "eagle3"                # a mode, or "ratio:eagle3/baseline"
-min_effect_pct = 3.0             # smaller differences are reported as `same`
+min_effect_pct = 3.0             # smaller changes are not located or blamed
+tolerance_pct = 5.0              # `same` = "no regression of this size or more" (99%, one-sided)
 alpha = 0.01
-prior_sigma_pct = 5.0            # between-session noise assumed until `perfbisect calibrate` measures it
-max_trials_per_commit = 10
+prior_sigma_pct = 5.0            # between-session noise assumed until it is measured (a prior, never a licence)
+max_trials_total = 80            # the budget; no cap per commit (max_trials_per_commit = 0): trials go where they tell most
 
 [filters]
 use_defaults = true              # docs/, **/*.md, test/, .github/, benchmark/, examples/, sgl-model-gateway/ ...
@@ -136,10 +137,11 @@ request_timeout_s = 600          # longest one invocation may run
 
 [stats]
 metric = "baseline"              # the mode the bisection decides on
-min_effect_pct = 3.0             # smaller differences are reported as `same`
+min_effect_pct = 3.0             # smaller changes are not located or blamed
+tolerance_pct = 5.0              # `same` = "no regression of this size or more" (99%, one-sided); noisy benchmarks need more
 alpha = 0.01
-prior_sigma_pct = 5.0            # noise between trials assumed until `perfbisect calibrate` measures it
-max_trials_per_commit = 10
+prior_sigma_pct = 5.0            # noise between trials assumed until it is measured (a prior, never a licence)
+max_trials_total = 80            # the budget; no cap per commit: trials go where they tell most
 
 [filters]
 # No default path filters apply (they are SGLang's); list paths whose changes cannot affect the metric.
@@ -189,10 +191,11 @@ concurrency = 1
 
 [stats]
 metric = "baseline"
-min_effect_pct = 3.0             # smaller differences are reported as `same`
+min_effect_pct = 3.0             # smaller changes are not located or blamed
+tolerance_pct = 5.0              # `same` = "no regression of this size or more" (99%, one-sided)
 alpha = 0.01
 prior_sigma_pct = 5.0
-max_trials_per_commit = 10
+max_trials_total = 80            # the budget; no cap per commit: trials go where they tell most
 
 [filters]
 # No default path filters apply (they are SGLang's); list paths whose changes cannot affect speed.

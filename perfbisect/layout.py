@@ -87,7 +87,8 @@ class LayoutSettings(Protocol):
     hash_seed: bool
 
 
-def choose(settings: LayoutSettings, *, commit: str, mode: str, counter: int, hash_seed_pinned: bool = False) -> Layout:
+def choose(settings: LayoutSettings, *, commit: str, mode: str, counter: int, hash_seed_pinned: bool = False,
+           vary: bool = False) -> Layout:
     """The layout of a trial of ``commit`` in ``mode``: ``FIXED`` unless ``settings.randomize``.
 
     The draw is a hash of the trial's identity as known before it is built (commit, mode) and a
@@ -100,13 +101,18 @@ def choose(settings: LayoutSettings, *, commit: str, mode: str, counter: int, ha
     covers every stack alignment up to a page at the default 4096) and over 1..65535 for the hash
     seed. ``hash_seed_pinned``: the config's own env sets PYTHONHASHSEED, so the layout leaves it
     (and records None). What ran is what the trial stores, not this recipe: changing it later never
-    changes a stored layout.
+    changes a stored layout. ``vary``: the search asks for this trial under another layout (a layout
+    re-check of a small change, ``bisect.Measure.vary_layout``): with ``randomize = false`` it draws
+    the padding and the hash seed anyway, in the one worktree slot there is.
     """
-    if not settings.randomize:
+    if not settings.randomize and not vary:
         return FIXED
     digest = hashlib.sha256(f"{_DRAW_VERSION}\0{commit}\0{mode}\0{counter}".encode()).digest()
     word = [int.from_bytes(digest[i : i + 8], "big") for i in range(0, 24, 8)]
     seed = 1 + word[2] % HASH_SEED_MAX if settings.hash_seed and not hash_seed_pinned else None
+    if not settings.randomize:  # a re-check with layouts held fixed: vary what needs no second worktree
+        seed = 1 + word[2] % HASH_SEED_MAX if not hash_seed_pinned else None
+        return Layout(slot=0, env_pad=1 + word[1] % max(settings.env_pad_max, 4096), hash_seed=seed)
     return Layout(slot=word[0] % max(1, settings.path_slots), env_pad=word[1] % (settings.env_pad_max + 1), hash_seed=seed)
 
 

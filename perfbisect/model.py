@@ -378,3 +378,7 @@ class BisectOutcome:
     drift_pct: float | None = None  # span of the machine's fitted drift over the bisection
     noise_sigma_pct: float | None = None  # noise per trial this bisection measured (kept for the next)
     noise_dof: float | None = None
+    layout_sensitive: tuple[str, ...] = ()  # located changes that did not survive a change of layout (not blamed)
+    tolerance_pct: float | None = None  # the regression `same` had to rule out (stats.tolerance_pct)
+    stopped_by: str | None = None  # the budget that ended an inconclusive search ("stats.max_trials_total = 80")
+    more_trials: int | None = None  # when inconclusive: further trials that would rule out the tolerance, at the measured noise

@@ -62,7 +62,8 @@ def format_outcome(result: Any) -> list[str]:
     head = {
         Verdict.REGRESSED: "REGRESSION",
         Verdict.IMPROVED: "IMPROVEMENT",
-        Verdict.SAME: "NO CHANGE beyond noise",
+        Verdict.SAME: (f"NO REGRESSION ≥ {out.ruled_out_pct:.1f}%" if out.ruled_out_pct is not None
+                       and math.isfinite(out.ruled_out_pct) else "NO CHANGE beyond noise"),
         Verdict.INCONCLUSIVE: "INCONCLUSIVE",
         Verdict.SKIPPED: "UNTESTABLE",
     }[out.verdict]
@@ -76,12 +77,20 @@ def format_outcome(result: Any) -> list[str]:
         lines.append(f"another regression: {describe(sha)}")
     for sha in out.improvements:
         lines.append(f"improvement (not the culprit): {describe(sha)}")
+    for sha in out.layout_sensitive:
+        lines.append(f"layout-sensitive, not blamed: {describe(sha)}")
     if out.budget_exhausted:
         best = ", ".join(describe(s) for s in out.best_answer) or "no change"
         prob = f" (probability {out.answer_probability:.2f})" if out.answer_probability is not None else ""
-        lines.append(f"budget exhausted: best answer {best}{prob}")
+        stop = f" ({out.stopped_by})" if out.stopped_by else ""
+        lines.append(f"budget exhausted{stop}: best answer {best}{prob}")
+        more = getattr(result, "more", None)
+        if more:
+            lines.append(f"to settle it: {more}")
     if out.ruled_out_pct is not None and math.isfinite(out.ruled_out_pct) and out.verdict is not Verdict.REGRESSED:
-        lines.append(f"ruled out: no regression ≥ {out.ruled_out_pct:.1f}% between the endpoints")
+        tol = f" (tolerance {out.tolerance_pct:g}%, stats.tolerance_pct)" if out.tolerance_pct else ""
+        lines.append(f"ruled out: no regression ≥ {out.ruled_out_pct:.1f}% between the endpoints "
+                     f"(one-sided at 1 − stats.alpha, held over every look){tol}")
     for line in (
         # Evidence, not a second verdict: the bisection's verdict is the headline.
         comparison_line("endpoints (bad vs good)", out.endpoint_comparison, verdict=False),
@@ -118,6 +127,7 @@ def outcome_json(result: Any) -> dict[str, Any]:
             "effect_pct": out.effect_pct,
             "db": str(result.db_path),
             "bisection_id": result.bisection_id,
+            "to_settle": getattr(result, "more", None),
             "filtered": [c.sha for c in result.filtered],
             "system_state": list(getattr(result, "state", ())),
         }

@@ -144,11 +144,13 @@ class StatsConfig:
     min_effect_pct: float = 3.0  # smaller differences are called `same`
     alpha: float = 0.01  # false-blame rate per decision
     confidence: float = 0.99  # posterior needed to name a culprit
-    max_trials_per_commit: int = 10
+    max_trials_per_commit: int = 0  # 0: no cap per commit (the look-ahead allocates within max_trials_total)
     max_trials_total: int = 80
     prior_sigma_pct: float = 5.0  # between-trial noise assumed before any is measured
     drift_check: bool = True  # model the machine's drift over the run order (and say when it moved)
-    stop_when_ruled_out_pct: float = 0.0  # > 0: stop once regressions this big are ruled out
+    stop_when_ruled_out_pct: float = 0.0  # older name of tolerance_pct: > 0 overrides it
+    layout_check_pct: float = 10.0  # a change smaller than this must survive a change of layout before it is blamed
+    tolerance_pct: float = 5.0  # `same` = no regression this big (one-sided, 1 − alpha); 0: only "no change at all"
     second_change_z: float = 2.0  # how hard to look for a second change (3: thorough, 0: off)
 
 

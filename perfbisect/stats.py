@@ -21,6 +21,16 @@ from .model import Comparison, Verdict
 # Pseudo-observations the prior σ_b is worth when pooled with measured data: enough that two A/A
 # trials cannot shrink σ to nothing, few enough that a real calibration (10+ trials) dominates.
 PRIOR_DOF = 1.0
+# A stored σ (a calibration, an earlier bisection, A/A trials of another day) is a prior worth at most this
+# many trials when a comparison pools it with its own trials: figures measured back to back or on another
+# day are often several times smaller than what a comparison meets (issue #19), so its own spread must
+# soon outweigh them.
+PRIOR_DOF_CAP = 4.0
+# Every look of a repeated test (compare after each pair, the bisection after each trial) decides at this
+# share of alpha: a constant per-look level, Pocock's boundary for some 20–40 looks, so the error over all
+# looks stays near alpha (checked by simulation: benchmarks/strategies.py, the A/A compare table and the
+# tolerance-edge scenarios) while early looks can still stop.
+LOOK_ALPHA_SHARE = 0.1
 
 
 def pct(log_delta: float) -> float:
@@ -168,8 +178,9 @@ def _two_sample(a: np.ndarray, b: np.ndarray, noise: NoiseModel) -> _TwoSample:
     """Welch-free pooled t on trial summaries: σ from the noise model's dof plus the data's own."""
     n_a, n_b = len(a), len(b)
     ss = float(((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum())
-    dof = noise.dof + (n_a - 1) + (n_b - 1)
-    sigma = math.sqrt((noise.dof * noise.sigma_b**2 + ss) / dof)
+    prior_dof = min(noise.dof, PRIOR_DOF_CAP)
+    dof = prior_dof + (n_a - 1) + (n_b - 1)
+    sigma = math.sqrt((prior_dof * noise.sigma_b**2 + ss) / dof)
     se = sigma * math.sqrt(1.0 / n_a + 1.0 / n_b)
     effect = float(b.mean() - a.mean())
     t = effect / se if se > 0 else math.copysign(math.inf, effect) if effect else 0.0
@@ -177,8 +188,14 @@ def _two_sample(a: np.ndarray, b: np.ndarray, noise: NoiseModel) -> _TwoSample:
     return _TwoSample(n_a, n_b, effect, se, dof, sigma, t, p)
 
 
-def decide(ts: _TwoSample, alpha: float, min_effect_pct: float, higher_is_better: bool = True) -> tuple[Verdict, float, float]:
-    """Verdict and (1−alpha) interval (log) for a two-sample result: the rule of DESIGN.md §5."""
+def decide(ts: _TwoSample, alpha: float, min_effect_pct: float, higher_is_better: bool = True,
+           tolerance_pct: float = 0.0) -> tuple[Verdict, float, float]:
+    """Verdict and (1−alpha) interval (log) for a two-sample result: the rule of DESIGN.md §5.
+
+    `regressed`/`improved`: significant at ``alpha`` and beyond the minimum effect. `same`: with a
+    tolerance, no regression of ``tolerance_pct`` or more at 1 − alpha (one-sided: what a user asks of
+    a pull); without one, the whole interval inside ±``min_effect_pct``.
+    """
     half = _t_ppf(1.0 - alpha / 2.0, ts.dof) * ts.se
     lo, hi = ts.effect - half, ts.effect + half
     m = log_of_pct(min_effect_pct)
@@ -186,9 +203,22 @@ def decide(ts: _TwoSample, alpha: float, min_effect_pct: float, higher_is_better
     if ts.p < alpha and (ts.effect >= m or ts.effect <= -m_lo):
         worse = ts.effect < 0 if higher_is_better else ts.effect > 0
         return (Verdict.REGRESSED if worse else Verdict.IMPROVED), lo, hi
+    if tolerance_pct > 0:
+        one = _t_ppf(1.0 - alpha, ts.dof) * ts.se
+        worst = -(ts.effect - one) if higher_is_better else ts.effect + one  # the largest regression not ruled out
+        if worst < log_of_pct(tolerance_pct):
+            return Verdict.SAME, lo, hi
+        return Verdict.INCONCLUSIVE, lo, hi
     if lo > -m_lo and hi < m:
         return Verdict.SAME, lo, hi
     return Verdict.INCONCLUSIVE, lo, hi
+
+
+def regression_ruled_out_pct(ts: _TwoSample, alpha: float, higher_is_better: bool = True) -> float:
+    """The smallest regression (percent, ≥ 0) a two-sample result rules out at 1 − alpha, one-sided."""
+    one = _t_ppf(1.0 - alpha, ts.dof) * ts.se
+    worst = -(ts.effect - one) if higher_is_better else ts.effect + one
+    return max(pct(worst), 0.0)
 
 
 def compare(
@@ -217,18 +247,26 @@ def compare(
             explanation=f"No usable trials on {'A' if len(xa) == 0 else 'B'}: nothing to compare.",
         )
     ts = _two_sample(xa, xb, noise)
-    verdict, lo, hi = decide(ts, alpha, settings.min_effect_pct, higher_is_better)
+    tol = settings.stop_when_ruled_out_pct or settings.tolerance_pct
+    verdict, lo, hi = decide(ts, alpha, settings.min_effect_pct, higher_is_better, tolerance_pct=tol)
     eff, lo_p, hi_p = pct(ts.effect), pct(lo), pct(hi)
     level = 100.0 * (1.0 - alpha)
     m = settings.min_effect_pct
+    ruled = regression_ruled_out_pct(ts, alpha, higher_is_better)
     why = {
         Verdict.REGRESSED: f"significant (p={ts.p:.2g} < {alpha:g}) and beyond the ±{m:g}% minimum effect",
         Verdict.IMPROVED: f"significant (p={ts.p:.2g} < {alpha:g}) and beyond the ±{m:g}% minimum effect",
-        Verdict.SAME: f"the whole interval lies inside ±{m:g}%: no difference that matters",
+        Verdict.SAME: (
+            f"no regression ≥ {ruled:.1f}% ({level:g}%, one-sided), inside the {tol:g}% tolerance (stats.tolerance_pct)"
+            if tol > 0 else f"the whole interval lies inside ±{m:g}%: no difference that matters"
+        ),
         Verdict.INCONCLUSIVE: (
-            f"not significant (p={ts.p:.2g}) but the interval reaches beyond ±{m:g}%: more interleaved trials needed"
+            (f"no regression ≥ {ruled:.1f}% ruled out so far, not yet inside the {tol:g}% tolerance: more interleaved trials needed"
+             if tol > 0 else
+             f"not significant (p={ts.p:.2g}) but the interval reaches beyond ±{m:g}%: more interleaved trials needed")
             if ts.p >= alpha
-            else f"significant (p={ts.p:.2g}) but smaller than the ±{m:g}% minimum effect, and the interval is not inside it"
+            else f"significant (p={ts.p:.2g}) but smaller than the ±{m:g}% minimum effect"
+            + (f", and a regression of {tol:g}% is not ruled out" if tol > 0 else ", and the interval is not inside it")
         ),
     }[verdict]
     explanation = (
@@ -464,12 +502,17 @@ def compare_sequential(
     max_looks: int,
     higher_is_better: bool = True,
 ) -> Comparison:
-    """One look of a repeated comparison: ``compare`` at the alpha this look may spend."""
-    alpha_k = spent_alpha(settings.alpha, look, max_looks)
+    """One look of a repeated comparison: ``compare`` at the level every look uses (LOOK_ALPHA_SHARE of alpha).
+
+    A constant per-look level (Pocock's boundary) rather than spending that grows with the looks: the
+    commonest answer, `same`, must be reachable at the first looks, which a spending function that
+    starts near zero forbids. ``max_looks`` is kept for the message.
+    """
+    alpha_k = settings.alpha * LOOK_ALPHA_SHARE
     cmp = compare(a, b, noise, settings, higher_is_better, alpha=alpha_k)
     note = (
-        f" Look {look} of at most {max_looks}: this look spends alpha {alpha_k:.2g} of {settings.alpha:g} "
-        f"(so repeated looks keep the false-verdict rate ≤ {settings.alpha:g})."
+        f" Look {look} of at most {max_looks}: every look decides at alpha {alpha_k:.2g} "
+        f"(so repeated looks keep the false-verdict rate near {settings.alpha:g})."
     )
     return replace(cmp, explanation=cmp.explanation + note)
 
@@ -522,6 +565,9 @@ __all__ = [
     "EXOGENOUS_COVARIATES",
     "MEDIATOR_COVARIATES",
     "compare_sequential",
+    "LOOK_ALPHA_SHARE",
+    "PRIOR_DOF_CAP",
+    "regression_ruled_out_pct",
     "covariate_notes",
     "spent_alpha",
     "t_cdf",

@@ -190,20 +190,23 @@ class TrialRunner:
             build_hash=prepared.build_hash,
         )
 
-    def layout(self, commit: Commit, mode: ModeConfig) -> Layout:
+    def layout(self, commit: Commit, mode: ModeConfig, vary: bool = False) -> Layout:
         """The layout of the next trial of (commit, mode): drawn per ``[layout]`` (perfbisect/layout.py),
-        counting the trials of (commit, mode) already stored, so each gets its own draw."""
+        counting the trials of (commit, mode) already stored, so each gets its own draw; ``vary``: the
+        search asked for another layout (drawn even when ``randomize = false``)."""
         cfg = self.ws.config
-        counter = self.ws.store.trial_count(commit.sha, mode.name) if cfg.layout.randomize else 0  # fixed: no draw
+        draws = cfg.layout.randomize or vary
+        counter = self.ws.store.trial_count(commit.sha, mode.name) if draws else 0  # fixed: no draw
         pinned = HASH_SEED_VAR in {**cfg.server.env, **mode.env}  # the config's own seed wins
-        return choose(cfg.layout, commit=commit.sha, mode=mode.name, counter=counter, hash_seed_pinned=pinned)
+        return choose(cfg.layout, commit=commit.sha, mode=mode.name, counter=counter, hash_seed_pinned=pinned, vary=vary)
 
     # -- one trial ---------------------------------------------------------------------------
-    def trial(self, commit: Commit, mode_name: str, purpose: str, bisection_id: int | None = None) -> TrialResult:
+    def trial(self, commit: Commit, mode_name: str, purpose: str, bisection_id: int | None = None,
+              vary_layout: bool = False) -> TrialResult:
         """One server session for (commit, mode) under a layout drawn for it; skipped and failed
         trials are stored too, each with its layout."""
         mode = self.ws.config.mode(mode_name)
-        layout = self.layout(commit, mode)
+        layout = self.layout(commit, mode, vary=vary_layout)
         prepared = self.prepare(commit, layout.slot)
         identity = self.identity(prepared, mode)
         if prepared.untestable:
@@ -466,8 +469,10 @@ class _Session:
 # Observations: what the search policy sees for one commit
 
 
-def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: int) -> tuple[Observation, list[int]]:
-    """Measure the bisection metric at ``commit`` once: one trial per needed mode.
+def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: int,
+            vary_layout: bool = False) -> tuple[Observation, list[int]]:
+    """Measure the bisection metric at ``commit`` once: one trial per needed mode (``vary_layout``:
+    under a layout drawn even when layouts are held fixed, as the search's layout re-check asks).
 
     A trial the machine spoiled (throttled by an external cause, another process on the GPUs) is
     kept but flagged: the search excludes it and asks for the commit again, like nvbench re-runs.
@@ -487,7 +492,7 @@ def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: 
     for mode in modes:
         result = None
         for _attempt in range(2):  # a crash mid-run is retried once before the commit counts as untestable
-            result = runner.trial(commit, mode, purpose="bisect", bisection_id=bisection_id)
+            result = runner.trial(commit, mode, purpose="bisect", bisection_id=bisection_id, vary_layout=vary_layout)
             trial_ids.append(result.id)
             if result.status is not TrialStatus.FAILED:
                 break

@@ -119,8 +119,8 @@ def test_endpoints_equal_stop_with_no_culprit():
     assert outcome.verdict is Verdict.SAME
     assert outcome.culprit is None
     assert {o.commit for o in obs} == {cs[0], cs[-1]}
-    assert "No regression beyond noise" in outcome.explanation
-    assert outcome.ruled_out_pct is not None and outcome.ruled_out_pct < 5
+    assert "No regression" in outcome.explanation
+    assert outcome.ruled_out_pct is not None and outcome.ruled_out_pct < 10
 
 
 def test_session_drift_is_never_blamed():
@@ -197,10 +197,15 @@ def test_a_shift_of_the_whole_machine_during_the_search_is_modelled_not_blamed()
 @pytest.mark.parametrize("seed", [9, 10, 11])
 def test_drift_only_with_a_mid_run_shift_blames_nothing(seed):
     cs = commits(16)
-    target = SimulatedTarget({}, 16, 0.7, seed=seed, shift_good_after=6)
-    outcome, _ = drive(policy(cs), target, cs)
+    # the machine slows by 15% from the 5th trial on, while the endpoints are still being compared;
+    # tolerance 0: `same` only once no change at all is certain, so the search runs well past the shift
+    target = SimulatedTarget({}, 16, 0.7, seed=seed, shift_good_after=4)
+    outcome, _ = drive(policy(cs, tolerance_pct=0.0), target, cs)
     assert outcome.culprit is None and outcome.verdict is not Verdict.REGRESSED
     assert outcome.drift_note is not None and "drifted" in outcome.drift_note
+    # and with the default tolerance the same history ends `same`, nothing blamed
+    again, _ = drive(policy(cs), SimulatedTarget({}, 16, 0.7, seed=seed, shift_good_after=4), cs)
+    assert again.verdict is Verdict.SAME and again.culprit is None
 
 
 def test_an_improvement_before_the_regression_is_reported_as_such():
@@ -267,7 +272,7 @@ def test_a_mediator_cannot_explain_the_change_away():
 
 def test_history_of_a_lucky_number_is_a_note_not_evidence():
     cs = commits(9)
-    settings = StatsConfig(max_trials_per_commit=30)
+    settings = StatsConfig(max_trials_per_commit=30, tolerance_pct=0.0)
     noise = NoiseModel.prior(settings.prior_sigma_pct)
     history = [Observation(cs[0], LOG82 + math.log(1.07), day="11-28")]
     pol = SearchPolicy(cs, settings, noise, history=history)

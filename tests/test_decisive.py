@@ -1,0 +1,185 @@
+"""Issue #19's rules on seeded simulated targets with known answers (no git, no servers).
+
+Each rule is checked against its own assumption going wrong: a stored noise figure several times too
+small, one wild session, a layout that moves one commit, a regression as big as the tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from perfbisect.bisect import MIN_TRIALS_PER_SIDE, Done, Measure, Observation, SearchPolicy
+from perfbisect.changepoint import Evidence, outlier_scale, posterior
+from perfbisect.model import Verdict
+from perfbisect.settings import StatsConfig
+from perfbisect.stats import NoiseModel, compare, compare_sequential
+
+from .test_bisect import LOG82, SimulatedTarget, commits, drive, drive_with
+
+
+def _noise(pct: float, dof: float, source: str = "calibrate: 5 back-to-back sessions") -> NoiseModel:
+    return NoiseModel(math.log1p(pct / 100), dof, source, n_trials=int(dof) + 1)
+
+
+# --- "same" is a conclusive answer --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_nothing_changed_ends_same_with_what_it_rules_out(seed):
+    cs = commits(9)
+    outcome, obs = drive(SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0)), SimulatedTarget({}, 9, 3.0, seed=seed), cs)
+    assert outcome.verdict is Verdict.SAME and outcome.culprit is None
+    assert outcome.ruled_out_pct is not None and outcome.ruled_out_pct < outcome.tolerance_pct == 5.0
+    assert "inside the tolerance of 5%" in outcome.explanation or "No regression beyond noise" in outcome.explanation
+    ends = [o for o in obs if o.commit in (cs[0], cs[-1])]
+    assert min(sum(o.commit == c for o in ends) for c in (cs[0], cs[-1])) >= MIN_TRIALS_PER_SIDE
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6, 7])
+def test_a_regression_beyond_the_tolerance_never_ends_same(seed):
+    cs = commits(9)
+    # 8% slower from commit 5 on, 3% noise per trial: "no regression ≥ 5%" would be false
+    outcome, _ = drive(SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0)), SimulatedTarget({5: -8.0}, 9, 3.0, seed=seed), cs)
+    assert outcome.verdict is not Verdict.SAME
+    assert outcome.verdict is Verdict.REGRESSED and outcome.culprit == cs[5]
+
+
+def test_one_trial_per_endpoint_never_carries_a_verdict():
+    cs = commits(5)
+    pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    # the bad end looks 40% faster and the good end 40% slower on their first trials: still no verdict
+    obs = [Observation(cs[0], LOG82 - 0.4, seq=0), Observation(cs[-1], LOG82 + 0.4, seq=1)]
+    act = pol.next(obs)
+    assert isinstance(act, Measure)
+
+
+def test_an_exhausted_budget_names_the_limit_and_what_settling_it_would_take():
+    cs = commits(9)
+    settings = StatsConfig(max_trials_total=4)
+    # 6% noise per trial: two trials per endpoint cannot rule out a 5% regression
+    outcome, _ = drive(SearchPolicy(cs, settings, NoiseModel.prior(5.0)), SimulatedTarget({}, 9, 6.0, seed=11), cs)
+    assert outcome.verdict is Verdict.INCONCLUSIVE and outcome.budget_exhausted
+    assert outcome.stopped_by == "stats.max_trials_total = 4"
+    assert "stats.max_trials_total = 4" in outcome.explanation
+    assert outcome.more_trials is not None and outcome.more_trials > 0
+    assert f"about {outcome.more_trials} more trials" in outcome.explanation
+    assert "calibrate the noise" not in outcome.explanation
+
+
+# --- noise that cannot be over-trusted ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(20, 28))
+def test_a_calibrated_figure_three_times_too_small_blames_nothing(seed):
+    cs = commits(9)
+    # the machine's trials vary 6%; calibrate on quiet back-to-back sessions said 2% with 20 dof
+    pol = SearchPolicy(cs, StatsConfig(), _noise(2.0, 20.0))
+    outcome, obs = drive(pol, SimulatedTarget({}, 9, 6.0, seed=seed), cs)
+    assert outcome.culprit is None
+    assert outcome.verdict in (Verdict.SAME, Verdict.INCONCLUSIVE)
+    # the bisection's own spread replaced the figure it started from
+    assert outcome.noise_sigma_pct is None or outcome.noise_sigma_pct > 3.0
+
+
+def test_a_stored_figure_is_a_prior_worth_a_few_trials_in_compare():
+    rng = np.random.default_rng(3)
+    a = list(LOG82 + rng.normal(0.0, 0.06, 3))
+    b = list(LOG82 + rng.normal(0.0, 0.06, 3))
+    trusted = compare(a, b, _noise(2.0, 2.0), StatsConfig())
+    stored = compare(a, b, _noise(2.0, 200.0), StatsConfig())
+    # 200 stored dof weigh no more than the cap: the comparison's own spread carries it
+    assert stored.sigma_b_pct == pytest.approx(trusted.sigma_b_pct, rel=0.25)
+    assert stored.sigma_b_pct > 3.0
+
+
+def test_compare_ends_same_once_the_tolerance_is_ruled_out():
+    rng = np.random.default_rng(5)
+    a = list(LOG82 + rng.normal(0.0, 0.01, 6))
+    b = list(LOG82 + rng.normal(0.0, 0.01, 6))
+    cmp = compare_sequential(a, b, NoiseModel.prior(5.0), StatsConfig(), look=5, max_looks=39)
+    assert cmp.verdict is Verdict.SAME
+    assert "inside the 5% tolerance" in cmp.explanation
+    worse = [v - math.log(1.08) for v in b]
+    assert compare_sequential(a, worse, NoiseModel.prior(5.0), StatsConfig(), look=5, max_looks=39).verdict is Verdict.REGRESSED
+
+
+# --- one wild session ----------------------------------------------------------------------------
+
+
+def test_a_wild_session_is_down_weighted_not_believed():
+    n = 9
+    commit = np.array([0, 8, 0, 8, 0, 8, 4, 4, 0, 8])
+    value = LOG82 + np.array([0.0, 0.01, -0.01, 0.0, 0.01, -0.35, 0.0, 0.01, 0.0, -0.01])  # trial 5: a 30% slow session
+    ev = Evidence(commit, np.arange(len(value), dtype=float), value, n, np.arange(n))
+    post = posterior(ev, sigma0=0.05, dof0=1.0, level_ratio=4.0, min_step=math.log(1.03), no_change_prior=0.5,
+                     two_change_prior=0.1)
+    scale = outlier_scale(post)
+    assert scale is not None
+    assert scale[5] > 3.0 and np.all(np.delete(scale, 5) < 1.5)
+
+
+@pytest.mark.parametrize("seed", [31, 32, 33])
+def test_one_slow_session_at_an_endpoint_blames_nothing(seed):
+    cs = commits(9)
+    target = SimulatedTarget({}, 9, 2.0, seed=seed)
+
+    def observe(j, seq, commit):
+        value = target.trial(j, seq)
+        if seq == 3:  # the fourth trial ran while something else hammered the machine
+            value -= 0.30
+        return Observation(commit, value, seq=seq)
+
+    outcome, _ = drive_with(SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0)), cs, observe)
+    assert outcome.culprit is None and outcome.verdict is not Verdict.IMPROVED
+
+
+# --- layout ----------------------------------------------------------------------------------------
+
+
+def _layout_target(cs, step_pct, layout_pct, fixed, seed):
+    """Commit 5 on: ``step_pct`` for real, plus ``layout_pct`` under layout L0 only (a layout effect)."""
+    rng = np.random.default_rng(seed)
+
+    def observe(j, seq, commit, vary=False):
+        layout = 0 if fixed and not vary else int(rng.integers(0, 8))
+        level = LOG82 + (math.log1p(step_pct / 100) if j >= 5 else 0.0)
+        if j >= 5 and layout == 0:
+            level += math.log1p(layout_pct / 100)
+        return Observation(commit, float(level + rng.normal(0.0, 0.015)), seq=seq, layout=f"L{layout}")
+
+    return observe
+
+
+def _drive_layouts(pol, cs, observe, limit=200):
+    obs: list[Observation] = []
+    for _ in range(limit):
+        act = pol.next(obs)
+        if isinstance(act, Done):
+            return act.outcome, obs
+        obs.append(observe(cs.index(act.commit), len(obs), act.commit, vary=act.vary_layout))
+    raise AssertionError("the policy did not finish")
+
+
+@pytest.mark.parametrize("seed", [41, 42, 43])
+def test_a_shift_only_one_layout_shows_is_layout_sensitive_not_blamed(seed):
+    cs = commits(9)
+    # with the layout fixed (randomisation off), commit 5 looks 7% slower — but only at L0
+    outcome, obs = _drive_layouts(SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0)), cs,
+                                  _layout_target(cs, 0.0, -7.0, fixed=True, seed=seed))
+    assert outcome.culprit is None and outcome.verdict is not Verdict.REGRESSED
+    assert any(o.layout != "L0" for o in obs if o.commit in (cs[4], cs[5]))  # it re-measured under other layouts
+    if outcome.verdict is Verdict.INCONCLUSIVE and outcome.layout_sensitive:
+        assert outcome.layout_sensitive == (cs[5],) and "Layout-sensitive" in outcome.explanation
+
+
+@pytest.mark.parametrize("seed", [44, 45])
+def test_a_real_step_survives_the_layout_check(seed):
+    cs = commits(9)
+    outcome, obs = _drive_layouts(SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0)), cs,
+                                  _layout_target(cs, -8.0, 0.0, fixed=True, seed=seed))
+    assert outcome.verdict is Verdict.REGRESSED and outcome.culprit == cs[5]
+    for c in (cs[4], cs[5]):
+        assert len({o.layout for o in obs if o.commit == c}) >= 2

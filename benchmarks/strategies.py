@@ -104,9 +104,22 @@ class Scenario:
     clock_cap: bool = False  # record the exogenous clock_cap_mhz next to the mediator sm_clock_mean_mhz
     mediator: bool = False  # record power / utilisation / temperature that the code change moves
     twin_of: str | None = None  # A/A twin: the same noise as this scenario, no change
+    # miscalibrated noise: perfbisect starts from a stored σ that is the true one divided by U(lo, hi)
+    # (what a calibration of quiet back-to-back sessions reports), with this many dof
+    stored_sigma_ratio: tuple[float, float] | None = None
+    stored_dof: float = 20.0
+    # layout: commits that change only the code layout; from each on, the level moves ±layout_pct at
+    # layout_shifted of layout_pool layouts (the fixed one, layout 0, among them) and ~N(0, 1%) at the rest
+    layout_commits: int = 0
+    layout_pct: float = 7.0
+    layout_pool: int = 8
+    layout_shifted: int = 2
+    # the regression a `same` verdict would wrongly wave through (tolerance-edge scenarios)
+    edge: bool = False
 
 
 def _aa(s: Scenario) -> Scenario:
+    # the twin keeps the layout commits (they are not changes) and the miscalibration
     return replace(s, name=f"{s.name}-AA", title=f"A/A twin of {s.name}: same noise, no change, {s.n} commits",
                    steps_pct=(), twin_of=s.name)
 
@@ -143,6 +156,20 @@ _WITH_TWINS = [
     Scenario("R2", "9 commits, −27%; session effects replayed from 20 dev-machine processes (sd 16%), σ_w 21%",
              9, 0.0, DEV_SIGMA_W_PCT, (-27.0,), noise="replay", replay=DEV_SESSIONS),
 ]
+# issue #19: noise a stored figure underestimates, layout bias, and the edge of the tolerance
+_WITH_TWINS += [
+    Scenario("MC", "64 commits, −8%; session noise σ_b 4%, σ_w 1%; perfbisect starts from a stored σ 2–4× too small (20 dof)",
+             64, 4.0, 1.0, (-8.0,), stored_sigma_ratio=(2.0, 4.0)),
+    Scenario("LY", "32 commits, −8%; 2 commits shift the level ±7% through code layout at 2 of 8 layouts, σ_b 2%, σ_w 1%",
+             32, 2.0, 1.0, (-8.0,), layout_commits=2),
+]
+_EDGE = [
+    Scenario("TE", "tolerance edge: 9 commits, a −5% step (= stats.tolerance_pct), σ_b 3%, σ_w 1%; `same` would be false",
+             9, 3.0, 1.0, (-5.0,), edge=True),
+    Scenario("TE-R", "tolerance edge under the H200 replay: 9 commits, −5%, R1's session noise; `same` would be false",
+             9, 0.0, H200_SIGMA_W_PCT, (-5.0,), noise="replay", replay=H200_SESSIONS, edge=True),
+]
+_BASE += _EDGE
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in _BASE}
 for _s in _WITH_TWINS:
     SCENARIOS[_s.name] = _s
@@ -167,6 +194,7 @@ class Trial:
     seq: int  # trial number on this target, flagged trials included
     at: float  # wall-clock start (unix seconds, simulated)
     known: float = 0.0  # the part of the session effect the oracle knows and removes (throttle, burst)
+    layout: int | None = None  # the layout it ran under (layout scenarios only)
 
 
 class SessionNoise:
@@ -248,6 +276,14 @@ class Target:
     trials: int = 0
     built: set | None = None
     clock: float = T0_UNIX
+    # layout scenarios: per commit its layout epoch (0 = the original layout), per epoch × layout the
+    # level offset (log), and whether each trial draws its layout (perfbisect's default) or keeps layout 0
+    epoch: np.ndarray | None = None
+    layout_offsets: np.ndarray | None = None
+    layout_commits: tuple[int, ...] = ()
+    layout_rng: np.random.Generator | None = None
+    randomize_layout: bool = True
+    vary_layout: bool = False  # the next trial was asked to run under another layout (Measure.vary_layout)
 
     def __post_init__(self):
         self.built = set()
@@ -270,6 +306,14 @@ class Target:
             z, cov, known = self.noise.draw(k)
             cov = dict(cov)
         session = self.levels[j] + z
+        layout = None
+        if self.layout_offsets is not None:
+            pool = self.layout_offsets.shape[1]
+            if self.randomize_layout:
+                layout = int(self.layout_rng.integers(pool))
+            else:  # fixed layout 0, unless the search asked for another one (a layout re-check)
+                layout = int(self.layout_rng.integers(1, pool)) if self.vary_layout else 0
+            session += self.layout_offsets[self.epoch[j], layout]
         flag = None
         if scn.throttle_frac:
             throttled = rng.random() < scn.throttle_frac
@@ -292,7 +336,7 @@ class Target:
             cov["temperature_mean_c"] = float(35.0 + 0.07 * power + rng.normal(0.0, 1.0))
             cov["sm_clock_mean_mhz"] = float(CLOCK_MHZ + rng.normal(0.0, 5.0))
         runs = session + rng.normal(0.0, math.log1p(scn.sigma_w_pct / 100), RUNS)
-        return Trial(float(np.median(runs)), runs, cov, flag, k, at, known)
+        return Trial(float(np.median(runs)), runs, cov, flag, k, at, known, layout)
 
     def measure(self, j: int) -> Trial:
         """A trial as a strategy gets it from the runner: flagged trials re-run (each costs a trial)."""
@@ -345,7 +389,22 @@ def make_target(scn: Scenario, seed: int) -> Target:
         rest = [j for j in pool if j not in untestable]
         untestable.update(rng.choice(rest, size=max(count - len(untestable), 0), replace=False).tolist())
     noise = SessionNoise(scn, np.random.default_rng([seed, 3]))
-    return Target(scn, levels, changes, frozenset(untestable), np.random.default_rng([seed, 2]), noise)
+    t = Target(scn, levels, changes, frozenset(untestable), np.random.default_rng([seed, 2]), noise)
+    if scn.layout_commits:
+        lrng = np.random.default_rng([seed, 4])
+        pool = [j for j in range(1, n) if j not in changes]
+        shifters = tuple(sorted(lrng.choice(pool, size=scn.layout_commits, replace=False).tolist()))
+        offsets = np.zeros((len(shifters) + 1, scn.layout_pool))
+        for e in range(1, len(shifters) + 1):
+            offsets[e] = lrng.normal(0.0, math.log1p(0.01), scn.layout_pool)
+            hit = [0] + lrng.choice(np.arange(1, scn.layout_pool), size=scn.layout_shifted - 1, replace=False).tolist()
+            for h in hit:
+                offsets[e, h] = math.log1p((scn.layout_pct if lrng.random() < 0.5 else -scn.layout_pct) / 100)
+        t.epoch = np.searchsorted(np.asarray(shifters), np.arange(n), side="right")
+        t.layout_offsets = offsets
+        t.layout_commits = shifters
+        t.layout_rng = np.random.default_rng([seed, 5])
+    return t
 
 
 # --------------------------------------------------------------------------------------------
@@ -394,9 +453,19 @@ def _policy(t: Target, settings: StatsConfig | None = None, noise: NoiseModel | 
     return commits, settings, policy
 
 
+def stored_noise(t: Target) -> NoiseModel | None:
+    """The noise figure a miscalibrated scenario hands perfbisect: the truth divided by U(lo, hi)."""
+    if t.scn.stored_sigma_ratio is None:
+        return None
+    lo, hi = t.scn.stored_sigma_ratio
+    k = float(np.random.default_rng([getattr(t, "seed", 0), 8]).uniform(lo, hi))
+    return NoiseModel(t.sigma_total / k, t.scn.stored_dof,
+                      f"calibrate: quiet back-to-back sessions (simulated, {k:.1f}× too small)", n_trials=int(t.scn.stored_dof) + 1)
+
+
 def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsConfig | None = None) -> dict:
     n = t.scn.n
-    commits, settings, policy = _policy(t, settings, noise)
+    commits, settings, policy = _policy(t, settings, noise or stored_noise(t))
     obs: list[Observation] = []
     for _ in range(1000):
         act = policy.next(obs)
@@ -408,16 +477,64 @@ def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsCo
             cset = tuple(int(c[1:]) for c in o.culprit_set) or named[:1]
             return {"changes": named, "set": cset, **_outcome_fields(o, settings)}
         j = int(act.commit[1:])
+        t.vary_layout = act.vary_layout
         if not t.try_build(j):
             obs.append(Observation(act.commit, None, seq=len(obs), at=t.clock))
             continue
         # the runner re-runs a flagged trial; the policy sees the flagged one too (and must exclude it)
         for _ in range(MAX_RERUNS + 1):
             tr = t.raw_trial(j)
-            obs.append(Observation(act.commit, tr.value, tr.cov, seq=len(obs), at=tr.at, flag=tr.flag))
+            obs.append(Observation(act.commit, tr.value, tr.cov, seq=len(obs), at=tr.at, flag=tr.flag,
+                                   layout=_layout_id(tr)))
             if tr.flag is None:
                 break
     raise RuntimeError("policy did not finish in 1000 steps")
+
+
+def _layout_id(tr: Trial) -> str:
+    """The layout a trial reports: its layout in layout scenarios, else a fresh one per trial — the real
+    pipeline draws a worktree slot, env padding and hash seed per trial, which have no effect here."""
+    return f"L{tr.layout}" if tr.layout is not None else f"u{tr.seq}"
+
+
+def run_perfbisect_fixed_layout(t: Target) -> dict:
+    """perfbisect with layout randomisation off: every trial keeps layout 0 (perfbisect before #19)."""
+    t.randomize_layout = False
+    return run_perfbisect(t)
+
+
+# z quantiles of the known-σ equivalence test: one-sided alpha 1%, 90% power at no change
+_Z_ALPHA, _Z_POWER = 2.3263478740408408, 1.2815515655446004
+
+
+def equivalence_trials(t: Target, settings: StatsConfig | None = None) -> int:
+    """Trials (both endpoints) the fixed-sample known-σ test of "no regression ≥ tolerance" needs.
+
+    One-sided at alpha, 90% power when nothing changed, the same claim `same` makes; at least
+    bisect.MIN_TRIALS_PER_SIDE per side (no verdict rests on fewer). σ is the scenario's true sd of a
+    trial summary (what the oracle knows).
+    """
+    from perfbisect.bisect import MIN_TRIALS_PER_SIDE
+
+    settings = settings or StatsConfig()
+    tol = math.log1p(settings.tolerance_pct / 100)
+    per_side = 2.0 * ((_Z_ALPHA + _Z_POWER) * t.sigma_total / tol) ** 2
+    return 2 * max(MIN_TRIALS_PER_SIDE, math.ceil(per_side))
+
+
+def run_known_sigma_equivalence(t: Target) -> dict:
+    """The A/A floor: that many interleaved endpoint trials, then `same` if the known-σ bound is inside tolerance."""
+    settings = StatsConfig()
+    total = equivalence_trials(t, settings)
+    g: list[float] = []
+    b: list[float] = []
+    for k in range(total // 2):
+        for side in ((0, t.scn.n - 1) if k % 2 == 0 else (t.scn.n - 1, 0)):
+            (g if side == 0 else b).append(t.measure(side).value)
+    d = float(np.mean(b) - np.mean(g))
+    bound = -d + _Z_ALPHA * t.sigma_total * math.sqrt(2.0 / len(g))  # regression (log) ruled out above this
+    verdict = "same" if bound < math.log1p(settings.tolerance_pct / 100) else "inconclusive"
+    return {"changes": (), "set": (), "verdict": verdict}
 
 
 def node_offsets(nodes: int, offset_pct: float) -> list[float]:
@@ -591,6 +708,8 @@ STRATEGIES = {
     "1-trial-5-runs-ttest": run_runs_ttest,
     "10-trials-mannwhitney": run_ten_trials,
     "oracle-sprt": run_oracle,
+    "known-sigma-equivalence": run_known_sigma_equivalence,
+    "perfbisect-fixed-layout": run_perfbisect_fixed_layout,
 }
 
 
@@ -620,9 +739,15 @@ def score(t: Target, res: dict) -> dict:
         lo, hi = res.get("ci", (math.nan, math.nan))
         if math.isfinite(lo) and math.isfinite(hi):
             covered = float(lo <= true_pct <= hi)
+    verdict = res.get("verdict")
+    # every simulated scenario is a slowdown or nothing: an `improved` verdict is as false as a wrong culprit
+    false_blame = false_blame or verdict == "improved" or bool(res.get("improvements", ()))
     return {
         "correct": correct,
         "false_blame": false_blame,
+        # a regression at the tolerance called `same` (tolerance-edge scenarios), or any change called `same`
+        "false_same": bool(truth) and verdict == "same",
+        "equivalence_trials": equivalence_trials(t) if not truth else math.nan,
         "trials": res.get("trials", t.trials),
         "gpu_hours": res.get("gpu_hours", t.gpu_hours),
         # one node runs one thing at a time: its wall time is its clock
@@ -755,6 +880,11 @@ def _mean(rows: list[dict], key: str) -> float:
     return float(np.mean(vals)) if vals else math.nan
 
 
+def _median(rows: list[dict], key: str) -> float:
+    vals = [float(r[key]) for r in rows if r.get(key) is not None and math.isfinite(float(r[key]))]
+    return float(np.median(vals)) if vals else math.nan
+
+
 def _fmt(x: float, width: int, digits: int = 3) -> str:
     return f"{x:{width}.{digits}f}" if math.isfinite(x) else f"{'-':>{width}}"
 
@@ -852,6 +982,11 @@ def main(argv=None) -> int:
                 "accuracy": float(np.mean([r["correct"] for r in rows])),
                 "false_blame": float(np.mean([r["false_blame"] for r in rows])),
                 "mean_trials": float(np.mean([r["trials"] for r in rows])),
+                "median_trials": float(np.median([r["trials"] for r in rows])),
+                "false_same": float(np.mean([r["false_same"] for r in rows])),
+                "same_share": float(np.mean([r["verdict"] == "same" for r in rows])),
+                # A/A twins: trials the fixed-sample known-σ test of "no regression ≥ tolerance" needs
+                "equivalence_trials": _median(rows, "equivalence_trials"),
                 "mean_gpu_hours": float(np.mean([r["gpu_hours"] for r in rows])),
                 "mean_wall_hours": float(np.mean([r["wall_hours"] for r in rows])),
                 "mean_set_size": float(np.mean([r["set_size"] for r in rows])),
@@ -883,15 +1018,18 @@ def main(argv=None) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     if table:
-        print(f"{'scn':6} {'strategy':22} {'acc':>6} {'false':>6} {'trials':>7} {'GPU-h':>6} {'wall-h':>6} "
-              f"{'budget':>6} {'impr':>5} {'effErr':>6} {'bias':>6} {'cover':>6}")
+        print(f"{'scn':6} {'strategy':24} {'acc':>6} {'false':>6} {'trials':>7} {'med':>5} {'GPU-h':>6} {'wall-h':>6} "
+              f"{'budget':>6} {'same':>5} {'fSame':>5} {'eqRef':>5} {'effErr':>6} {'bias':>6} {'cover':>6}")
         for r in table:
-            print(f"{r['scenario']:6} {r['strategy']:22} {r['accuracy']:6.3f} {r['false_blame']:6.3f} "
-                  f"{r['mean_trials']:7.1f} {r['mean_gpu_hours']:6.2f} {r['mean_wall_hours']:6.2f} {_fmt(r['budget_exhausted'], 6)} "
-                  f"{r['false_improvement']:5.3f} {_fmt(r['effect_err_pts'], 6, 2)} {_fmt(r['effect_bias_pts'], 6, 2)} {_fmt(r['ci_coverage'], 6)}")
+            print(f"{r['scenario']:6} {r['strategy']:24} {r['accuracy']:6.3f} {r['false_blame']:6.3f} "
+                  f"{r['mean_trials']:7.1f} {r['median_trials']:5.0f} {r['mean_gpu_hours']:6.2f} {r['mean_wall_hours']:6.2f} {_fmt(r['budget_exhausted'], 6)} "
+                  f"{r['same_share']:5.2f} {r['false_same']:5.2f} {_fmt(r['equivalence_trials'], 5, 0)} "
+                  f"{_fmt(r['effect_err_pts'], 6, 2)} {_fmt(r['effect_bias_pts'], 6, 2)} {_fmt(r['ci_coverage'], 6)}")
         print("acc: exact culprit (in the set for S4; both for S5; nothing named for A/A twins) · false: a named"
-              " culprit that is wrong, or any in an A/A twin · budget: share ending with the trial budget spent ·"
-              " impr: share naming an improvement (all false here) · effErr: mean |effect − true step| in points, bias: mean (effect − true step)"
+              " culprit that is wrong, any in an A/A twin, or an `improved` verdict · same: share ending `same` ·"
+              " fSame: `same` where something changed · eqRef: trials the known-σ equivalence test needs (A/A) ·"
+              " budget: share ending with the trial budget spent ·"
+              " effErr: mean |effect − true step| in points, bias: mean (effect − true step)"
               " and cover: share of culprit intervals holding the true step, both over runs with the right culprit")
     if aa_table:
         print()

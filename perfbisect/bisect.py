@@ -81,8 +81,6 @@ SECOND_CHANGE_SIGMAS = 1.5
 # step of the floor size at this many standard errors: the located step is overestimated when a second
 # change sits on its bad side, so a share of it would look weakest exactly there.
 SUSPECTED_CHANGE_Z = 3.5
-ENDS_BEFORE_NAMING = 0
-SUSPECT_BF = False
 # Prior sd of one node's level offset (percent): how differently two nodes of one cluster may run the
 # same build. Modelled (a random effect integrated out of the change-point posterior) only when the
 # trials come from more than one node.
@@ -437,17 +435,6 @@ class SearchPolicy:
                 move = self._confirm_step(data, st, f"the commit and its parent must differ by {LOCAL_Z:g} standard errors on their own trials")
                 if move is not None:
                     return move
-        if len(top_key) == 1 and ENDS_BEFORE_NAMING > 0:
-            # The far ends of each side are where a second change hides longest (only the endpoints
-            # measure past it): each endpoint carries ENDS_BEFORE_NAMING trials before one change is named.
-            for end in (good, bad):
-                if data.count(end) < ENDS_BEFORE_NAMING and self._budget_left(data, end):
-                    return Measure(
-                        self.commits[end],
-                        f"second-change check: {self._describe_key(data, top_key)} holds {top_p:.3f} of the posterior; "
-                        f"one more trial of the {'good' if end == good else 'bad'} endpoint, where a second change would show",
-                        "second-change check", best=self._describe_key(data, top_key), p=top_p,
-                    )
         # Layout: a small change must hold under layouts its commits did not share (Mytkowicz et al.:
         # env size and code placement alone move timings by several percent). Re-measure, then keep it
         # only if every layout can be left out without the step vanishing.
@@ -705,8 +692,7 @@ class SearchPolicy:
             return None
         floor = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SIGMAS * post.sigma_top)
         step = max(floor, SECOND_CHANGE_SHARE * abs(st.step))
-        tc = TWO_CHANGE_PRIOR
-        if SUSPECTED_CHANGE_Z > 0 and post.p_two >= SECOND_CHANGE_DOUBT and (not SUSPECT_BF or post.p_two * (1 - tc) > tc * post.p_one):
+        if SUSPECTED_CHANGE_Z > 0 and post.p_two >= SECOND_CHANGE_DOUBT:
             # a second change is suspected: look for one as small as the floor, with more power
             z, step = max(z, SUSPECTED_CHANGE_Z), floor
         need = (z * post.sigma_top / step) ** 2

@@ -18,7 +18,6 @@ from .changepoint import ChangePosterior
 # Hypotheses kept for the look-ahead once sorted by posterior mass (the rest hold < 1e-6 of it).
 MAX_HYPOTHESES = 160
 LOOKAHEAD_GRID = 32
-PURITY = 1.0  # experiment
 # Joint outcomes of the pending trials over which a batch member's gain is averaged, and their
 # fixed standard normal draws (up to 16 pending trials; more draw from a seeded generator).
 PENDING_SAMPLES = 16
@@ -41,15 +40,8 @@ def best_trial(post: ChangePosterior, candidates: Sequence[int], t_new: float, h
     keep = order[: max(1, min(MAX_HYPOTHESES, int(np.searchsorted(csum, 1 - 1e-6)) + 1))]
     w = post.w[keep] / post.w[keep].sum()
     J = np.asarray(candidates)
-    b1, b2 = post.b1[keep], post.b2[keep]
-    seg = (J[None, :] >= b1[:, None]).astype(int) + (J[None, :] >= b2[:, None]).astype(int)
     # Every candidate is scored, settled ones too: re-measuring a commit whose segment is certain pins
     # that segment's level (or the drift), which is what makes the uncertain commits' trials decisive.
-    if PURITY < 1.0:
-        purity = np.max(np.stack([(w[:, None] * (seg == i)).sum(axis=0) for i in range(3)]), axis=0)
-        varies = purity < PURITY
-        if varies.any() and not (post.rho_weights and post.rho_weights[0] < 0.5):
-            J = J[varies]
     loc, scale = post.predict(keep, J, t_new, host) if host is not None else post.predict(keep, J, t_new)
     onehots = answer_groups(post, keep)
     if pending:

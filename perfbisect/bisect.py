@@ -97,7 +97,6 @@ SAME_NO_CHANGE = 0.5
 # checked after every trial, and a fixed-level bound checked that often crosses by chance (checked by
 # simulation at the tolerance's edge, benchmarks/strategies.py TE and TE-R, and on every A/A twin).
 SAME_ALPHA_SHARE = LOOK_ALPHA_SHARE
-BISECT_PRIOR_DOF_CAP = PRIOR_DOF_CAP
 # Layout re-check of a change smaller than stats.layout_check_pct: its commit and its parent each run
 # under at least LAYOUT_MIN_DISTINCT layouts, and with any one layout's trials left out the step keeps
 # LAYOUT_KEEP of its size; up to LAYOUT_EXTRA_TRIALS trials beyond MIN_TRIALS_AT_CHANGE each go to it.
@@ -335,11 +334,15 @@ class SearchPolicy:
             memo["post"] = self._posterior(data)
         post = memo["post"]
         counts = [len(v) for v in data.values]
-        ends, p_better = endpoint_comparison(post, counts, self._level_prior_ratio(data), s, self.higher_is_better)
+        ends, _ = endpoint_comparison(post, counts, self._level_prior_ratio(data), s, self.higher_is_better)
         # What the endpoints rule out is looked at after every trial, so each look uses a stricter level
         # (SAME_ALPHA_SHARE of alpha) for the claim "no regression ≥ X% at 1 − alpha" to hold over all looks.
-        seq, _ = endpoint_comparison(post, counts, self._level_prior_ratio(data), replace(s, alpha=s.alpha * SAME_ALPHA_SHARE),
-                                     self.higher_is_better)
+        # ...and with the degrees of freedom of this bisection's own trials, not the prior's pseudo-trials:
+        # a stored σ may be several times too small (issue #19), so it must not make the bound tight early.
+        seq, p_better_seq = endpoint_comparison(
+            post, counts, self._level_prior_ratio(data), replace(s, alpha=s.alpha * SAME_ALPHA_SHARE),
+            self.higher_is_better, dof=self._own_dof(post, data),
+        )
         ruled_out = ruled_out_pct(seq, self.higher_is_better)
         top_key, top_p = post.answer()
 
@@ -358,11 +361,11 @@ class SearchPolicy:
                     + f". Endpoints: {ends.explanation}"
                 ),
             )
-        if ends_ok and p_better >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
+        if ends_ok and p_better_seq >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
             return self._done(
                 Verdict.IMPROVED, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
                 explanation=(
-                    f"The bad endpoint is faster than the good one (probability {p_better:.3f} of a gain beyond "
+                    f"The bad endpoint is faster than the good one (probability {p_better_seq:.3f} of a gain beyond "
                     f"{s.min_effect_pct:g}%): no regression to bisect. {ends.explanation}"
                 ),
             )
@@ -379,8 +382,10 @@ class SearchPolicy:
                 ),
             )
 
-        if post.p_none >= 0.5:
-            # No change is the likeliest story: the endpoints settle it, interleaved.
+        if post.p_none >= 0.5 or (tol > 0 and not is_regression(log_of_pct(ends.effect_pct), self.higher_is_better)):
+            # No change is the likeliest story, or the bad end is if anything faster (no regression to
+            # locate: the question is whether one as big as the tolerance is ruled out): the endpoints
+            # settle it, interleaved.
             return self._measure_endpoint(data, post, ends, ruled_out, host)
 
         located = top_p >= s.confidence and post.p_none < NO_CHANGE_DOUBT
@@ -583,7 +588,7 @@ class SearchPolicy:
         return posterior(
             ev,
             sigma0=self.noise.sigma_b,
-            dof0=min(self.noise.dof, BISECT_PRIOR_DOF_CAP),
+            dof0=min(self.noise.dof, PRIOR_DOF_CAP),
             level_ratio=self._level_prior_ratio(data),
             min_step=log_of_pct(self.settings.min_effect_pct),
             no_change_prior=NO_CHANGE_PRIOR,
@@ -611,15 +616,18 @@ class SearchPolicy:
         for i in (order, other):
             if self._budget_left(data, i):
                 if post is None:
-                    why = f"comparing the endpoints (interleaved good/bad, trial {m + 1}) while the first results are out"
+                    why = f"comparing the endpoints (interleaved good/bad, endpoint trial {m + 1}) while the first results are out"
                 else:
+                    story = (f"no change at all is likeliest (posterior {post.p_none:.2f})" if post.p_none >= 0.5
+                             else "the bad end is, if anything, faster: no regression to locate")
                     why = (
-                        f"comparing the endpoints (interleaved good/bad, trial {m + 1}): so far {ends.effect_pct:+.1f}%, "
-                        f"no change at all is likeliest (posterior {post.p_none:.2f})"
-                        + (f"; no regression ≥ {ruled_out:.1f}% already ruled out" if ruled_out is not None else "")
+                        f"comparing the endpoints (interleaved good/bad, endpoint trial {m + 1}): so far {ends.effect_pct:+.1f}%, "
+                        f"{story}" + (f"; no regression ≥ {ruled_out:.1f}% already ruled out" if ruled_out is not None else "")
                     )
                 return Measure(self.commits[i], why, "endpoints")
-        return self._exhausted(data, post, "no change at all is likeliest but not certain", ends=ends, ruled_out=ruled_out)
+        why = ("no change at all is likeliest but not certain" if post is None or post.p_none >= 0.5
+               else "the bad end looks faster, but a regression of the tolerance is not ruled out yet")
+        return self._exhausted(data, post, why, ends=ends, ruled_out=ruled_out)
 
     @staticmethod
     def _several_hosts(data: _Data, host: str | None) -> bool:
@@ -827,7 +835,7 @@ class SearchPolicy:
         else:
             limit = f"stats.max_trials_per_commit = {s.max_trials_per_commit} (reached by the commits that decide it)"
         tol = self._tolerance()
-        more = self._trials_to_rule_out(data, post, ends, tol) if not top_key or top_p is None or top_p < 0.5 else None
+        more = self._trials_to_rule_out(data, post, ends, tol)
         bound = (f" No regression ≥ {ruled_out:.1f}% ({100 * (1 - s.alpha):g}%, one-sided, from the endpoints)."
                  if ruled_out is not None else "")
         if more is not None and tol > 0:
@@ -848,6 +856,12 @@ class SearchPolicy:
             ),
         )
 
+    @staticmethod
+    def _own_dof(post: ChangePosterior, data: _Data) -> float:
+        """Degrees of freedom of this bisection's own trials (the endpoints' two levels spent), at most
+        the posterior's: what `same` and `improved` decide with, so a prior's pseudo-trials never count."""
+        return min(post.dof, max(data.trials - 2.0, 1.0))
+
     def _trials_to_rule_out(self, data: _Data, post: ChangePosterior | None, ends: Comparison | None,
                             tol: float) -> int | None:
         """More endpoint trials (both ends, interleaved) after which the sequential bound would fall below
@@ -859,7 +873,7 @@ class SearchPolicy:
         room = log_of_pct(tol) + d
         if room <= 0:
             return None
-        z = t_quantile(1.0 - self.settings.alpha * SAME_ALPHA_SHARE, post.dof)
+        z = t_quantile(1.0 - self.settings.alpha * SAME_ALPHA_SHARE, self._own_dof(post, data))
         sigma = post.sigma_top
         n_a, n_b = len(data.values[0]), len(data.values[-1])
         for k in range(0, 100_000, 2):

@@ -72,14 +72,16 @@ def step_comparison(st: Step, verdict: Verdict, settings: StatsConfig) -> Compar
 
 
 def endpoint_comparison(
-    post: ChangePosterior, counts: Sequence[int], level_ratio: float, settings: StatsConfig, higher_is_better: bool
+    post: ChangePosterior, counts: Sequence[int], level_ratio: float, settings: StatsConfig, higher_is_better: bool,
+    dof: float | None = None,
 ) -> tuple[Comparison, float]:
     """Bad vs good endpoint from every trial: one level per measured commit, drift as in the posterior.
 
     The drift scale is the posterior's most probable one; the noise is the posterior's σ, so
     midpoint trials sharpen the endpoints' comparison through σ and the drift path. ``level_ratio``
-    is the level prior's width as in the posterior. Returns the comparison and the probability that
-    the bad end is *better* beyond the minimum effect.
+    is the level prior's width as in the posterior; ``dof`` (default the posterior's) the Student-t
+    degrees of freedom of the interval. Returns the comparison and the probability that the bad end
+    is *better* beyond the minimum effect.
     """
     s = settings
     h = post.top()
@@ -92,7 +94,7 @@ def endpoint_comparison(
     good, bad = 0, post.n - 1
     s2 = float(post.s2[h])
     d, se = (float(x) for x in level_step(beta, cov, s2, good, bad))
-    dof = post.dof
+    dof = post.dof if dof is None else dof
     m = log_of_pct(s.min_effect_pct)
     p_worse = t_cdf((-m - d) / se, dof) if higher_is_better else 1.0 - t_cdf((m - d) / se, dof)
     p_better = 1.0 - t_cdf((m - d) / se, dof) if higher_is_better else t_cdf((-m - d) / se, dof)

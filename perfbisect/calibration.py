@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from .model import NoiseKey, TrialResult
-from .stats import NoiseModel, min_detectable_effect, pct, variance_ratio_test
+from .stats import PRIOR_DOF_CAP, NoiseModel, min_detectable_effect, pct, variance_ratio_test
 from .store import NoiseEstimate, TrialPurpose
 
 if TYPE_CHECKING:  # the workspace is only passed through
@@ -305,7 +305,8 @@ def calibration_lines(measured: CalibrationNoise, start: StartingNoise, next_noi
             lines.append(f"the next bisection on this host starts from the {next_noise.sigma_b_pct:.1f}% prior ({start.why})")
         else:
             lines.append(f"the next bisection on this host starts from {start.figure.describe()}: {start.why}")
-    lines.append(f"noise the next bisection decides with, pooled with stored A/A trials: {next_noise.describe()}")
+    lines.append(f"noise the next bisection decides with, pooled with stored A/A trials: {next_noise.describe()}; "
+                 f"a bisection counts it as a prior worth at most {PRIOR_DOF_CAP:g} trials of its own, never a licence")
     lines.extend(detectable_lines(next_noise, budget_trials, alpha))
     return lines
 

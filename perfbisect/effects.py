@@ -112,7 +112,7 @@ def endpoint_comparison(
         verdict, d, se, dof, sigma, n_a, n_b, settings, p_value=None,
         lead="bad vs good ",
         tail=(f" from {n_a} + {n_b} trials, noise {pct(sigma):.1f}% per trial; "
-              f"probability of a regression beyond {s.min_effect_pct:g}%: {p_worse:.2g}."),
+              f"probability of a regression beyond {s.min_effect_pct:g}% (stats.min_effect_pct): {p_worse:.2g}."),
     ), p_better
 
 

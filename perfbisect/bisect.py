@@ -351,7 +351,10 @@ class SearchPolicy:
         # least MIN_TRIALS_PER_SIDE trials of each endpoint: one session per side cannot carry a verdict.
         ends_ok = min(counts[good], counts[bad]) >= MIN_TRIALS_PER_SIDE
         tol = self._tolerance()
-        if ends_ok and post.p_none >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
+        # With a tolerance, every `same` states that it is ruled out (the bound above, this bisection's own
+        # dof): "no change anywhere" from a posterior that a stored σ's pseudo-trials still lean on is not enough.
+        tol_ok = tol <= 0 or (ruled_out is not None and ruled_out < tol)
+        if ends_ok and tol_ok and post.p_none >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
             return self._done(
                 Verdict.SAME, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
                 explanation=(

@@ -799,26 +799,33 @@ def _current_compare_rule(min_trials: int = 2, single_look_at: int | None = None
 
 # Named rules for run_aa_compare. To try a new stopping rule, add an entry, e.g.
 #   AA_RULES["sequential"] = lambda a, b, look: SequentialCompare(...).verdict(a, b).value
-def _sequential_rule(min_trials: int = 2) -> Rule:
-    """`perfbisect compare` as it runs now: a look after every pair, each spending its share of alpha."""
-    from perfbisect.stats import compare_sequential
+def _sequential_rule(min_trials: int = 2, spending: bool = False) -> Rule:
+    """`perfbisect compare` as it runs now: a look after every pair, each at a tenth of alpha (a constant
+    per-look level); ``spending``: as it ran before issue #19, Lan–DeMets power-family spending."""
+    from perfbisect.stats import compare_sequential, spent_alpha
 
     settings = StatsConfig()
     noise = NoiseModel.prior(settings.prior_sigma_pct)
-    max_looks = settings.max_trials_per_commit - min_trials + 1
+    max_per_side = settings.max_trials_per_commit or settings.max_trials_total // 2
+    max_looks = AA_MAX_PER_SIDE - min_trials + 1
 
     def decide(a: list[float], b: list[float], look: int) -> str:
         if len(a) < min_trials or len(b) < min_trials:
             return "inconclusive"
         k = min(len(a), len(b)) - min_trials + 1
-        return compare_sequential(a, b, noise, settings, look=k, max_looks=max_looks).verdict.value
+        if spending:
+            return compare(a, b, noise, settings, alpha=spent_alpha(settings.alpha, k, max_looks)).verdict.value
+        return compare_sequential(a, b, noise, settings, look=k, max_looks=max_per_side).verdict.value
 
     return decide
 
 
+# compare's A/A table runs every rule to this many trials per side (the pre-#19 per-commit budget)
+AA_MAX_PER_SIDE = 10
 AA_RULES: dict[str, Rule] = {
-    "fixed alpha, look every pair (before)": _current_compare_rule(),
-    "alpha spending, look every pair (now)": _sequential_rule(),
+    "fixed alpha, look every pair (#5)": _current_compare_rule(),
+    "Lan–DeMets spending, every pair (#8)": _sequential_rule(spending=True),
+    "a tenth of alpha per look (now)": _sequential_rule(),
     "one look at 10+10": _current_compare_rule(single_look_at=10),
 }
 # Noise processes for the A/A compare table: the session noise of these scenarios, one level.
@@ -839,7 +846,7 @@ def run_aa_compare(noise_process: Scenario | str, reps: int, rules: dict[str, Ru
     scn = SCENARIOS[noise_process] if isinstance(noise_process, str) else noise_process
     scn = replace(scn, n=2, steps_pct=(), untestable_frac=0.0, history_good_pct=None)
     rules = AA_RULES if rules is None else rules
-    max_per_side = max_per_side or StatsConfig().max_trials_per_commit
+    max_per_side = max_per_side or AA_MAX_PER_SIDE
     out = {}
     for name, decide in rules.items():
         counts: dict[str, int] = {}
@@ -1034,7 +1041,7 @@ def main(argv=None) -> int:
     if aa_table:
         print()
         print(f"A/A compare, repeated looks (A B B A pairs of one level, stop at the first verdict, "
-              f"≤ {StatsConfig().max_trials_per_commit} per side)")
+              f"≤ {AA_MAX_PER_SIDE} per side)")
         print(f"{'noise':24} {'rule':38} {'false':>6} {'regr':>6} {'impr':>6} {'same':>6} {'incon':>6} {'trials':>6}")
         for r in aa_table:
             print(f"{r['noise']:24} {r['rule']:38} {r['false_verdict']:6.3f} {r['regressed']:6.3f} "

@@ -183,12 +183,24 @@ class ChangePosterior:
         """Sparse posterior: per boundary 0..n − 1, the mass of hypotheses with a change there (either one)."""
         n = self.n
         per_b = np.zeros(n + 2)
-        for span, on in ((self.span1, self.b1 < n), (self.span2, self.b2 < n)):
+        inner = (self.b2 < n) & (self.span1[:, 0] == self.span2[:, 0])  # both changes in one bin
+        for span, on in ((self.span1, (self.b1 < n) & ~inner), (self.span2, (self.b2 < n) & ~inner)):
             lo, hi, w = span[on, 0], span[on, 1], self.w[on]
             share = w / np.maximum(hi - lo, 1)
             np.add.at(per_b, lo + 1, share)
             np.add.at(per_b, hi + 1, -share)
-        return np.cumsum(per_b)[:n]
+        per_b = np.cumsum(per_b)[:n]
+        if inner.any():
+            # pairs lo < b1 < b2 ≤ hi: b1 = x has hi − x partners, b2 = y has y − lo − 1
+            lows, at = np.unique(self.span1[inner, 0], return_inverse=True)
+            mass = np.bincount(at, weights=self.w[inner])
+            his = np.zeros(len(lows), dtype=int)
+            his[at] = self.span1[inner, 1]
+            for lo, hi, m in zip(lows.tolist(), his.tolist(), mass.tolist()):
+                x = np.arange(lo + 1, hi + 1)
+                pairs = (hi - lo) * (hi - lo - 1) / 2
+                per_b[x] += m * ((hi - x) + (x - lo - 1)) / pairs
+        return per_b
 
     def answer(self) -> tuple[tuple[int, ...], float]:
         """The best answer and how sure the posterior is of it, given that something changed.
@@ -203,7 +215,8 @@ class ChangePosterior:
         if p_two < p_one:
             if self.sparse:
                 mass = self._spread_mass()
-                b = int(np.argmax(mass))  # the first of equal masses, as below
+                # the first of equal masses, as below (a bin's commits share its mass up to rounding)
+                b = int(np.flatnonzero(mass >= mass.max() * (1.0 - 1e-9))[0])
                 return (b,), min(float(mass[b]) / some, 1.0)
             b, p = max(enumerate(self.change_mass()), key=lambda kv: (kv[1], -kv[0]))
             return (b,), min(p / some, 1.0)

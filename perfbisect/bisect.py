@@ -600,6 +600,7 @@ class SearchPolicy:
             rho_grid=RHO_GRID if self.settings.drift_check else (0.0,),
             rho_prior=RHO_PRIOR if self.settings.drift_check else (1.0,),
             host_ratio=(log_of_pct(HOST_OFFSET_PRIOR_PCT) / self.noise.sigma_b) ** 2,
+            extra_edges=tuple(sorted({i for i, _ in data.pending})),
         )
 
     # ----------------------------------------------------------------------------------------

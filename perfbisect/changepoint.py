@@ -443,8 +443,12 @@ def posterior(
     rho_prior: tuple[float, ...] = RHO_PRIOR,
     host_ratio: float = 0.0,
     sigma_scales: tuple[tuple[float, float], ...] | None = None,
+    extra_edges: tuple[int, ...] = (),
 ) -> ChangePosterior:
     """Score every (hypothesis, drift scale) pair by its marginal likelihood times its prior.
+
+    ``extra_edges``: commits a long range's bins must also end at (trials in flight, whose predictions
+    the look-ahead reads); ignored up to SPARSE_ABOVE commits, where every commit is resolved.
 
     ``min_step`` (log): a change smaller than this is no change to the user, so each hypothesis is
     weighed by the posterior probability that each of its steps is at least that big (a truncated
@@ -467,6 +471,7 @@ def posterior(
         return _sparse_posterior(
             ev, y, m0, lam, g=g, sigma0=sigma0, dof0=dof0, min_step=min_step, no_change_prior=no_change_prior,
             two_change_prior=two_change_prior, rho_grid=rho_grid, rho_prior=rho_prior, sigma_scales=sigma_scales,
+            extra_edges=extra_edges,
         )
     hb1, hb2 = _hypotheses(n, two_change_prior > 0)
     H = len(hb1)
@@ -567,7 +572,8 @@ def _bins(n: int, edges: np.ndarray, two: bool) -> tuple[np.ndarray, ...]:
 def _sparse_posterior(ev: Evidence, y: np.ndarray, m0: float, lam: float, *, g: float, sigma0: float, dof0: float,
                       min_step: float, no_change_prior: float, two_change_prior: float,
                       rho_grid: tuple[float, ...], rho_prior: tuple[float, ...],
-                      sigma_scales: tuple[tuple[float, float], ...] | None) -> ChangePosterior:
+                      sigma_scales: tuple[tuple[float, float], ...] | None,
+                      extra_edges: tuple[int, ...] = ()) -> ChangePosterior:
     """``posterior`` for a long range: hypotheses are bins of boundaries (module docstring).
 
     First the bins between measured commits only (every boundary in a bin has the same likelihood, so
@@ -586,7 +592,8 @@ def _sparse_posterior(ev: Evidence, y: np.ndarray, m0: float, lam: float, *, g: 
     coarse = _score_bins(ev, fits, cols, m0, lam, score, no_change_prior, two_change_prior)
     per_b = coarse._boundary_mass()[1:n]
     cdf = np.cumsum(per_b)
-    edges = [cols, np.round(np.linspace(0, n - 1, EDGE_GRID + 1)).astype(int)]
+    edges = [cols, np.round(np.linspace(0, n - 1, EDGE_GRID + 1)).astype(int),
+             np.clip(np.asarray(extra_edges, dtype=int), 0, n - 1)]
     if cdf[-1] > 0:
         levels = (np.arange(EDGE_QUANTILES) + 0.5) / EDGE_QUANTILES * cdf[-1]
         edges.append(np.minimum(np.searchsorted(cdf, levels) + 1, n - 1))

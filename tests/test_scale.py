@@ -148,3 +148,29 @@ def test_plan_warns_when_the_range_is_long_and_says_what_the_run_holds(tmp_path)
     short = _plan(tmp_path, cfg, shas[0], shas[40])
     assert short.returncode == 0, short.stderr
     assert "Long range" not in short.stdout
+
+
+def test_a_batch_on_a_long_range_spreads_and_resolves_the_trials_in_flight():
+    """Several nodes on a long range: distinct commits per batch, and the trials still in flight are bin
+    edges of the posterior the next batch is chosen with (their predictions are exact there)."""
+    n = 4000
+    commits = [f"{i:040x}" for i in range(n)]
+    policy = SearchPolicy(commits, StatsConfig(), NoiseModel(0.02, 10, "prior"))
+    rng = np.random.default_rng(4)
+    obs = [Observation(commits[i], math.log(100.0 * (0.8 if i >= 2500 else 1.0)) + rng.normal(0.0, 0.01), seq=s)
+           for s, i in enumerate([0, n - 1, 0, n - 1, 2000, 3000])]
+    first = policy.next_batch(obs, 3)
+    assert isinstance(first, list) and len({m.commit for m in first}) == 3
+    seen = []
+    fit = policy._posterior
+
+    def recorded(data):
+        post = fit(data)
+        seen.append(post)
+        return post
+
+    policy._posterior = recorded  # type: ignore[method-assign]
+    second = policy.next_batch(obs, 2, pending=first)
+    assert isinstance(second, list) and len(second) == 2
+    assert seen and all(p.sparse for p in seen)
+    assert {policy.index[m.commit] for m in first} <= set(seen[0].edges.tolist())

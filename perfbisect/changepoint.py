@@ -655,8 +655,8 @@ def _score_bins(ev: Evidence, fits: list[tuple[_RhoFit, float]], edges: np.ndarr
 
 
 # Bytes a sparse posterior holds per (hypothesis, drift scale), its scoring's temporaries included
-# (measured with tracemalloc on 10,000-commit searches: benchmarks/scale.py).
-SPARSE_BYTES_PER_HYPOTHESIS = 1200
+# (the largest seen with tracemalloc over one decision of 10,000-commit searches after 20–80 trials: 650–1,600).
+SPARSE_BYTES_PER_HYPOTHESIS = 1600
 
 
 def sparse_footprint(n: int, trials: int) -> tuple[int, int, int]:

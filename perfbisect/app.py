@@ -560,7 +560,7 @@ def long_range_warning(plan: Plan, max_trials: int) -> PlanWarning | None:
         f"{n * (n - 1) // 2:,} pairs of commits: it scores bins of commits between the ones it measured, split "
         f"where the change most probably is, so after {max_trials} trials (stats.max_trials_total) `run` holds at "
         f"most {edges} bin edges and {hypotheses:,} hypotheses (about {size / 1e6:.0f} MB besides the commit list) "
-        f"and each decision costs what one on a few hundred commits does. Every halving of the range costs about "
+        f"and each decision costs about what one on 200 commits does. Every halving of the range costs about "
         f"one more trial: a later good or an earlier bad saves them.",
     )
 

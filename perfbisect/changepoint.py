@@ -59,9 +59,9 @@ SIGMA_SCALES = ((0.5, 0.15), (1.0, 0.45), (2.0, 0.25), (4.0, 0.15))
 OUTLIER_SHARE = 0.03
 OUTLIER_VARIANCE = 9.0
 # Ranges longer than this many commits get the sparse posterior (bins between edges, see the module
-# docstring); up to it every commit and every pair of commits is its own hypothesis. Beyond a few
-# hundred commits the n² pairs no longer fit a node's memory (2,000 commits: 4 GB).
-SPARSE_ABOVE = 300
+# docstring); up to it every commit and every pair of commits is its own hypothesis. The full model's
+# n² pairs cost ~1 s per decision at 300 commits on a busy 2-core machine, 0.5 GB at 500, 4 GB at 2,000.
+SPARSE_ABOVE = 200
 # Sparse posterior: edges at this many quantiles of the change's location (where the mass is, the bins
 # shrink to one commit) and at this many evenly spaced commits (so a second change anywhere has a bin).
 EDGE_QUANTILES = 48
@@ -368,6 +368,27 @@ def _hypotheses(n: int, two: bool) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(b1), np.concatenate(b2)
 
 
+def _answers(hb1: np.ndarray, hb2: np.ndarray, copies: int, w: np.ndarray, nt: list[int],
+             n: int) -> tuple[list[tuple[int, ...]], dict[tuple[int, ...], float]]:
+    """Each hypothesis's reportable answer (skip sets merged) and each answer's mass.
+
+    The hypotheses are ``hb1``/``hb2`` repeated ``copies`` times (once per drift scale); masses are summed
+    in the hypotheses' order (bincount adds one by one, as a loop would), answers in order of first sight.
+    """
+    ids = np.empty(len(hb1), dtype=int)
+    index: dict[tuple[int, ...], int] = {}
+    for h, (x1, x2) in enumerate(zip(hb1.tolist(), hb2.tolist())):
+        if x1 == n:
+            key: tuple[int, ...] = ()
+        else:
+            k1 = nt[x1]
+            key = (k1,) if x2 == n or nt[x2] == k1 else (k1, nt[x2])
+        ids[h] = index.setdefault(key, len(index))
+    answers = list(index)
+    sums = np.bincount(np.tile(ids, copies), weights=w, minlength=len(answers))
+    return [answers[i] for i in ids] * copies, dict(zip(answers, sums.tolist()))
+
+
 def _fit_rho(ev: Evidence, y: np.ndarray, rho: float, host_ratio: float = 0.0,
              cols: np.ndarray | None = None) -> _RhoFit:
     """Whitened design and prefix sums for drift scale ``rho``; ``cols``: the commits that get a column
@@ -516,17 +537,7 @@ def posterior(
     logw = logw - logw.max()
     w = np.exp(logw)
     w /= w.sum()
-    nt = ev.next_testable
-    keys: list[tuple[int, ...]] = []
-    groups: dict[tuple[int, ...], float] = {}
-    for x1, x2, wi in zip(b1.tolist(), b2.tolist(), w.tolist()):
-        if x1 == n:
-            key: tuple[int, ...] = ()
-        else:
-            k1 = int(nt[x1])
-            key = (k1,) if x2 == n or int(nt[x2]) == k1 else (k1, int(nt[x2]))
-        keys.append(key)
-        groups[key] = groups.get(key, 0.0) + wi
+    keys, groups = _answers(hb1, hb2, len(fits), w, ev.next_testable.tolist(), n)
     rho_w = tuple(float(w[rho_index == r].sum()) for r in range(len(fits)))
     return ChangePosterior(
         b1=b1, b2=b2, rho_index=rho_index, logw=logw, w=w, beta=np.concatenate(all_beta),

@@ -174,3 +174,24 @@ def test_a_batch_on_a_long_range_spreads_and_resolves_the_trials_in_flight():
     assert isinstance(second, list) and len(second) == 2
     assert seen and all(p.sparse for p in seen)
     assert {policy.index[m.commit] for m in first} <= set(seen[0].edges.tolist())
+
+
+def test_answers_are_summed_as_one_by_one():
+    """The full model's answers and their masses: the vectorised sum is the loop's, bit for bit and in order."""
+    from perfbisect.changepoint import _answers, _hypotheses
+    rng = np.random.default_rng(0)
+    for n in (5, 17, 60):
+        hb1, hb2 = _hypotheses(n, True)
+        w = rng.random(len(hb1) * 3)
+        w /= w.sum()
+        untestable = set(rng.choice(np.arange(1, n - 1), n // 4, replace=False).tolist())
+        nt = _evidence(n, [0, n - 1], n // 2, 0, tuple(untestable)).next_testable
+        keys, groups = [], {}
+        for x1, x2, wi in zip(np.tile(hb1, 3).tolist(), np.tile(hb2, 3).tolist(), w.tolist()):
+            k1 = int(nt[min(x1, n - 1)])
+            key = () if x1 == n else (k1,) if x2 == n or int(nt[x2]) == k1 else (k1, int(nt[x2]))
+            keys.append(key)
+            groups[key] = groups.get(key, 0.0) + wi
+        got_keys, got_groups = _answers(hb1, hb2, 3, w, nt.tolist(), n)
+        assert got_keys == keys
+        assert list(got_groups.items()) == list(groups.items())

@@ -9,8 +9,9 @@ reads ``cost.txt`` from the worktree and prints ``{"ops_per_s": 1000 / cost × (
 trial is one short Python process. Then `perfbisect run good=<first> bad=<last> --json` runs in its own
 process with a fresh database and node lock, and the benchmark reads:
 
-* peak RSS of the perfbisect process: its ``VmHWM`` polled from /proc every 50 ms, and ``ru_maxrss``
-  from ``wait4`` (the largest of it and its waited-for children: the workload processes are ~10 MB);
+* peak RSS of the perfbisect process: its ``VmHWM`` polled from /proc every 50 ms (the kernel's
+  high-water mark, so a peak between two polls is not missed; ``ru_maxrss`` from ``wait4`` would not do:
+  it keeps the size of the benchmark process the child was forked from);
 * time to the first trial: launch → the first trial's ``started_at`` (range listing, plan, store);
 * per decision, the wall-clock gap between one trial's end and the next one's start (storing the
   observation, the search's decision, checking out the next commit): median and largest;
@@ -108,7 +109,10 @@ def write_config(base: Path, repo: Path) -> Path:
 
 
 def _hwm_kb(pid: int) -> int | None:
+    """VmHWM of ``pid`` once it runs perfbisect (before its exec it is a copy of this process)."""
     try:
+        if b"perfbisect.cli" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return None
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1])
@@ -140,8 +144,7 @@ def run_bisection(base: Path, cfg: Path, good: str, bad: str) -> dict[str, Any]:
     poller = threading.Thread(target=poll, daemon=True)
     for t in (*readers, poller):
         t.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.wait()
     wall = time.time() - launched
     done.set()
     for t in (*readers, poller):
@@ -150,8 +153,7 @@ def run_bisection(base: Path, cfg: Path, good: str, bad: str) -> dict[str, Any]:
         result = json.loads(out.get("stdout", b"") or b"{}")
     except json.JSONDecodeError:
         result = {}
-    return {"rc": proc.returncode, "launched": launched, "wall_s": wall, "hwm_mb": peak[0] / 1024,
-            "maxrss_mb": usage.ru_maxrss / 1024, "result": result,
+    return {"rc": proc.returncode, "launched": launched, "wall_s": wall, "hwm_mb": peak[0] / 1024, "result": result,
             "stderr_tail": out.get("stderr", b"").decode(errors="replace")[-2000:]}
 
 
@@ -199,7 +201,7 @@ def measure_size(base: Path, n: int) -> dict[str, Any]:
     outcome = r["result"].get("outcome", r["result"])
     culprit = outcome.get("culprit") if isinstance(outcome, dict) else None
     row = {
-        "commits": n, "repo_build_s": build_s, "rc": r["rc"], "peak_rss_mb": r["hwm_mb"], "maxrss_mb": r["maxrss_mb"],
+        "commits": n, "repo_build_s": build_s, "rc": r["rc"], "peak_rss_mb": r["hwm_mb"],
         "first_trial_s": (trials[0][0] - r["launched"]) if trials else math.nan,
         "gap_median_s": statistics.median(gaps) if gaps else math.nan, "gap_max_s": max(gaps) if gaps else math.nan,
         "trials": len(trials), "wall_s": r["wall_s"],
@@ -216,7 +218,6 @@ def measure_size(base: Path, n: int) -> dict[str, Any]:
 ROWS = [
     ("commits", "commits in the range", "{:,}"),
     ("peak_rss_mb", "peak RSS of `run` (VmHWM), MB", "{:.0f}"),
-    ("maxrss_mb", "ru_maxrss (wait4), MB", "{:.0f}"),
     ("first_trial_s", "launch → first trial, s", "{:.1f}"),
     ("search_median_s", "search per decision (replayed), median s", "{:.3f}"),
     ("search_max_s", "search per decision (replayed), max s", "{:.3f}"),

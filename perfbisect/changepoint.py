@@ -645,16 +645,7 @@ def _score_bins(ev: Evidence, fits: list[tuple[_RhoFit, float]], edges: np.ndarr
     w = np.exp(logw)
     w /= w.sum()
     b1, b2 = np.tile(hb1, R), np.tile(hb2, R)
-    nt = ev.next_testable
-    k1 = nt[np.minimum(b1, n - 1)]
-    k2 = nt[np.minimum(b2, n - 1)]
-    keys: list[tuple[int, ...]] = [
-        () if x1 == n else (c1,) if x2 == n or c2 == c1 else (c1, c2)
-        for x1, x2, c1, c2 in zip(b1.tolist(), b2.tolist(), k1.tolist(), k2.tolist())
-    ]
-    groups: dict[tuple[int, ...], float] = {}
-    for key, wi in zip(keys, w.tolist()):
-        groups[key] = groups.get(key, 0.0) + wi
+    keys, groups = _answers(hb1, hb2, R, w, ev.next_testable.tolist(), n)
     rho_w = tuple(float(w[rho_index == r].sum()) for r in range(R))
     return ChangePosterior(
         b1=b1, b2=b2, rho_index=rho_index, logw=logw, w=w, beta=np.concatenate(all_beta),

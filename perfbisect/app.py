@@ -26,7 +26,8 @@ from .doctor import Finding, run_doctor
 from .errors import UsageError
 from .patches import PatchCheck, check_patches
 from .gitrepo import TargetRepo
-from .plan import Plan, plan_range
+from .changepoint import SPARSE_ABOVE, sparse_footprint
+from .plan import Plan, PlanWarning, plan_range
 from .run_allocation import RunsAdvice, runs_advice
 from .skips import Skip, SkipList, skipped_commits
 from .targets import active_filters
@@ -541,8 +542,27 @@ def _plan(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bool = Fa
     skips = {sha: s.describe() for sha, s in skipped_commits(ws.repo, ws.config).items()}
     active = active_filters(ws.config)
     result = plan_range(ws.repo, good_c.sha, bad_c.sha, ws.filters, ws.stack, check_patches=check_patches, skipped=skips)
+    long = long_range_warning(result, ws.config.stats.max_trials_total)
     return replace(result, default_filters=active.defaults, default_filters_of=active.defaults_of,
-                   user_filters=active.user, filters_note=active.note)
+                   user_filters=active.user, filters_note=active.note,
+                   warnings=result.warnings + ((long,) if long else ()))
+
+
+def long_range_warning(plan: Plan, max_trials: int) -> PlanWarning | None:
+    """A range past changepoint.SPARSE_ABOVE candidates: say how the search bounds what it holds, and what."""
+    n = sum(1 for i, e in enumerate(plan.entries) if e.measure or e.skip or i in (0, len(plan.entries) - 1))
+    if n <= SPARSE_ABOVE:
+        return None
+    edges, hypotheses, size = sparse_footprint(n, max_trials)
+    return PlanWarning(
+        "long-range",
+        f"Long range: {n:,} candidate commits. Past {SPARSE_ABOVE} the search does not score each of the "
+        f"{n * (n - 1) // 2:,} pairs of commits: it scores bins of commits between the ones it measured, split "
+        f"where the change most probably is, so after {max_trials} trials (stats.max_trials_total) `run` holds at "
+        f"most {edges} bin edges and {hypotheses:,} hypotheses (about {size / 1e6:.0f} MB besides the commit list) "
+        f"and each decision costs about what one on 200 commits does. Every halving of the range costs about "
+        f"one more trial: a later good or an earlier bad saves them.",
+    )
 
 
 def skip(config: Config, revs: Sequence[str], *, undo: bool = False, reason: str = "") -> tuple[list[Commit], list[Skip]]:

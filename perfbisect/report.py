@@ -94,7 +94,7 @@ SIDE_COLORS = {
     "between": "#757575", "bad end": "#c62828", "A": "#1565c0", "B": "#c62828", "all commits": "#455a64",
 }
 ROLE_COLORS = {
-    "good": "#1565c0", "bad": "#c62828", "culprit": "#b71c1c", "culprit set": "#ef6c00", "measured": "#757575",
+    "good": "#1565c0", "bad": "#ef6c00", "culprit": "#c62828", "culprit set": "#ad1457", "measured": "#757575",
     "A": "#42a5f5", "B": "#ef5350",
 }
 CULPRIT_COLOR = "#c62828"

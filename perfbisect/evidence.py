@@ -334,6 +334,14 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
             reused += 1
         seen.add(t.identity.build_hash)
 
+    try:
+        with warnings.catch_warnings():  # early prefixes (one endpoint measured) make numpy warn on empty means
+            warnings.simplefilter("ignore", RuntimeWarning)
+            reasoning = replay(record, observations, higher_is_better=higher, work=replay_work)
+    except PerfbisectError as exc:
+        reasoning = {"steps": [], "cells": [], "sampled": False, "noise": "", "opening": "", "error": str(exc),
+                     "note": "", "compared": 0, "mismatches": 0, "cpu_capped": False, "history": 0}
+    final_post = reasoning.pop("_final", None)
     # Levels in the metric's own unit (single-mode metrics): the endpoints' trial means, and the segment
     # levels, steps and drift the engine fitted (search_replay.engine_fit: changepoint.level_step).
     levels: dict[str, Any] = {}
@@ -349,7 +357,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                fitted = engine_fit(record, observations, out, higher)
+                fitted = engine_fit(record, observations, out, higher, post=final_post)
         except (PerfbisectError, ValueError, FloatingPointError, ArithmeticError):
             fitted = {"segments": [], "steps": [], "drift": None}
         segs = fitted["segments"]
@@ -403,13 +411,6 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
                 "email": c.get("email", ""), "date": c.get("date", ""), "files": repo.files(sha),
                 "url": commit_url(repo.remote, sha)}
 
-    try:
-        with warnings.catch_warnings():  # early prefixes (one endpoint measured) make numpy warn on empty means
-            warnings.simplefilter("ignore", RuntimeWarning)
-            reasoning = replay(record, observations, higher_is_better=higher, work=replay_work)
-    except PerfbisectError as exc:
-        reasoning = {"steps": [], "cells": [], "sampled": False, "noise": "", "opening": "", "error": str(exc),
-                     "note": "", "compared": 0, "mismatches": 0, "cpu_capped": False, "history": 0}
     comparisons = [c for c in (
         _comparison("endpoints: bad vs good (evidence, not a second verdict)", out.endpoint_comparison if out else None),
         _comparison("from the culprit on vs before it", out.culprit_comparison if out else None),

@@ -9,7 +9,8 @@ measured it and the live decision that asked for it, so the replay is the search
 the levels and the drift the engine fitted (``engine_fit``); nothing is re-measured.
 
 The replay's budget is work, not time: each step costs about trials² · commits units and a report
-replays steps until ``REPLAY_WORK`` is spent, so the same database renders the same report on an idle
+replays steps until ``REPLAY_WORK`` is spent (the last step, the outcome, is always replayed and not
+counted), so the same database renders the same report on an idle
 and on a busy machine. A CPU-time cap (``time.process_time``, far above what the work budget costs)
 only guards against a pathological case, and the report says when it cut the replay.
 """
@@ -34,10 +35,10 @@ from .stats import NoiseModel, t_quantile
 # evenly (the last one always kept) so a long bisection still renders in seconds.
 MAX_REPLAY_STEPS = 60
 # Work units a report's replay may spend: a step over k observations of n commits costs k²·n units (the
-# posterior's whitened design and prefix sums per drift scale) plus 10,000·n (the look-ahead over commits):
-# fitted to CPU times measured here (64 commits: 0.03 s at 50 observations, 1.3 s at 600), about 15 M
-# units per CPU second. About 1 s of one core; the index spends a tenth per report.
-REPLAY_WORK = 15_000_000
+# posterior's whitened design and prefix sums per drift scale) plus 10,000·n (the look-ahead over commits).
+# Measured here (64 commits, 50 to 600 observations): 5 to 15 M units per CPU second, so 5 M units is about
+# a CPU-second; the index spends a tenth per report.
+REPLAY_WORK = 5_000_000
 INDEX_REPLAY_WORK = REPLAY_WORK // 10
 # CPU seconds (time.process_time) after which a replay stops whatever work is left: a guard, never the rule.
 REPLAY_CPU_CAP_S = 30.0
@@ -138,6 +139,7 @@ def replay(record: Any, observations: Sequence[Any], higher_is_better: bool = Tr
     before it was). Each step re-fits the posterior, so a long search is replayed coarse to fine (last
     step, middle, quarters...) until ``work`` units are spent; the report says how many steps it shows.
     Every replayed decision is compared with the live one stored beside the observation it asked for.
+    ``_final`` is the posterior after the last step (not JSON: ``engine_fit`` reuses it, the caller drops it).
     """
     start, note = stored_start(record, higher_is_better)
     policy = policy_for(record, start)
@@ -155,8 +157,8 @@ def replay(record: Any, observations: Sequence[Any], higher_is_better: bool = Tr
     spent, cpu0, capped = 0, time.process_time(), False
     done: dict[int, tuple[Any, Any]] = {}
     for k in _coarse_to_fine(n, max_steps):
-        cost = step_work(k, policy.n)
-        if done and spent + cost > work:
+        cost = step_work(k, policy.n) if done else 0  # the last step (the outcome) is always shown
+        if spent + cost > work:
             continue  # a cheaper (earlier) step may still fit
         if done and time.process_time() - cpu0 > cpu_cap_s:
             capped = True
@@ -199,20 +201,23 @@ def replay(record: Any, observations: Sequence[Any], higher_is_better: bool = Tr
         })
     first = policy.next([]) if n else None
     opening = first.reason if first is not None and not isinstance(first, Done) else ""
-    return {"steps": steps, "cells": cells, "sampled": len(done) < n, "shown": len(done), "total": n,
+    final = done[n][0] if n in done else None
+    return {"steps": steps, "cells": cells, "sampled": len(done) < n, "shown": len(done), "total": n, "_final": final,
             "noise": start.noise.describe(), "opening": opening, "note": note, "work": spent,
             "cpu_capped": capped, "compared": compared, "mismatches": mismatches,
             "history": len(start.history)}
 
 
-def engine_fit(record: Any, observations: Sequence[Any], outcome: Any, higher_is_better: bool = True) -> dict[str, Any]:
+def engine_fit(record: Any, observations: Sequence[Any], outcome: Any, higher_is_better: bool = True,
+               post: Any = None) -> dict[str, Any]:
     """The levels and drift the engine fitted on every stored observation (log scale converted to units).
 
     ``segments``: per segment of the answer's hypothesis (the culprit's and any further change; none for
     `same`), its commit range, level, 1−2α interval and ±1σ per-trial band; ``steps``: each change's step
     from ``changepoint.level_step`` as the verdict sized it. ``drift``: when the engine's own test says
     the machine drifted (the drift-scale posterior puts ≥ 0.5 off ρ = 0, as ``bisect`` reports it), the
-    fitted path at each usable observation's seq, and each segment's level plus drift there.
+    fitted path at each usable observation's seq, and each segment's level plus drift there. ``post``:
+    the posterior on every observation when the caller has it (``replay``'s ``_final``), else fitted here.
     """
     start, _ = stored_start(record, higher_is_better)
     policy = policy_for(record, start)
@@ -220,7 +225,7 @@ def engine_fit(record: Any, observations: Sequence[Any], outcome: Any, higher_is
     data = policy._regroup(obs)
     if not data.values[0] or not data.values[-1]:
         return {"segments": [], "steps": [], "drift": None}
-    post = policy._posterior(data)
+    post = post if post is not None else policy._posterior(data)
     commits = list(record.commits)
     key: tuple[int, ...] = ()
     if outcome is not None and outcome.culprit in commits:

@@ -201,6 +201,9 @@ def replay(record: Any, observations: Sequence[Any], higher_is_better: bool = Tr
         })
     first = policy.next([]) if n else None
     opening = first.reason if first is not None and not isinstance(first, Done) else ""
+    if not compared and any(getattr(o, "host", None) for o in observations) and not note:
+        note = ("this search ran as batches of jobs on several nodes: the replay shows what the search, one trial "
+                "at a time, decides after each result (the batches' own picks also counted the jobs in flight)")
     final = done[n][0] if n in done else None
     return {"steps": steps, "cells": cells, "sampled": len(done) < n, "shown": len(done), "total": n, "_final": final,
             "noise": start.noise.describe(), "opening": opening, "note": note, "work": spent,

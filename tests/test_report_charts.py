@@ -310,3 +310,93 @@ def test_resume_continues_from_the_stored_start_and_its_report_replays_it(tmp_pa
     out = replay(record, stored, max_steps=10 ** 6, work=10 ** 15)
     assert out["compared"] == len(stored) - 1 and out["mismatches"] == 0
     assert "a start stored with this bisection" in out["noise"] and out["history"] == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# Printing: Chromium driven over its DevTools pipe (--remote-debugging-pipe: fd 3 in, fd 4 out), with
+# the print media emulated at the width of an A4 page's printable area (718 CSS px at 12 mm margins).
+
+PRINT_PROBE = """window.perfbisectCharts.then(function () {
+  var body = document.body.getBoundingClientRect();
+  var heads = Array.prototype.map.call(document.querySelectorAll("h2, h3"), function (h) {
+    var keep = h.closest(".keep");
+    return { text: h.textContent, avoidAfter: getComputedStyle(h).breakAfter === "avoid",
+             keptWith: keep ? getComputedStyle(keep).breakInside === "avoid" : false };
+  });
+  return JSON.stringify({ scrollWidth: document.documentElement.scrollWidth, innerWidth: innerWidth, body: body.width,
+    charts: Array.prototype.map.call(document.querySelectorAll(".chart svg"), function (s) { return s.getBoundingClientRect().width; }),
+    heads: heads });
+})"""
+
+
+def print_probe(url: str, tmp: Path, width: int = 718) -> dict:
+    """Open ``url`` with the print media emulated at ``width`` CSS px and return what PRINT_PROBE measured."""
+    import os
+    import time
+
+    from tests.test_report import CHROMIUM
+
+    commands_r, commands_w = os.pipe()
+    replies_r, replies_w = os.pipe()
+
+    def child() -> None:  # Chromium reads commands on fd 3 and writes replies on fd 4
+        for fd, to in ((commands_r, 3), (replies_w, 4)):
+            if fd == to:
+                os.set_inheritable(fd, True)
+            else:
+                os.dup2(fd, to)
+
+    proc = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                             f"--user-data-dir={tmp / 'print-profile'}", "--remote-debugging-pipe", "about:blank"],
+                            close_fds=False, preexec_fn=child, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(commands_r)
+    os.close(replies_w)
+    out, inp = os.fdopen(commands_w, "wb", buffering=0), os.fdopen(replies_r, "rb", buffering=0)
+    state = {"buf": b"", "id": 0}
+
+    def send(method: str, params: dict | None = None, session: str | None = None) -> dict:
+        state["id"] += 1
+        msg = {"id": state["id"], "method": method, "params": params or {}, **({"sessionId": session} if session else {})}
+        out.write(json.dumps(msg).encode() + b"\0")
+        while True:
+            while b"\0" not in state["buf"]:
+                chunk = inp.read(65536)
+                assert chunk, "Chromium closed its DevTools pipe"
+                state["buf"] += chunk
+            raw, state["buf"] = state["buf"].split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == state["id"]:
+                assert "error" not in reply, reply["error"]
+                return reply["result"]
+
+    try:
+        target = send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        send("Emulation.setEmulatedMedia", {"media": "print"}, session)
+        send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 1000, "deviceScaleFactor": 1, "mobile": False},
+             session)
+        send("Page.navigate", {"url": url}, session)
+        for _ in range(600):  # the page's scripts define the promise once the library has loaded
+            found = send("Runtime.evaluate", {"expression": "typeof window.perfbisectCharts", "returnByValue": True}, session)
+            if found["result"].get("value") == "object":
+                break
+            time.sleep(0.1)
+        result = send("Runtime.evaluate", {"expression": PRINT_PROBE, "awaitPromise": True, "returnByValue": True}, session)
+        send("Browser.close")
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        out.close()
+        inp.close()
+    return json.loads(result["result"]["value"])
+
+
+@needs_chromium
+def test_printed_report_uses_the_page_width_and_keeps_headings_with_their_charts(demo_run, tmp_path):
+    page = print_probe(Path(demo_run.result["report"]).as_uri(), tmp_path)
+    assert page["scrollWidth"] <= page["innerWidth"], page  # nothing wider than the page: no shrink-to-fit
+    assert page["charts"] and all(w >= 0.95 * page["body"] for w in page["charts"]), page  # charts span the page
+    for head in page["heads"]:
+        assert head["avoidAfter"] or head["keptWith"], head  # no heading alone at the bottom of a page

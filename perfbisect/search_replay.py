@@ -237,8 +237,8 @@ def engine_fit(record: Any, observations: Sequence[Any], outcome: Any, higher_is
             key = (commits.index(outcome.culprit),)
     elif outcome is not None and outcome.best_answer and all(s in commits for s in outcome.best_answer):
         key = tuple(commits.index(s) for s in outcome.best_answer)
-    mask = [k == key for k in post.keys]
-    if not any(mask):
+    # (a long range's sparse posterior finds the hypotheses whose bins hold the answer itself: post.top)
+    if not getattr(post, "sparse", False) and not any(k == key for k in post.keys):
         key = ()
     h = post.top(key)
     settings = stats_config(record.settings)

@@ -21,6 +21,7 @@ from .calibration import (
     starting_noise_for,
 )
 from .bisect import Done, Observation, SearchPolicy
+from .search_replay import INDEX_REPLAY_WORK, SearchStart, decision_json, observations_of
 from .settings import Config
 from .doctor import Finding, run_doctor
 from .errors import UsageError
@@ -200,15 +201,24 @@ def run_bisection(
         f"{len(filtered)} not measured (only paths the filters ignore)"
     )
     progress.info(f"filters: {plan.filters_note}")
-    noise, noise_note = noise_model_and_note(ws, cfg.metric_modes)
-    progress.info(f"noise model: {noise.describe()}")
-    if noise_note:
-        progress.warn(noise_note)
     shas = [c.sha for c in candidates]
+    higher = describe_metric(cfg).higher_is_better
+    if resume_id is not None and record.search_start:
+        # The search resumes from what it started from (noise, endpoint history), not from what this host
+        # has learned since: one bisection is one search, and its report replays exactly this one.
+        start = SearchStart.from_json(record.search_start)
+        progress.info(f"noise model (as this bisection started): {start.noise.describe()}")
+    else:
+        noise, noise_note = noise_model_and_note(ws, cfg.metric_modes)
+        progress.info(f"noise model: {noise.describe()}")
+        if noise_note:
+            progress.warn(noise_note)
+        start = SearchStart(noise, tuple(endpoint_history(ws, (good_c, bad_c))), higher)
+    noise = start.noise
     if resume_id is None:
         bisection_id = store.begin_bisection(
             good=good_c.sha, bad=bad_c.sha, commits=shas, metric=cfg.stats.metric,
-            settings=cfg.stats, target=str(cfg.target.repo),
+            settings=cfg.stats, target=str(cfg.target.repo), search_start=start.as_json(),
         )
         observations: list[Observation] = []
     else:
@@ -216,11 +226,7 @@ def run_bisection(
         if list(record.commits) != shas:
             progress.warn("the candidate list changed since this bisection started (config filters?); using the stored one")
             shas = list(record.commits)
-        observations = [
-            Observation(commit=o.commit, value=o.value, covariates=dict(o.covariates), seq=o.seq,
-                        at=o.recorded_at or None, flag=o.flag, layout=o.layout)
-            for o in store.observations(bisection_id)
-        ]
+        observations = observations_of(store.observations(bisection_id))
         progress.info(f"resuming bisection #{bisection_id}: {len(observations)} stored observations, none repeated")
     untestable = {o.commit for o in observations if o.value is None}
     for sha in (s for s in shas if s in marked and s not in untestable):
@@ -228,8 +234,7 @@ def run_bisection(
         store.add_observation(bisection_id, obs.seq, sha, None, [])
         observations.append(obs)
         progress.info(f"{sha[:10]} {marked[sha]}: never measured, never blamed")
-    history = endpoint_history(ws, (good_c, bad_c))
-    policy = SearchPolicy(shas, cfg.stats, noise, history=history, higher_is_better=describe_metric(cfg).higher_is_better)
+    policy = SearchPolicy(shas, cfg.stats, noise, history=start.history, higher_is_better=start.higher_is_better)
     try:
         if cfg.executor.kind == "slurm":  # each observation a Slurm job, up to executor.nodes at once
             outcome = slurm.search(ws, policy, observations, bisection_id, progress).outcome
@@ -279,7 +284,7 @@ def _search_here(ws: Workspace, policy: SearchPolicy, observations: list[Observa
         progress.info(f"[{len(observations) + 1}] {commit.short} ({action.phase}): {action.reason}")
         obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations), vary_layout=action.vary_layout)
         store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag,
-                              layout=obs.layout)
+                              layout=obs.layout, host=obs.host, decision=decision_json(action))
         observations.append(obs)
         done_here += 1
 
@@ -618,9 +623,6 @@ def log(db_path: Path | str, limit: int = 20) -> tuple[list[BisectionRecord], li
 # perfbisect report
 
 
-INDEX_REPLAY_BUDGET_S = 0.1
-
-
 def report_path(db: StoreLocation | Path | str, name: str, config: Config | None = None) -> Path:
     """Where a report goes by default: ``reports/`` beside a SQLite results file; for a database
     server, ``<cache_dir>/reports`` (see ``StoreLocation.reports_dir``)."""
@@ -692,14 +694,15 @@ def report_index(store: Store, directory: Path, config: Config | None = None, pr
     for b in store.bisections(1 << 30):
         # A site of many reports replays each search on a tighter budget (coarse to fine: the last
         # steps and the overall shape stay; `perfbisect report N` shows more).
-        views.append(evidence.bisection_view(store, b.id, config, replay_budget_s=INDEX_REPLAY_BUDGET_S))
+        views.append(evidence.bisection_view(store, b.id, config, replay_work=INDEX_REPLAY_WORK))
     for c in store.comparisons(1 << 30):
         views.append(evidence.comparison_view(store, c.id, config))
     entries, history = evidence.index_entries(views)
-    for view, entry in zip(views, entries):
-        write_html(render_report(view), directory / entry["href"])
+    for view in views:  # entries are sorted by date: each view is written under its own name
+        href = f"{view['kind']}-{view['id']}.html"
+        write_html(render_report(view), directory / href)
         if progress:
-            progress.detail(f"wrote {directory / entry['href']}")
+            progress.detail(f"wrote {directory / href}")
     return write_html(render_index(entries, history, str(store.path)), directory / "index.html")
 
 

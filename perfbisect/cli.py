@@ -332,6 +332,10 @@ def demo(
     ] = False,
     commits: Annotated[int, typer.Option("--commits", min=10, max=400, help="Length of the demo history.")] = 36,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the emulator's noise.")] = 7,
+    variant: Annotated[str, typer.Option(
+        "--variant", help="What the planted commit slows: 'speculative' (EAGLE-3's verify cycle only) or 'target' "
+                          "(the target model: both modes)."
+    )] = "speculative",
     db: DbOpt = None,
 ) -> None:
     """Build a throwaway SGLang-shaped repository with a planted slowdown and bisect it for real.
@@ -342,9 +346,14 @@ def demo(
 
     Example:  perfbisect demo
     Example:  perfbisect demo --json --drift-only
+    Example:  perfbisect demo --variant target
     """
     from .demo.run import demo_report, run_demo
+    from .demo.target import VARIANTS
     from .render import format_outcome, outcome_json
+
+    if variant not in VARIANTS:
+        raise UsageError(f"--variant is {variant!r}; use one of {', '.join(VARIANTS)} (what the planted commit slows).")
 
     try:
         progress = ConsoleProgress(quiet)
@@ -355,6 +364,7 @@ def demo(
             commits=commits,
             seed=seed,
             db=db,
+            variant=variant,
         )
         report = app.report_quietly(progress, lambda: demo_report(target, result, db))
     except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
@@ -364,6 +374,7 @@ def demo(
     if json_out:
         data = outcome_json(result)
         data["planted"] = target.planted
+        data["variant"] = target.variant
         data["demo_dir"] = str(target.root)
         data["report"] = str(report) if report else None
         print_json(data)

@@ -333,38 +333,41 @@ def which_path(ws: Workspace, outcome: BisectOutcome, shas: Sequence[str], bisec
     # neighbour has nothing to compare with).
     parent = next((s for s in reversed(shas[:at]) if have(s, spec)), shas[at - 1])
     pair = (ws.repo.resolve(parent), ws.repo.resolve(culprit))
-    wanted = {(c.sha, m): n for c in pair for m in (*others, spec)}  # the speculative mode topped up too
-    missing = [m for m in (*others, spec) if any(have(c.sha, m) < wanted[(c.sha, m)] for c in pair)]
-    measured = 0
-    if missing:
-        progress.info(
-            f"which path regressed: measuring {', '.join(missing)} at {pair[0].short} (before the culprit) and "
-            f"{pair[1].short} (the culprit), {n} trials each, interleaved (stats.mode_trials)"
-        )
-        runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
-        for round_ in range(2 * n):  # up to n failed attempts each before giving up on a (commit, mode)
-            order = pair if round_ % 2 == 0 else pair[::-1]  # A B B A: drift hits both sides alike
-            ran = False
-            for commit in order:
-                for mode in missing:
-                    if have(commit.sha, mode) >= wanted[(commit.sha, mode)]:
-                        continue
-                    result = runner.trial(commit, mode, purpose="modes", bisection_id=bisection_id)
-                    stored.append(result)
-                    measured += 1
-                    ran = True
-            if not ran:
-                break
-    modes = [(m, cfg.modes[m].speculative) for m in cfg.modes]
-    trials = [t for t in stored if t.identity.commit in (parent, culprit)]
     stats_noise = noise
     if outcome.noise_sigma_pct and outcome.noise_dof:  # this bisection's measured noise, when it has one
         stats_noise = NoiseModel(log_of_pct(outcome.noise_sigma_pct), outcome.noise_dof,
                                  f"bisection #{bisection_id}'s residual noise")
     metric = describe_metric(cfg)
-    verdict = decide_path(trials, spec_mode=spec, modes=modes, before=parent, after=culprit, noise=stats_noise,
-                          settings=cfg.stats, higher_is_better=metric.higher_is_better,
-                          decode_tok_s=metric.name == DECODE.name, measured=measured)
+    modes = [(m, cfg.modes[m].speculative) for m in cfg.modes]
+    runner: TrialRunner | None = None
+    measured = 0
+    # n trials each; when that cannot tell the two paths apart (a noisy session), n more, once.
+    for target in (n, 2 * n):
+        missing = [m for m in (*others, spec) if any(have(c.sha, m) < target for c in pair)]
+        if missing:
+            progress.info(
+                f"which path regressed: measuring {', '.join(missing)} at {pair[0].short} (before the culprit) and "
+                f"{pair[1].short} (the culprit), up to {target} trials each, interleaved (stats.mode_trials)"
+            )
+            runner = runner or TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+            for round_ in range(2 * target):  # up to `target` failed attempts each before giving up on one
+                order = pair if round_ % 2 == 0 else pair[::-1]  # A B B A: drift hits both sides alike
+                ran = False
+                for commit in order:
+                    for mode in missing:
+                        if have(commit.sha, mode) >= target:  # one trial a round each: interleaved
+                            continue
+                        stored.append(runner.trial(commit, mode, purpose="modes", bisection_id=bisection_id))
+                        measured += 1
+                        ran = True
+                if not ran:
+                    break
+        trials = [t for t in stored if t.identity.commit in (parent, culprit)]
+        verdict = decide_path(trials, spec_mode=spec, modes=modes, before=parent, after=culprit, noise=stats_noise,
+                              settings=cfg.stats, higher_is_better=metric.higher_is_better,
+                              decode_tok_s=metric.name == DECODE.name, measured=measured)
+        if verdict.path != "unclear" or any(have(c.sha, m) < target for c in pair for m in others):
+            break  # named, or nothing more to learn (a mode that does not start)
     progress.info(f"which path: {verdict.summary}")
     return replace(outcome, regressed_path=verdict)
 

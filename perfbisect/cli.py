@@ -673,7 +673,9 @@ def init(
     Example:  cd ~/myproject && perfbisect init --command
     Example:  cd ~/vllm && perfbisect init --openai --model /models/Llama-3.1-8B
     """
-    from .init_template import find_target_python, render_sglang_config, render_template
+    from .init_template import (
+        find_target_python, nccl_settings, remote_code, render_sglang_config, render_template, site_dirs_of,
+    )
 
     if path.exists() and not force:
         raise UsageError(f"{path} already exists. Pass --force to overwrite it, or --path to write elsewhere.")
@@ -690,9 +692,19 @@ def init(
         target, imports, how = python, True, "--python"
     else:
         target, imports, how = find_target_python()
-    path.write_text(render_sglang_config(target, model, draft))
+    environ = dict(os.environ)
+    site_dirs = site_dirs_of(target, environ)
+    path.write_text(render_sglang_config(target, model, draft, environ=environ, site_dirs=site_dirs))
     out_console.print(f"wrote {show(str(path))}: edit the model paths and the patch directory, then run `perfbisect doctor`")
     out_console.print(f"target.python = {show(target)} ({show(how)})")
+    needed, why = remote_code(model)
+    flag = {True: "on", False: "off", None: "commented out (uncomment if needed)"}[needed]
+    out_console.print(f"--trust-remote-code: {flag}: {show(why)}")
+    nccl = nccl_settings(environ, site_dirs)
+    if nccl:
+        out_console.print("NCCL variables from your environment: " + ", ".join(show(f"{s.name}={s.value} ({s.source})") for s in nccl))
+    else:
+        out_console.print("NCCL variables: none set in your shell or a sitecustomize.py; commented examples written")
     if not imports:
         err_console.print(
             f"[yellow]warning:[/yellow] no interpreter that imports sglang was found; {show(target)} was written. "

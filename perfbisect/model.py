@@ -224,7 +224,15 @@ class EnvCheck:
     def gap(self) -> str:
         """What did not arrive: "pid 12 (python -m ...): NCCL_X, NCCL_Y='1' (wanted '0')"."""
         what = ", ".join(list(self.missing) + [f"{n}={a!r} (wanted {w!r})" for n, w, a in self.mismatched])
-        return f"pid {self.pid} ({self.cmdline[:60]}): {what}"
+        return f"pid {self.pid} ({self.short_cmdline()}): {what}"
+
+    def short_cmdline(self, width: int = 90) -> str:
+        """The command line cut in the middle: workers of one server share its start and differ at
+        the end (`... --rank 1`, `sglang::scheduler_TP1`), which is what tells them apart."""
+        if len(self.cmdline) <= width:
+            return self.cmdline
+        head = width // 2
+        return f"{self.cmdline[:head]} … {self.cmdline[-(width - head - 3):]}"
 
 
 class NoiseKey(NamedTuple):

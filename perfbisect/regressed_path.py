@@ -23,9 +23,13 @@ from .stats import NoiseModel, compare, effect_and_se
 
 # The two answers are two hypotheses about the baseline's change from the parent to the culprit:
 # none (the speculative path regressed) or the speculative mode's own change (the target model did:
-# it is what both modes run). One is named when the trials favour it by these odds (a Bayes factor,
-# both equally likely beforehand: 95%); otherwise the answer is "unclear", with what to measure.
-PATH_ODDS = 20.0
+# it is what both modes run). One is named when the trials favour it by 1 / stats.alpha to one (a
+# Bayes factor; 100:1 by default, both equally likely beforehand: 99%); otherwise the answer is
+# "unclear", with what to measure. (20:1 named the wrong path 3% of the time at 8% noise:
+# benchmarks/which_path.py.)
+def path_odds(settings: StatsConfig) -> float:
+    """The odds one path must have over the other to be named."""
+    return 1.0 / settings.alpha
 
 # The speculative-health columns (trial_tables.speculative_rows) a RegressedPath can mark as moved.
 COLUMNS = ("spec_tok_s", "baseline_tok_s", "ratio", "accept_length", "break_even", "cycle_ms")
@@ -111,7 +115,7 @@ def decide(
         s_eff, s_se = effect_and_se([t.summary for t in spec_before], [t.summary for t in spec_after], noise)
         b_eff, b_se = effect_and_se([t.summary for t in at[(before, baseline)]], [t.summary for t in at[(after, baseline)]], noise)
         odds = log_odds_speculative(b_eff, b_se, s_eff, s_se)
-    path, summary = _verdict(spec, base, spec_mode, baseline, accept, cycle, odds, before, after)
+    path, summary = _verdict(spec, base, spec_mode, baseline, accept, cycle, odds, path_odds(settings), before, after)
     return RegressedPath(
         path=path, summary=summary, mode=spec_mode, baseline=baseline, before=before, after=after,
         effects=tuple(effects), accept_before=accept[0], accept_after=accept[1],
@@ -133,7 +137,7 @@ def log_odds_speculative(b: float, b_se: float, s: float, s_se: float) -> float:
 
 def _verdict(spec: ModeEffect | None, base: ModeEffect | None, spec_mode: str, baseline: str | None,
              accept: tuple[float | None, float | None], cycle: tuple[float | None, float | None],
-             odds: float | None, before: str, after: str) -> tuple[str, str]:
+             odds: float | None, needed: float, before: str, after: str) -> tuple[str, str]:
     """("target" | "speculative" | "unclear", the sentence that says so)."""
     path_detail = (f"accept length {_num(accept[0], '.2f')} → {_num(accept[1], '.2f')}, "
                    f"verify cycle {_num(cycle[0], '.2f')} → {_num(cycle[1], '.2f')} ms")
@@ -147,7 +151,7 @@ def _verdict(spec: ModeEffect | None, base: ModeEffect | None, spec_mode: str, b
         return "unclear", f"could not tell which path regressed: {baseline} has no usable trials at both {before[:10]} and {after[:10]}"
     effect = f"{cmp.effect_pct:+.1f}%"
     interval = f"[{cmp.ci_low_pct:+.1f}%, {cmp.ci_high_pct:+.1f}%]"
-    threshold = math.log(PATH_ODDS)
+    threshold = math.log(needed)
     if odds is not None and odds <= -threshold:
         return "target", f"target model regressed ({baseline} {effect} {interval}, {spec_mode} {spec.comparison.effect_pct:+.1f}%)"
     if odds is not None and odds >= threshold:
@@ -155,7 +159,7 @@ def _verdict(spec: ModeEffect | None, base: ModeEffect | None, spec_mode: str, b
         return "speculative", f"speculative path regressed ({baseline} {unchanged}; {path_detail})"
     return "unclear", (
         f"could not tell which path regressed: {baseline} {effect} {interval} over {cmp.n_a} vs {cmp.n_b} trials "
-        f"against {spec.comparison.effect_pct:+.1f}% on {spec_mode}, neither favoured {PATH_ODDS:g}:1; {path_detail}; more trials: "
+        f"against {spec.comparison.effect_pct:+.1f}% on {spec_mode}, neither favoured {needed:g}:1; {path_detail}; more trials: "
         f"perfbisect compare {before[:10]} {after[:10]} --mode {baseline}"
     )
 

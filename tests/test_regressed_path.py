@@ -8,7 +8,7 @@ import math
 import pytest
 
 from perfbisect.model import RunResult, TrialIdentity, TrialResult, TrialStatus
-from perfbisect.regressed_path import PATH_ODDS, decide, lines, log_odds_speculative
+from perfbisect.regressed_path import decide, lines, log_odds_speculative, path_odds
 from perfbisect.settings import StatsConfig
 from perfbisect.stats import NoiseModel
 
@@ -100,6 +100,8 @@ def test_no_baseline_mode_or_no_trials_is_unclear_not_a_guess():
 
 def test_the_odds_are_a_bayes_factor_between_the_two_answers():
     se = 0.01
+    PATH_ODDS = path_odds(StatsConfig())
+    assert PATH_ODDS == 100  # 1 / stats.alpha
     # The baseline's change equal to the speculative mode's: the target hypothesis is favoured.
     assert log_odds_speculative(-0.15, se, -0.15, se) < -math.log(PATH_ODDS)
     # No baseline change: the speculative hypothesis.

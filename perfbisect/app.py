@@ -33,9 +33,10 @@ from .run_allocation import RunsAdvice, runs_advice
 from .skips import Skip, SkipList, skipped_commits
 from .targets import active_filters
 from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict, median
-from .metrics import describe as describe_metric
+from .metrics import DECODE, describe as describe_metric
 from .render import attribution_line, history_line, state_lines
-from .stats import NoiseModel, compare, compare_sequential, pct
+from .stats import NoiseModel, compare, compare_sequential, log_of_pct, pct
+from .regressed_path import decide as decide_path
 from .store import BisectionRecord, ComparisonRecord, Store, StoreLocation, locate, open_store
 from .trials import TrialRunner, interleaved, observe
 from .workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
@@ -240,9 +241,11 @@ def run_bisection(
             outcome = slurm.search(ws, policy, observations, bisection_id, progress).outcome
         else:
             outcome = _search_here(ws, policy, observations, bisection_id, by_sha, noise, progress, wait_idle_s).outcome
+        outcome = _expand_merge_culprit(ws, outcome, by_sha)
+        if cfg.executor.kind == "local":  # on a cluster the other modes would need jobs of their own
+            outcome = which_path(ws, outcome, shas, bisection_id, noise, progress, wait_idle_s)
     finally:
         progress.done()
-    outcome = _expand_merge_culprit(ws, outcome, by_sha)
     store.finish_bisection(bisection_id, outcome)
     if cfg.executor.kind == "local":  # trials on cluster nodes measured their noise, not this host's
         keep_noise(
@@ -303,6 +306,75 @@ def endpoint_history(ws: Workspace, endpoints: Sequence[Commit]) -> list[Observa
                 continue
             out.append(Observation(commit=commit.sha, value=t.summary, day=day[5:]))
     return out
+
+
+def speculative_metric_mode(cfg: Config) -> str | None:
+    """The one speculative mode the bisection metric decides on (``eagle3``, or the SPEC of a ratio), if any."""
+    spec = [m for m in cfg.metric_modes if m in cfg.modes and cfg.modes[m].speculative]
+    return spec[0] if len(spec) == 1 else None
+
+
+def which_path(ws: Workspace, outcome: BisectOutcome, shas: Sequence[str], bisection_id: int, noise: NoiseModel,
+               progress: Progress, wait_idle_s: float = 0.0) -> BisectOutcome:
+    """A speculative mode's culprit: measure every other mode at the culprit and its parent
+    (``stats.mode_trials`` each, interleaved; trials stored before an interruption are reused) and
+    say whether the target model or the speculative path regressed (``regressed_path.decide``)."""
+    cfg = ws.config
+    n = cfg.stats.mode_trials
+    spec = speculative_metric_mode(cfg)
+    culprit = outcome.culprit
+    if outcome.verdict is not Verdict.REGRESSED or not culprit or not n or spec is None or culprit not in shas:
+        return outcome
+    others = [m for m in cfg.modes if m != spec]
+    at = shas.index(culprit)
+    if not others or at == 0:
+        return outcome
+    stored = ws.store.trials(bisection_id=bisection_id)
+
+    def have(sha: str, mode: str) -> int:
+        return sum(1 for t in stored if t.identity.commit == sha and t.identity.mode == mode and t.summary is not None)
+
+    # The parent: the last candidate before the culprit that the search measured (an untestable
+    # neighbour has nothing to compare with).
+    parent = next((s for s in reversed(shas[:at]) if have(s, spec)), shas[at - 1])
+    pair = (ws.repo.resolve(parent), ws.repo.resolve(culprit))
+    stats_noise = noise
+    if outcome.noise_sigma_pct and outcome.noise_dof:  # this bisection's measured noise, when it has one
+        stats_noise = NoiseModel(log_of_pct(outcome.noise_sigma_pct), outcome.noise_dof,
+                                 f"bisection #{bisection_id}'s residual noise")
+    metric = describe_metric(cfg)
+    modes = [(m, cfg.modes[m].speculative) for m in cfg.modes]
+    runner: TrialRunner | None = None
+    measured = 0
+    # n trials each; when that cannot tell the two paths apart (a noisy session), n more, once.
+    for target in (n, 2 * n):
+        missing = [m for m in (*others, spec) if any(have(c.sha, m) < target for c in pair)]
+        if missing:
+            progress.info(
+                f"which path regressed: measuring {', '.join(missing)} at {pair[0].short} (before the culprit) and "
+                f"{pair[1].short} (the culprit), up to {target} trials each, interleaved (stats.mode_trials)"
+            )
+            runner = runner or TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+            for round_ in range(2 * target):  # up to `target` failed attempts each before giving up on one
+                order = pair if round_ % 2 == 0 else pair[::-1]  # A B B A: drift hits both sides alike
+                ran = False
+                for commit in order:
+                    for mode in missing:
+                        if have(commit.sha, mode) >= target:  # one trial a round each: interleaved
+                            continue
+                        stored.append(runner.trial(commit, mode, purpose="modes", bisection_id=bisection_id))
+                        measured += 1
+                        ran = True
+                if not ran:
+                    break
+        trials = [t for t in stored if t.identity.commit in (parent, culprit)]
+        verdict = decide_path(trials, spec_mode=spec, modes=modes, before=parent, after=culprit, noise=stats_noise,
+                              settings=cfg.stats, higher_is_better=metric.higher_is_better,
+                              decode_tok_s=metric.name == DECODE.name, measured=measured)
+        if verdict.path != "unclear" or any(have(c.sha, m) < target for c in pair for m in others):
+            break  # named, or nothing more to learn (a mode that does not start)
+    progress.info(f"which path: {verdict.summary}")
+    return replace(outcome, regressed_path=verdict)
 
 
 def _expand_merge_culprit(ws: Workspace, outcome: BisectOutcome, by_sha: dict[str, Commit]) -> BisectOutcome:

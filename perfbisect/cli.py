@@ -332,6 +332,10 @@ def demo(
     ] = False,
     commits: Annotated[int, typer.Option("--commits", min=10, max=400, help="Length of the demo history.")] = 36,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the emulator's noise.")] = 7,
+    variant: Annotated[str, typer.Option(
+        "--variant", help="What the planted commit slows: 'speculative' (EAGLE-3's verify cycle only) or 'target' "
+                          "(the target model: both modes)."
+    )] = "speculative",
     db: DbOpt = None,
 ) -> None:
     """Build a throwaway SGLang-shaped repository with a planted slowdown and bisect it for real.
@@ -342,9 +346,14 @@ def demo(
 
     Example:  perfbisect demo
     Example:  perfbisect demo --json --drift-only
+    Example:  perfbisect demo --variant target
     """
     from .demo.run import demo_report, run_demo
+    from .demo.target import VARIANTS
     from .render import format_outcome, outcome_json
+
+    if variant not in VARIANTS:
+        raise UsageError(f"--variant is {variant!r}; use one of {', '.join(VARIANTS)} (what the planted commit slows).")
 
     try:
         progress = ConsoleProgress(quiet)
@@ -355,6 +364,7 @@ def demo(
             commits=commits,
             seed=seed,
             db=db,
+            variant=variant,
         )
         report = app.report_quietly(progress, lambda: demo_report(target, result, db))
     except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
@@ -364,6 +374,7 @@ def demo(
     if json_out:
         data = outcome_json(result)
         data["planted"] = target.planted
+        data["variant"] = target.variant
         data["demo_dir"] = str(target.root)
         data["report"] = str(report) if report else None
         print_json(data)
@@ -662,7 +673,9 @@ def init(
     Example:  cd ~/myproject && perfbisect init --command
     Example:  cd ~/vllm && perfbisect init --openai --model /models/Llama-3.1-8B
     """
-    from .init_template import find_target_python, render_sglang_config, render_template
+    from .init_template import (
+        find_target_python, nccl_settings, remote_code, render_sglang_config, render_template, site_dirs_of,
+    )
 
     if path.exists() and not force:
         raise UsageError(f"{path} already exists. Pass --force to overwrite it, or --path to write elsewhere.")
@@ -679,9 +692,19 @@ def init(
         target, imports, how = python, True, "--python"
     else:
         target, imports, how = find_target_python()
-    path.write_text(render_sglang_config(target, model, draft))
+    environ = dict(os.environ)
+    site_dirs = site_dirs_of(target, environ)
+    path.write_text(render_sglang_config(target, model, draft, environ=environ, site_dirs=site_dirs))
     out_console.print(f"wrote {show(str(path))}: edit the model paths and the patch directory, then run `perfbisect doctor`")
     out_console.print(f"target.python = {show(target)} ({show(how)})")
+    needed, why = remote_code(model)
+    flag = {True: "on", False: "off", None: "commented out (uncomment if needed)"}[needed]
+    out_console.print(f"--trust-remote-code: {flag}: {show(why)}")
+    nccl = nccl_settings(environ, site_dirs)
+    if nccl:
+        out_console.print("NCCL variables from your environment: " + ", ".join(show(f"{s.name}={s.value} ({s.source})") for s in nccl))
+    else:
+        out_console.print("NCCL variables: none set in your shell or a sitecustomize.py; commented examples written")
     if not imports:
         err_console.print(
             f"[yellow]warning:[/yellow] no interpreter that imports sglang was found; {show(target)} was written. "

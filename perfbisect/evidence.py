@@ -20,6 +20,7 @@ from .metrics import DECODE, Metric, describe, describe_workload
 from .errors import PerfbisectError, UsageError
 from .model import BisectOutcome, Comparison, TrialResult, TrialStatus, Verdict, median
 from .search_replay import REPLAY_WORK, engine_fit, replay, stats_config
+from .regressed_path import lines as regressed_path_lines
 from .trial_tables import (
     environment,
     failures,
@@ -261,6 +262,16 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
             "sentence": f"{ruled} in {what} between {out.good[:10]} and {out.bad[:10]}.{eff}{abs_part}{sigma}; {cost}."}
 
 
+def which_path_view(rp: Any) -> dict[str, Any] | None:
+    """What the report says of a speculative culprit: target model or speculative path, and which
+    speculative-health columns moved between the parent and the culprit (highlighted there)."""
+    if rp is None:
+        return None
+    return {"path": rp.path, "summary": rp.summary, "lines": regressed_path_lines(rp)[1:],
+            "moved": list(rp.moved), "rows": [rp.before[:10], rp.after[:10]],
+            "before": rp.before[:10], "after": rp.after[:10]}
+
+
 # ------------------------------------------------------------------------------------------------
 # A bisection
 
@@ -462,6 +473,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         "samples": state_samples(store, trials),
         "reasoning": reasoning,
         "speculative": speculative_rows(trials, full),
+        "which_path": which_path_view(out.regressed_path if out else None),
         "comparisons": comparisons,
         "builds_reused": reused, "builds": len(seen),
         "failures": failures(trials),

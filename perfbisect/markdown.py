@@ -54,6 +54,11 @@ def bisection_markdown(result: Any, report: Path | None, spent: dict | None) -> 
         if others:
             lines.append(f"| or one of | {', '.join(code(s[:10]) for s in others[:20])} |")
     lines.append(f"| effect | {_pct(out.effect_pct)} |")
+    rp = out.regressed_path
+    if rp is not None:
+        lines.append(f"| which path | **{md(rp.path)}**: {md(rp.summary)} |")
+        if rp.break_even_before is not None and rp.break_even_after is not None:
+            lines.append(f"| break-even accept length | {rp.break_even_before:.2f} → {rp.break_even_after:.2f} |")
     lines.append(f"| trials | {out.trials_used} |")
     if spent is not None:
         lines.append(f"| spent | {format_duration(spent['wall_s'])} wall, {spent['gpu_hours']:.2f} GPU-hours |")

@@ -13,6 +13,7 @@ import time
 from typing import Any, Sequence
 
 from .metrics import DECODE, Metric, describe_workload
+from .regressed_path import lines as regressed_path_lines
 from .model import BisectOutcome, Comparison, RunResult, SystemSnapshot, SystemSummary, TrialResult, Verdict, median
 from .stats import NoiseModel, covariate_notes, history_shift
 from .store.codec import encode
@@ -98,6 +99,8 @@ def format_outcome(result: Any) -> list[str]:
     ):
         if line:
             lines.append(line)
+    if out.regressed_path:
+        lines.extend(regressed_path_lines(out.regressed_path))
     if out.drift_note:
         lines.append(f"drift: {out.drift_note}")
     if out.excluded:
@@ -130,6 +133,8 @@ def outcome_json(result: Any) -> dict[str, Any]:
             "to_settle": getattr(result, "more", None),
             "filtered": [c.sha for c in result.filtered],
             "system_state": list(getattr(result, "state", ())),
+            # "target", "speculative" or "unclear" (regressed_path holds the numbers); null when not asked
+            "regressed": out.regressed_path.path if out.regressed_path else None,
         }
     )
     return json_value(data)

@@ -152,6 +152,9 @@ class StatsConfig:
     layout_check_pct: float = 10.0  # a change smaller than this must survive a change of layout before it is blamed
     tolerance_pct: float = 5.0  # `same` = no regression this big (one-sided, 1 − alpha); 0: only "no change at all"
     second_change_z: float = 2.0  # how hard to look for a second change (3: thorough, 0: off)
+    # When a speculative mode's culprit is named: trials of every other mode at the culprit and its
+    # parent, to say whether the target model or the speculative path regressed (0: don't).
+    mode_trials: int = 3
 
 
 @dataclass(frozen=True)

@@ -66,9 +66,18 @@ def test_demo_names_the_planted_commit(demo_run, tmp_path):
     assert abs(result["effect_pct"] - expected) < 8
     db = Path(result["db"])
     # Every run of every trial is in the database, and the progress went to stderr.
-    trials = db_rows(db, "select count(*) from trials")[0][0]
+    trials = db_rows(db, "select count(*) from trials where purpose = 'bisect'")[0][0]
     runs = db_rows(db, "select count(*) from runs")[0][0]
     assert trials == result["trials_used"] and runs >= trials * 5
+    # EAGLE-3 was bisected: the baseline was then measured at the culprit and the commit before it, and
+    # the answer says which path (the planted change slows only the verify cycle; test_regressed_path
+    # and the low-noise variants below pin the answer itself, this run's noise is the demo's own).
+    rp = result["regressed_path"]
+    assert rp["after"] == result["culprit"] and rp["mode"] == "eagle3" and rp["baseline"] == "baseline"
+    assert result["regressed"] in ("speculative", "unclear") and result["regressed"] == rp["path"]
+    modes = db_rows(db, "select mode, count(*) from trials where purpose = 'modes' group by mode")
+    assert dict(modes).get("baseline", 0) >= 6 and rp["trials"] == sum(n for _, n in modes)
+    assert "cycle_ms" in rp["moved"] and "which path: " in proc.stderr
     assert "trial #" in proc.stderr and "planted" not in proc.stdout.split("\n")[0]
     assert result["budget_exhausted"] is False and result["answer_probability"] >= 0.99
     assert result["improvements"] == [] and result["ruled_out_pct"] is not None
@@ -85,6 +94,49 @@ def test_demo_names_the_planted_commit(demo_run, tmp_path):
     assert again.returncode == 0, again.stderr
     assert "learned on this host by bisection #1" in again.stderr
     assert json.loads(again.stdout)["culprit"] == result["planted"]
+
+
+@pytest.mark.parametrize("variant", ["speculative", "target"])
+def test_which_path_regressed_on_each_demo_variant(tmp_path, variant):
+    """The planted change slows EAGLE-3's verify cycle only ("speculative") or the target model, which
+    both modes run ("target"): after naming it, `run` measures the baseline at it and its parent and
+    says which path regressed. Low session noise (0.3%) keeps the answer off the machine's load."""
+    target = make_demo_target(tmp_path / "demo", commits=10, variant=variant, session_sigma=0.003, run_sigma=0.003)
+    db = tmp_path / "r.sqlite"
+    proc = cli("run", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--db", str(db), "--json",
+               cwd=target.root)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["culprit"] == target.planted
+    rp = result["regressed_path"]
+    before = {e["mode"]: e for e in rp["effects"]}
+    # Never the other path. "Could not tell" only when the machine's load made the baseline's own
+    # trials disagree (its interval wider than the change being told apart); never otherwise.
+    assert result["regressed"] in (variant, "unclear"), rp["summary"]
+    base = before["baseline"]["comparison"]
+    if result["regressed"] == "unclear":
+        assert base["ci_high_pct"] - base["ci_low_pct"] > 10, rp["summary"]
+        assert rp["trials"] >= 2 * 2 * 3  # it measured n more of each before saying so
+    elif variant == "speculative":
+        assert rp["summary"].startswith("speculative path regressed (baseline unchanged; accept length ")
+        assert abs(base["effect_pct"]) < 8  # nearer no change than EAGLE-3's -15%
+        assert rp["cycle_after_ms"] / rp["cycle_before_ms"] == pytest.approx(VERIFY_BAD_MS / VERIFY_GOOD_MS, rel=0.1)
+        assert rp["break_even_after"] > rp["break_even_before"] * 1.1
+        assert "cycle_ms" in rp["moved"] and "baseline_tok_s" not in rp["moved"]
+    else:
+        assert rp["summary"].startswith("target model regressed (baseline -1")
+        assert base["effect_pct"] == pytest.approx(100 * (1 / 1.2 - 1), abs=6)
+        assert rp["break_even_after"] == pytest.approx(rp["break_even_before"], rel=0.1)
+        assert "baseline_tok_s" in rp["moved"]
+    # The terminal verdict and the report say it too; the report highlights the columns that moved.
+    text = cli("report", "latest", "--db", str(db), cwd=target.root)
+    assert text.returncode == 0, text.stderr
+    html = Path(text.stdout.split("report: ", 1)[1].strip()).read_text()
+    assert 'id="which-path"' in html and rp["summary"].split(" (")[0] in html
+    for col in rp["moved"]:
+        assert f'<th class="num moved" data-col="{col}">' in html
+    for col in {"spec_tok_s", "baseline_tok_s", "ratio", "accept_length", "break_even", "cycle_ms"} - set(rp["moved"]):
+        assert f'<th class="num" data-col="{col}">' in html
 
 
 def test_drift_only_demo_blames_nothing(tmp_path):

@@ -21,6 +21,7 @@ def run_demo(
     commits: int = 36,
     seed: int = 7,
     db: Path | str | None = None,
+    variant: str = "speculative",
 ) -> tuple[app.BisectResult, DemoTarget]:
     """Build the demo target (planted slowdown, or drift only) and bisect it with the real pipeline.
     Results go to ``db`` (a path or a database URL), by default ``<directory>/results.sqlite``."""
@@ -31,10 +32,12 @@ def run_demo(
         commits=commits,
         drift_only=drift_only,
         seed=seed,
+        variant=variant,
         # Drift only: sessions differ (σ 2%) and the machine slowly slows down (−0.3% per session).
         drift_per_session=-0.003 if drift_only else 0.0,
     )
-    what = f"planted {target.planted[:10]}" if target.planted else "no code change (drift only)"
+    slows = "the target model (both modes)" if variant == "target" else "the EAGLE-3 verify cycle only"
+    what = f"planted {target.planted[:10]}, which slows {slows}" if target.planted else "no code change (drift only)"
     progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; server: SGLang emulator")
     config = load_config(target.config)
     with app.Workspace.open(config, db or target.root / "results.sqlite") as ws, app.exclusive(ws, progress):

@@ -24,6 +24,13 @@ from pathlib import Path
 
 VERIFY_GOOD_MS = 4.0
 VERIFY_BAD_MS = 4.7  # 4.0 / 4.7 = 0.851: the speculative mode loses ~15%
+# The "target" variant slows the target model's forward pass, which both modes run: the baseline
+# decode step and the speculative verify cycle (one target forward over the drafts) by the same 20%.
+DECODE_GOOD_MS = 2.0
+TARGET_SLOWDOWN = 1.2
+# What the planted commit slows: "speculative" (the verify cycle only: EAGLE-3 loses, the baseline
+# does not) or "target" (the target model: both modes lose alike).
+VARIANTS = ("speculative", "target")
 
 _AUTHOR_ENV = {
     "GIT_AUTHOR_NAME": "Demo Upstream",
@@ -45,6 +52,7 @@ class DemoTarget:
     bad: str
     planted: str | None  # sha of the planted slowdown; None for the drift-only variant
     commits: int
+    variant: str = "speculative"  # what the planted commit slows (VARIANTS)
 
 
 def _git(repo: Path, *args: str, env_extra: dict[str, str] | None = None) -> str:
@@ -200,6 +208,7 @@ def make_demo_target(
     max_tokens: int = 96,
     runs: int = 5,
     warmup: int = 1,
+    variant: str = "speculative",
 ) -> DemoTarget:
     """Build the demo repository, its patch stack and a perfbisect.toml under ``root``."""
     root = Path(root).resolve()
@@ -223,6 +232,9 @@ def make_demo_target(
     planted = None
     for i in range(1, n_after + 1):
         when += 3600
+        if planted_index is not None and i == planted_index and variant == "target":
+            planted = _plant_target_slowdown(repo, when)
+            continue
         if planted_index is not None and i == planted_index:
             path = repo / "python/sglang/srt/speculative/eagle_worker.py"
             path.write_text(path.read_text().replace(f"VERIFY_CYCLE_MS = {VERIFY_GOOD_MS}", f"VERIFY_CYCLE_MS = {VERIFY_BAD_MS}"))
@@ -263,7 +275,27 @@ def make_demo_target(
         bad=bad,
         planted=planted,
         commits=n_after + 1,
+        variant=variant,
     )
+
+
+def _plant_target_slowdown(repo: Path, when: int) -> str:
+    """The "target" variant's commit: a slower MoE path in the model, so the target forward (the
+    baseline's decode step and the verify cycle that runs it over the drafts) is 20% slower."""
+    edits = {
+        "python/sglang/srt/model_executor/decode.py": (
+            f"DECODE_STEP_MS = {DECODE_GOOD_MS}", f"DECODE_STEP_MS = {DECODE_GOOD_MS * TARGET_SLOWDOWN:g}"),
+        "python/sglang/srt/speculative/eagle_worker.py": (
+            f"VERIFY_CYCLE_MS = {VERIFY_GOOD_MS}", f"VERIFY_CYCLE_MS = {VERIFY_GOOD_MS * TARGET_SLOWDOWN:g}"),
+    }
+    for rel, (old, new) in edits.items():
+        path = repo / rel
+        text = path.read_text()
+        if old not in text:
+            raise RuntimeError(f"demo target variant lost its context in {rel}")
+        path.write_text(text.replace(old, new, 1))
+    _write(repo, "python/sglang/srt/models/deepseek_v2.py", "\n\ndef moe_dense_fallback(x):\n    return x\n", append=True)
+    return _commit(repo, "deepseek_v2: route MoE through the dense fallback", when)
 
 
 def _make_patch_stack(repo: Path, out: Path, tip: str) -> None:

@@ -20,6 +20,7 @@ class TrialPurpose(str, enum.Enum):
     MEASURE = "measure"
     CALIBRATE = "calibrate"
     COMPARE = "compare"
+    MODES = "modes"  # the other modes at a speculative culprit and its parent (regressed_path)
 
 
 # model.TrialStatus has no "running": a trial that has not finished (or whose process was killed)

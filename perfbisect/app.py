@@ -26,7 +26,8 @@ from .doctor import Finding, run_doctor
 from .errors import UsageError
 from .patches import PatchCheck, check_patches
 from .gitrepo import TargetRepo
-from .plan import Plan, plan_range
+from .envs import pin_groups
+from .plan import Plan, PlanWarning, plan_range
 from .run_allocation import RunsAdvice, runs_advice
 from .skips import Skip, SkipList, skipped_commits
 from .targets import active_filters
@@ -258,7 +259,7 @@ def _search_here(ws: Workspace, policy: SearchPolicy, observations: list[Observa
     """The search with its trials on this machine, one at a time (``[executor] kind = "local"``):
     each observation stored as it lands; progress says where the search stands and what is left."""
     cfg, store = ws.config, ws.store
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=policy.commits[0])  # the good endpoint's client
     estimate = cost.estimate(ws, len(policy.commits), noise, endpoint_effect(ws, policy.commits[0], policy.commits[-1]),
                              higher_is_better=describe_metric(cfg).higher_is_better)
     started, done_here, best = time.monotonic(), 0, ("", None)
@@ -341,7 +342,7 @@ def measure(
     for m in modes:
         ws.config.mode(m)
     preflight(ws)
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=commit.sha)
     out: dict[str, list[TrialResult]] = {m: [] for m in modes}
     for i in range(trials):
         for m in interleaved(modes, i):
@@ -382,7 +383,7 @@ def compare_commits(
     max_trials = max_trials or cfg.stats.max_trials_per_commit or max(cfg.stats.max_trials_total // 2, min_trials)
     noise = noise_model(ws, [mode])
     progress.info(f"noise model: {noise.describe()}")
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=a.sha)  # A's client for both
     ta: list[TrialResult] = []
     tb: list[TrialResult] = []
     cmp: Comparison | None = None
@@ -457,7 +458,7 @@ def calibrate(
     a = ws.repo.resolve(rev)
     b = _calibration_partner(ws, a, rev, against)
     preflight(ws)
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=a.sha)
     schedule = [c for i in range(trials) for c in interleaved([a, b], i)]
     progress.info(
         f"calibrate [{mode}]: {trials} sessions each of {a.short} (A) and {b.short} (B{', its first parent' if against is None else ''}), "
@@ -541,8 +542,18 @@ def _plan(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bool = Fa
     skips = {sha: s.describe() for sha, s in skipped_commits(ws.repo, ws.config).items()}
     active = active_filters(ws.config)
     result = plan_range(ws.repo, good_c.sha, bad_c.sha, ws.filters, ws.stack, check_patches=check_patches, skipped=skips)
-    return replace(result, default_filters=active.defaults, default_filters_of=active.defaults_of,
-                   user_filters=active.user, filters_note=active.note)
+    result = replace(result, default_filters=active.defaults, default_filters_of=active.defaults_of,
+                     user_filters=active.user, filters_note=active.note)
+    if ws.pins is None or ws.envs is None:
+        return result
+    build = ws.config.build
+    groups = tuple(pin_groups(result.commits, ws.pins, ws.envs, build.wheel_dir, build.index_url))
+    warnings = [PlanWarning(
+        "pins-unsatisfiable",
+        f"{g.span()} pin {', '.join(g.requirements)}, whose environment cannot be built: {g.problem}. Those commits "
+        f"would be skipped as untestable (never blamed).",
+    ) for g in groups if g.problem]
+    return replace(result, pin_groups=groups, warnings=result.warnings + tuple(warnings))
 
 
 def skip(config: Config, revs: Sequence[str], *, undo: bool = False, reason: str = "") -> tuple[list[Commit], list[Skip]]:

@@ -577,12 +577,17 @@ def patches_check(ws: Workspace, good: str, bad: str) -> list[PatchCheck]:
 
 
 def gc(ws: Workspace, build_cache: bool = False) -> list[str]:
-    """Remove perfbisect's worktrees (and with ``build_cache`` the cached build artefacts)."""
+    """Remove perfbisect's worktrees (and with ``build_cache`` the cached build artefacts and the
+    pinned environments)."""
     removed = [f"worktree {p}" for p in ws.pool.gc()]
     if build_cache:
         size = ws.build_cache.total_bytes()
         ws.build_cache.clear()
         removed.append(f"build cache ({size / 1e6:.1f} MB)")
+        if ws.envs is not None and ws.envs.entries():
+            count, size = len(ws.envs.entries()), ws.envs.total_bytes()
+            ws.envs.clear()
+            removed.append(f"{count} pinned environment{'s' if count != 1 else ''} ({size / 1e6:.1f} MB)")
     return removed
 
 
@@ -590,13 +595,14 @@ def gc(ws: Workspace, build_cache: bool = False) -> list[str]:
 # perfbisect doctor / log
 
 
-def doctor(config_path: Path, db: Path | None = None, launch: bool = False) -> list[Finding]:
+def doctor(config_path: Path, db: Path | None = None, launch: bool = False,
+           range_: tuple[str, str] | None = None) -> list[Finding]:
     """Is this machine and config ready to give trustworthy numbers? One finding per check.
 
     The config and the ``Workspace`` are opened as every command opens them (what fails to open is
     itself a finding); ``launch`` also starts the server once under the locks a trial holds.
     """
-    return run_doctor(config_path, db, launch=launch)
+    return run_doctor(config_path, db, launch=launch, range_=range_)
 
 
 def log(db_path: Path | str, limit: int = 20) -> tuple[list[BisectionRecord], list[ComparisonRecord]]:

@@ -209,12 +209,19 @@ class EnvCache:
             )
         return installer, versions
 
+    def installer(self) -> str:
+        """Which installer a new environment would use, in words (doctor)."""
+        if self.base.has_pip:
+            return f"pip of target.python ({self.python})"
+        uv = _uv()
+        return f"uv ({uv})" if uv else "a pip each environment gets from ensurepip (target.python has no pip, no uv found)"
+
     def _installer(self, env_python: str, log, what: str, log_path: Path) -> tuple[str, list[str]]:
         """pip (the target's, seen through the .pth), else uv, else a pip from ensurepip — into the venv."""
         pip = [env_python, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--no-input"]
         if self.base.has_pip:
             return "pip", pip
-        uv = os.environ.get("UV") if os.environ.get("UV") and Path(os.environ["UV"]).is_file() else shutil.which("uv")
+        uv = _uv()
         if uv:
             return "uv", [uv, "pip", "install", "--python", env_python, "--no-deps"]
         self._run([env_python, "-m", "ensurepip", "--default-pip"], log, what, log_path)
@@ -278,6 +285,12 @@ class EnvCache:
     def clear(self) -> None:
         """Remove every environment (``perfbisect gc --build-cache``)."""
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _uv() -> str | None:
+    """uv's executable: the one running us (``$UV``, set by ``uv run``), else the first on PATH."""
+    uv = os.environ.get("UV")
+    return uv if uv and Path(uv).is_file() else shutil.which("uv")
 
 
 def pin_groups(commits, pins, envs: EnvCache, wheel_dir: Path | None, index_url: str | None) -> list:

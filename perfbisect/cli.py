@@ -343,7 +343,7 @@ def demo(
     Example:  perfbisect demo
     Example:  perfbisect demo --json --drift-only
     """
-    from .demo.run import demo_report, run_demo
+    from .demo.run import demo_pins, demo_report, run_demo
     from .render import format_outcome, outcome_json
 
     try:
@@ -364,6 +364,7 @@ def demo(
     if json_out:
         data = outcome_json(result)
         data["planted"] = target.planted
+        data["pins"] = demo_pins(target, result, db)
         data["demo_dir"] = str(target.root)
         data["report"] = str(report) if report else None
         print_json(data)
@@ -374,6 +375,10 @@ def demo(
         hit = (result.outcome.culprit == target.planted) if target.planted else result.outcome.culprit is None
         mark = "[green]✓[/green]" if hit else "[red]✗[/red]"
         out_console.print(f"{mark} planted: {show(planted)}")
+        pins = demo_pins(target, result, db)
+        if pins is not None:
+            ok = pins["environments"] == 2 and pins["untestable_trials"] == 0
+            out_console.print(f"{'[green]✓[/green]' if ok else '[red]✗[/red]'} {show(pins['line'])}")
         print_report(report)
     raise typer.Exit(code=_exit_for(result.outcome.verdict, False))
 

@@ -61,6 +61,11 @@ def test_demo_names_the_planted_commit(demo_run, tmp_path):
     proc, result = demo_run.proc, demo_run.result  # `perfbisect demo --json --dir DIR` (conftest, shared)
     assert result["planted"] and result["culprit"] == result["planted"]
     assert result["verdict"] == "regressed"
+    # Across the demo's pin bump: one environment per pin set, not a single untestable commit.
+    assert result["pins"]["environments"] == 2 and result["pins"]["untestable_trials"] == 0
+    bump = result["pins"]["pin_bump"]
+    inside = git(demo_run.dir / "sglang", "rev-list", f"{result['good']}..{result['bad']}").split()
+    assert bump in inside and bump != result["bad"]  # the bump lies inside the bisected range
     # The planted change makes the verify cycle 4.0 → 4.7 ms: about −15% speculative tok/s.
     expected = 100 * (VERIFY_GOOD_MS / VERIFY_BAD_MS - 1)
     assert abs(result["effect_pct"] - expected) < 8

@@ -25,6 +25,7 @@ and where wheels come from; the same key is the same environment, so a second ru
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .children import own_group
-from .errors import ConfigError, EnvironmentBuildError
+from .errors import ConfigError, EnvironmentBuildError, InfrastructureError
 from .logtail import log_tail
 from .model import content_hash
 from .pins import PinSet, wheel_problem
@@ -44,6 +45,7 @@ _MARKER = "env.json"
 _BASE_PTH = "_perfbisect_base.pth"
 INSTALL_TIMEOUT_S = 3600.0
 # pip settings in the caller's environment that would send an install elsewhere than the venv.
+_MACHINE_FAULTS = ("No space left on device", "Disk quota exceeded", "Read-only file system")
 _REDIRECTING = ("PIP_USER", "PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_EDITABLE")
 
 _PROBE = r"""
@@ -164,6 +166,14 @@ class EnvCache:
         key = self.key(pin_set)
         if key in self._failed:
             raise EnvironmentBuildError(self._failed[key])
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # Cluster jobs may share the cache directory: one builds a set while the others wait for it.
+        with open(self.dir / f".{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            found = self.lookup(pin_set)
+            return found if found is not None else self._build_locked(pin_set, key)
+
+    def _build_locked(self, pin_set: PinSet, key: str) -> PinnedEnv:
         start = time.perf_counter()
         path = self.dir / key
         log_path = self.log_dir / f"{key}.log"
@@ -265,11 +275,19 @@ class EnvCache:
         log.write(out)
         log.flush()
         if proc.returncode != 0:
+            tail = log_tail(log_path, 12)
+            fault = next((f for f in _MACHINE_FAULTS if f in tail), None)
+            if fault:  # the machine failed the install, not the commit's pins: stop, do not skip
+                raise InfrastructureError(
+                    f"Building {what} failed because of the machine, not the pins ({fault}). Free space under "
+                    f"{self.dir} (`perfbisect gc --build-cache` removes the environments) and run again: "
+                    f"`perfbisect resume` continues a bisection. Log: {log_path}"
+                )
             raise EnvironmentBuildError(
                 f"Cannot build {what}: {Path(argv[0]).name} {' '.join(argv[1:3])} exited with status {proc.returncode}. "
                 f"The commits of this pin set are skipped, never blamed. Fix: put the pinned wheels in [build] "
                 f"wheel_dir{f' ({self.wheel_dir})' if self.wheel_dir else ''} or set [build] index_url. Log: "
-                f"{log_path}\n{log_tail(log_path, 12)}"
+                f"{log_path}\n{tail}"
             )
         return out
 

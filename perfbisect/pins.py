@@ -162,7 +162,11 @@ class PinReader:
     def __call__(self, commit: Commit | str) -> PinSet:
         sha = commit.sha if isinstance(commit, Commit) else str(commit)
         if sha not in self._seen:
-            self._seen[sha] = commit_pins(self.repo, sha, self.pin_files, self.packages)
+            parent = commit.parents[0] if isinstance(commit, Commit) and commit.parents else None
+            if parent in self._seen and not set(self.repo.changed_paths(commit)) & set(self.pin_files):
+                self._seen[sha] = self._seen[parent]  # no pin file changed: its parent's pins (one git call less per file)
+            else:
+                self._seen[sha] = commit_pins(self.repo, sha, self.pin_files, self.packages)
         return self._seen[sha]
 
 

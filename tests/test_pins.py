@@ -88,16 +88,20 @@ def _state(python: str) -> tuple[list, list]:
     return json.loads(listed), files
 
 
-@pytest.mark.parametrize("installer", ["pip", "uv"])
+@pytest.mark.parametrize("installer", ["pip", "uv", "pip (ensurepip)"])
 def test_one_environment_per_pin_set_with_real_installers_and_the_interpreter_untouched(tmp_path, installer, monkeypatch):
     python = _interpreter_with_pip() if installer == "pip" else sys.executable
     if installer == "pip" and python is None:
         pytest.skip("no interpreter with pip here")
-    if installer == "uv":
-        if not (os.environ.get("UV") or shutil.which("uv")):
-            pytest.skip("uv is not installed here")
-        if subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0:
-            pytest.skip("this interpreter has pip, which is used before uv")
+    if installer != "pip" and subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+        pytest.skip("this interpreter has pip, which is used before uv and ensurepip")
+    if installer == "uv" and not (os.environ.get("UV") or shutil.which("uv")):
+        pytest.skip("uv is not installed here")
+    if installer == "pip (ensurepip)":  # no pip in the interpreter, no uv anywhere: the venv gets its own pip
+        monkeypatch.delenv("UV", raising=False)
+        monkeypatch.setenv("PATH", os.pathsep.join(d for d in ("/usr/bin", "/bin") if os.path.isdir(d)))
+        if shutil.which("uv"):
+            pytest.skip("uv is on the system PATH here")
     wheels = tmp_path / "wheels"
     for version in ("1.0", "2.0"):
         write_wheel(wheels, "tiny-kernel", version)

@@ -28,6 +28,7 @@ from .errors import UsageError
 from .patches import PatchCheck, check_patches
 from .gitrepo import TargetRepo
 from .changepoint import SPARSE_ABOVE, sparse_footprint
+from .envs import pin_groups
 from .plan import Plan, PlanWarning, plan_range
 from .run_allocation import RunsAdvice, runs_advice
 from .skips import Skip, SkipList, skipped_commits
@@ -267,7 +268,7 @@ def _search_here(ws: Workspace, policy: SearchPolicy, observations: list[Observa
     """The search with its trials on this machine, one at a time (``[executor] kind = "local"``):
     each observation stored as it lands; progress says where the search stands and what is left."""
     cfg, store = ws.config, ws.store
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=policy.commits[0])  # the good endpoint's client
     estimate = cost.estimate(ws, len(policy.commits), noise, endpoint_effect(ws, policy.commits[0], policy.commits[-1]),
                              higher_is_better=describe_metric(cfg).higher_is_better)
     started, done_here, best = time.monotonic(), 0, ("", None)
@@ -419,7 +420,7 @@ def measure(
     for m in modes:
         ws.config.mode(m)
     preflight(ws)
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=commit.sha)
     out: dict[str, list[TrialResult]] = {m: [] for m in modes}
     for i in range(trials):
         for m in interleaved(modes, i):
@@ -460,7 +461,7 @@ def compare_commits(
     max_trials = max_trials or cfg.stats.max_trials_per_commit or max(cfg.stats.max_trials_total // 2, min_trials)
     noise = noise_model(ws, [mode])
     progress.info(f"noise model: {noise.describe()}")
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=a.sha)  # A's client for both
     ta: list[TrialResult] = []
     tb: list[TrialResult] = []
     cmp: Comparison | None = None
@@ -535,7 +536,7 @@ def calibrate(
     a = ws.repo.resolve(rev)
     b = _calibration_partner(ws, a, rev, against)
     preflight(ws)
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=a.sha)
     schedule = [c for i in range(trials) for c in interleaved([a, b], i)]
     progress.info(
         f"calibrate [{mode}]: {trials} sessions each of {a.short} (A) and {b.short} (B{', its first parent' if against is None else ''}), "
@@ -620,9 +621,19 @@ def _plan(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bool = Fa
     active = active_filters(ws.config)
     result = plan_range(ws.repo, good_c.sha, bad_c.sha, ws.filters, ws.stack, check_patches=check_patches, skipped=skips)
     long = long_range_warning(result, ws.config.stats.max_trials_total)
-    return replace(result, default_filters=active.defaults, default_filters_of=active.defaults_of,
-                   user_filters=active.user, filters_note=active.note,
-                   warnings=result.warnings + ((long,) if long else ()))
+    result = replace(result, default_filters=active.defaults, default_filters_of=active.defaults_of,
+                     user_filters=active.user, filters_note=active.note,
+                     warnings=result.warnings + ((long,) if long else ()))
+    if ws.pins is None or ws.envs is None:
+        return result
+    build = ws.config.build
+    groups = tuple(pin_groups(result.commits, ws.pins, ws.envs, build.wheel_dir, build.index_url))
+    warnings = [PlanWarning(
+        "pins-unsatisfiable",
+        f"{g.span()} pin {', '.join(g.requirements)}, whose environment cannot be built: {g.problem}. Those commits "
+        f"would be skipped as untestable (never blamed).",
+    ) for g in groups if g.problem]
+    return replace(result, pin_groups=groups, warnings=result.warnings + tuple(warnings))
 
 
 def long_range_warning(plan: Plan, max_trials: int) -> PlanWarning | None:
@@ -663,12 +674,17 @@ def patches_check(ws: Workspace, good: str, bad: str) -> list[PatchCheck]:
 
 
 def gc(ws: Workspace, build_cache: bool = False) -> list[str]:
-    """Remove perfbisect's worktrees (and with ``build_cache`` the cached build artefacts)."""
+    """Remove perfbisect's worktrees (and with ``build_cache`` the cached build artefacts and the
+    pinned environments)."""
     removed = [f"worktree {p}" for p in ws.pool.gc()]
     if build_cache:
         size = ws.build_cache.total_bytes()
         ws.build_cache.clear()
         removed.append(f"build cache ({size / 1e6:.1f} MB)")
+        if ws.envs is not None and ws.envs.entries():
+            count, size = len(ws.envs.entries()), ws.envs.total_bytes()
+            ws.envs.clear()
+            removed.append(f"{count} pinned environment{'s' if count != 1 else ''} ({size / 1e6:.1f} MB)")
     return removed
 
 
@@ -676,13 +692,14 @@ def gc(ws: Workspace, build_cache: bool = False) -> list[str]:
 # perfbisect doctor / log
 
 
-def doctor(config_path: Path, db: Path | None = None, launch: bool = False) -> list[Finding]:
+def doctor(config_path: Path, db: Path | None = None, launch: bool = False,
+           range_: tuple[str, str] | None = None) -> list[Finding]:
     """Is this machine and config ready to give trustworthy numbers? One finding per check.
 
     The config and the ``Workspace`` are opened as every command opens them (what fails to open is
     itself a finding); ``launch`` also starts the server once under the locks a trial holds.
     """
-    return run_doctor(config_path, db, launch=launch)
+    return run_doctor(config_path, db, launch=launch, range_=range_)
 
 
 def log(db_path: Path | str, limit: int = 20) -> tuple[list[BisectionRecord], list[ComparisonRecord]]:

@@ -348,7 +348,7 @@ def demo(
     Example:  perfbisect demo --json --drift-only
     Example:  perfbisect demo --variant target
     """
-    from .demo.run import demo_report, run_demo
+    from .demo.run import demo_pins, demo_report, run_demo
     from .demo.target import VARIANTS
     from .render import format_outcome, outcome_json
 
@@ -375,6 +375,7 @@ def demo(
         data = outcome_json(result)
         data["planted"] = target.planted
         data["variant"] = target.variant
+        data["pins"] = demo_pins(target, result, db)
         data["demo_dir"] = str(target.root)
         data["report"] = str(report) if report else None
         print_json(data)
@@ -385,6 +386,10 @@ def demo(
         hit = (result.outcome.culprit == target.planted) if target.planted else result.outcome.culprit is None
         mark = "[green]✓[/green]" if hit else "[red]✗[/red]"
         out_console.print(f"{mark} planted: {show(planted)}")
+        pins = demo_pins(target, result, db)
+        if pins is not None:
+            ok = pins["environments"] == 2 and pins["untestable_trials"] == 0
+            out_console.print(f"{'[green]✓[/green]' if ok else '[red]✗[/red]'} {show(pins['line'])}")
         print_report(report)
     raise typer.Exit(code=_exit_for(result.outcome.verdict, False))
 
@@ -642,13 +647,22 @@ def doctor(
     config: ConfigOpt = None,
     db: DbOpt = None,
     launch: Annotated[bool, typer.Option("--launch", help="Also start the server once and check the env reaches every worker.")] = False,
+    range_: Annotated[Optional[str], typer.Option("--range", metavar="GOOD..BAD", help="Check the pinned environments ([build] pinned_packages) of every commit of this range, not only HEAD's.")] = None,
 ) -> None:
-    """Check config, target interpreter, GPU idleness, clocks and throttling, and what would add noise.
+    """Check config, target interpreter, pinned environments, GPU idleness, clocks and throttling, and
+    what would add noise.
 
     Example:  perfbisect doctor
     Example:  perfbisect doctor --launch
+    Example:  perfbisect doctor --range bba2fc4..HEAD
     """
-    findings = app.doctor(_config_path(config), db, launch=launch)
+    bounds = None
+    if range_ is not None:
+        good, sep, bad = range_.partition("..")
+        if not sep or not good or not bad:
+            raise UsageError(f"--range {range_!r} is not GOOD..BAD: give two revisions joined by '..', e.g. --range bba2fc4..HEAD.")
+        bounds = (good, bad)
+    findings = app.doctor(_config_path(config), db, launch=launch, range_=bounds)
     style = {"ok": "green", "warn": "yellow", "error": "bold red", "info": "dim"}
     for f in findings:
         out_console.print(f"[{style[f.state]}]{f.state:>5}[/] {show(f.check)}: {show(f.message)}")
@@ -775,7 +789,7 @@ def log(
 def gc(
     config: ConfigOpt = None,
     db: DbOpt = None,
-    build_cache: Annotated[bool, typer.Option("--build-cache", help="Also empty the build cache.")] = False,
+    build_cache: Annotated[bool, typer.Option("--build-cache", help="Also empty the build cache and remove the pinned environments.")] = False,
 ) -> None:
     """Remove perfbisect's worktrees (and optionally the build cache). Stored results are kept.
 

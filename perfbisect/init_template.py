@@ -34,6 +34,17 @@ dir = "perfbisect-patches"
 # patch = "0002-deepseek_v2-hidden-state-fix.patch"
 # alternatives = ["perfbisect-patches/variants/0002-before-refactor.patch"]
 
+# sgl-kernel and flashinfer move with the commits: SGLang pins them in python/pyproject.toml and
+# refuses to start on another sgl-kernel. Each pin set gets its own environment, built once and cached
+# in the cache directory (a venv on top of target.python: everything else you installed is used as it
+# is; your interpreter never changes), with the pinned wheels installed from wheel_dir and/or
+# index_url (neither: pip's default index). `perfbisect plan` shows the pin sets of a range and
+# `perfbisect doctor --range GOOD..BAD` which cannot be built. Add "torch" when the range moves it.
+[build]
+pinned_packages = ["sgl-kernel", "flashinfer-python"]
+# wheel_dir = "/wheels"          # e.g. pip download --no-deps sgl-kernel==0.3.9 -d /wheels, per version
+# index_url = "https://pypi.org/simple"
+
 # Python-only commits need no install: the server imports sglang from the checkout under test
 # through PYTHONPATH (see [server.env]), so perfbisect never touches your environment and your own
 # `import sglang` stays what it was. This step only byte-compiles it (a syntax error skips the commit).
@@ -44,8 +55,9 @@ paths = ["python/**"]
 python_only = true
 
 # Uncomment to build sgl-kernel from source (~25 min); cached by the tree hash of sgl-kernel/**.
-# This one installs into target.python: point target.python at a venv made for perfbisect
-# (python -m venv --system-site-packages) so your own environment keeps its sgl-kernel.
+# {{python}} is the interpreter of the commit's pinned environment when [build] pinned_packages applies
+# (so this installs there); else it is target.python: then point target.python at a venv made for
+# perfbisect (python -m venv --system-site-packages) so your own environment keeps its sgl-kernel.
 # [[build.steps]]
 # name = "sgl-kernel"
 # command = ["{{python}}", "-m", "pip", "install", "-e", "sgl-kernel", "--no-build-isolation", "-q"]

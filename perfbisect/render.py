@@ -279,8 +279,30 @@ def format_plan(plan: Any) -> list[str]:
     lines.append(f"{len(plan.entries)} commits: {measured} to measure, {filtered} filtered, {skipped} untestable (patch conflict or marked skipped)")
     if plan.filters_note:
         lines.append(f"filters: {plan.filters_note}")
+    lines.extend(format_pin_groups(getattr(plan, "pin_groups", ())))
     for w in plan.warnings:
         lines.append(f"warning: {w}")
+    return lines
+
+
+def format_pin_groups(groups: Any) -> list[str]:
+    """The range by pin set ([build] pinned_packages): which commits each environment serves, and
+    whether it is built, will be built, or cannot be (and why)."""
+    if not groups:
+        return []
+    needing = [g for g in groups if g.requirements]
+    lines = [f"environments: {len(needing)} pin set{'s' if len(needing) != 1 else ''} ([build] pinned_packages), one environment each"]
+    for g in groups:
+        if not g.requirements:
+            state = "nothing pinned: target.python as it is"
+        elif g.built:
+            state = f"built ({g.env})"
+        elif g.problem:
+            state = f"CANNOT BUILD: {g.problem}"
+        else:
+            state = "built on first use"
+        pins = ", ".join(g.requirements) or "-"
+        lines.append(f"  {g.span()}  {pins}  {state}")
     return lines
 
 

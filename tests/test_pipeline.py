@@ -61,6 +61,11 @@ def test_demo_names_the_planted_commit(demo_run, tmp_path):
     proc, result = demo_run.proc, demo_run.result  # `perfbisect demo --json --dir DIR` (conftest, shared)
     assert result["planted"] and result["culprit"] == result["planted"]
     assert result["verdict"] == "regressed"
+    # Across the demo's pin bump: one environment per pin set, not a single untestable commit.
+    assert result["pins"]["environments"] == 2 and result["pins"]["untestable_trials"] == 0
+    bump = result["pins"]["pin_bump"]
+    inside = git(demo_run.dir / "sglang", "rev-list", f"{result['good']}..{result['bad']}").split()
+    assert bump in inside and bump != result["bad"]  # the bump lies inside the bisected range
     # The planted change makes the verify cycle 4.0 → 4.7 ms: about −15% speculative tok/s.
     expected = 100 * (VERIFY_GOOD_MS / VERIFY_BAD_MS - 1)
     assert abs(result["effect_pct"] - expected) < 8
@@ -314,3 +319,70 @@ def test_compare_and_calibrate_store_and_explain(compared_demo, tmp_path):
     cal = cli("calibrate", "HEAD", "-n", "2", "-m", "baseline", "-c", str(target.config), "--db", str(db))
     assert cal.returncode == 0, cal.stderr
     assert "σ_b" in cal.stdout and "σ_w" in cal.stdout and "smallest regression detectable" in cal.stdout
+
+
+def _interpreter_state(python: str) -> tuple[str, list[str]]:
+    """An interpreter's installed distributions and the files of its site directories (bytecode caches
+    aside: importing writes them, installing does not need to)."""
+    listed = subprocess.run([python, "-c", (
+        "import json\nfrom importlib import metadata\n"
+        "print(json.dumps(sorted((d.metadata['Name'], d.version) for d in metadata.distributions())))"
+    )], capture_output=True, text=True, check=True).stdout
+    sites = json.loads(subprocess.run([python, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+                                      capture_output=True, text=True, check=True).stdout)
+    return listed, sorted(str(p) for d in sites for p in Path(d).rglob("*") if "__pycache__" not in p.parts and p.is_file())
+
+
+def test_the_demo_bisects_across_a_pin_bump_with_one_environment_per_pin_set(tmp_path):
+    """The demo's python/pyproject.toml pins demo-kernel 0.1.0, one commit bumps it to 0.2.0, and the
+    emulator refuses to start on any other version, as SGLang does with sgl-kernel."""
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    assert target.pin_bump and target.wheels is not None
+    # The user's interpreter cannot serve either side of the bump: its server refuses to start.
+    refused = subprocess.run([sys.executable, "-m", "perfbisect.demo.emulator", "--port", "0", "--worktree", str(target.repo)],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "demo-kernel with required version 0.2.0 is not installed" in refused.stderr
+    # plan --json: the range by pin set, each group's commits.
+    shas = git(target.repo, "rev-list", "--reverse", "--first-parent", "HEAD").split()
+    planned = json.loads(cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json").stdout)
+    groups = planned["pin_groups"]
+    assert [g["pins"] for g in groups] == [{"demo-kernel": "==0.1.0"}, {"demo-kernel": "==0.2.0"}]
+    assert groups[0]["commits"] + groups[1]["commits"] == shas and groups[1]["commits"][0] == target.pin_bump
+    assert [g["built"] for g in groups] == [False, False] and all(g["problem"] is None for g in groups)
+
+    before = _interpreter_state(sys.executable)
+    proc = cli("run", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json", timeout=600)
+    assert proc.returncode in (0, 3), proc.stderr  # whatever the verdict under this machine's load
+    db = target.root / "results.sqlite"
+    assert db_rows(db, "select count(*) from trials where status != 'ok'") == [(0,)], db_rows(db, "select status, error from trials")
+    measured = {sha for (sha,) in db_rows(db, "select distinct commit_sha from trials")}
+    assert target.good in measured and target.bad in measured  # both sides of the bump ran
+    envs = sorted((target.root / "envs").glob("*/env.json"))
+    assert sorted(json.loads(p.read_text())["versions"]["demo-kernel"] for p in envs) == ["0.1.0", "0.2.0"]
+    assert proc.stderr.count("built the environment") == 2
+    stamps = [p.stat().st_mtime_ns for p in envs]
+    # A second command builds nothing: each pin set's environment comes from the cache.
+    again = cli("measure", target.bad, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(tmp_path / "m.sqlite"))
+    assert again.returncode == 0, again.stderr
+    assert "built the environment" not in again.stderr and "(demo-kernel==0.2.0): cached" in again.stderr
+    assert [p.stat().st_mtime_ns for p in envs] == stamps and len(list((target.root / "envs").glob("*/env.json"))) == 2
+    planned = json.loads(cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json").stdout)
+    assert [g["built"] for g in planned["pin_groups"]] == [True, True]
+    # The user's interpreter has exactly what it had before: no package, no file added or changed.
+    assert _interpreter_state(sys.executable) == before
+
+
+def test_a_pin_set_without_its_wheel_is_untestable_with_that_reason(tmp_path):
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    (target.wheels / "demo_kernel-0.2.0-py3-none-any.whl").unlink()
+    plan = cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config))
+    assert "CANNOT BUILD: no wheel for demo-kernel==0.2.0 (it has 0.1.0)" in plan.stdout
+    assert "would be skipped as untestable" in plan.stdout
+    doctor = cli("doctor", "--range", f"{target.good}..{target.bad}", "-c", str(target.config))
+    assert doctor.returncode == 2 and "pinned environments" in doctor.stdout and "cannot be built: no wheel for demo-kernel==0.2.0" in doctor.stdout
+    db = tmp_path / "r.sqlite"
+    proc = cli("measure", target.bad, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(db))
+    (status, error), = db_rows(db, "select status, error from trials")
+    assert status == "skipped" and error.startswith("pinned dependencies cannot be installed")
+    assert "demo-kernel==0.2.0" in error and "wheel_dir" in error, error
+    assert "skipped (pinned dependencies cannot be installed)" in proc.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import app
 from ..config import load_config
 from ..store import open_store
-from .target import DemoTarget, make_demo_target
+from .target import KERNEL_NEW, KERNEL_OLD, DemoTarget, make_demo_target
 
 
 def run_demo(
@@ -51,3 +51,17 @@ def demo_report(target: DemoTarget, result: app.BisectResult, db: Path | str | N
     config = load_config(target.config)
     with open_store(db or target.root / "results.sqlite", recover=False) as store:
         return app.report(store, str(result.bisection_id), config=config)[0]
+
+
+def demo_pins(target: DemoTarget, result: app.BisectResult, db: Path | str | None = None) -> dict | None:
+    """What the demo's pin bump cost: environments built (one per pin set) and trials skipped as
+    untestable (none: every commit ran in the environment of its pins). None without pins."""
+    if target.pin_bump is None:
+        return None
+    built = sorted(p.parent.name for p in (target.root / "envs").glob("*/env.json"))
+    with open_store(db or target.root / "results.sqlite", recover=False) as store:
+        trials = store.trials(bisection_id=result.bisection_id, status=None)
+    untestable = sum(1 for t in trials if t.status.value == "skipped")
+    return {"pin_bump": target.pin_bump, "environments": len(built), "untestable_trials": untestable,
+            "line": f"pin bump: demo-kernel {KERNEL_OLD} → {KERNEL_NEW} at {target.pin_bump[:10]}; {len(built)} "
+                    f"environments (one per pin set), {untestable} trials untestable"}

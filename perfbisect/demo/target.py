@@ -302,6 +302,8 @@ def make_demo_target(
         planted=planted,
         commits=n_after + 1,
         variant=variant,
+        wheels=wheels,
+        pin_bump=pin_bump,
     )
 
 

@@ -744,7 +744,11 @@ def log(
             lines = bisection_detail(store, bid, app.report_path(store.path, f"bisection-{bid}", cfg), cfg.cost.gpus if cfg else 1)
         print_lines(lines)
         return
-    bisections, comparisons = app.log(path, limit)
+    # The store directly, not ``app.log``: importing the use cases would load the engine (scipy) too.
+    from .store import open_store
+
+    with open_store(path) as store:
+        bisections, comparisons = store.bisections(limit), store.comparisons(limit)
     print_lines(format_log(bisections, comparisons))
 
 
@@ -872,13 +876,13 @@ def status_cmd(config: ConfigOpt = None, json_out: JsonOpt = False,
 
     Example:  perfbisect status --json
     """
-    from . import check
+    from .checkqueue import format_status, status  # files only: no use cases, no database
 
-    data = check.status(_load(config), limit=limit)
+    data = status(_load(config), limit=limit)
     if json_out:
         print_json(data)
     else:
-        print_lines(check.format_status(data))
+        print_lines(format_status(data))
 
 
 @cli.callback(invoke_without_command=True)

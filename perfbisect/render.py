@@ -3,20 +3,23 @@ terminal lines, cli prints them), the ``--json`` object of a bisection (``outcom
 progress line, the machine's state over a set of trials, a build's drift against earlier days, what
 the covariates explain, one system snapshot (``perfbisect doctor``) and a trial's system summary.
 
-Pure functions of values the store hands back: no store access, no printing.
+Pure functions of values the store hands back: no store access, no printing. The statistics (scipy)
+are imported by the two lines that compute something, so that `perfbisect log` starts without them.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .metrics import DECODE, Metric, describe_workload
 from .model import BisectOutcome, Comparison, RunResult, SystemSnapshot, SystemSummary, TrialResult, Verdict, median
-from .stats import NoiseModel, covariate_notes, history_shift
 from .store.codec import encode
 from .sysstate import throttle_reason_names
+
+if TYPE_CHECKING:
+    from .stats import NoiseModel
 
 
 def json_value(value: Any) -> Any:
@@ -392,6 +395,8 @@ def history_line(build: str, today: Sequence[TrialResult], stored: Sequence[Tria
     values = [t.summary for t in today if t.summary is not None]
     if not earlier or not values:
         return None
+    from .stats import history_shift
+
     return history_shift(values, earlier, noise, build=build, fmt=(metric or DECODE).format)
 
 
@@ -400,6 +405,8 @@ def attribution_line(trials: Sequence[TrialResult]) -> str | None:
     ok = [t for t in trials if t.summary is not None]
     if len(ok) < 4:
         return None
+    from .stats import covariate_notes
+
     _, notes = covariate_notes(
         [t.summary for t in ok], [t.system.as_covariates() for t in ok], [t.identity.build_key for t in ok], min_rows=4
     )

@@ -333,6 +333,10 @@ def demo(
     commits: Annotated[int, typer.Option("--commits", min=10, max=400, help="Length of the demo history.")] = 36,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the emulator's noise.")] = 7,
     db: DbOpt = None,
+    seeded: Annotated[
+        bool, typer.Option("--seeded", help="Compute each trial's speed from the code with seeded noise instead of timing "
+                           "the emulator: the same outcome on an idle and a busy machine (CI).")
+    ] = False,
 ) -> None:
     """Build a throwaway SGLang-shaped repository with a planted slowdown and bisect it for real.
 
@@ -342,6 +346,7 @@ def demo(
 
     Example:  perfbisect demo
     Example:  perfbisect demo --json --drift-only
+    Example:  perfbisect demo --seeded
     """
     from .demo.run import demo_report, run_demo
     from .render import format_outcome, outcome_json
@@ -355,6 +360,7 @@ def demo(
             commits=commits,
             seed=seed,
             db=db,
+            seeded=seeded,
         )
         report = app.report_quietly(progress, lambda: demo_report(target, result, db))
     except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume

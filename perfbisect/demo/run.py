@@ -21,9 +21,11 @@ def run_demo(
     commits: int = 36,
     seed: int = 7,
     db: Path | str | None = None,
+    seeded: bool = False,
 ) -> tuple[app.BisectResult, DemoTarget]:
     """Build the demo target (planted slowdown, or drift only) and bisect it with the real pipeline.
-    Results go to ``db`` (a path or a database URL), by default ``<directory>/results.sqlite``."""
+    Results go to ``db`` (a path or a database URL), by default ``<directory>/results.sqlite``.
+    ``seeded``: measure with ``perfbisect.demo.seeded`` (computed, not timed) instead of the emulator."""
     progress = progress or app.Progress()
     progress.info(f"building the demo target in {directory} ...")
     target = make_demo_target(
@@ -33,9 +35,11 @@ def run_demo(
         seed=seed,
         # Drift only: sessions differ (σ 2%) and the machine slowly slows down (−0.3% per session).
         drift_per_session=-0.003 if drift_only else 0.0,
+        seeded=seeded,
     )
     what = f"planted {target.planted[:10]}" if target.planted else "no code change (drift only)"
-    progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; server: SGLang emulator")
+    progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; "
+                  + ("measured: seeded calculation of the emulator's speed" if seeded else "server: SGLang emulator"))
     config = load_config(target.config)
     with app.Workspace.open(config, db or target.root / "results.sqlite") as ws, app.exclusive(ws, progress):
         result = app.run_bisection(ws, target.good, target.bad, progress)

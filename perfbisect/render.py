@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .metrics import DECODE, Metric, describe_workload
-from .model import BisectOutcome, Comparison, RunResult, SystemSnapshot, SystemSummary, TrialResult, Verdict, median
+from .model import BisectOutcome, Comparison, SystemSnapshot, SystemSummary, TrialResult, Verdict, median
 from .store.codec import encode
 from .sysstate import throttle_reason_names
 
@@ -334,23 +334,6 @@ def format_log(bisections: Any, comparisons: Any) -> list[str]:
     if not lines:
         lines.append("no bisections or comparisons stored yet")
     return lines
-
-
-def format_run(run: RunResult, metric: Metric | None = None) -> str:
-    """One progress line for a run, its value in the metric's own unit."""
-    tag = "warm-up" if run.warmup else f"run {run.index}"
-    if run.error:
-        return f"{tag}: error: {run.error}"
-    metric = metric or DECODE
-    spec = ""
-    if run.spec_accept_length:
-        cycle = run.cycle_time_ms
-        spec = f", accept {run.spec_accept_length:.2f}" + (f", cycle {cycle:.1f} ms" if cycle else "")
-    flag = "" if run.complete else f"  FLAGGED: {run.output_tokens}/{run.requested_tokens} tokens, kept out of statistics"
-    ttft = f", TTFT {run.ttft_s * 1000:.0f} ms" if run.ttft_s is not None and metric.name != "ttft_ms" else ""
-    itl = (f", ITL p50/p99 {run.itl_p50_ms:.2f}/{run.itl_p99_ms:.2f} ms"
-           if run.itl_p50_ms is not None and run.itl_p99_ms is not None and not metric.name.startswith("itl_") else "")
-    return f"{tag}: {metric.format(run.value)}{ttft}{itl}{spec}{flag}"
 
 
 def state_lines(trials: Sequence[TrialResult]) -> list[str]:

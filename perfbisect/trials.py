@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .metrics import Metric, describe_workload
+from .metrics import DECODE, Metric, describe_workload
 from .host import gpu_memory_released, gpu_memory_used_mib, wait_until_idle
 from .store.samples import compact
 from .sysstate import Sampler
@@ -29,7 +29,6 @@ from .run_allocation import runs_advice
 from .errors import BuildError, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
 from .layout import HASH_SEED_VAR, Layout, choose, joined
 from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus
-from .render import format_run
 from .server import ServerSession
 from .store import Store, owner_alive, process_owner
 from .external_workloads import run_bench_serving, run_command_workload
@@ -544,3 +543,20 @@ def metric_value(cfg: Config, summaries: dict[str, float]) -> float:
     if len(modes) == 2:
         return summaries[modes[1]] - summaries[modes[0]]
     return summaries[modes[0]]
+
+
+def format_run(run: RunResult, metric: Metric | None = None) -> str:
+    """One progress line for a run, its value in the metric's own unit."""
+    tag = "warm-up" if run.warmup else f"run {run.index}"
+    if run.error:
+        return f"{tag}: error: {run.error}"
+    metric = metric or DECODE
+    spec = ""
+    if run.spec_accept_length:
+        cycle = run.cycle_time_ms
+        spec = f", accept {run.spec_accept_length:.2f}" + (f", cycle {cycle:.1f} ms" if cycle else "")
+    flag = "" if run.complete else f"  FLAGGED: {run.output_tokens}/{run.requested_tokens} tokens, kept out of statistics"
+    ttft = f", TTFT {run.ttft_s * 1000:.0f} ms" if run.ttft_s is not None and metric.name != "ttft_ms" else ""
+    itl = (f", ITL p50/p99 {run.itl_p50_ms:.2f}/{run.itl_p99_ms:.2f} ms"
+           if run.itl_p50_ms is not None and run.itl_p99_ms is not None and not metric.name.startswith("itl_") else "")
+    return f"{tag}: {metric.format(run.value)}{ttft}{itl}{spec}{flag}"

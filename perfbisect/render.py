@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .metrics import DECODE, Metric, describe_workload
-from .model import BisectOutcome, Comparison, SystemSnapshot, SystemSummary, TrialResult, Verdict, median
+from .model import BisectOutcome, Comparison, SystemSnapshot, TrialResult, Verdict, median
 from .store.codec import encode
 from .sysstate import throttle_reason_names
 
@@ -430,24 +430,4 @@ def format_snapshot(snapshot: SystemSnapshot) -> list[str]:
         if g.processes:
             parts.append("pids " + ",".join(str(p) for p in g.processes))
         lines.append(f"  GPU{g.index} {g.name}: " + ", ".join(parts))
-    return lines
-
-
-def format_summary(summary: SystemSummary) -> list[str]:
-    """Terminal lines for a trial's system summary."""
-    lines = [
-        f"{summary.samples} samples: SM {_fmt_reading(summary.sm_clock_mean_mhz)} MHz mean"
-        f" ({_fmt_reading(summary.sm_clock_min_mhz)}-{_fmt_reading(summary.sm_clock_max_mhz)}),"
-        f" {_fmt_reading(summary.temperature_mean_c)} C mean (max {_fmt_reading(summary.temperature_max_c)}),"
-        f" {_fmt_reading(summary.power_mean_w)} W mean, load {_fmt_reading(summary.load_avg_1m, '', 2)}"
-    ]
-    frac = summary.throttled_fraction
-    reasons = throttle_reason_names(summary.throttle_reasons_seen)
-    lines.append(
-        f"throttled {('?' if frac is None else f'{100 * frac:.0f}%')} of samples;"
-        f" reasons seen: {', '.join(reasons) if reasons else 'none'}"
-    )
-    if summary.other_gpu_processes:
-        lines.append("other GPU processes: " + ", ".join(map(str, summary.other_gpu_processes)))
-    lines.extend(f"note: {n}" for n in summary.notes)
     return lines

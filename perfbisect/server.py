@@ -26,7 +26,7 @@ import httpx
 from .children import own_group
 from .placeholders import expand
 from .settings import ModeConfig, ServerConfig
-from .errors import ServerDied, ServerError, ServerNotReady
+from .errors import ServerError, ServerNotReady
 from .logtail import log_tail as read_log_tail
 from .model import EnvCheck
 from .polling import poll_until
@@ -429,12 +429,6 @@ class ServerSession:
             log_tail=tail,
         )
 
-    def check_alive(self) -> None:
-        """Raise ServerDied (with the log tail) when the server is no longer running."""
-        self._require_started()
-        if not self.alive():
-            raise self._exited_error("during the trial", died=True)
-
     # -- inspection -----------------------------------------------------------------------
 
     def group_pids(self) -> list[int]:
@@ -561,12 +555,11 @@ class ServerSession:
             raise ServerError("The server session has not been started; call start() first.")
         return self._proc
 
-    def _exited_error(self, when: str, died: bool = False) -> ServerError:
+    def _exited_error(self, when: str) -> ServerError:
         code = self._proc.poll() if self._proc else None
         tail = self.log_tail(20)
-        cls = ServerDied if died else ServerError
         how = _signal_name(code) if code is not None else "an unknown status"
-        return cls(
+        return ServerError(
             f"The server process exited {when} with {how}. Its log is {self.log_path}; last "
             f"lines:\n{tail}\nFix what the log reports (a wrong flag in server.command or "
             f"mode args, a missing model, out of memory) and run again.",

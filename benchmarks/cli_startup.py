@@ -1,8 +1,8 @@
 """How long do the commands a user types after every pull take to start and answer?
 
 Times ``perfbisect status``, ``perfbisect log`` and ``perfbisect --help`` in a demo directory (its
-perfbisect.toml and results.sqlite), each ``--reps`` times as a fresh process, and prints the median
-wall time; then runs each once under ``python -X importtime`` and names the heavy libraries it
+perfbisect.toml and results.sqlite), and what the hook's detached worker imports before its first
+state, each ``--reps`` times as a fresh process, and prints the median wall time; then runs each once under ``python -X importtime`` and names the heavy libraries it
 imported (scipy, Alembic, numpy, jinja2, SQLAlchemy, GitPython, httpx) with the total import time.
 Targets (issue #22): status ≤ 0.5 s, log ≤ 1.0 s on the idle 2-core machine; no scipy or Alembic on
 either path.
@@ -30,6 +30,8 @@ from pathlib import Path
 
 HEAVY = ("scipy", "alembic", "numpy", "jinja2", "sqlalchemy", "git", "httpx")
 COMMANDS = {"status": ["status"], "log": ["log"], "--help": ["--help"]}
+# What the detached worker a pull starts imports before it writes its first state ("waiting: ...").
+WORKER = ["-c", "import perfbisect.hookworker, perfbisect.check, perfbisect.cli"]
 TARGETS_S = {"status": 0.5, "log": 1.0}
 
 
@@ -42,7 +44,8 @@ def _env(source: Path | None) -> dict[str, str]:
 
 def _cli(args: list[str], demo: Path, env: dict[str, str], importtime: bool = False) -> subprocess.CompletedProcess:
     flags = ["-X", "importtime"] if importtime else []
-    return subprocess.run([sys.executable, *flags, "-m", "perfbisect.cli", *args], cwd=demo, env=env,
+    program = args if args is WORKER else ["-m", "perfbisect.cli", *args]
+    return subprocess.run([sys.executable, *flags, *program], cwd=demo, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -65,7 +68,7 @@ def heavy_imports(stderr: str) -> tuple[list[str], float]:
 def measure(demo: Path, reps: int, source: Path | None) -> dict[str, dict]:
     env = _env(source)
     results = {}
-    for name, args in COMMANDS.items():
+    for name, args in {**COMMANDS, "hook worker": WORKER}.items():
         first = _cli(args, demo, env)  # writes the bytecode cache; untimed
         if first.returncode != 0:
             raise SystemExit(f"perfbisect {' '.join(args)} failed in {demo}: {first.stderr.strip()[-400:]}")
@@ -104,10 +107,10 @@ def main() -> None:
         print(json.dumps({"load_avg_1m": load, "cpus": os.cpu_count(), "commands": results}, indent=2))
         return
     print(f"{os.cpu_count()} CPUs, load average {load:.2f} at the start; median of {args.reps} runs, bytecode cached")
-    print(f"{'command':<10} {'median':>8} {'target':>8} {'imports':>8}  heavy libraries imported")
+    print(f"{'command':<12} {'median':>8} {'target':>8} {'imports':>8}  heavy libraries imported")
     for name, r in results.items():
         target = f"{r['target_s']:.1f} s" if r["target_s"] else "-"
-        print(f"{name:<10} {r['median_s']:>6.2f} s {target:>8} {r['import_s']:>6.2f} s  {', '.join(r['heavy_imports']) or 'none'}")
+        print(f"{name:<12} {r['median_s']:>6.2f} s {target:>8} {r['import_s']:>6.2f} s  {', '.join(r['heavy_imports']) or 'none'}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import app
 from .host import gpu_busy_processes
 from .workspace import Progress, Workspace, exclusive
 from .checkqueue import LOG, WORKER_LOCK, CheckQueue, Job, WorkerLock, entry_dict, hook_dir
@@ -128,6 +127,10 @@ def run_check(
     wait_idle_s: float = 0.0,
 ) -> dict[str, Any]:
     """Compare OLD and NEW mode by mode; bisect the first mode that regressed (action "bisect")."""
+    # The use cases (and the engine's scipy) load here, when a check runs: the detached worker a pull
+    # starts reaches its first state ("waiting: GPUs busy") without them.
+    from . import app
+
     progress = progress or Progress()
     cfg = ws.config
     action = action or cfg.hook.action

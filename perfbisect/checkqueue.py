@@ -236,8 +236,10 @@ class WorkerLock:
             return None
         if not text.isdigit():
             return None
+        import psutil
+
         pid = int(text)
-        return pid if Path(f"/proc/{pid}").exists() else None
+        return pid if psutil.pid_exists(pid) else None
 
 
 def entry_dict(entry: Entry) -> dict[str, Any]:

@@ -9,7 +9,6 @@ perfbisect reap a server that a crashed one left running.
 from __future__ import annotations
 
 import math
-import os
 import signal
 import time
 from dataclasses import dataclass, replace
@@ -29,7 +28,8 @@ from .run_allocation import runs_advice
 from .errors import BuildError, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
 from .layout import HASH_SEED_VAR, Layout, choose, joined
 from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus
-from .server import ServerSession
+from .children import signal_group
+from .server import ServerSession, process_cmdline
 from .store import Store, owner_alive, process_owner
 from .external_workloads import run_bench_serving, run_command_workload
 from .workload import avg_spec_accept_length, run_workload, server_info
@@ -93,15 +93,13 @@ def reap_leftover_servers(cache_dir: Path, progress: Progress) -> list[int]:
     for pf in server_pidfiles(cache_dir):
         if pf.owner and pf.owner != process_owner() and owner_alive(pf.owner):
             continue  # its perfbisect is running: the server is in use, not left over
-        try:
-            alive = Path(f"/proc/{pf.pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            alive = ""
+        alive = process_cmdline(pf.pgid) or ""
+        # The group's leader still runs the command the pidfile names: the id was not reused.
         if alive and alive == pf.cmdline.strip():
             try:
-                os.killpg(pf.pgid, signal.SIGKILL)
-                killed.append(pf.pgid)
-                progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pf.pgid}: {alive[:80]})")
+                if signal_group(pf.pgid, signal.SIGKILL):
+                    killed.append(pf.pgid)
+                    progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pf.pgid}: {alive[:80]})")
             except OSError:
                 pass
         pf.path.unlink(missing_ok=True)

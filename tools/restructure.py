@@ -48,7 +48,7 @@ ROOT_PACKAGE = "perfbisect"
 
 # Package → the top-level modules (or package directories, or other files) it holds, in pipeline order.
 PACKAGES: dict[str, tuple[str, ...]] = {
-    "runtime": ("children", "procfs", "logtail", "locks", "polling"),
+    "runtime": ("children", "logtail", "locks", "polling"),
     "git": ("pathfilter", "gitrepo", "patches", "worktrees", "plan", "skips", "targets"),
     "engine": ("stats", "changepoint", "effects", "lookahead", "bisect", "search_replay", "cost"),
     "measure": ("build", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",

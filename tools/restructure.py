@@ -57,12 +57,15 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "cluster": ("slurm", "slurmjob", "slurm_job.sh"),
     "hook": ("notify", "checkqueue", "hook", "check", "hookworker"),
 }
+# Top-level modules that stay where they are on purpose (values, config, use cases, the command line).
+KEPT_AT_TOP = {"app", "cli", "config", "doctor", "errors", "init_template", "interrupts", "layout", "metrics",
+                "model", "placeholders", "resources", "settings", "__main__"}
 # Layers, lowest first: a module may import its own layer and the ones before it, never a later one.
 # (``store`` and ``demo`` were packages before; the top-level modules — values, config, use cases, the
 # CLI — are checked by their own rules in tests/test_layers.py.)
 ORDER: tuple[str, ...] = ("runtime", "store", "git", "engine", "measure", "report", "cluster", "hook", "demo")
 DESCRIPTIONS: dict[str, str] = {
-    "runtime": "What every layer runs things with: child processes and their process groups, /proc, file locks, polling, log tails.",
+    "runtime": "What every layer runs things with: child processes and their process groups, file locks, polling, log tails.",
     "store": "The results database (SQLAlchemy, Alembic migrations in db/).",
     "git": "The target's history: the repository, path filters, the patch stack, worktrees, the plan of a range, skipped commits.",
     "engine": "Statistics and search: the noise model, the change-point posterior, the bisection policy, its lookahead and cost.",
@@ -74,7 +77,7 @@ DESCRIPTIONS: dict[str, str] = {
 }
 TEXT_SUFFIXES = {".md", ".toml", ".sh", ".txt", ".cfg", ".ini", ".yaml", ".yml", ".j2", ".mako"}
 TEXT_DIRS = ("perfbisect", "tests", "benchmarks", "tools", "db", "docs", ".ci", "hooks", "templates")
-TEXT_FILES = ("README.md", "pyproject.toml")
+TEXT_FILES = ("README.md", "pyproject.toml", ".ci/run")
 SKIP = ("CHANGELOG.md", "uv.lock")
 MARK_BEGIN, MARK_END = "<!-- packages:begin -->", "<!-- packages:end -->"
 
@@ -394,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         p.stem for p in (root / ROOT_PACKAGE).glob("*.py")
         if Path(ROOT_PACKAGE, p.name) not in new_path
     )
-    unplaced = [m for m in top_after if m != "__init__" and package_of(m) is None and m not in _KEPT_AT_TOP]
+    unplaced = [m for m in top_after if m != "__init__" and package_of(m) is None and m not in KEPT_AT_TOP]
 
     by_package: dict[str, list[str]] = {}
     for old, new in plan.moves:
@@ -429,11 +432,6 @@ def main(argv: list[str] | None = None) -> int:
     git(root, "add", "-A", ROOT_PACKAGE)
     print("done: review with `git status` and `git diff --cached --stat`, run tests/test_layers.py, then commit")
     return 0
-
-
-# Top-level modules that stay where they are on purpose (values, config, use cases, the command line).
-_KEPT_AT_TOP = {"app", "cli", "config", "doctor", "errors", "init_template", "interrupts", "layout", "metrics",
-                "model", "placeholders", "resources", "settings", "__main__"}
 
 
 if __name__ == "__main__":

@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     for pkg, names in by_package.items():
         print(f"  perfbisect/{pkg}/: {', '.join(names)}")
     print(f"files {'to rewrite' if args.dry_run else 'rewritten'}: {sum(1 for p in changed if p not in new_path.values())} "
-          f"(plus {len(plan.moves)} moved), {len(plan.renames)} dotted names renamed")
+          f"(plus {len(plan.moves)} moved); {len(plan.renames)} old dotted names rewritten wherever found")
     print(f"top level after: {len(top_after)} modules ({', '.join(top_after)})")
     if len(top_after) > 15:
         print(f"warning: more than 15 modules at the top; place some with --place NAME=PKG", file=sys.stderr)

@@ -430,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     for dest, text in changed.items():
         (root / dest).write_text(text, encoding="utf-8")
     git(root, "add", "-A", ROOT_PACKAGE)
+    if f"{ROOT_PACKAGE}.hookworker" in plan.renames:
+        print("note: git hooks installed before this embed `python -m perfbisect.hookworker`, which is gone now "
+              "(and `perfbisect hook status` probes the new path, so it will not notice): users re-run "
+              "`perfbisect hook install`; say so in CHANGELOG.md, or teach `hook status` to check the installed script")
     print("done: review with `git status` and `git diff --cached --stat`, run tests/test_layers.py, then commit")
     return 0
 

@@ -49,9 +49,9 @@ ROOT_PACKAGE = "perfbisect"
 # Package → the top-level modules (or package directories, or other files) it holds, in pipeline order.
 PACKAGES: dict[str, tuple[str, ...]] = {
     "runtime": ("children", "logtail", "locks", "polling"),
-    "git": ("pathfilter", "gitrepo", "patches", "worktrees", "plan", "skips", "targets"),
-    "engine": ("stats", "changepoint", "effects", "lookahead", "bisect", "search_replay", "cost"),
-    "measure": ("build", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",
+    "git": ("pathfilter", "gitrepo", "patches", "worktrees", "pins", "plan", "skips", "targets"),
+    "engine": ("stats", "changepoint", "effects", "lookahead", "bisect", "search_replay", "cost", "regressed_path"),
+    "measure": ("build", "envs", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",
                 "versions_probe", "calibration", "run_allocation", "workspace", "trials"),
     "report": ("render", "console", "markdown", "trial_tables", "evidence", "logdetail", "report"),
     "cluster": ("slurm", "slurmjob", "slurm_job.sh"),
@@ -67,9 +67,9 @@ ORDER: tuple[str, ...] = ("runtime", "store", "git", "engine", "measure", "repor
 DESCRIPTIONS: dict[str, str] = {
     "runtime": "What every layer runs things with: child processes and their process groups, file locks, polling, log tails.",
     "store": "The results database (SQLAlchemy, Alembic migrations in db/).",
-    "git": "The target's history: the repository, path filters, the patch stack, worktrees, the plan of a range, skipped commits.",
-    "engine": "Statistics and search: the noise model, the change-point posterior, the bisection policy, its lookahead and cost.",
-    "measure": "One trial: build, server, workload, system state, host checks, versions, calibration, run allocation, the workspace a command opens.",
+    "git": "The target's history: the repository, path filters, the patch stack, worktrees, pinned dependencies, the plan of a range, skipped commits.",
+    "engine": "Statistics and search: the noise model, the change-point posterior, the bisection policy, its lookahead and cost, which path regressed.",
+    "measure": "One trial: build, its environment, server, workload, system state, host checks, versions, calibration, run allocation, the workspace a command opens.",
     "report": "Everything that turns results into text or HTML: terminal lines, Markdown, the console, report views and templates.",
     "cluster": "Slurm: submitting trials as jobs and the job's own entry point.",
     "hook": "The post-`git pull` hook: installing it, the queue, the detached worker, the check it runs, notifications.",

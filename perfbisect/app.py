@@ -38,7 +38,7 @@ from .metrics import DECODE, describe as describe_metric
 from .render import attribution_line, history_line, state_lines
 from .stats import NoiseModel, compare, compare_sequential, log_of_pct, pct
 from .regressed_path import decide as decide_path
-from .store import BisectionRecord, ComparisonRecord, Store, StoreLocation, locate, open_store
+from .store import Store, StoreLocation, locate, open_store
 from .trials import TrialRunner, interleaved, observe
 from .workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
 
@@ -700,12 +700,6 @@ def doctor(config_path: Path, db: Path | None = None, launch: bool = False,
     itself a finding); ``launch`` also starts the server once under the locks a trial holds.
     """
     return run_doctor(config_path, db, launch=launch, range_=range_)
-
-
-def log(db_path: Path | str, limit: int = 20) -> tuple[list[BisectionRecord], list[ComparisonRecord]]:
-    """The newest ``limit`` bisections and comparisons stored in ``db_path`` (a path or URL), newest first."""
-    with open_store(db_path) as store:
-        return store.bisections(limit), store.comparisons(limit)
 
 
 # ------------------------------------------------------------------------------------------------

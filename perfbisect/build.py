@@ -16,14 +16,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .children import own_group
+from .children import own_group, stop_group
 from .placeholders import expand
 from .settings import BuildStep
 from .errors import BuildError, InfrastructureError
@@ -361,9 +360,9 @@ def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, comm
             status = proc.wait(timeout=step.timeout_s)
         except BaseException as exc:  # Ctrl-C / SIGTERM of perfbisect: the step's processes go with it
             if not isinstance(exc, subprocess.TimeoutExpired):
-                _kill_group(proc)
+                stop_group(proc)
                 raise
-            _kill_group(proc)
+            stop_group(proc)
             log.write(f"\n# perfbisect: killed after timeout_s={step.timeout_s}\n".encode())
             log.flush()
             raise BuildError(
@@ -408,13 +407,3 @@ def _refuse_machine_fault(step: BuildStep, short: str, worktree: Path, log_path:
     )
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()

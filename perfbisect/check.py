@@ -22,10 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import app
 from .host import gpu_busy_processes
 from .workspace import Progress, Workspace, exclusive
-from .checkqueue import LOG, WORKER_LOCK, CheckQueue, Job, WorkerLock, coalesce, entry_dict, hook_dir
+from .checkqueue import LOG, WORKER_LOCK, CheckQueue, Job, WorkerLock, entry_dict, hook_dir
 from .config import load_config
 from .settings import Config
 from .errors import PerfbisectError
@@ -128,6 +127,10 @@ def run_check(
     wait_idle_s: float = 0.0,
 ) -> dict[str, Any]:
     """Compare OLD and NEW mode by mode; bisect the first mode that regressed (action "bisect")."""
+    # The use cases (and the engine's scipy) load here, when a check runs: the detached worker a pull
+    # starts reaches its first state ("waiting: GPUs busy") without them.
+    from . import app
+
     progress = progress or Progress()
     cfg = ws.config
     action = action or cfg.hook.action
@@ -296,83 +299,3 @@ def enqueue(config: Config, config_path: Path, old: str, new: str) -> Path:
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     return log
-
-
-# ------------------------------------------------------------------------------------------------
-# perfbisect status
-
-
-def status(config: Config, limit: int = 5) -> dict[str, Any]:
-    """Running, waiting (and why), queued, and the last results with their report paths."""
-    queue = CheckQueue(hook_dir(config.cache_dir))
-    state = queue.state()
-    holder = WorkerLock(queue.path(WORKER_LOCK)).holder()
-    phase = state.get("phase") or "idle"
-    if holder is None and phase in ("running", "waiting"):
-        phase = "stopped"
-        state = {**state, "detail": f"the worker (pid {state.get('pid')}) is gone; its check did not finish"}
-    waiting = queue.waiting()
-    nxt = coalesce(waiting)
-    return {
-        "worker": {
-            "pid": holder, "phase": phase if holder is not None or phase == "stopped" else "idle",
-            "detail": state.get("detail") or "", "job": state.get("job") if holder is not None else None,
-            "since": state.get("since"),
-        },
-        "queued": [entry_dict(e) for e in waiting],
-        "next": {"old": nxt.old, "new": nxt.new, "coalesced": nxt.coalesced} if nxt else None,
-        "last": queue.last_line(),
-        "results": queue.history(limit),
-        "log": str(queue.path(LOG)),
-        "node_lock": shared_node_lock(config),
-    }
-
-
-def shared_node_lock(config: Config) -> dict[str, Any] | None:
-    """Who holds this GPU node's lock in a shared results store (``[store] url`` on PostgreSQL);
-    None for a SQLite store, whose node lock is the local lock file."""
-    from .store import locate, open_store
-
-    if not config.store.url or not locate(config.store.url).shared:
-        return None
-    try:
-        with open_store(config.store.url, recover=False) as store:
-            lock = store.node_lock()
-            holder = lock.holder()
-    except PerfbisectError as exc:
-        return {"node": None, "holder": None, "error": str(exc)}
-    return {"node": lock.node, "holder": holder.describe() if holder else None, "error": None}
-
-
-def format_status(data: dict[str, Any]) -> list[str]:
-    """`perfbisect status` as lines."""
-    w = data["worker"]
-    lines = []
-    job = w.get("job") or {}
-    rng = f"{str(job.get('old', ''))[:10]}..{str(job.get('new', ''))[:10]}" if job else ""
-    if w["phase"] == "running":
-        lines.append(f"running: {rng} (pid {w['pid']}){' — ' + w['detail'] if w['detail'] else ''}")
-    elif w["phase"] == "waiting":
-        lines.append(f"waiting: {w['detail']} — {rng} (pid {w['pid']})")
-    elif w["phase"] == "stopped":
-        lines.append(f"stopped: {w['detail']}")
-    else:
-        lines.append("no check running")
-    if data["queued"]:
-        n = data["next"]
-        lines.append(
-            f"queued: {len(data['queued'])} pull(s), checked next as one range {n['old'][:10]}..{n['new'][:10]}"
-            + ("" if w["pid"] else " — no worker is running: `perfbisect check --drain` starts one")
-        )
-    for r in data["results"]:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.get("finished_at") or 0))
-        lines.append(f"{when}  {r.get('line') or summary_line(r)}")
-    if not data["results"]:
-        lines.append("no check has finished yet")
-    node = data.get("node_lock")
-    if node and node["error"]:
-        lines.append(f"GPU node lock in the shared store: unknown ({node['error']})")
-    elif node:
-        lines.append(f"GPU node {node['node']}: {'held by ' + node['holder'] if node['holder'] else 'free'} (shared store)")
-    lines.append(f"log: {data['log']}")
-    return [one_line(line) for line in lines]

@@ -337,6 +337,10 @@ def demo(
                           "(the target model: both modes)."
     )] = "speculative",
     db: DbOpt = None,
+    seeded: Annotated[
+        bool, typer.Option("--seeded", help="Compute each trial's speed from the code with seeded noise instead of timing "
+                           "the emulator: the same outcome on an idle and a busy machine (CI).")
+    ] = False,
 ) -> None:
     """Build a throwaway SGLang-shaped repository with a planted slowdown and bisect it for real.
 
@@ -347,6 +351,7 @@ def demo(
     Example:  perfbisect demo
     Example:  perfbisect demo --json --drift-only
     Example:  perfbisect demo --variant target
+    Example:  perfbisect demo --seeded
     """
     from .demo.run import demo_pins, demo_report, run_demo
     from .demo.target import VARIANTS
@@ -365,6 +370,7 @@ def demo(
             seed=seed,
             db=db,
             variant=variant,
+            seeded=seeded,
         )
         report = app.report_quietly(progress, lambda: demo_report(target, result, db))
     except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
@@ -781,7 +787,11 @@ def log(
             lines = bisection_detail(store, bid, app.report_path(store.path, f"bisection-{bid}", cfg), cfg.cost.gpus if cfg else 1)
         print_lines(lines)
         return
-    bisections, comparisons = app.log(path, limit)
+    # The store directly, not ``app.log``: importing the use cases would load the engine (scipy) too.
+    from .store import open_store
+
+    with open_store(path) as store:
+        bisections, comparisons = store.bisections(limit), store.comparisons(limit)
     print_lines(format_log(bisections, comparisons))
 
 
@@ -909,13 +919,13 @@ def status_cmd(config: ConfigOpt = None, json_out: JsonOpt = False,
 
     Example:  perfbisect status --json
     """
-    from . import check
+    from .checkqueue import format_status, status  # files only: no use cases, no database
 
-    data = check.status(_load(config), limit=limit)
+    data = status(_load(config), limit=limit)
     if json_out:
         print_json(data)
     else:
-        print_lines(check.format_status(data))
+        print_lines(format_status(data))
 
 
 @cli.callback(invoke_without_command=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import metrics
-from .children import own_group
+from .children import own_group, signal_group
 from .errors import ConfigError, Untestable, WorkloadError
 from .model import RunResult
 from .placeholders import expand
@@ -114,7 +114,7 @@ def _invoke_command(
     try:
         stdout, stderr = proc.communicate(timeout=cfg.request_timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
+        signal_group(proc.pid, signal.SIGKILL, proc)
         stdout, stderr = proc.communicate()
         _log_invocation(log_path, label, shown, None, stdout, stderr)
         raise WorkloadError(
@@ -123,7 +123,7 @@ def _invoke_command(
             f"command shorter; its output is in {log_path}."
         ) from None
     except BaseException:  # Ctrl-C / SIGTERM of perfbisect: the benchmark must not run on alone
-        _kill_group(proc.pid)
+        signal_group(proc.pid, signal.SIGKILL, proc)
         proc.wait()
         raise
     _log_invocation(log_path, label, shown, proc.returncode, stdout, stderr)
@@ -161,13 +161,6 @@ def _invoke_command(
             f"Print the metric as a JSON number."
         )
     return float(value)
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _log_invocation(log_path: Path, label: str, shown: str, rc: int | None, stdout: str, stderr: str) -> None:
@@ -252,7 +245,7 @@ def run_bench_serving(
     try:
         stdout, stderr = proc.communicate(timeout=cfg.request_timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
+        signal_group(proc.pid, signal.SIGKILL, proc)
         stdout, stderr = proc.communicate()
         _log_invocation(log_path, "bench_serving", shown, None, stdout, stderr)
         raise WorkloadError(
@@ -260,7 +253,7 @@ def run_bench_serving(
             f"killed. Raise the timeout or ask for fewer requests; its output is in {log_path}."
         ) from None
     except BaseException:
-        _kill_group(proc.pid)
+        signal_group(proc.pid, signal.SIGKILL, proc)
         proc.wait()
         raise
     _log_invocation(log_path, "bench_serving", shown, proc.returncode, stdout, stderr)

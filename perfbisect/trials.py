@@ -9,14 +9,13 @@ perfbisect reap a server that a crashed one left running.
 from __future__ import annotations
 
 import math
-import os
 import signal
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .metrics import Metric, describe_workload
+from .metrics import DECODE, Metric, describe_workload
 from .host import gpu_memory_released, gpu_memory_used_mib, wait_until_idle
 from .store.samples import compact
 from .sysstate import Sampler
@@ -29,8 +28,8 @@ from .run_allocation import runs_advice
 from .errors import BuildError, EnvironmentBuildError, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
 from .layout import HASH_SEED_VAR, Layout, choose, joined
 from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus, content_hash
-from .render import format_run
-from .server import ServerSession
+from .children import signal_group
+from .server import ServerSession, process_cmdline
 from .store import Store, owner_alive, process_owner
 from .external_workloads import run_bench_serving, run_command_workload
 from .workload import avg_spec_accept_length, run_workload, server_info
@@ -96,15 +95,13 @@ def reap_leftover_servers(cache_dir: Path, progress: Progress) -> list[int]:
     for pf in server_pidfiles(cache_dir):
         if pf.owner and pf.owner != process_owner() and owner_alive(pf.owner):
             continue  # its perfbisect is running: the server is in use, not left over
-        try:
-            alive = Path(f"/proc/{pf.pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            alive = ""
+        alive = process_cmdline(pf.pgid) or ""
+        # The group's leader still runs the command the pidfile names: the id was not reused.
         if alive and alive == pf.cmdline.strip():
             try:
-                os.killpg(pf.pgid, signal.SIGKILL)
-                killed.append(pf.pgid)
-                progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pf.pgid}: {alive[:80]})")
+                if signal_group(pf.pgid, signal.SIGKILL):
+                    killed.append(pf.pgid)
+                    progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pf.pgid}: {alive[:80]})")
             except OSError:
                 pass
         pf.path.unlink(missing_ok=True)
@@ -593,3 +590,20 @@ def metric_value(cfg: Config, summaries: dict[str, float]) -> float:
     if len(modes) == 2:
         return summaries[modes[1]] - summaries[modes[0]]
     return summaries[modes[0]]
+
+
+def format_run(run: RunResult, metric: Metric | None = None) -> str:
+    """One progress line for a run, its value in the metric's own unit."""
+    tag = "warm-up" if run.warmup else f"run {run.index}"
+    if run.error:
+        return f"{tag}: error: {run.error}"
+    metric = metric or DECODE
+    spec = ""
+    if run.spec_accept_length:
+        cycle = run.cycle_time_ms
+        spec = f", accept {run.spec_accept_length:.2f}" + (f", cycle {cycle:.1f} ms" if cycle else "")
+    flag = "" if run.complete else f"  FLAGGED: {run.output_tokens}/{run.requested_tokens} tokens, kept out of statistics"
+    ttft = f", TTFT {run.ttft_s * 1000:.0f} ms" if run.ttft_s is not None and metric.name != "ttft_ms" else ""
+    itl = (f", ITL p50/p99 {run.itl_p50_ms:.2f}/{run.itl_p99_ms:.2f} ms"
+           if run.itl_p50_ms is not None and run.itl_p99_ms is not None and not metric.name.startswith("itl_") else "")
+    return f"{tag}: {metric.format(run.value)}{ttft}{itl}{spec}{flag}"

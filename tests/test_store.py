@@ -325,7 +325,7 @@ def test_a_trial_with_runs_round_trips_to_an_equal_trial_result(store):
     )
     trial_id = store_trial(store, trial)
     loaded = store.trial(trial_id)
-    assert loaded == trial.with_id(trial_id)
+    assert loaded == dataclasses.replace(trial, id=trial_id)
     assert [r.index for r in loaded.runs] == [0, 1, 0, 1, 2, 3, 4, 5]  # insertion order kept
     assert [r.output_tokens for r in loaded.flagged_runs] == [
         1687,

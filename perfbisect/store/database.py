@@ -36,7 +36,6 @@ from ..model import (
     TrialStatus,
     content_hash,
 )
-from ..procfs import stat_fields
 from . import jobs, queries
 from .jobs import JobRecord
 from . import queries, shared
@@ -99,11 +98,19 @@ def _process_start(pid: int) -> str:
 
 
 def _process_state(pid: int) -> tuple[str, str]:
-    """(state letter, start time in clock ticks) from /proc, or ("?", "?") where there is none."""
-    fields = stat_fields(pid)
-    if fields is None or len(fields) < 20:
+    """("Z" for a zombie, else "R"; start time in clock ticks since boot), or ("?", "?") where there is none.
+
+    The start is in clock ticks (proc(5)'s starttime), as owner strings have always been written:
+    psutil's create_time is boot time + ticks / CLK_TCK, so rounding gives the ticks back exactly."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        status, created = proc.status(), proc.create_time()
+        ticks = round((created - psutil.boot_time()) * os.sysconf("SC_CLK_TCK"))
+    except (psutil.Error, OSError, ValueError):
         return "?", "?"
-    return fields[0], fields[19]  # fields 3 (state) and 22 (starttime) of proc(5)
+    return ("Z" if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) else "R"), str(ticks)
 
 
 def make_engine(db: "StoreLocation | Path | str", busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,14 @@ def _cfg(script: Path, **kw) -> WorkloadConfig:
 
 
 def _alive(pid: int) -> bool:
-    fields = stat_fields(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
+    """Is ``pid`` still running, a few seconds after a SIGKILL? (A killed process closes its files
+    before the kernel marks it a zombie, so the pipe may report EOF a moment before that.)"""
+    for _ in range(100):
+        fields = stat_fields(pid)
+        if fields is None or fields[0] in ("Z", "X"):
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _group_members(pgid: int) -> list[int]:

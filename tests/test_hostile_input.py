@@ -46,7 +46,7 @@ SPY = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("command", [["log"], ["report", "1"], ["resume"]])
+@pytest.mark.parametrize("command", [["log"], ["report", "1"]])
 def test_a_password_with_an_at_sign_is_refused_unprinted_and_unresolved(tmp_path, command):
     url = "postgresql+psycopg://user:se@cret3@127.0.0.1:1/db"
     spy_log = tmp_path / "network.log"

@@ -618,7 +618,7 @@ def stored_results(db: Path | str | None, config: Config | None) -> Store:
     location = locate(path)
     if not location.exists():
         raise UsageError(f"No results database at {location}: pass --db PATH, or run `perfbisect run` first.")
-    return open_store(location, recover=False)
+    return open_store(location, recover=False, read_only=True)
 
 
 def report(store: Store, which: str = "latest", out: Path | None = None, config: Config | None = None) -> tuple[Path, dict]:
@@ -631,6 +631,8 @@ def report(store: Store, which: str = "latest", out: Path | None = None, config:
         view = evidence.bisection_view(store, number, config)
     else:
         view = evidence.comparison_view(store, number, config)
+    if out is not None and Path(out).expanduser().is_dir():  # -o DIR: the report goes into it, by its usual name
+        out = Path(out).expanduser() / f"{kind}-{number}.html"
     path = write_html(render_report(view), out or report_path(store.path, f"{kind}-{number}", config))
     return path, view
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import app
-from .host import gpu_busy_processes
+from .host import DEFAULT_WAIT_IDLE_S, FAKE_BUSY_ENV, describe_busy, gpu_busy_processes  # noqa: F401
 from .workspace import Progress, Workspace, exclusive
 from .checkqueue import LOG, WORKER_LOCK, CheckQueue, Job, WorkerLock, coalesce, entry_dict, hook_dir
 from .config import load_config
@@ -34,30 +34,16 @@ from .model import Commit, Verdict
 from .notify import notify, one_line, summary_line
 from .polling import poll_until
 
-# Simulates busy GPUs where there are none (tests, demos): while this file exists, every pid in it
-# counts as another process holding GPU 0. Real hosts are checked through sysstate.
-FAKE_BUSY_ENV = "PERFBISECT_FAKE_GPU_BUSY_FILE"
 # Once a check runs, a trial that finds the GPUs taken waits this long for them before failing.
-TRIAL_WAIT_IDLE_S = 6 * 3600.0
+TRIAL_WAIT_IDLE_S = DEFAULT_WAIT_IDLE_S
 LOCK_POLL_S = 2.0
 # The worker lock when `python -m perfbisect.checkqueue` took it before importing perfbisect.
 HELD_LOCK: WorkerLock | None = None
 
 
 def busy_gpu_processes() -> list[tuple[int, int, str]]:
-    """(gpu, pid, name) of other processes on the GPUs: the one seam to the host's busy check."""
-    fake = os.environ.get(FAKE_BUSY_ENV)
-    if fake:
-        try:
-            words = Path(fake).read_text().split()
-        except OSError:
-            return []
-        return [(0, int(w) if w.isdigit() else 0, "simulated") for w in words] or [(0, 0, "simulated")]
+    """(gpu, pid, name) of other processes on the GPUs (``FAKE_BUSY_ENV`` simulates some)."""
     return gpu_busy_processes()
-
-
-def describe_busy(procs: Sequence[tuple[int, int, str]]) -> str:
-    return ", ".join(f"pid {pid}" + (f" {name}" if name else "") + f" on GPU {gpu}" for gpu, pid, name in procs)
 
 
 def wait_for_idle(
@@ -325,7 +311,15 @@ def status(config: Config, limit: int = 5) -> dict[str, Any]:
         "results": queue.history(limit),
         "log": str(queue.path(LOG)),
         "node_lock": shared_node_lock(config),
+        "gpu_wait": _gpu_wait(config),
     }
+
+
+def _gpu_wait(config: Config) -> dict[str, Any] | None:
+    """A command (``run``, ``measure``, ...) of this cache directory waiting for GPUs others hold."""
+    from .trials import gpu_wait
+
+    return gpu_wait(config.cache_dir)
 
 
 def shared_node_lock(config: Config) -> dict[str, Any] | None:
@@ -358,6 +352,10 @@ def format_status(data: dict[str, Any]) -> list[str]:
         lines.append(f"stopped: {w['detail']}")
     else:
         lines.append("no check running")
+    gw = data.get("gpu_wait")
+    if gw:
+        lines.append(f"waiting for the GPUs (pid {gw['pid']}): {gw['who']} holds them; waited {gw['waited_s']} s "
+                     f"of at most {gw['bound_s']:g} s (--wait-idle)")
     if data["queued"]:
         n = data["next"]
         lines.append(

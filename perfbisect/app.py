@@ -23,7 +23,7 @@ from .calibration import (
 from .bisect import Done, Observation, SearchPolicy
 from .settings import Config
 from .doctor import Finding, run_doctor
-from .errors import UsageError
+from .errors import StoreError, UsageError
 from .patches import PatchCheck, check_patches
 from .gitrepo import TargetRepo
 from .plan import Plan, plan_range
@@ -590,7 +590,20 @@ def doctor(config_path: Path, db: Path | None = None, launch: bool = False) -> l
 
 def log(db_path: Path | str, limit: int = 20) -> tuple[list[BisectionRecord], list[ComparisonRecord]]:
     """The newest ``limit`` bisections and comparisons stored in ``db_path`` (a path or URL), newest first."""
-    with open_store(db_path) as store:
+    try:
+        store = open_store(db_path)  # writable: what dead processes left running is marked first
+    except StoreError:
+        if locate(db_path).shared:
+            raise
+        try:  # a read-only file or disk: listing needs no write
+            store = open_store(db_path, recover=False, read_only=True)
+        except StoreError:
+            pass
+        else:
+            with store:
+                return store.bisections(limit), store.comparisons(limit)
+        raise
+    with store:
         return store.bisections(limit), store.comparisons(limit)
 
 

@@ -295,7 +295,10 @@ def write_html(html: str, path: Path) -> Path:
         tmp.write_text(html, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # its folder is not one: nothing was written
         raise UsageError(
             f"Cannot write the report to {path}: {exc.strerror or exc}. Choose a writable path with -o FILE."
         ) from None

@@ -262,3 +262,76 @@ def test_log_and_report_read_a_read_only_database(results, tmp_path):
     finally:
         for p in locked:
             subprocess.run(["chattr", "-i", str(p)], check=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs taken by another process mid-run (through the busy check's seam: there is no GPU here)
+
+BENCH = textwrap.dedent("""
+    import json, os, sys
+    from pathlib import Path
+    tmp = Path(sys.argv[1])
+    if not (tmp / "took-gpus").exists():  # the first invocation: a neighbour's job takes the GPUs
+        (tmp / "took-gpus").write_text("")
+        (tmp / "gpu-busy").write_text("4242\\n")
+    print(json.dumps({"tok_s": 100.0}))
+""")
+
+
+def _gpu_config(demo, tmp_path: Path) -> Path:
+    (tmp_path / "bench.py").write_text(BENCH)
+    text = demo.config.read_text()
+    for old, new in (('[workload]\nkind = "sglang"', f'[workload]\nkind = "command"\ncommand = ["{{python}}", "{tmp_path}/bench.py", "{tmp_path}"]\nmetric = "tok_s"'),
+                     ('metric = "eagle3"', 'metric = "baseline"')):
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    config = tmp_path / "perfbisect.toml"
+    config.write_text(text)
+    return config
+
+
+def test_gpus_taken_mid_run_are_waited_for_then_the_run_finishes(demo, tmp_path):
+    import json
+    import time
+
+    config = _gpu_config(demo, tmp_path)
+    env = {**os.environ, "COLUMNS": "300", "PERFBISECT_FAKE_GPU_BUSY_FILE": str(tmp_path / "gpu-busy")}
+    proc = subprocess.Popen([sys.executable, "-m", "perfbisect.cli", "measure", "-m", "baseline", "-n", "2",
+                             "--wait-idle", "3600", "--json", "-c", str(config), "--db", str(tmp_path / "r.sqlite")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    try:
+        waiting = None
+        for _ in range(600):
+            status = cli("status", "--json", "-c", str(config), env={"PERFBISECT_FAKE_GPU_BUSY_FILE": str(tmp_path / "gpu-busy")})
+            state = json.loads(status.stdout)
+            if state.get("gpu_wait"):
+                waiting = state["gpu_wait"]
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        assert waiting is not None and waiting["pid"] == proc.pid and "pid 4242" in waiting["who"]
+        lines = cli("status", "-c", str(config)).stdout
+        assert f"waiting for the GPUs (pid {proc.pid}): pid 4242" in " ".join(lines.split())
+        (tmp_path / "gpu-busy").unlink()  # the neighbour's job ended
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    flat = " ".join(err.split())
+    assert "waiting for the GPUs: pid 4242" in flat and "GPUs free again after" in flat
+    trials = json.loads(out)["trials"]["baseline"]
+    assert len(trials) == 2  # both measured: the second after the wait
+    assert json.loads(cli("status", "--json", "-c", str(config)).stdout)["gpu_wait"] is None
+
+
+def test_wait_idle_0_keeps_the_refusal(demo, tmp_path):
+    config = _gpu_config(demo, tmp_path)
+    (tmp_path / "took-gpus").write_text("")
+    (tmp_path / "gpu-busy").write_text("4242\n")
+    proc = cli("measure", "-m", "baseline", "-n", "2", "--wait-idle", "0", "-c", str(config), "--db", str(tmp_path / "r.sqlite"),
+               cwd=tmp_path, env={"PERFBISECT_FAKE_GPU_BUSY_FILE": str(tmp_path / "gpu-busy")})
+    text = one_line(proc)
+    assert proc.returncode == 4, text
+    assert "Other processes hold the GPUs" in text and "pid 4242" in text and "perfbisect resume" in text

@@ -170,3 +170,41 @@ def test_run_bounded_keeps_both_tails_and_the_sizes(tmp_path):
     assert run.stdout == "a" * 10 + "\n" and run.stderr == "b" * 5 + "\n"
     assert (run.stdout_bytes, run.stderr_bytes) == (11, 6)
     assert "--- perfbisect: exit 0" in (tmp_path / "x.log").read_text()
+
+
+# Through the command line: a bisection whose workload prints binary bytes and 5,000-digit
+# integers ends (every trial failed or flagged with its reason) instead of crashing, and leaves
+# no bisection `running` for every `resume` to crash on again.
+HOSTILE_BENCH = textwrap.dedent("""
+    import sys
+    sys.stdout.buffer.write(b"\\xff\\xfe binary \\x80\\n")
+    print('{"tok_s": ' + "9" * 5000 + '}')
+""")
+
+
+def test_a_bisection_over_a_hostile_workload_ends_and_is_not_left_running(tmp_path):
+    import sqlite3
+
+    from perfbisect.demo.target import make_demo_target
+
+    demo = make_demo_target(tmp_path / "demo", commits=10)
+    (tmp_path / "bench.py").write_text(HOSTILE_BENCH)
+    text = demo.config.read_text()
+    for old, new in (('[workload]\nkind = "sglang"', f'[workload]\nkind = "command"\ncommand = ["{{python}}", "{tmp_path}/bench.py"]\nmetric = "tok_s"'),
+                     ('metric = "eagle3"', 'metric = "baseline"'),
+                     ("min_effect_pct = 3.0", "min_effect_pct = 3.0\nmax_trials_total = 4")):
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    demo.config.write_text(text)
+    db = tmp_path / "r.sqlite"
+    proc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "run", f"good={demo.good}", f"bad={demo.bad}", "--yes",
+                           "-c", str(demo.config), "--db", str(db)], capture_output=True, text=True, timeout=600,
+                          cwd=demo.root, env={**os.environ, "COLUMNS": "300"})
+    flat = " ".join(proc.stderr.split())
+    assert "unexpected" not in flat and "Traceback" not in flat, flat[-3000:]
+    assert proc.returncode in (3, 4), flat[-3000:]  # inconclusive or nothing measured: never a crash
+    with sqlite3.connect(db) as conn:
+        statuses = [r[0] for r in conn.execute("SELECT status FROM bisections")]
+        errors = [r[0] for r in conn.execute("SELECT error FROM runs WHERE error IS NOT NULL")]
+    assert statuses and "running" not in statuses
+    assert errors and all("integer of 5000 digits" in e for e in errors)

@@ -153,7 +153,8 @@ def _invoke_command(
     if run.lingering:
         raise WorkloadError(
             f"The workload command {shown} exited (status {run.returncode}, {label}) but left a process holding its "
-            f"output open for {LINGER_GRACE_S:g} s: {run.lingering}; perfbisect killed it. A benchmark must wait for "
+            f"output open (waited up to {LINGER_GRACE_S:g} s, within workload.request_timeout_s): {run.lingering}; "
+            f"perfbisect killed it. A benchmark must wait for "
             f"what it starts (or start it with its output redirected away from stdout/stderr): a process left "
             f"running would disturb the next trial. Output in {log_path}."
         )

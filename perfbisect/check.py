@@ -20,7 +20,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from . import app
 from .host import DEFAULT_WAIT_IDLE_S, FAKE_BUSY_ENV, describe_busy, gpu_busy_processes  # noqa: F401

@@ -300,7 +300,7 @@ def run_bounded(argv: Sequence[str], *, cwd: Any, env: Mapping[str, str] | None,
         seconds = time.monotonic() - start
         status = (f"killed at the {timeout_s:g} s deadline" if timed_out else f"exit {returncode}")
         if lingering:
-            status += f"; still holding its output {LINGER_GRACE_S:g} s later and killed: {lingering}"
+            status += f"; killed what still held its output after it exited: {lingering}"
         if footer or timed_out or lingering:
             log.note(f"--- perfbisect: {status} after {seconds:.1f} s")
         by_name = {r.stream: r for r in readers}

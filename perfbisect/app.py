@@ -24,7 +24,7 @@ from .bisect import Done, Observation, SearchPolicy
 from .search_replay import INDEX_REPLAY_WORK, SearchStart, decision_json, observations_of
 from .settings import Config
 from .doctor import Finding, run_doctor
-from .errors import UsageError
+from .errors import StoreError, UsageError
 from .patches import PatchCheck, check_patches
 from .gitrepo import TargetRepo
 from .changepoint import SPARSE_ABOVE, sparse_footprint
@@ -723,7 +723,7 @@ def stored_results(db: Path | str | None, config: Config | None) -> Store:
     location = locate(path)
     if not location.exists():
         raise UsageError(f"No results database at {location}: pass --db PATH, or run `perfbisect run` first.")
-    return open_store(location, recover=False)
+    return open_store(location, recover=False, read_only=True)
 
 
 def report(store: Store, which: str = "latest", out: Path | None = None, config: Config | None = None) -> tuple[Path, dict]:
@@ -736,6 +736,8 @@ def report(store: Store, which: str = "latest", out: Path | None = None, config:
         view = evidence.bisection_view(store, number, config)
     else:
         view = evidence.comparison_view(store, number, config)
+    if out is not None and Path(out).expanduser().is_dir():  # -o DIR: the report goes into it, by its usual name
+        out = Path(out).expanduser() / f"{kind}-{number}.html"
     path = write_html(render_report(view), out or report_path(store.path, f"{kind}-{number}", config))
     return path, view
 

@@ -20,9 +20,9 @@ import time
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-from .host import gpu_busy_processes
+from .host import DEFAULT_WAIT_IDLE_S, FAKE_BUSY_ENV, describe_busy, gpu_busy_processes  # noqa: F401
 from .workspace import Progress, Workspace, exclusive
 from .checkqueue import LOG, WORKER_LOCK, CheckQueue, Job, WorkerLock, entry_dict, hook_dir
 from .config import load_config
@@ -33,30 +33,16 @@ from .model import Commit, Verdict
 from .notify import notify, one_line, summary_line
 from .polling import poll_until
 
-# Simulates busy GPUs where there are none (tests, demos): while this file exists, every pid in it
-# counts as another process holding GPU 0. Real hosts are checked through sysstate.
-FAKE_BUSY_ENV = "PERFBISECT_FAKE_GPU_BUSY_FILE"
 # Once a check runs, a trial that finds the GPUs taken waits this long for them before failing.
-TRIAL_WAIT_IDLE_S = 6 * 3600.0
+TRIAL_WAIT_IDLE_S = DEFAULT_WAIT_IDLE_S
 LOCK_POLL_S = 2.0
 # The worker lock when `python -m perfbisect.checkqueue` took it before importing perfbisect.
 HELD_LOCK: WorkerLock | None = None
 
 
 def busy_gpu_processes() -> list[tuple[int, int, str]]:
-    """(gpu, pid, name) of other processes on the GPUs: the one seam to the host's busy check."""
-    fake = os.environ.get(FAKE_BUSY_ENV)
-    if fake:
-        try:
-            words = Path(fake).read_text().split()
-        except OSError:
-            return []
-        return [(0, int(w) if w.isdigit() else 0, "simulated") for w in words] or [(0, 0, "simulated")]
+    """(gpu, pid, name) of other processes on the GPUs (``FAKE_BUSY_ENV`` simulates some)."""
     return gpu_busy_processes()
-
-
-def describe_busy(procs: Sequence[tuple[int, int, str]]) -> str:
-    return ", ".join(f"pid {pid}" + (f" {name}" if name else "") + f" on GPU {gpu}" for gpu, pid, name in procs)
 
 
 def wait_for_idle(

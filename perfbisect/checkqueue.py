@@ -275,7 +275,18 @@ def status(config: Config, limit: int = 5) -> dict[str, Any]:
         "results": queue.history(limit),
         "log": str(queue.path(LOG)),
         "node_lock": shared_node_lock(config),
+        "gpu_wait": _gpu_wait(config.cache_dir),
     }
+
+
+def _gpu_wait(cache_dir: Path) -> dict[str, Any] | None:
+    """A command (``run``, ``measure``, ...) of this cache directory waiting for GPUs others hold.
+    The file is looked for first, so that `perfbisect status` imports the trial layer only then."""
+    if not (Path(cache_dir) / "gpu-wait.json").exists():
+        return None
+    from .trials import gpu_wait  # its GPU_WAIT_FILE is the name looked for above
+
+    return gpu_wait(cache_dir)
 
 
 def shared_node_lock(config: Config) -> dict[str, Any] | None:
@@ -310,6 +321,10 @@ def format_status(data: dict[str, Any]) -> list[str]:
         lines.append(f"stopped: {w['detail']}")
     else:
         lines.append("no check running")
+    gw = data.get("gpu_wait")
+    if gw:
+        lines.append(f"waiting for the GPUs (pid {gw['pid']}): {gw['who']} holds them; waited {gw['waited_s']} s "
+                     f"of at most {gw['bound_s']:g} s (--wait-idle)")
     if data["queued"]:
         n = data["next"]
         lines.append(

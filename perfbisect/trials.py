@@ -8,6 +8,7 @@ perfbisect reap a server that a crashed one left running.
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from .metrics import DECODE, Metric, describe_workload
-from .host import gpu_memory_released, gpu_memory_used_mib, wait_until_idle
+from .host import describe_busy, gpu_memory_released, gpu_memory_used_mib, wait_until_idle
 from .store.samples import compact
 from .sysstate import Sampler
 from .versions import target_versions
@@ -25,7 +26,7 @@ from .build import run_build
 from .placeholders import expand
 from .settings import Config, ModeConfig, WorkloadConfig
 from .run_allocation import runs_advice
-from .errors import BuildError, EnvironmentBuildError, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
+from .errors import BuildError, EnvironmentBuildError, MachineBusy, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
 from .layout import HASH_SEED_VAR, Layout, choose, joined
 from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus, content_hash
 from .children import signal_group
@@ -106,6 +107,37 @@ def reap_leftover_servers(cache_dir: Path, progress: Progress) -> list[int]:
                 pass
         pf.path.unlink(missing_ok=True)
     return killed
+
+
+GPU_WAIT_FILE = "gpu-wait.json"
+
+
+def write_gpu_wait(cache_dir: Path, who: str, waited: float, bound: float) -> None:
+    """Record that this process's next trial waits for GPUs others hold (``perfbisect status`` shows it)."""
+    path = Path(cache_dir) / GPU_WAIT_FILE
+    state = {"owner": process_owner(), "pid": os.getpid(), "who": who, "waited_s": round(waited),
+             "bound_s": bound, "since": time.time() - waited}
+    try:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # status is a courtesy: a read-only cache directory must not stop the wait
+
+
+def clear_gpu_wait(cache_dir: Path) -> None:
+    (Path(cache_dir) / GPU_WAIT_FILE).unlink(missing_ok=True)
+
+
+def gpu_wait(cache_dir: Path) -> dict | None:
+    """The trial waiting for GPUs in this cache directory, if its perfbisect is still alive."""
+    try:
+        state = json.loads((Path(cache_dir) / GPU_WAIT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or not owner_alive(str(state.get("owner", ""))):
+        return None
+    return state
 
 
 def launch_check(ws: Workspace, mode: ModeConfig) -> tuple[float, tuple[EnvCheck, ...]]:
@@ -273,11 +305,34 @@ class TrialRunner:
         return store.trial(trial_id)
 
     def _wait_until_idle(self) -> None:
-        wait_until_idle(
-            timeout_s=self.wait_idle_s,
-            poll_s=10.0,
-            progress=lambda procs, waited: self.progress.detail(f"GPUs busy ({len(procs)} processes); waited {waited:.0f}s"),
-        )
+        """Wait (up to ``wait_idle_s``) while other processes hold the GPUs, saying so on the
+        progress line and in ``perfbisect status``; 0 refuses at once (MachineBusy)."""
+        cache_dir = self.ws.config.cache_dir
+        said: list[bool] = []
+
+        def still_busy(procs: list[tuple[int, int, str]], waited: float) -> None:
+            who = describe_busy(procs)
+            if not said:
+                said.append(True)
+                self.progress.info(
+                    f"waiting for the GPUs: {who} holds them; the next trial starts when they are free "
+                    f"(waiting at most {self.wait_idle_s:g} s, --wait-idle)"
+                )
+            self.progress.detail(f"GPUs busy ({who}); waited {waited:.0f} s of at most {self.wait_idle_s:g} s")
+            write_gpu_wait(cache_dir, who, waited, self.wait_idle_s)
+
+        try:
+            waited = wait_until_idle(timeout_s=self.wait_idle_s, poll_s=min(10.0, max(1.0, self.wait_idle_s / 10)),
+                                     progress=still_busy)
+        except MachineBusy as exc:
+            raise MachineBusy(
+                f"{exc} Trials stored so far are kept; `perfbisect resume` continues a bisection where it stopped."
+            ) from None
+        finally:
+            if said:
+                clear_gpu_wait(cache_dir)
+        if said:
+            self.progress.info(f"GPUs free again after {waited:.0f} s: carrying on")
 
     def _server_log(self, commit: Commit, mode: ModeConfig) -> Path:
         stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -815,7 +815,7 @@ def test_a_full_disk_while_storing_is_a_runtime_error_not_a_usage_error(tmp_path
         "        store.begin_trial(TrialIdentity('c' * 40, 'p' * 200, 'b', 'baseline', 'm', 'w', 'h'), 'measure')\n"
         "    print('no error')\n"
         "except StoreError as exc:\n"
-        "    print(type(exc).__name__, exc.exit_code, 'disk has space' in str(exc))\n"
+        "    print(type(exc).__name__, exc.exit_code, 'is full or failing' in str(exc))\n"
     )
     script = f"mount -t tmpfs -o size=2m tmpfs {mnt} && {sys.executable} -c \"$0\" {mnt}"
     try:

@@ -17,7 +17,7 @@ import pytest
 from perfbisect.children import LOG_HEAD_BYTES, TAIL_BYTES, run_bounded
 from perfbisect.errors import WorkloadError
 from perfbisect.external_workloads import run_command_workload
-from perfbisect.procfs import stat_fields
+import psutil
 from perfbisect.settings import WorkloadConfig
 
 
@@ -31,8 +31,10 @@ def _alive(pid: int) -> bool:
     """Is ``pid`` still running, a few seconds after a SIGKILL? (A killed process closes its files
     before the kernel marks it a zombie, so the pipe may report EOF a moment before that.)"""
     for _ in range(100):
-        fields = stat_fields(pid)
-        if fields is None or fields[0] in ("Z", "X"):
+        try:
+            if psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                return False
+        except psutil.NoSuchProcess:
             return False
         time.sleep(0.1)
     return True
@@ -40,11 +42,14 @@ def _alive(pid: int) -> bool:
 
 def _group_members(pgid: int) -> list[int]:
     members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = stat_fields(int(entry))
-            if fields is not None and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-                members.append(int(entry))
+    for proc in psutil.process_iter(["status"]):
+        if proc.info["status"] in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            continue
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc.pid)
+        except OSError:
+            continue
     return members
 
 

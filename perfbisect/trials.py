@@ -9,6 +9,7 @@ perfbisect reap a server that a crashed one left running.
 from __future__ import annotations
 
 import json
+import os
 import math
 import signal
 import time

@@ -242,7 +242,8 @@ def main() -> int:
             time.sleep(args.every)
     load.wait()
     summary = sampler.summary()
-    print(summary)
+    lines = [f"{k}: {v}" for k, v in asdict(summary).items()]
+    print("\n".join(lines))
     snaps = sampler.snapshots
     for s in snaps[len(snaps) // 2 : len(snaps) // 2 + 1]:
         print("\n".join(format_snapshot(s)))

@@ -61,6 +61,16 @@ def _import_lazily(name: str) -> ModuleType:
 
 app = _import_lazily("perfbisect.app")  # the use cases: every command goes through them
 
+
+def _flag_type(display_type_rich):
+    """A flag (--json, --wait) takes no value: its help shows no "<bool>" type beside it."""
+    def shown(self, ctx):
+        return None if getattr(self, "is_flag", False) else display_type_rich(self, ctx)
+    return shown
+
+
+typer.core.TyperOption.display_type_rich = _flag_type(typer.core.TyperOption.display_type_rich)
+
 EPILOG_EXIT = (
     "Exit codes: 0 finished · 1 regression found (with --fail-on-regression) · "
     "2 usage/config error · 3 inconclusive · 4 measurement broke."
@@ -79,6 +89,7 @@ cli = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     add_completion=False,
+    # Help text is Rich markup: a config table name in it is written "\\[store]" so that it shows.
     rich_markup_mode="rich",
 )
 patches_app = typer.Typer(help="Inspect the patch stack over history.", no_args_is_help=True)
@@ -93,7 +104,7 @@ DbOpt = Annotated[
     typer.Option(
         "--db", metavar="PATH|URL",
         help="Results database: a SQLite file, or postgresql+psycopg://USER@HOST:PORT/DB for a store shared by "
-        "several nodes (default: [store] url, else <repo>/.git/perfbisect/results.sqlite).",
+        "several nodes (default: \\[store] url, else <repo>/.git/perfbisect/results.sqlite).",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout (progress stays on stderr).")]
@@ -168,7 +179,7 @@ def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: st
         for line in format_outcome(result):
             out_console.print(show(line))
         if spent is not None:
-            out_console.print(show(spent_line(spent)))
+            out_console.print(show(spent_line(spent, result.outcome.trials_used)))
         if report is not None:
             out_console.print(show(report[1]))
     if broken:
@@ -207,7 +218,8 @@ def _format(fmt: str, json_out: bool) -> str:
 def _spent(ws, bisection_id: int) -> dict:
     from . import cost
 
-    return cost.spent(ws.store.trials(bisection_id=bisection_id, status=None), ws.config.cost.gpus)
+    gpus, unit = cost.hours_unit(ws.config)
+    return cost.spent(ws.store.trials(bisection_id=bisection_id, status=None), gpus, unit)
 
 
 def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
@@ -221,7 +233,7 @@ def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
     if est.gpu_hours is None or est.gpu_hours <= budget:
         return
     over = (
-        f"The estimate ({est.gpu_hours:.1f} GPU-hours, ~{est.trials} trials, {cost.format_duration(est.wall_s)}) "
+        f"The estimate ({est.gpu_hours:.1f} {est.unit}, ~{est.trials} trials, {cost.format_duration(est.wall_s)}) "
         f"exceeds [cost] budget_gpu_hours = {budget:g}."
     )
     if not sys.stdin.isatty():
@@ -239,7 +251,7 @@ def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
 FormatOpt = Annotated[
     str, typer.Option("--format", help="text, or markdown: a summary for a CI job summary or a pull-request comment.")
 ]
-YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Start even when the estimate exceeds [cost] budget_gpu_hours (no question).")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Start even when the estimate exceeds \\[cost] budget_gpu_hours (no question).")]
 
 
 def _load(config: Path | None):
@@ -699,7 +711,7 @@ def skip(
     """Mark commits untestable, as `git bisect skip` does: never measured, never blamed.
 
     A change next to a marked commit is reported as a set. Kept in <cache_dir>/skipped.json, so
-    every later run, resume and plan sees them; [filters] skip in the config does the same.
+    every later run, resume and plan sees them; \\[filters] skip in the config does the same.
 
     Example:  perfbisect skip 1a2b3c4 HEAD~7 --reason "broken build"
     Example:  perfbisect skip --undo 1a2b3c4
@@ -741,7 +753,7 @@ def log(
             bid = int(digits)
             if bid not in {b.id for b in store.bisections(1 << 30)}:
                 raise UsageError(f"No bisection #{bid} in {store.path}. List the stored ones with `perfbisect log`.")
-            lines = bisection_detail(store, bid, app.report_path(store.path, f"bisection-{bid}", cfg), cfg.cost.gpus if cfg else 1)
+            lines = bisection_detail(store, bid, app.report_path(store.path, f"bisection-{bid}", cfg), cfg)
         print_lines(lines)
         return
     bisections, comparisons = app.log(path, limit)
@@ -820,7 +832,7 @@ def check_cmd(
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = 0.0,
     wait: WaitOpt = False,
-    action: Annotated[Optional[str], typer.Option("--action", help="check (answer only) or bisect (then find the culprit); default [hook] action.")] = None,
+    action: Annotated[Optional[str], typer.Option("--action", help="check (answer only) or bisect (then find the culprit); default \\[hook] action.")] = None,
     enqueue: Annotated[bool, typer.Option("--enqueue", help="Queue OLD NEW for the background worker, as the hook does, and return.")] = False,
     drain: Annotated[bool, typer.Option("--drain", help="Be the background worker: check every queued pull, coalesced (the hook runs this).")] = False,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when a mode regressed.")] = False,
@@ -903,13 +915,30 @@ def internal_error_message(exc: BaseException) -> str:
     )
 
 
+def _usage_error(exc: BaseException) -> bool:
+    """Click's usage errors (typer vendors Click privately: recognised by what they can do, not by class)."""
+    return callable(getattr(exc, "format_message", None)) and callable(getattr(exc, "show", None)) \
+        and isinstance(getattr(exc, "exit_code", None), int)
+
+
+def _json_error(message: str, exit_code: int, kind: str) -> None:
+    """With --json, a failure is one JSON object on stdout too, for CI to read (the paragraph stays on stderr)."""
+    print_json({"error": message, "exit_code": exit_code, "kind": kind})
+
+
 def main() -> None:
     """Entry point of the `perfbisect` script, and its one error boundary: a ``PerfbisectError`` from
     any command becomes ``Error: <message>`` on stderr and the error's exit status; anything else
-    is an internal error (exit 4)."""
+    is an internal error (exit 4). With ``--json`` every failure (usage errors included) is also one
+    JSON object on stdout: ``{"error": ..., "exit_code": ..., "kind": ...}``."""
     install_signal_handlers()
+    json_out = "--json" in sys.argv[1:]
     try:
-        cli()
+        if not json_out:
+            cli()
+        else:  # Click's own usage errors come back here instead of exiting, to be answered in JSON too
+            code = cli(standalone_mode=False)
+            sys.exit(code if isinstance(code, int) else EXIT_OK)
     except SystemExit as exc:
         # Click turns an interrupt outside a command's own handling into "Aborted!" and status 1.
         if signalled and exc.code == 1:
@@ -920,11 +949,21 @@ def main() -> None:
     except PerfbisectError as exc:  # what a command could not do: one paragraph, its documented exit status
         if os.environ.get("PERFBISECT_DEBUG"):
             traceback.print_exc()
+        if json_out:
+            _json_error(str(exc), exc.exit_code, type(exc).__name__)
         print_error(str(exc))
         sys.exit(exc.exit_code)
     except Exception as exc:
+        if json_out and _usage_error(exc):  # Click's (as Typer vendors it): a bad option, a missing argument
+            _json_error(exc.format_message(), exc.exit_code, "UsageError")
+            exc.show()
+            sys.exit(exc.exit_code)
+        if json_out and type(exc).__name__ == "Abort":  # Click's "Aborted!" (an interrupt at a prompt)
+            sys.exit(128 + signalled[0] if signalled else 1)
         if os.environ.get("PERFBISECT_DEBUG"):
             traceback.print_exc()
+        if json_out:
+            _json_error(internal_error_message(exc), EXIT_RUNTIME, "InternalError")
         print_error(internal_error_message(exc))
         sys.exit(EXIT_RUNTIME)
 

@@ -51,6 +51,14 @@ DEFAULT_EFFECT_FACTOR = 5.0
 PAUSE_GAP_S = 300.0
 
 
+def hours_unit(config) -> tuple[int, str]:
+    """(factor, unit) of a target's hours: [cost] gpus and "GPU-hours" for a server target; 1 and
+    "machine-hours" for a `command` workload, which starts no server and is given no GPU."""
+    if getattr(getattr(config, "workload", None), "kind", "") == "command":
+        return 1, "machine-hours"
+    return max(int(getattr(getattr(config, "cost", None), "gpus", 1) or 1), 1), "GPU-hours"
+
+
 def expected_trials(candidates: int, max_total: int | None = None) -> int:
     """Trials a bisection over ``candidates`` measurable commits (endpoints included) is expected to take
     by the fitted formula (no simulation)."""
@@ -182,6 +190,7 @@ class Estimate:
     low: int = 0  # 10th percentile of the simulated counts (= trials for the formula)
     high: int = 0  # 90th percentile
     forecast: Forecast | None = None
+    unit: str = "GPU-hours"  # "machine-hours" for a command target (cost.hours_unit)
 
     def _hours(self, trials: int) -> float | None:
         return None if self.trial_s is None else trials * self.modes * self.trial_s / 3600.0 * self.gpus
@@ -212,9 +221,10 @@ class Estimate:
             if hi > lo:
                 wall += f" ({format_duration(lo * self.modes * self.trial_s)}–{format_duration(hi * self.modes * self.trial_s)})"
                 hours += f" ({self._hours(lo):.2f}–{self._hours(hi):.2f})"
+            per = (f" × {self.gpus} GPU" + ("s" if self.gpus != 1 else "")) if self.unit == "GPU-hours" else ""
             head += (
-                f"; {wall} wall, {hours} GPU-hours (at most {self.max_gpu_hours:.2f}) at "
-                f"{format_duration(self.trial_s)} per trial ({self.source}) × {self.gpus} GPU" + ("s" if self.gpus != 1 else "")
+                f"; {wall} wall, {hours} {self.unit} (at most {self.max_gpu_hours:.2f}) at "
+                f"{format_duration(self.trial_s)} per trial ({self.source}){per}"
             )
         out = [head]
         f = self.forecast
@@ -236,7 +246,7 @@ class Estimate:
             "candidates": self.candidates, "trials": self.trials, "trials_low": self.low or self.trials,
             "trials_high": self.high or self.trials, "range": "10th-90th percentile of simulated runs",
             "max_trials": self.max_trials, "modes": self.modes, "trial_s": self.trial_s, "trial_s_source": self.source,
-            "gpus": self.gpus, "wall_s": self.wall_s, "gpu_hours": self.gpu_hours, "max_gpu_hours": self.max_gpu_hours,
+            "gpus": self.gpus, "hours_unit": self.unit, "wall_s": self.wall_s, "gpu_hours": self.gpu_hours, "max_gpu_hours": self.max_gpu_hours,
             "gpu_hours_low": self._hours(self.low or self.trials), "gpu_hours_high": self._hours(self.high or self.trials),
             "method": f.method if f else "formula", "simulated_trials": list(f.runs) if f else [],
             "effect_pct": f.effect_pct if f else None, "effect_source": f.effect_source if f else None,
@@ -291,9 +301,10 @@ def estimate(
     effect_pct, effect_source = effect or default_effect(cfg.stats)
     f = forecast_trials(candidates, cfg.stats, noise, effect_pct, effect_source,
                         higher_is_better=higher_is_better, budget_s=budget_s)
+    gpus, unit = hours_unit(cfg)
     return Estimate(
         candidates=candidates, trials=f.trials, max_trials=cap, modes=len(modes),
-        trial_s=trial_s, source=source, gpus=cfg.cost.gpus, low=f.low, high=f.high, forecast=f,
+        trial_s=trial_s, source=source, gpus=gpus, low=f.low, high=f.high, forecast=f, unit=unit,
     )
 
 
@@ -307,12 +318,13 @@ def more_trials_line(ws, trials: int, what: str) -> str:
     if trial_s is None:
         return head + " at the noise measured so far (set [cost] trial_minutes to see the time it costs)"
     hours = n * trial_s / 3600.0
+    gpus, unit = hours_unit(cfg)
+    per = f"; × {gpus} GPU{'s' if gpus != 1 else ''}, [cost] gpus" if unit == "GPU-hours" else ""
     return (f"{head} at the noise measured so far: {format_duration(n * trial_s)} of the machine, "
-            f"{hours * cfg.cost.gpus:.1f} GPU-hours ({format_duration(trial_s)} per trial, {source}; × {cfg.cost.gpus} "
-            f"GPU{'s' if cfg.cost.gpus != 1 else ''}, [cost] gpus)")
+            f"{hours * gpus:.1f} {unit} ({format_duration(trial_s)} per trial, {source}{per})")
 
 
-def spent(trials, gpus: int) -> dict:
+def spent(trials, gpus: int, unit: str = "GPU-hours") -> dict:
     """What a bisection spent: its trials, the wall time it ran (first start to last finish, less the
     pauses: gaps between trials longer than ``PAUSE_GAP_S`` and than a median trial, as when it was
     interrupted and resumed later), and GPU-hours (each trial's duration × gpus)."""
@@ -330,13 +342,22 @@ def spent(trials, gpus: int) -> dict:
                 seg_start = t.started_at
             seg_end = max(seg_end, t.finished_at)
         wall += seg_end - seg_start
-    return {"trials": len(trials), "wall_s": wall, "paused_s": paused, "gpu_hours": busy / 3600.0 * gpus, "gpus": gpus}
+    return {"trials": len(trials), "wall_s": wall, "paused_s": paused, "gpu_hours": busy / 3600.0 * gpus, "gpus": gpus,
+            "hours_unit": unit}
 
 
-def spent_line(s: dict) -> str:
+def spent_line(s: dict, used: int | None = None) -> str:
+    """"spent: 9 trials run (8 used by the search; …), 1m02s wall, 0.02 GPU-hours (…)"."""
+    n = s["trials"]
+    run = f"{n} trial{'s' if n != 1 else ''}"
+    if used is not None and used != n:
+        run += (f" run ({used} used by the search; the other {n - used} failed, were flagged or untestable)"
+                if used < n else f" run ({used} observations, stored trials reused)")
+    unit = s.get("hours_unit", "GPU-hours")
+    per = (f" (trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)" if unit == "GPU-hours"
+           else " (trial time; a command target uses no GPU)")
     return (
-        f"spent: {s['trials']} trials, {format_duration(s['wall_s'])} wall, {s['gpu_hours']:.2f} GPU-hours "
-        f"(trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)"
+        f"spent: {run}, {format_duration(s['wall_s'])} wall, {s['gpu_hours']:.2f} {unit}{per}"
         + (f"; {format_duration(s['paused_s'])} paused, not counted" if s.get("paused_s") else "")
     )
 

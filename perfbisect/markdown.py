@@ -46,17 +46,18 @@ def bisection_markdown(result: Any, report: Path | None, spent: dict | None) -> 
     lines = [f"### {_ICON.get(verdict, '')} perfbisect: {verdict.upper()} (bisection #{ids})", ""]
     lines.append("| | |")
     lines.append("| --- | --- |")
-    if out.culprit:
-        c = commits.get(out.culprit)
+    if out.named_culprit:
+        c = commits.get(out.named_culprit)
         subject = md(c.subject) if c else ""
-        lines.append(f"| first bad commit | {code(out.culprit[:10])} {subject} |")
-        others = [s for s in out.culprit_set if s != out.culprit]
-        if others:
-            lines.append(f"| or one of | {', '.join(code(s[:10]) for s in others[:20])} |")
+        lines.append(f"| first bad commit | {code(out.named_culprit[:10])} {subject} |")
+    elif out.culprit_is_set:
+        lines.append(f"| first bad commit | one of {', '.join(code(s[:10]) for s in out.culprit_set[:20])} "
+                     f"(untestable neighbours or a merged branch) |")
     lines.append(f"| effect | {_pct(out.effect_pct)} |")
     lines.append(f"| trials | {out.trials_used} |")
     if spent is not None:
-        lines.append(f"| spent | {format_duration(spent['wall_s'])} wall, {spent['gpu_hours']:.2f} GPU-hours |")
+        lines.append(f"| spent | {format_duration(spent['wall_s'])} wall, {spent['gpu_hours']:.2f} "
+                     f"{spent.get('hours_unit', 'GPU-hours')} |")
     if result.filtered:
         lines.append(f"| not measured | {len(result.filtered)} commits (only paths the filters ignore) |")
     if report is not None:

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import jinja2
 
 from . import __version__
+from .metrics import pct_text, signed
 from .resources import data_dir
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -94,6 +95,11 @@ def _base(width: int | str = "container", height: int = 260) -> dict[str, Any]:
                        "legend": {"orient": "top"}, "view": {"stroke": "#ddd"}}}
 
 
+def with_unit(title: str, unit: str) -> str:
+    """An axis title with its unit in parentheses; a metric whose key states no unit gets none."""
+    return f"{title} ({unit})" if unit else title
+
+
 def range_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
     """Every measured commit's trial summaries per mode, levels and noise band, culprit and skips marked."""
     points = [p for p in view["points"] if p["value"] is not None]
@@ -102,7 +108,7 @@ def range_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
     order = view["order"]
     x = {"field": "commit", "type": "ordinal", "scale": {"domain": order}, "sort": order,
          "axis": {"labelAngle": -60, "title": "commits, oldest first (good … bad)", "labelOverlap": True}}
-    y_title = f"trial median ({view['unit']})"
+    y_title = with_unit("trial median", view["unit"])
     layers: list[dict[str, Any]] = []
     segs = view["levels"].get("segments") or []
     if segs:
@@ -163,7 +169,7 @@ def timeline_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
     top["transform"] = [_STATE]
     top["mark"] = {"type": "point", "filled": True, "size": 60}
     top["encoding"] = {
-        "x": x, "y": {"field": "value", "type": "quantitative", "scale": {"zero": False}, "title": f"trial median ({view['unit']})"},
+        "x": x, "y": {"field": "value", "type": "quantitative", "scale": {"zero": False}, "title": with_unit("trial median", view["unit"])},
         "color": {"field": "mode", "type": "nominal"},
         "shape": _SHAPE,
         "tooltip": _TOOLTIP_TRIAL + [{"field": "sm_clock_mhz", "title": "SM clock MHz", "format": ".0f"},
@@ -215,7 +221,7 @@ def history_spec(points: Sequence[Mapping[str, Any]], mode: str) -> dict[str, An
     spec["layer"] = [
         {"mark": {"type": "rule", "strokeWidth": 6, "opacity": 0.25},
          "encoding": {"x": x, "y": {"field": "band_low", "type": "quantitative", "scale": {"zero": False},
-                                    "title": f"{mode} level ({points[0]['unit'] if points else ''})"},
+                                    "title": with_unit(f"{mode} level", points[0]["unit"] if points else "")},
                       "y2": {"field": "band_high"}, "color": {"field": "end", "type": "nominal", "title": "commit"}}},
         {"mark": {"type": "point", "filled": True, "size": 80, "cursor": "pointer"},
          "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"},
@@ -248,8 +254,9 @@ def short_line(view: Mapping[str, Any], path: Path | None = None) -> str:
     if cmp:
         unit = ""
         if levels.get("before") is not None and levels.get("after") is not None:
-            unit = f" ({levels['after'] - levels['before']:+,.1f} {view['unit']})"
-        bits.append(f"{cmp['effect_pct']:+.1f}%{unit} [{cmp['ci_low_pct']:+.1f}%, {cmp['ci_high_pct']:+.1f}%]")
+            unit = f" ({signed(levels['after'] - levels['before'], view['unit'])})"
+        level = f"{view['level_pct']:g}% " if view.get("level_pct") else ""
+        bits.append(f"{pct_text(cmp['effect_pct'])}{unit} {level}[{pct_text(cmp['ci_low_pct'])}, {pct_text(cmp['ci_high_pct'])}]")
     if view.get("culprit"):
         bits.append(f"culprit {view['culprit']['short']}")
     if path:

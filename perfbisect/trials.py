@@ -377,7 +377,8 @@ class TrialRunner:
             flagged += f", {detected} slow leading run{'s' if detected > 1 else ''} counted as warm-up"
         self.progress.info(
             f"  → {describe_workload(self.ws.config.workload).format(math.exp(result.summary))} "
-            f"(median of {len(result.usable_runs)} runs{flagged}{extra})"
+            f"({'median of ' + str(len(result.usable_runs)) + ' runs' if len(result.usable_runs) != 1 else 'one run'}"
+            f"{flagged}{extra})"
         )
 
     def _stored_unobserved(self, identity: TrialIdentity, purpose: str, bisection_id: int | None) -> TrialResult | None:

@@ -363,6 +363,7 @@ def insert_bisection(
     settings: Any,
     owner: str,
     started_at: float | None = None,
+    metric_info: dict[str, Any] | None = None,
 ) -> int:
     """Store a new running bisection and return its id."""
     row = BisectionRow(
@@ -376,6 +377,7 @@ def insert_bisection(
         status=BISECTION_RUNNING,
         owner=owner,
         started_at=time.time() if started_at is None else started_at,
+        metric_info=metric_info,
     )
     session.add(row)
     session.flush()
@@ -485,7 +487,7 @@ def finish_bisection(
     row = _bisection_row(session, bisection_id)
     row.status = BISECTION_DONE
     row.verdict = Verdict(outcome.verdict).value
-    row.culprit = outcome.culprit
+    row.culprit = outcome.named_culprit  # NULL when the answer is a set: the index never blames one of them
     row.outcome = encoded
     row.finished_at = time.time() if finished_at is None else finished_at
     session.flush()
@@ -561,6 +563,7 @@ def insert_comparison(
     trial_ids_b: Iterable[int] = (),
     bisection_id: int | None = None,
     created_at: float | None = None,
+    metric_info: dict[str, Any] | None = None,
 ) -> int:
     """Store one comparison and return its id."""
     row = ComparisonRow(
@@ -577,6 +580,7 @@ def insert_comparison(
         trial_ids_b=[int(t) for t in trial_ids_b],
         bisection_id=bisection_id,
         created_at=time.time() if created_at is None else created_at,
+        metric_info=metric_info,
     )
     session.add(row)
     session.flush()
@@ -603,6 +607,7 @@ def list_comparisons(
             trial_ids_b=tuple(row.trial_ids_b),
             bisection_id=row.bisection_id,
             created_at=row.created_at,
+            metric_info=row.metric_info,
         )
         for row in session.scalars(query)
     ]
@@ -721,8 +726,10 @@ def _bisection_record(session: Session, row: BisectionRow) -> BisectionRecord:
         started_at=row.started_at,
         finished_at=row.finished_at,
         verdict=Verdict(row.verdict) if row.verdict else None,
-        culprit=row.culprit,
+        # A row stored before culprit sets were kept out of the column reads as its outcome says.
+        culprit=(codec.load(BisectOutcome, row.outcome).named_culprit if row.outcome else row.culprit),
         outcome=codec.load(BisectOutcome, row.outcome) if row.outcome else None,
         trial_count=trial_count or 0,
         observation_count=observation_count or 0,
+        metric_info=row.metric_info,
     )

@@ -88,6 +88,7 @@ class BisectionRecord:
     outcome: BisectOutcome | None = None
     trial_count: int = 0
     observation_count: int = 0
+    metric_info: Mapping[str, Any] | None = None  # metrics.Metric.as_json() when it started; None before 0006
 
     @property
     def finished(self) -> bool:
@@ -108,3 +109,4 @@ class ComparisonRecord:
     trial_ids_b: tuple[int, ...] = ()
     bisection_id: int | None = None
     created_at: float = 0.0
+    metric_info: Mapping[str, Any] | None = None  # metrics.Metric.as_json(); None: stored before 0006

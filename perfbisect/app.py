@@ -364,6 +364,7 @@ class CompareResult:
     history: list[str]
     attribution: str | None
     comparison_id: int
+    metric: dict | None = None  # the description stored with it (metrics.Metric.as_json)
 
 
 def compare_commits(
@@ -422,7 +423,7 @@ def compare_commits(
         trial_ids_a=[t.id for t in ta], trial_ids_b=[t.id for t in tb], bisection_id=None,
         metric_info=describe_workload(cfg.workload).as_json(),  # one mode: its parts' unit, never a ratio
     )
-    return CompareResult(a, b, mode, cmp, ta, tb, history, attribution, cid)
+    return CompareResult(a, b, mode, cmp, ta, tb, history, attribution, cid, describe_workload(cfg.workload).as_json())
 
 
 @dataclass

@@ -260,6 +260,30 @@ def _load(config: Path | None):
     return load_config(_config_path(config))
 
 
+DEMO_DIRS = ("demo", "demo-drift")  # under ./.perfbisect: where `perfbisect demo` builds, with and without --drift-only
+
+
+def _reading_config(config: Path | None, db: str | None):
+    """The config a command that only reads results (log, report) uses: -c, $PERFBISECT_CONFIG or
+    ./perfbisect.toml; with none of those and no --db, the demo's of this directory (the newest, said on
+    stderr), so `perfbisect log` right after `perfbisect demo` shows it; else None with --db."""
+    if config is not None or _config_path(None).exists():
+        return _load(config)
+    if db is not None:
+        return None
+    demos = [Path.cwd() / ".perfbisect" / d for d in DEMO_DIRS]
+    demos = [d for d in demos if (d / "perfbisect.toml").is_file() and (d / "results.sqlite").is_file()]
+    if not demos:
+        raise UsageError(
+            f"No config file at {_config_path(None)} and no --db. Run this where perfbisect.toml is, or pass "
+            f"-c CONFIG or --db PATH (after `perfbisect demo`: --db .perfbisect/demo/results.sqlite)."
+        )
+    newest = max(demos, key=lambda d: (d / "results.sqlite").stat().st_mtime)
+    err_console.print(f"no perfbisect.toml here: reading the demo's results in {show(str(newest))} "
+                      f"(-c CONFIG or --db PATH for others)")
+    return _load(newest / "perfbisect.toml")
+
+
 # ------------------------------------------------------------------------------------------------
 
 
@@ -335,7 +359,7 @@ def resume(
 @cli.command()
 def demo(
     directory: Annotated[
-        Optional[Path], typer.Option("--dir", help="Where to build the demo (default: ./.perfbisect/demo).")
+        Optional[Path], typer.Option("--dir", help="Where to build the demo (default: ./.perfbisect/demo, or ./.perfbisect/demo-drift with --drift-only).")
     ] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -361,7 +385,7 @@ def demo(
     try:
         progress = ConsoleProgress(quiet)
         result, target = run_demo(
-            directory or Path.cwd() / ".perfbisect" / "demo",
+            directory or Path.cwd() / ".perfbisect" / DEMO_DIRS[1 if drift_only else 0],
             progress,
             drift_only=drift_only,
             commits=commits,
@@ -509,6 +533,9 @@ def compare_cmd(
     wait_idle: WaitIdleOpt = 0.0,
     wait: WaitOpt = False,
     fmt: FormatOpt = "text",
+    fail_on_regression: Annotated[
+        bool, typer.Option("--fail-on-regression", help="Exit 1 when B is slower than A beyond noise (for CI).")
+    ] = False,
 ) -> None:
     """Compare two commits with interleaved trials (A B B A …) until the verdict is clear.
 
@@ -518,6 +545,7 @@ def compare_cmd(
 
     Example:  perfbisect compare bba2fc4 HEAD
     Example:  perfbisect compare HEAD~9 HEAD --mode baseline --max-trials 6
+    Example:  perfbisect compare origin/main HEAD --fail-on-regression --format markdown
     """
     from .render import format_comparison, json_value
 
@@ -529,6 +557,7 @@ def compare_cmd(
         report = app.report_quietly(progress, lambda: app.report(ws.store, f"c{result.comparison_id}", config=cfg)[0])
     if json_out:
         data = {"a": result.a.sha, "b": result.b.sha, "mode": result.mode, "comparison_id": result.comparison_id,
+                "metric": result.metric,
                 **json_value(result.comparison), "history": result.history, "attribution": result.attribution,
                 "report": str(report) if report else None}
         print_json(data)
@@ -539,7 +568,7 @@ def compare_cmd(
     else:
         print_lines(format_comparison(result))
         print_report(report)
-    raise typer.Exit(code=_exit_for(result.comparison.verdict, False))
+    raise typer.Exit(code=_exit_for(result.comparison.verdict, fail_on_regression))
 
 
 @cli.command()
@@ -622,7 +651,7 @@ def report_cmd(
     """
     from .report import verdict_line
 
-    cfg = _load(config) if (config is not None or _config_path(None).exists()) else None
+    cfg = _reading_config(config, db)
     with app.stored_results(db, cfg) as store:
         if index is not None:
             written = app.report_index(store, index, cfg, ConsoleProgress(False))
@@ -643,13 +672,20 @@ def doctor(
     config: ConfigOpt = None,
     db: DbOpt = None,
     launch: Annotated[bool, typer.Option("--launch", help="Also start the server once and check the env reaches every worker.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Check config, target interpreter, GPU idleness, clocks and throttling, and what would add noise.
 
     Example:  perfbisect doctor
     Example:  perfbisect doctor --launch
+    Example:  perfbisect doctor --json
     """
     findings = app.doctor(_config_path(config), db, launch=launch)
+    errors = any(f.state == "error" for f in findings)
+    if json_out:
+        print_json({"ok": not errors, "findings": [{"check": f.check, "state": f.state, "message": f.message}
+                                                     for f in findings]})
+        raise typer.Exit(code=EXIT_USAGE if errors else EXIT_OK)
     style = {"ok": "green", "warn": "yellow", "error": "bold red", "info": "dim"}
     for f in findings:
         out_console.print(f"[{style[f.state]}]{f.state:>5}[/] {show(f.check)}: {show(f.message)}")
@@ -733,18 +769,21 @@ def log(
     config: ConfigOpt = None,
     db: DbOpt = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="How many of each to show.")] = 20,
+    json_out: JsonOpt = False,
 ) -> None:
     """List past bisections and comparisons with their verdicts; `log ID` shows one bisection in detail.
 
     Example:  perfbisect log --limit 5
     Example:  perfbisect log 3
+    Example:  perfbisect log --json
     """
-    from .render import format_log
+    from .render import format_log, log_json
 
-    cfg = _load(config) if (config is not None or db is None or _config_path(None).exists()) else None
+    cfg = _reading_config(config, db)
     path = db or cfg.results_db
     if bisection is not None:
         from .logdetail import bisection_detail
+        from .render import trial_row
 
         digits = bisection.strip().lstrip("b#")
         if not digits.isdigit():
@@ -753,11 +792,21 @@ def log(
             bid = int(digits)
             if bid not in {b.id for b in store.bisections(1 << 30)}:
                 raise UsageError(f"No bisection #{bid} in {store.path}. List the stored ones with `perfbisect log`.")
-            lines = bisection_detail(store, bid, app.report_path(store.path, f"bisection-{bid}", cfg), cfg)
-        print_lines(lines)
+            if json_out:
+                data = log_json([store.bisection(bid)], [], cfg)["bisections"][0]
+                data["trials"] = [trial_row(t) for t in store.trials(bisection_id=bid, status=None)]
+            else:
+                lines = bisection_detail(store, bid, app.report_path(store.path, f"bisection-{bid}", cfg), cfg)
+        if json_out:
+            print_json(data)
+        else:
+            print_lines(lines)
         return
     bisections, comparisons = app.log(path, limit)
-    print_lines(format_log(bisections, comparisons))
+    if json_out:
+        print_json(log_json(bisections, comparisons, cfg))
+    else:
+        print_lines(format_log(bisections, comparisons))
 
 
 @cli.command()

@@ -355,7 +355,7 @@ def spent_line(s: dict, used: int | None = None) -> str:
                 if used < n else f" run ({used} observations, stored trials reused)")
     unit = s.get("hours_unit", "GPU-hours")
     per = (f" (trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)" if unit == "GPU-hours"
-           else " (trial time; a command target uses no GPU)")
+           else " (trial time)")
     return (
         f"spent: {run}, {format_duration(s['wall_s'])} wall, {s['gpu_hours']:.2f} {unit}{per}"
         + (f"; {format_duration(s['paused_s'])} paused, not counted" if s.get("paused_s") else "")

@@ -257,6 +257,12 @@ def format_comparison(result: Any) -> list[str]:
         f"{result.a.short} vs {result.b.short} [{result.mode}]: {cmp.verdict.value.upper()}",
         comparison_line("effect (B vs A)", cmp) or "",
     ]
+    metric = Metric.from_json(getattr(result, "metric", None))
+    meds = [median([math.exp(t.summary) for t in ts if t.summary is not None])
+            for ts in (getattr(result, "trials_a", ()), getattr(result, "trials_b", ()))]
+    if metric is not None and all(v is not None for v in meds):
+        lines.append(f"medians: A {metric.format(meds[0])}, B {metric.format(meds[1])} "
+                     f"({metric.name}, {metric.direction})")
     if cmp.explanation:
         lines.append(cmp.explanation)
     lines.extend(result.history)
@@ -339,6 +345,29 @@ def format_log(bisections: Any, comparisons: Any) -> list[str]:
     if not lines:
         lines.append("no bisections or comparisons stored yet")
     return lines
+
+
+def log_json(bisections: Any, comparisons: Any, config: Any = None) -> dict[str, Any]:
+    """`perfbisect log --json`: each bisection and comparison with its verdict and its metric's description."""
+    from .metrics import stored_or_described
+
+    return json_value({
+        "bisections": [{
+            "id": b.id, "good": b.good, "bad": b.bad, "mode": b.metric, "status": b.status,
+            "verdict": b.verdict.value if b.verdict else None, "culprit": b.culprit,
+            "culprit_set": list(b.outcome.culprit_set) if b.outcome is not None and b.outcome.culprit_is_set else [],
+            "culprit_is_set": bool(b.outcome is not None and b.outcome.culprit_is_set),
+            "effect_pct": b.outcome.effect_pct if b.outcome is not None else None,
+            "trials": b.trial_count, "started_at": b.started_at, "finished_at": b.finished_at, "target": b.target,
+            "metric": stored_or_described(b.metric_info, config).as_json(),
+        } for b in bisections],
+        "comparisons": [{
+            "id": c.id, "a": c.a, "b": c.b, "mode": c.mode, "verdict": c.comparison.verdict.value,
+            "effect_pct": c.comparison.effect_pct, "ci_low_pct": c.comparison.ci_low_pct,
+            "ci_high_pct": c.comparison.ci_high_pct, "level_pct": c.comparison.level_pct,
+            "created_at": c.created_at, "metric": stored_or_described(c.metric_info, config).as_json(),
+        } for c in comparisons],
+    })
 
 
 def format_run(run: RunResult, metric: Metric | None = None) -> str:

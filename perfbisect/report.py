@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import jinja2
 
 from . import __version__
-from .metrics import pct_text, signed
+from .metrics import level_text, pct_text, signed
 from .resources import data_dir
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -255,7 +255,7 @@ def short_line(view: Mapping[str, Any], path: Path | None = None) -> str:
         unit = ""
         if levels.get("before") is not None and levels.get("after") is not None:
             unit = f" ({signed(levels['after'] - levels['before'], view['unit'])})"
-        level = f"{view['level_pct']:g}% " if view.get("level_pct") else ""
+        level = f"{level_text(view['level_pct'])} " if view.get("level_pct") else ""
         bits.append(f"{pct_text(cmp['effect_pct'])}{unit} {level}[{pct_text(cmp['ci_low_pct'])}, {pct_text(cmp['ci_high_pct'])}]")
     if view.get("culprit"):
         bits.append(f"culprit {view['culprit']['short']}")

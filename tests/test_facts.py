@@ -1,0 +1,171 @@
+"""Answers that state the right facts (issue #21): a metric's unit and direction come from one description
+stored with each bisection and comparison, everywhere it is shown — terminal, JSON, markdown, `log` and
+the report (opened in headless Chromium) — even without the config that produced it.
+
+Each metric is a real `command` target (tests/test_targets.py's project, with the key renamed) bisected
+through the real CLI. Nothing here depends on how the search goes beyond "the planted change is found",
+which a 25% step under 1% noise settles; no duration or rate is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfbisect.metrics import level_text, pct_text, unit_of_key
+from tests.repo_factory import RepoFactory
+from tests.test_cli import cli
+from tests.test_report import CHROMIUM, chromium, needs_chromium
+
+BENCH = """\
+import json, pathlib, random
+rate = float(pathlib.Path("rate.txt").read_text().strip())
+print(json.dumps({KEY: rate * SCALE * random.gauss(1.0, 0.01)}))
+"""
+
+# key, unit the key states, higher is better, scale of the printed values
+METRICS = [
+    ("ops_per_s", "ops/s", True, 1000.0),
+    ("req_per_sec", "req/s", True, 1.0),
+    ("p50_latency_ms", "ms", False, 0.1),
+    ("wall_s", "s", False, 1.9e-7),  # ~1.9e-5 s: small numbers keep their significant digits
+    ("score", "", True, 1.0),  # a key that states no unit has none
+]
+
+
+def project(path: Path, key: str, higher: bool, scale: float) -> tuple[Path, list[str], Path]:
+    """c0..c5, the change at c3: 25% worse (a rate falls, a time rises)."""
+    r = RepoFactory(path / "proj")
+    bench = BENCH.replace("KEY", json.dumps(key)).replace("SCALE", repr(scale))
+    rates = ["100"] * 3 + (["75"] * 3 if higher else ["125"] * 3)
+    shas = [r.commit("c0 base", {"bench.py": bench, "rate.txt": rates[0] + "\n"})]
+    for i, rate in enumerate(rates[1:], start=1):
+        shas.append(r.commit(f"c{i} rate {rate}", {"rate.txt": rate + "\n", f"src/m{i}.py": f"x = {i}\n"}))
+    config = path / "perfbisect.toml"
+    config.write_text(
+        f"[target]\nrepo = {json.dumps(str(r.path))}\npython = {json.dumps(sys.executable)}\n"
+        f'[workload]\nkind = "command"\ncommand = ["{{python}}", "bench.py"]\nmetric = "{key}"\nwarmup = 0\n'
+        f"higher_is_better = {'true' if higher else 'false'}\n[stats]\nmax_trials_total = 60\n"
+    )
+    return config, shas, r.path
+
+
+def test_units_are_read_off_the_key_rates_before_times():
+    assert [unit_of_key(k) for k, *_ in METRICS] == [u for _, u, *_ in METRICS]
+    assert unit_of_key("decode_tok_s") == "tok/s" and unit_of_key("items_per_second") == "items/s"
+    assert unit_of_key("elapsed_seconds") == "s" and unit_of_key("throughput") == ""
+
+
+def test_levels_and_huge_effects_read_as_people_state_them():
+    assert [level_text(x) for x in (99.0, 98.0, 99.963, 99.7901, 95.0, 99.9)] == ["99%", "98%", "99.9%", "99.5%", "95%", "99.9%"]
+    assert pct_text(751980.4) == "×7,521" and pct_text(-41.1) == "-41.1%" and pct_text(250.0) == "+250.0%"
+
+
+@pytest.mark.parametrize("key,unit,higher,scale", METRICS, ids=[m[0] for m in METRICS])
+def test_a_metric_speaks_its_own_unit_everywhere(tmp_path, key, unit, higher, scale):
+    config, shas, repo = project(tmp_path, key, higher, scale)
+    db = tmp_path / "results.sqlite"
+    direction = "higher is better" if higher else "lower is better"
+
+    # Terminal: each run's value and the closing line in the metric's unit, never seconds or tok/s.
+    proc = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db))
+    assert proc.returncode == 0, proc.stderr
+    runs = re.findall(r"^  run 0: (.*)$", proc.stderr, re.M)
+    assert runs, proc.stderr
+    for shown in runs:
+        if unit:
+            assert shown.endswith(f" {unit}"), shown
+        else:
+            assert re.fullmatch(r"[0-9.,]+", shown), shown  # no unit, not "(score)" or "s"
+    assert "tok/s" not in proc.stdout + proc.stderr
+    closing = proc.stdout.strip().splitlines()[-1]
+    assert closing.startswith("REGRESSION") and f"culprit {shas[3][:10]}" in closing, proc.stdout
+    delta = re.search(r"\(([-+][0-9.,]+)( [^)]*)?\) 98% \[", closing)
+    assert delta and (delta.group(2) or "") == (f" {unit}" if unit else ""), closing
+    assert delta.group(1).startswith("-" if higher else "+"), closing
+    if key == "wall_s":  # 1.9e-5 s × 25%: significant digits, never "+0.0 s"
+        assert delta.group(1).startswith("+0.00000"), closing
+    spent = next(line for line in proc.stdout.splitlines() if line.startswith("spent:"))
+    assert "machine-hours" in spent and "GPU" not in spent, spent  # a command target holds no GPU
+
+    # JSON: the description, the culprit, the unit.
+    data = json.loads(cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db),
+                          "--json").stdout)
+    assert data["metric"]["unit"] == unit and data["metric"]["higher_is_better"] is higher
+    assert data["culprit"] == shas[3] and data["culprit_is_set"] is False
+
+    # Markdown (a comparison: its own stored description).
+    md = cli("compare", shas[0], shas[-1], "-c", str(config), "--db", str(db), "--max-trials", "3",
+             "--format", "markdown")
+    assert md.returncode in (0, 3), md.stderr
+    row = next(line for line in md.stdout.splitlines() if line.startswith("| metric |"))
+    assert f"`{key}`" in row and direction in row and ((f", {unit}" in row) if unit else row.count(",") == 1), row
+    medians = next(line for line in md.stdout.splitlines() if line.startswith("| medians |"))
+    values = re.fullmatch(r"\| medians \| A (.*?), B (.*) \|", medians)
+    assert values, medians
+    for value in values.groups():
+        assert re.fullmatch(r"[0-9.,]+" + (f" {re.escape(unit)}" if unit else ""), value), medians
+
+    # Without the config: a fresh directory, only --db. `log`, `log ID` and the reports read the stored description.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    moved = elsewhere / "copy.sqlite"
+    shutil.copy(db, moved)
+    listed = json.loads(cli("log", "--db", str(moved), "--json", cwd=elsewhere).stdout)
+    assert {b["metric"]["unit"] for b in listed["bisections"]} == {unit}
+    assert {c["metric"]["unit"] for c in listed["comparisons"]} == {unit}
+    assert all(b["metric"]["higher_is_better"] is higher for b in listed["bisections"])
+    detail = cli("log", "1", "--db", str(moved), cwd=elsewhere)
+    assert detail.returncode == 0, detail.stderr
+    assert f"metric: {key} ({key}{', ' + unit if unit else ''}, {direction})" in detail.stdout, detail.stdout
+    medians = re.findall(r"median (\S+)( \S+)?  ", detail.stdout)
+    assert medians and all((m[1] == f" {unit}") if unit else m[1] == "" for m in medians), detail.stdout
+    assert "median 0.0 " not in detail.stdout and "median 0.0\n" not in detail.stdout
+    assert "decode" not in detail.stdout and "tok/s" not in detail.stdout
+
+    for which in ("1", "c1"):
+        report = cli("report", which, "--db", str(moved), "--json", cwd=elsewhere)
+        assert report.returncode == 0, report.stderr
+        path = Path(json.loads(report.stdout)["report"])
+        assert path.name.startswith("copy-"), path  # named after its database: two databases never collide
+        html = path.read_text()
+        assert "decode throughput" not in html and "tok/s" not in html
+        if CHROMIUM:
+            dom = chromium(path.as_uri(), tmp_path, "--dump-dom")
+            assert dom.returncode == 0, dom.stderr[-2000:]
+            sentence = dom.stdout.split('<div class="sentence">', 1)[1].split("</div>", 1)[0]
+            assert direction in sentence, sentence
+            if unit:
+                assert f" {unit}" in sentence, sentence
+            header = re.search(r"<th>trial medians([^<]*)</th>", dom.stdout).group(1)
+            assert header == (f" ({unit})" if unit else ""), header
+
+
+@needs_chromium
+def test_report_text_states_levels_and_counts_in_label_order(tmp_path):
+    config, shas, repo = project(tmp_path, "ops_per_s", True, 1000.0)
+    db = tmp_path / "results.sqlite"
+    proc = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    ends, step = data["endpoint_comparison"], data["culprit_comparison"]
+    text = cli("log", "1", "--db", str(db)).stdout
+    assert "no build steps" not in text  # the log shows trials, the report's note is below
+    dom = chromium(Path(data["report"]).as_uri(), tmp_path, "--dump-dom").stdout
+    evidence = dom.split('id="evidence"', 1)[1]
+    rows = re.findall(r"<tr><td>([^<]*)</td><td class=\"num\">[^<]*</td><td>([^<]*)</td>.*?<td>(\d+) vs (\d+)</td>",
+                      evidence, re.S)
+    by_label = {label.split(":")[0]: (interval, int(first), int(second)) for label, interval, first, second in rows}
+    # "bad vs good": the bad end's trials first; "from the culprit on vs before it": after first.
+    assert by_label["endpoints"][1:] == (ends["n_b"], ends["n_a"]), by_label
+    assert by_label["from the culprit on vs before it"][1:] == (step["n_b"], step["n_a"]), by_label
+    assert all(interval.startswith("98% [") for interval, *_ in by_label.values()), by_label
+    note = dom.split('id="builds-note"', 1)[1].split("</p>", 1)[0]
+    assert "No build steps" in note and "reused" not in note.replace("nothing was built or reused", ""), note
+    sentence = dom.split('<div class="sentence">', 1)[1].split("</div>", 1)[0]
+    assert "98% interval [" in sentence and re.search(r"\d+ trials, [0-9.]+ machine-hours", sentence), sentence

@@ -595,7 +595,10 @@ def doctor(config_path: Path, db: Path | None = None, launch: bool = False) -> l
 
 
 def log(db_path: Path | str, limit: int = 20) -> tuple[list[BisectionRecord], list[ComparisonRecord]]:
-    """The newest ``limit`` bisections and comparisons stored in ``db_path`` (a path or URL), newest first."""
+    """The newest ``limit`` bisections and comparisons stored in ``db_path`` (a path or URL), newest first.
+    Reading never creates a database: a path where there is none is a UsageError."""
+    if not locate(db_path).exists():
+        raise UsageError(f"No results database at {locate(db_path)}: pass --db PATH, or run `perfbisect run` first.")
     with open_store(db_path) as store:
         return store.bisections(limit), store.comparisons(limit)
 

@@ -169,3 +169,145 @@ def test_report_text_states_levels_and_counts_in_label_order(tmp_path):
     assert "No build steps" in note and "reused" not in note.replace("nothing was built or reused", ""), note
     sentence = dom.split('<div class="sentence">', 1)[1].split("</div>", 1)[0]
     assert "98% interval [" in sentence and re.search(r"\d+ trials, [0-9.]+ machine-hours", sentence), sentence
+
+
+# ------------------------------------------------------------------------------------------------
+# Friction: locks scoped to what a run uses, --json failures, --help, commands CI needs
+
+
+HOLDER = """\
+import fcntl, os, sys, time
+fds = []
+for name, mode in (a.split("=") for a in sys.argv[2:]):
+    fd = os.open(os.path.join(sys.argv[1], name), os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(fd, fcntl.LOCK_SH if mode == "sh" else fcntl.LOCK_EX)
+    if mode == "ex":
+        os.write(fd, f"{os.getpid()}\\nanother project's perfbisect\\n".encode())
+    fds.append(fd)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """Another process (another project's perfbisect, as far as the lock files say) holding locks."""
+    import subprocess
+
+    procs = []
+
+    def hold(lock_dir: Path, *locks: str) -> subprocess.Popen:
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_dir), *locks], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "held"
+        procs.append(proc)
+        return proc
+
+    yield hold
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_cpu_run_is_not_blocked_by_another_projects_node_lock(tmp_path, holder):
+    locks = tmp_path / "locks"
+    other = holder(locks, "perfbisect-gpu-node.lock=ex")
+    config, shas, repo = project(tmp_path, "ops_per_s", True, 1000.0)
+    env = {"PERFBISECT_LOCK_DIR": str(locks)}
+    proc = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "r.sqlite"),
+               "--json", env=env)
+    assert proc.returncode == 0, proc.stderr  # a command target holds its repository's lock only
+    assert json.loads(proc.stdout)["culprit"] == shas[3]
+    assert other.poll() is None
+
+
+def test_a_gpu_run_is_refused_with_the_lock_dir_and_wait_named_and_one_json_error(tmp_path, holder):
+    from perfbisect.demo.target import make_demo_target
+
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    locks = tmp_path / "locks"
+    other = holder(locks, "perfbisect-gpu-node.lock=ex")
+    proc = cli("measure", "HEAD", "-c", str(target.config), "--db", str(tmp_path / "r.sqlite"), "--json",
+               env={"PERFBISECT_LOCK_DIR": str(locks)})
+    assert proc.returncode == 4, (proc.stdout, proc.stderr)
+    error = json.loads(proc.stdout)  # exactly one JSON object on stdout
+    assert error["exit_code"] == 4 and error["kind"] == "LockHeld"
+    for text in (error["error"], " ".join(proc.stderr.split())):
+        assert f"pid {other.pid}" in text and "PERFBISECT_LOCK_DIR" in text and "--wait" in text, text
+        assert "kill" not in text
+
+
+def test_runs_on_different_gpus_share_the_node(tmp_path, holder, monkeypatch):
+    from perfbisect.locks import LockHeld, exclusive, gpus_of
+
+    assert gpus_of([{"CUDA_VISIBLE_DEVICES": "2,0"}, {}]) == ("0", "2") and gpus_of([{}]) is None
+    assert gpus_of([{"CUDA_VISIBLE_DEVICES": "GPU-5d1c"}]) is None  # not an index: the whole node
+    locks = tmp_path / "locks"
+    holder(locks, "perfbisect-gpu-node.lock=sh", "perfbisect-gpu-0.lock=ex")  # a run given GPU 0
+    monkeypatch.setenv("PERFBISECT_LOCK_DIR", str(locks))
+    with exclusive(tmp_path / "a", repo="a", gpus=("1",)):  # GPU 1: proceeds beside it
+        pass
+    with pytest.raises(LockHeld, match="GPU 0"):
+        with exclusive(tmp_path / "b", repo="b", gpus=("0", "1")):
+            pass
+    with pytest.raises(LockHeld, match="GPU node"):  # every GPU: waits for any other run
+        with exclusive(tmp_path / "c", repo="c"):
+            pass
+
+
+def test_json_failures_are_one_json_object(tmp_path):
+    for args, code, kind in (
+        (["run", "good=a", "bad=b", "-c", str(tmp_path / "missing.toml")], 2, "ConfigError"),
+        (["run", "--bogus"], 2, "UsageError"),
+        (["log", "--db", str(tmp_path / "none.sqlite")], 2, "UsageError"),
+    ):
+        proc = cli(*args, "--json", cwd=tmp_path)
+        assert proc.returncode == code, (args, proc.stderr)
+        data = json.loads(proc.stdout)
+        assert data["exit_code"] == code and data["kind"] == kind and data["error"], data
+        assert proc.stderr.strip(), "the paragraph stays on stderr too"
+
+
+def test_help_keeps_bracketed_config_names_and_shows_no_bool():
+    shown = {command: cli(*command.split(), "--help").stdout for command in ("run", "skip", "check", "log", "compare")}
+    joined = " ".join(" ".join(text.split()) for text in shown.values())
+    for name in ("[store] url", "[cost] budget_gpu_hours", "[filters] skip", "[hook] action"):
+        assert name in joined, name
+    assert "<bool>" not in joined
+    assert "--fail-on-regression" in shown["compare"] and "--json" in shown["log"]
+
+
+def test_ci_commands_compare_fails_on_regression_doctor_and_log_speak_json(tmp_path):
+    config, shas, repo = project(tmp_path, "ops_per_s", True, 1000.0)
+    db = tmp_path / "r.sqlite"
+    proc = cli("compare", shas[0], shas[-1], "-c", str(config), "--db", str(db), "--max-trials", "4",
+               "--fail-on-regression")
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)  # B is 25% slower: the CI job fails
+    assert re.search(r"medians: A [0-9,]+ ops/s, B [0-9,]+ ops/s \(ops_per_s, higher is better\)", proc.stdout)
+    assert re.search(r"effect \(B vs A\): -\d+\.\d% \(99\.9% interval", proc.stdout), proc.stdout
+    same = cli("compare", shas[0], shas[1], "-c", str(config), "--db", str(db), "--max-trials", "4",
+               "--fail-on-regression")
+    assert same.returncode in (0, 3), same.stderr
+    doctor = cli("doctor", "-c", str(config), "--db", str(db), "--json")
+    data = json.loads(doctor.stdout)
+    assert doctor.returncode == (2 if not data["ok"] else 0) and data["findings"]
+    messages = " ".join(f["message"] for f in data["findings"])
+    assert "nvidia-ml-py" not in messages  # a command target is not told to install a GPU library
+    log = json.loads(cli("log", "-c", str(config), "--db", str(db), "--json").stdout)
+    assert [c["verdict"] for c in log["comparisons"]][-1] == "regressed" and log["bisections"] == []
+
+
+def test_demo_variants_keep_their_folders_and_log_finds_them(tmp_path, private_node_lock):
+    first = cli("demo", "--commits", "10", "--json", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    planted = json.loads(first.stdout)
+    drift = cli("demo", "--commits", "10", "--drift-only", "--json", cwd=tmp_path)
+    assert drift.returncode in (0, 3), drift.stderr
+    second = json.loads(drift.stdout)
+    assert Path(planted["demo_dir"]) == tmp_path / ".perfbisect" / "demo"
+    assert Path(second["demo_dir"]) == tmp_path / ".perfbisect" / "demo-drift"
+    assert (tmp_path / ".perfbisect" / "demo" / "results.sqlite").is_file() and Path(planted["report"]).is_file()
+    log = cli("log", cwd=tmp_path)  # at the repository root, right after the demos: no config here
+    assert log.returncode == 0, log.stderr
+    assert log.stdout.startswith("bisection #1 ") and "demo-drift" in log.stderr
+    assert "-c CONFIG or --db PATH" in log.stderr

@@ -43,6 +43,7 @@ SEARCH_POWER = 1.5
 # Simulated bisections behind one estimate, and the wall-clock budget `plan` gives them.
 SIM_REPS = 11
 SIM_BUDGET_S = 4.0  # CPU seconds; the demo's 4 and 20 candidates take about 0.1–1 s
+NO_CHANGE_REPS = 5  # simulated bisections of a range with no change at all (the estimate's other outcome)
 SIM_MAX_CANDIDATES = 32  # longer ranges: simulated at this length, extended by the fitted growth
 # The regression assumed when neither stored endpoint trials nor the user say how big it is.
 DEFAULT_EFFECT_FACTOR = 5.0
@@ -138,6 +139,7 @@ class Forecast:
     noise_source: str
     elapsed_s: float  # wall seconds the forecast took
     cpu_s: float  # CPU seconds (what the budget counts)
+    no_change: int | None = None  # median trials when nothing changed at all (simulated), None: not simulated
 
 
 def forecast_trials(
@@ -171,10 +173,15 @@ def forecast_trials(
         counts = []
         method = (f"fitted formula 2 + 2 + {SEARCH_COEF} × log2({n - 1})^{SEARCH_POWER} (no simulation "
                   f"finished within {budget_s:g} CPU seconds)")
+    # The other outcome a range can have: no regression at all (the endpoints decide it, or the tolerance
+    # takes its trials to rule out). Simulated the same way, with no step, on what budget is left.
+    left = budget_s - (time.process_time() - c0)
+    flat = simulate_trials(sim_n, settings, noise, 0.0, reps=NO_CHANGE_REPS, budget_s=left) if left > 0 else []
+    no_change = min(cap, int(round(median(flat)))) if flat else None
     return Forecast(
         trials=trials, low=low, high=high, method=method, runs=tuple(counts), effect_pct=effect_pct,
         effect_source=effect_source, noise_pct=pct(noise.sigma_b), noise_source=noise.source,
-        elapsed_s=time.monotonic() - t0, cpu_s=time.process_time() - c0,
+        elapsed_s=time.monotonic() - t0, cpu_s=time.process_time() - c0, no_change=no_change,
     )
 
 
@@ -228,6 +235,11 @@ class Estimate:
             )
         out = [head]
         f = self.forecast
+        if f is not None and f.no_change is not None:
+            n = f.no_change
+            time_part = (f", {format_duration(n * self.modes * self.trial_s)} wall" if self.trial_s is not None else "")
+            out.append(f"  if nothing changed: ~{n} trial{'s' if n != 1 else ''}{time_part} (the search ends on "
+                       f"\"no regression\" once the endpoints rule it out)")
         if f is not None and not f.runs:
             out.append(f"  how: {f.method}; it counts candidates only, not the regression or the noise")
         elif f is not None:
@@ -249,6 +261,7 @@ class Estimate:
             "gpus": self.gpus, "hours_unit": self.unit, "wall_s": self.wall_s, "gpu_hours": self.gpu_hours, "max_gpu_hours": self.max_gpu_hours,
             "gpu_hours_low": self._hours(self.low or self.trials), "gpu_hours_high": self._hours(self.high or self.trials),
             "method": f.method if f else "formula", "simulated_trials": list(f.runs) if f else [],
+            "trials_if_no_change": f.no_change if f else None,
             "effect_pct": f.effect_pct if f else None, "effect_source": f.effect_source if f else None,
             "noise_pct": f.noise_pct if f else None, "noise_source": f.noise_source if f else None,
             "seconds_to_estimate": f.elapsed_s if f else None, "cpu_seconds_to_estimate": f.cpu_s if f else None,
@@ -396,10 +409,27 @@ class SearchStatus:
             return None
         return max(self.expected - self.trial + 1, 1) * self.trial_s
 
+    @property
+    def eta_is_lower_bound(self) -> bool:
+        """Past the estimate's trial count, or in a phase that adds trials the estimate did not foresee
+        (confirming a change, checking for a second one): the ETA is at least this, not about this."""
+        return self.trial >= self.expected or self.phase in ("confirming", "second-change check")
+
+    def eta_text(self) -> str:
+        """"~4m10s", "≥ 12s" (a lower bound), or "?" before any trial time is known."""
+        if self.eta_s is None:
+            return "?"
+        return ("≥ " if self.eta_is_lower_bound else "~") + format_duration(self.eta_s)
+
     def line(self) -> str:
         best = f" · best: {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
-        eta = format_duration(self.eta_s) if self.eta_s is not None else "?"
         return (
             f"bisection #{self.bisection_id}: trial {self.trial} of at most {self.max_trials} (~{self.expected} expected)"
-            f" · {self.phase} · {self.commit}{best} · {format_duration(self.elapsed_s)} elapsed · ETA ~{eta}"
+            f" · {self.phase} · {self.commit}{best} · {format_duration(self.elapsed_s)} elapsed · ETA {self.eta_text()}"
         )
+
+    def compact(self) -> str:
+        """The live line's short form, most telling first (a terminal of 80 columns cuts the tail)."""
+        best = f" · best {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
+        return (f"#{self.bisection_id} trial {self.trial}/~{self.expected} · {self.phase} · {self.commit} · "
+                f"ETA {self.eta_text()} · {format_duration(self.elapsed_s)}{best}")

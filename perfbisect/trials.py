@@ -225,6 +225,8 @@ class TrialRunner:
         self.progress.info(f"trial #{trial_id}: {commit.short} [{mode.name}] {commit.subject[:60]}")
         self.progress.detail(f"  layout {layout.id}: {_layout_words(layout, prepared.worktree)}")
         session = _Session(trial_id, self.ws.store, self.progress, describe_workload(self.ws.config.workload))
+        what = "workload.command" if self.ws.config.workload.kind == "command" else "server and benchmark"
+        self.progress.detail(f"{prepared.commit.short} [{mode.name}]: running the {what}; its runs show as they land")
         status, error = self._measure(session, prepared, mode, log_path, layout)
         self._read_versions(prepared)
         result = self._finish(session, status, error, prepared.versions)

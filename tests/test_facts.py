@@ -311,3 +311,67 @@ def test_demo_variants_keep_their_folders_and_log_finds_them(tmp_path, private_n
     assert log.returncode == 0, log.stderr
     assert log.stdout.startswith("bisection #1 ") and "demo-drift" in log.stderr
     assert "-c CONFIG or --db PATH" in log.stderr
+
+
+def _run_in_a_terminal(args: list[str], columns: int, timeout: float = 240) -> tuple[int, str]:
+    """``perfbisect ARGS`` with stderr on a pseudo-terminal ``columns`` wide; (exit status, what it drew)."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([sys.executable, "-m", "perfbisect.cli", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=slave, env={**env, "TERM": "xterm"})
+    os.close(slave)
+    out = b""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=30)
+    os.close(master)
+    return proc.returncode, out.decode("utf-8", "replace")
+
+
+def test_the_live_line_fits_80_columns_and_its_eta_says_when_it_is_a_floor(tmp_path):
+    config, shas, repo = project(tmp_path, "ops_per_s", True, 1000.0)
+    code, drawn = _run_in_a_terminal(["run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config),
+                                      "--db", str(tmp_path / "r.sqlite")], columns=80)
+    assert code == 0, drawn[-3000:]
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]", "", drawn)
+    rows = [row for row in re.split(r"\r\n|\r|\n", plain) if row.strip()]
+    live = [row for row in rows if "/~" in row and "ETA" in row]
+    assert live, plain[-3000:]
+    assert max(len(row) for row in live) <= 80, max(live, key=len)
+    # The detail under it names the benchmark while it runs (not "preparing worktree" throughout).
+    assert any("running the workload.command" in row for row in rows), plain[-3000:]
+    # Confirming adds trials the estimate did not foresee: its ETA is a floor, never "about".
+    confirming = [row for row in live if "confirming" in row and "ETA" in row]
+    assert confirming and all("ETA ≥" in row or "ETA ?" in row for row in confirming), confirming
+
+
+def test_plan_estimates_the_no_change_outcome_too(tmp_path):
+    config, shas, repo = project(tmp_path, "ops_per_s", True, 1000.0)
+    args = ("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "p.sqlite"))
+    data = json.loads(cli(*args, "--json").stdout)["estimate"]
+    assert isinstance(data["trials_if_no_change"], int) and data["trials_if_no_change"] >= 2, data
+    assert data["hours_unit"] == "machine-hours"
+    text = cli(*args).stdout
+    assert re.search(r"^  if nothing changed: ~\d+ trials?", text, re.M), text
+    assert "GPU" not in text.split("estimate:", 1)[1]

@@ -84,8 +84,11 @@ def format_outcome(result: Any) -> list[str]:
     for sha in out.layout_sensitive:
         lines.append(f"layout-sensitive, not blamed: {describe(sha)}")
     if out.budget_exhausted:
-        best = ", ".join(describe(s) for s in out.best_answer) or "no change"
-        prob = f" (probability {out.answer_probability:.2f})" if out.answer_probability is not None else ""
+        best = (" and at ".join(describe(s) for s in out.best_answer) if out.best_answer else "no change")
+        if len(out.best_answer) == 2:
+            best = f"two changes: at {best}"
+        prob = (f" (probability {out.answer_probability:.2f}, given that something changed)"
+                if out.answer_probability is not None and out.best_answer else "")
         stop = f" ({out.stopped_by})" if out.stopped_by else ""
         lines.append(f"budget exhausted{stop}: best answer {best}{prob}")
         more = getattr(result, "more", None)

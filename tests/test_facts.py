@@ -375,3 +375,21 @@ def test_plan_estimates_the_no_change_outcome_too(tmp_path):
     text = cli(*args).stdout
     assert re.search(r"^  if nothing changed: ~\d+ trials?", text, re.M), text
     assert "GPU" not in text.split("estimate:", 1)[1]
+
+
+def test_an_inconclusive_pair_reads_as_one_answer_of_two_changes():
+    from types import SimpleNamespace
+
+    from perfbisect.evidence import verdict_view
+    from perfbisect.model import BisectOutcome, Verdict
+    from perfbisect.render import format_outcome
+
+    a, b, g, z = "a" * 40, "b" * 40, "0" * 40, "f" * 40
+    out = BisectOutcome(verdict=Verdict.INCONCLUSIVE, good=g, bad=z, best_answer=(a, b), answer_probability=0.2,
+                        budget_exhausted=True, trials_used=1)
+    view = verdict_view(out, "done", {}, {}, "ops/s", "ops", 1, 0.01, "machine-hours", 0.01, 2.0)
+    assert f"Best answer: two changes, at {a[:10]} and at {b[:10]} (probability 0.20, given that something changed)" \
+        in view["sentence"], view["sentence"]
+    assert "after 1 trial," in view["sentence"]
+    lines = format_outcome(SimpleNamespace(outcome=out, commits={}, bisection_id=1, filtered=[], db_path="x"))
+    assert any(f"best answer two changes: at {a[:10]} and at {b[:10]} (probability 0.20, given" in line for line in lines), lines

@@ -272,7 +272,7 @@ def compare(
     }[verdict]
     explanation = (
         f"{eff:+.1f}% (B vs A), {level_text(level)} interval [{lo_p:+.1f}%, {hi_p:+.1f}%] from {ts.n_b} vs {ts.n_a} "
-        f"trials (one server session each; runs inside a session are not counted as independent), "
+        f"trials (runs inside one trial are not counted as independent), "
         f"between-trial noise {pct(ts.sigma):.1f}% ({ts.dof:g} dof; {noise.source.split(' (')[0]}): "
         f"{verdict.value}, {why}."
     )

@@ -235,11 +235,6 @@ class Estimate:
             )
         out = [head]
         f = self.forecast
-        if f is not None and f.no_change is not None:
-            n = f.no_change
-            time_part = (f", {format_duration(n * self.modes * self.trial_s)} wall" if self.trial_s is not None else "")
-            out.append(f"  if nothing changed: ~{n} trial{'s' if n != 1 else ''}{time_part} (the search ends on "
-                       f"\"no regression\" once the endpoints rule it out)")
         if f is not None and not f.runs:
             out.append(f"  how: {f.method}; it counts candidates only, not the regression or the noise")
         elif f is not None:
@@ -247,6 +242,11 @@ class Estimate:
                 f"  how: {f.method}, each a {f.effect_pct:.1f}% regression ({f.effect_source}) under "
                 f"{f.noise_pct:.1f}% trial noise ({f.noise_source}); the cost grows as the regression nears the noise"
             )
+        if f is not None and f.no_change is not None:
+            n = f.no_change
+            time_part = (f", {format_duration(n * self.modes * self.trial_s)} wall" if self.trial_s is not None else "")
+            out.append(f"  if nothing changed: ~{n} trial{'s' if n != 1 else ''}{time_part} (the search ends on "
+                       f"\"no regression\" once the endpoints rule it out)")
         return out
 
     def line(self) -> str:

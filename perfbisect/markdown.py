@@ -28,7 +28,8 @@ def md(text: Any) -> str:
     return _SPECIAL.sub(r"\\\1", one)
 
 
-_PROSE = re.compile(r"([\\`*\[\]<>|~&])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+# A "[" or "]" opens no link unless "](" or "][" follows: "[-19.2%, -8.7%]" stays as written.
+_PROSE = re.compile(r"([\\`*<>|~&])|\](?=[(\[])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
 
 def prose(text: Any) -> str:

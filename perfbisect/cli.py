@@ -987,6 +987,8 @@ def main() -> None:
             cli()
         else:  # Click's own usage errors come back here instead of exiting, to be answered in JSON too
             code = cli(standalone_mode=False)
+            if signalled and code in (1, 130):  # an interrupt Click turned into its own status
+                sys.exit(128 + signalled[0])
             sys.exit(code if isinstance(code, int) else EXIT_OK)
     except SystemExit as exc:
         # Click turns an interrupt outside a command's own handling into "Aborted!" and status 1.

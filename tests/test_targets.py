@@ -108,6 +108,18 @@ def test_exit_125_makes_a_commit_untestable_never_blamed(tmp_path):
     index = (site / "index.html").read_text()
     row = index.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
     assert "one of" in row and shas[3][:10] in row and shas[4][:10] in row, row
+    md = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--format", "markdown")
+    assert md.returncode == 0, md.stderr
+    assert f"| first bad commit | one of `{shas[3][:10]}`, `{shas[4][:10]}`" in md.stdout, md.stdout
+    text = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db))
+    assert "first bad commit: one of these 2" in text.stdout and f"first bad commit: {shas[4][:10]}" not in text.stdout
+    # What the hook sends: no culprit named, the set and its flag instead.
+    from perfbisect.notify import payload, summary_line
+
+    sent = {"verdict": "regressed", "culprit": None, "culprit_set": [shas[3], shas[4]], "culprit_is_set": True}
+    body = payload(sent, summary_line(sent))
+    assert body["culprit"] is None and body["culprit_is_set"] is True and body["culprit_set"] == [shas[3], shas[4]]
+    assert f"culprit one of {shas[3][:10]}, {shas[4][:10]}" in body["line"]
     statuses = db_rows(db, f"select status, error from trials where commit_sha = '{shas[3]}'")
     assert statuses and all(s == "skipped" and "untestable" in (e or "") for s, e in statuses), statuses
     assert db_rows(db, "select count(*) from trials where status = 'failed'") == [(0,)]

@@ -21,20 +21,24 @@ from .calibration import (
     starting_noise_for,
 )
 from .bisect import Done, Observation, SearchPolicy
+from .search_replay import INDEX_REPLAY_WORK, SearchStart, decision_json, observations_of
 from .settings import Config
 from .doctor import Finding, run_doctor
 from .errors import UsageError
 from .patches import PatchCheck, check_patches
 from .gitrepo import TargetRepo
-from .plan import Plan, plan_range
+from .changepoint import SPARSE_ABOVE, sparse_footprint
+from .envs import pin_groups
+from .plan import Plan, PlanWarning, plan_range
 from .run_allocation import RunsAdvice, runs_advice
 from .skips import Skip, SkipList, skipped_commits
 from .targets import active_filters
 from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict, median
-from .metrics import describe as describe_metric
+from .metrics import DECODE, describe as describe_metric
 from .metrics import describe_workload, stored_or_described
 from .render import attribution_line, history_line, state_lines
-from .stats import NoiseModel, compare, compare_sequential, pct
+from .stats import NoiseModel, compare, compare_sequential, log_of_pct, pct
+from .regressed_path import decide as decide_path
 from .store import BisectionRecord, ComparisonRecord, Store, StoreLocation, locate, open_store
 from .trials import TrialRunner, interleaved, observe
 from .workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
@@ -203,15 +207,25 @@ def run_bisection(
         f"{len(filtered)} not measured (only paths the filters ignore)"
     )
     progress.info(f"filters: {plan.filters_note}")
-    noise, noise_note = noise_model_and_note(ws, cfg.metric_modes)
-    progress.info(f"noise model: {noise.describe()}")
-    if noise_note:
-        progress.warn(noise_note)
     shas = [c.sha for c in candidates]
+    higher = describe_metric(cfg).higher_is_better
+    if resume_id is not None and record.search_start:
+        # The search resumes from what it started from (noise, endpoint history), not from what this host
+        # has learned since: one bisection is one search, and its report replays exactly this one.
+        start = SearchStart.from_json(record.search_start)
+        progress.info(f"noise model (as this bisection started): {start.noise.describe()}")
+    else:
+        noise, noise_note = noise_model_and_note(ws, cfg.metric_modes)
+        progress.info(f"noise model: {noise.describe()}")
+        if noise_note:
+            progress.warn(noise_note)
+        start = SearchStart(noise, tuple(endpoint_history(ws, (good_c, bad_c))), higher)
+    noise = start.noise
     if resume_id is None:
         bisection_id = store.begin_bisection(
             good=good_c.sha, bad=bad_c.sha, commits=shas, metric=cfg.stats.metric,
             settings=cfg.stats, target=str(cfg.target.repo), metric_info=describe_metric(cfg).as_json(),
+            search_start=start.as_json(),
         )
         observations: list[Observation] = []
     else:
@@ -219,11 +233,7 @@ def run_bisection(
         if list(record.commits) != shas:
             progress.warn("the candidate list changed since this bisection started (config filters?); using the stored one")
             shas = list(record.commits)
-        observations = [
-            Observation(commit=o.commit, value=o.value, covariates=dict(o.covariates), seq=o.seq,
-                        at=o.recorded_at or None, flag=o.flag, layout=o.layout)
-            for o in store.observations(bisection_id)
-        ]
+        observations = observations_of(store.observations(bisection_id))
         progress.info(f"resuming bisection #{bisection_id}: {len(observations)} stored observations, none repeated")
     untestable = {o.commit for o in observations if o.value is None}
     for sha in (s for s in shas if s in marked and s not in untestable):
@@ -231,16 +241,17 @@ def run_bisection(
         store.add_observation(bisection_id, obs.seq, sha, None, [])
         observations.append(obs)
         progress.info(f"{sha[:10]} {marked[sha]}: never measured, never blamed")
-    history = endpoint_history(ws, (good_c, bad_c))
-    policy = SearchPolicy(shas, cfg.stats, noise, history=history, higher_is_better=describe_metric(cfg).higher_is_better)
+    policy = SearchPolicy(shas, cfg.stats, noise, history=start.history, higher_is_better=start.higher_is_better)
     try:
         if cfg.executor.kind == "slurm":  # each observation a Slurm job, up to executor.nodes at once
             outcome = slurm.search(ws, policy, observations, bisection_id, progress).outcome
         else:
             outcome = _search_here(ws, policy, observations, bisection_id, by_sha, noise, progress, wait_idle_s).outcome
+        outcome = _expand_merge_culprit(ws, outcome, by_sha)
+        if cfg.executor.kind == "local":  # on a cluster the other modes would need jobs of their own
+            outcome = which_path(ws, outcome, shas, bisection_id, noise, progress, wait_idle_s)
     finally:
         progress.done()
-    outcome = _expand_merge_culprit(ws, outcome, by_sha)
     store.finish_bisection(bisection_id, outcome)
     if cfg.executor.kind == "local":  # trials on cluster nodes measured their noise, not this host's
         keep_noise(
@@ -262,7 +273,7 @@ def _search_here(ws: Workspace, policy: SearchPolicy, observations: list[Observa
     """The search with its trials on this machine, one at a time (``[executor] kind = "local"``):
     each observation stored as it lands; progress says where the search stands and what is left."""
     cfg, store = ws.config, ws.store
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=policy.commits[0])  # the good endpoint's client
     estimate = cost.estimate(ws, len(policy.commits), noise, endpoint_effect(ws, policy.commits[0], policy.commits[-1]),
                              higher_is_better=describe_metric(cfg).higher_is_better)
     started, done_here, best = time.monotonic(), 0, ("", None)
@@ -282,7 +293,7 @@ def _search_here(ws: Workspace, policy: SearchPolicy, observations: list[Observa
         progress.info(f"[{len(observations) + 1}] {commit.short} ({action.phase}): {action.reason}")
         obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations), vary_layout=action.vary_layout)
         store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag,
-                              layout=obs.layout)
+                              layout=obs.layout, host=obs.host, decision=decision_json(action))
         observations.append(obs)
         done_here += 1
 
@@ -301,6 +312,75 @@ def endpoint_history(ws: Workspace, endpoints: Sequence[Commit]) -> list[Observa
                 continue
             out.append(Observation(commit=commit.sha, value=t.summary, day=day[5:]))
     return out
+
+
+def speculative_metric_mode(cfg: Config) -> str | None:
+    """The one speculative mode the bisection metric decides on (``eagle3``, or the SPEC of a ratio), if any."""
+    spec = [m for m in cfg.metric_modes if m in cfg.modes and cfg.modes[m].speculative]
+    return spec[0] if len(spec) == 1 else None
+
+
+def which_path(ws: Workspace, outcome: BisectOutcome, shas: Sequence[str], bisection_id: int, noise: NoiseModel,
+               progress: Progress, wait_idle_s: float = 0.0) -> BisectOutcome:
+    """A speculative mode's culprit: measure every other mode at the culprit and its parent
+    (``stats.mode_trials`` each, interleaved; trials stored before an interruption are reused) and
+    say whether the target model or the speculative path regressed (``regressed_path.decide``)."""
+    cfg = ws.config
+    n = cfg.stats.mode_trials
+    spec = speculative_metric_mode(cfg)
+    culprit = outcome.culprit
+    if outcome.verdict is not Verdict.REGRESSED or not culprit or not n or spec is None or culprit not in shas:
+        return outcome
+    others = [m for m in cfg.modes if m != spec]
+    at = shas.index(culprit)
+    if not others or at == 0:
+        return outcome
+    stored = ws.store.trials(bisection_id=bisection_id)
+
+    def have(sha: str, mode: str) -> int:
+        return sum(1 for t in stored if t.identity.commit == sha and t.identity.mode == mode and t.summary is not None)
+
+    # The parent: the last candidate before the culprit that the search measured (an untestable
+    # neighbour has nothing to compare with).
+    parent = next((s for s in reversed(shas[:at]) if have(s, spec)), shas[at - 1])
+    pair = (ws.repo.resolve(parent), ws.repo.resolve(culprit))
+    stats_noise = noise
+    if outcome.noise_sigma_pct and outcome.noise_dof:  # this bisection's measured noise, when it has one
+        stats_noise = NoiseModel(log_of_pct(outcome.noise_sigma_pct), outcome.noise_dof,
+                                 f"bisection #{bisection_id}'s residual noise")
+    metric = describe_metric(cfg)
+    modes = [(m, cfg.modes[m].speculative) for m in cfg.modes]
+    runner: TrialRunner | None = None
+    measured = 0
+    # n trials each; when that cannot tell the two paths apart (a noisy session), n more, once.
+    for target in (n, 2 * n):
+        missing = [m for m in (*others, spec) if any(have(c.sha, m) < target for c in pair)]
+        if missing:
+            progress.info(
+                f"which path regressed: measuring {', '.join(missing)} at {pair[0].short} (before the culprit) and "
+                f"{pair[1].short} (the culprit), up to {target} trials each, interleaved (stats.mode_trials)"
+            )
+            runner = runner or TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+            for round_ in range(2 * target):  # up to `target` failed attempts each before giving up on one
+                order = pair if round_ % 2 == 0 else pair[::-1]  # A B B A: drift hits both sides alike
+                ran = False
+                for commit in order:
+                    for mode in missing:
+                        if have(commit.sha, mode) >= target:  # one trial a round each: interleaved
+                            continue
+                        stored.append(runner.trial(commit, mode, purpose="modes", bisection_id=bisection_id))
+                        measured += 1
+                        ran = True
+                if not ran:
+                    break
+        trials = [t for t in stored if t.identity.commit in (parent, culprit)]
+        verdict = decide_path(trials, spec_mode=spec, modes=modes, before=parent, after=culprit, noise=stats_noise,
+                              settings=cfg.stats, higher_is_better=metric.higher_is_better,
+                              decode_tok_s=metric.name == DECODE.name, measured=measured)
+        if verdict.path != "unclear" or any(have(c.sha, m) < target for c in pair for m in others):
+            break  # named, or nothing more to learn (a mode that does not start)
+    progress.info(f"which path: {verdict.summary}")
+    return replace(outcome, regressed_path=verdict)
 
 
 def _expand_merge_culprit(ws: Workspace, outcome: BisectOutcome, by_sha: dict[str, Commit]) -> BisectOutcome:
@@ -345,7 +425,7 @@ def measure(
     for m in modes:
         ws.config.mode(m)
     preflight(ws)
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=commit.sha)
     out: dict[str, list[TrialResult]] = {m: [] for m in modes}
     for i in range(trials):
         for m in interleaved(modes, i):
@@ -387,7 +467,7 @@ def compare_commits(
     max_trials = max_trials or cfg.stats.max_trials_per_commit or max(cfg.stats.max_trials_total // 2, min_trials)
     noise = noise_model(ws, [mode])
     progress.info(f"noise model: {noise.describe()}")
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=a.sha)  # A's client for both
     ta: list[TrialResult] = []
     tb: list[TrialResult] = []
     cmp: Comparison | None = None
@@ -463,7 +543,7 @@ def calibrate(
     a = ws.repo.resolve(rev)
     b = _calibration_partner(ws, a, rev, against)
     preflight(ws)
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=a.sha)
     schedule = [c for i in range(trials) for c in interleaved([a, b], i)]
     progress.info(
         f"calibrate [{mode}]: {trials} sessions each of {a.short} (A) and {b.short} (B{', its first parent' if against is None else ''}), "
@@ -547,8 +627,37 @@ def _plan(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bool = Fa
     skips = {sha: s.describe() for sha, s in skipped_commits(ws.repo, ws.config).items()}
     active = active_filters(ws.config)
     result = plan_range(ws.repo, good_c.sha, bad_c.sha, ws.filters, ws.stack, check_patches=check_patches, skipped=skips)
-    return replace(result, default_filters=active.defaults, default_filters_of=active.defaults_of,
-                   user_filters=active.user, filters_note=active.note)
+    long = long_range_warning(result, ws.config.stats.max_trials_total)
+    result = replace(result, default_filters=active.defaults, default_filters_of=active.defaults_of,
+                     user_filters=active.user, filters_note=active.note,
+                     warnings=result.warnings + ((long,) if long else ()))
+    if ws.pins is None or ws.envs is None:
+        return result
+    build = ws.config.build
+    groups = tuple(pin_groups(result.commits, ws.pins, ws.envs, build.wheel_dir, build.index_url))
+    warnings = [PlanWarning(
+        "pins-unsatisfiable",
+        f"{g.span()} pin {', '.join(g.requirements)}, whose environment cannot be built: {g.problem}. Those commits "
+        f"would be skipped as untestable (never blamed).",
+    ) for g in groups if g.problem]
+    return replace(result, pin_groups=groups, warnings=result.warnings + tuple(warnings))
+
+
+def long_range_warning(plan: Plan, max_trials: int) -> PlanWarning | None:
+    """A range past changepoint.SPARSE_ABOVE candidates: say how the search bounds what it holds, and what."""
+    n = sum(1 for i, e in enumerate(plan.entries) if e.measure or e.skip or i in (0, len(plan.entries) - 1))
+    if n <= SPARSE_ABOVE:
+        return None
+    edges, hypotheses, size = sparse_footprint(n, max_trials)
+    return PlanWarning(
+        "long-range",
+        f"Long range: {n:,} candidate commits. Past {SPARSE_ABOVE} the search does not score each of the "
+        f"{n * (n - 1) // 2:,} pairs of commits: it scores bins of commits between the ones it measured, split "
+        f"where the change most probably is, so after {max_trials} trials (stats.max_trials_total) `run` holds at "
+        f"most {edges} bin edges and {hypotheses:,} hypotheses (about {size / 1e6:.0f} MB besides the commit list) "
+        f"and each decision costs about what one on 200 commits does. Every halving of the range costs about "
+        f"one more trial: a later good or an earlier bad saves them.",
+    )
 
 
 def skip(config: Config, revs: Sequence[str], *, undo: bool = False, reason: str = "") -> tuple[list[Commit], list[Skip]]:
@@ -572,12 +681,17 @@ def patches_check(ws: Workspace, good: str, bad: str) -> list[PatchCheck]:
 
 
 def gc(ws: Workspace, build_cache: bool = False) -> list[str]:
-    """Remove perfbisect's worktrees (and with ``build_cache`` the cached build artefacts)."""
+    """Remove perfbisect's worktrees (and with ``build_cache`` the cached build artefacts and the
+    pinned environments)."""
     removed = [f"worktree {p}" for p in ws.pool.gc()]
     if build_cache:
         size = ws.build_cache.total_bytes()
         ws.build_cache.clear()
         removed.append(f"build cache ({size / 1e6:.1f} MB)")
+        if ws.envs is not None and ws.envs.entries():
+            count, size = len(ws.envs.entries()), ws.envs.total_bytes()
+            ws.envs.clear()
+            removed.append(f"{count} pinned environment{'s' if count != 1 else ''} ({size / 1e6:.1f} MB)")
     return removed
 
 
@@ -585,13 +699,14 @@ def gc(ws: Workspace, build_cache: bool = False) -> list[str]:
 # perfbisect doctor / log
 
 
-def doctor(config_path: Path, db: Path | None = None, launch: bool = False) -> list[Finding]:
+def doctor(config_path: Path, db: Path | None = None, launch: bool = False,
+           range_: tuple[str, str] | None = None) -> list[Finding]:
     """Is this machine and config ready to give trustworthy numbers? One finding per check.
 
     The config and the ``Workspace`` are opened as every command opens them (what fails to open is
     itself a finding); ``launch`` also starts the server once under the locks a trial holds.
     """
-    return run_doctor(config_path, db, launch=launch)
+    return run_doctor(config_path, db, launch=launch, range_=range_)
 
 
 def log(db_path: Path | str, limit: int = 20) -> tuple[list[BisectionRecord], list[ComparisonRecord]]:
@@ -605,9 +720,6 @@ def log(db_path: Path | str, limit: int = 20) -> tuple[list[BisectionRecord], li
 
 # ------------------------------------------------------------------------------------------------
 # perfbisect report
-
-
-INDEX_REPLAY_BUDGET_S = 0.1
 
 
 def report_path(db: StoreLocation | Path | str, name: str, config: Config | None = None) -> Path:
@@ -683,14 +795,15 @@ def report_index(store: Store, directory: Path, config: Config | None = None, pr
     for b in store.bisections(1 << 30):
         # A site of many reports replays each search on a tighter budget (coarse to fine: the last
         # steps and the overall shape stay; `perfbisect report N` shows more).
-        views.append(evidence.bisection_view(store, b.id, config, replay_budget_s=INDEX_REPLAY_BUDGET_S))
+        views.append(evidence.bisection_view(store, b.id, config, replay_work=INDEX_REPLAY_WORK))
     for c in store.comparisons(1 << 30):
         views.append(evidence.comparison_view(store, c.id, config))
     entries, history = evidence.index_entries(views)
-    for view, entry in zip(views, entries):
-        write_html(render_report(view), directory / entry["href"])
+    for view in views:  # entries are sorted by date: each view is written under its own name
+        href = f"{view['kind']}-{view['id']}.html"
+        write_html(render_report(view), directory / href)
         if progress:
-            progress.detail(f"wrote {directory / entry['href']}")
+            progress.detail(f"wrote {directory / href}")
     return write_html(render_index(entries, history, str(store.path)), directory / "index.html")
 
 

@@ -602,6 +602,7 @@ class SearchPolicy:
             rho_grid=RHO_GRID if self.settings.drift_check else (0.0,),
             rho_prior=RHO_PRIOR if self.settings.drift_check else (1.0,),
             host_ratio=(log_of_pct(HOST_OFFSET_PRIOR_PCT) / self.noise.sigma_b) ** 2,
+            extra_edges=tuple(sorted({i for i, _ in data.pending})),
         )
 
     # ----------------------------------------------------------------------------------------
@@ -645,7 +646,17 @@ class SearchPolicy:
     def _search_step(self, data: _Data, post: ChangePosterior, top_key, top_p, ends, ruled_out, phase: str,
                      host: str | None = None) -> Measure | Done:
         """Measure the commit whose next trial is expected to remove the most uncertainty about the answer."""
-        cand = [j for j in range(self.n) if j not in data.untestable and self._budget_left(data, j)]
+        def eligible(js) -> list[int]:
+            return [j for j in js if j not in data.untestable and self._budget_left(data, j)]
+
+        # A long range: the look-ahead chooses among the posterior's bin edges (measured commits, quantiles
+        # of the change's location, a coarse grid), where its expected gains are exact; should none be
+        # left, among at most 256 evenly spread commits.
+        cand = eligible(post.edges.tolist()) if post.sparse else []
+        if not cand:
+            cand = eligible(range(self.n))
+            if post.sparse:
+                cand = cand[:: max(1, len(cand) // 256)]
         if not cand:
             return self._exhausted(data, post, f"the best answer holds {top_p:.2f}", top_key=top_key, top_p=top_p,
                                    ends=ends, ruled_out=ruled_out)
@@ -719,8 +730,7 @@ class SearchPolicy:
             worst = _weakest_split(c)
             if worst >= need:
                 continue
-            trial = c[None, :] + np.eye(len(idx))
-            lifted = np.array([_weakest_split(row) for row in trial])
+            lifted = _weakest_split_lifted(c)
             ok = np.array([self._budget_left(data, int(j)) for j in idx])
             if not ok.any():
                 continue
@@ -974,6 +984,25 @@ def _weakest_split(c: np.ndarray) -> float:
     right = c.sum() - left
     tot = np.maximum(left + right, 1e-9)
     return float((left * right / tot).min())
+
+
+def _weakest_split_lifted(c: np.ndarray) -> np.ndarray:
+    """``_weakest_split(c + e_k)`` for every k at once, in O(len(c)) (the same numbers, bit for bit).
+
+    One more trial at k adds 1 to the left count of every split at or after k and to the right count of
+    every split before it, so the weakest split is the smaller of a prefix minimum and a suffix minimum.
+    """
+    left = np.cumsum(c)[:-1]
+    total = c.sum() + 1.0
+    tot = max(total, 1e-9)
+    before = left * (total - left) / tot  # splits s < k: the new trial is on their right
+    after = (left + 1.0) * (total - (left + 1.0)) / tot  # splits s ≥ k: on their left
+    m = len(c)
+    prefix = np.full(m, np.inf)
+    prefix[1:] = np.minimum.accumulate(before)
+    suffix = np.full(m, np.inf)
+    suffix[:-1] = np.minimum.accumulate(after[::-1])[::-1]
+    return np.minimum(prefix, suffix)
 
 
 __all__ = ["Done", "Measure", "Observation", "SearchPolicy"]

@@ -368,6 +368,10 @@ def demo(
     ] = False,
     commits: Annotated[int, typer.Option("--commits", min=10, max=400, help="Length of the demo history.")] = 36,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the emulator's noise.")] = 7,
+    variant: Annotated[str, typer.Option(
+        "--variant", help="What the planted commit slows: 'speculative' (EAGLE-3's verify cycle only) or 'target' "
+                          "(the target model: both modes)."
+    )] = "speculative",
     db: DbOpt = None,
 ) -> None:
     """Build a throwaway SGLang-shaped repository with a planted slowdown and bisect it for real.
@@ -378,9 +382,14 @@ def demo(
 
     Example:  perfbisect demo
     Example:  perfbisect demo --json --drift-only
+    Example:  perfbisect demo --variant target
     """
-    from .demo.run import demo_report, run_demo
+    from .demo.run import demo_pins, demo_report, run_demo
+    from .demo.target import VARIANTS
     from .render import format_outcome, outcome_json
+
+    if variant not in VARIANTS:
+        raise UsageError(f"--variant is {variant!r}; use one of {', '.join(VARIANTS)} (what the planted commit slows).")
 
     try:
         progress = ConsoleProgress(quiet)
@@ -391,6 +400,7 @@ def demo(
             commits=commits,
             seed=seed,
             db=db,
+            variant=variant,
         )
         report = app.report_quietly(progress, lambda: demo_report(target, result, db))
     except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
@@ -400,6 +410,8 @@ def demo(
     if json_out:
         data = outcome_json(result)
         data["planted"] = target.planted
+        data["variant"] = target.variant
+        data["pins"] = demo_pins(target, result, db)
         data["demo_dir"] = str(target.root)
         data["report"] = str(report) if report else None
         print_json(data)
@@ -410,6 +422,10 @@ def demo(
         hit = (result.outcome.culprit == target.planted) if target.planted else result.outcome.culprit is None
         mark = "[green]✓[/green]" if hit else "[red]✗[/red]"
         out_console.print(f"{mark} planted: {show(planted)}")
+        pins = demo_pins(target, result, db)
+        if pins is not None:
+            ok = pins["environments"] == 2 and pins["untestable_trials"] == 0
+            out_console.print(f"{'[green]✓[/green]' if ok else '[red]✗[/red]'} {show(pins['line'])}")
         print_report(report)
     raise typer.Exit(code=_exit_for(result.outcome.verdict, False))
 
@@ -673,14 +689,23 @@ def doctor(
     db: DbOpt = None,
     launch: Annotated[bool, typer.Option("--launch", help="Also start the server once and check the env reaches every worker.")] = False,
     json_out: JsonOpt = False,
+    range_: Annotated[Optional[str], typer.Option("--range", metavar="GOOD..BAD", help="Check the pinned environments ([build] pinned_packages) of every commit of this range, not only HEAD's.")] = None,
 ) -> None:
-    """Check config, target interpreter, GPU idleness, clocks and throttling, and what would add noise.
+    """Check config, target interpreter, pinned environments, GPU idleness, clocks and throttling, and
+    what would add noise.
 
     Example:  perfbisect doctor
     Example:  perfbisect doctor --launch
+    Example:  perfbisect doctor --range bba2fc4..HEAD
     Example:  perfbisect doctor --json
     """
-    findings = app.doctor(_config_path(config), db, launch=launch)
+    bounds = None
+    if range_ is not None:
+        good, sep, bad = range_.partition("..")
+        if not sep or not good or not bad:
+            raise UsageError(f"--range {range_!r} is not GOOD..BAD: give two revisions joined by '..', e.g. --range bba2fc4..HEAD.")
+        bounds = (good, bad)
+    findings = app.doctor(_config_path(config), db, launch=launch, range_=bounds)
     errors = any(f.state == "error" for f in findings)
     if json_out:
         print_json({"ok": not errors, "findings": [{"check": f.check, "state": f.state, "message": f.message}
@@ -710,7 +735,9 @@ def init(
     Example:  cd ~/myproject && perfbisect init --command
     Example:  cd ~/vllm && perfbisect init --openai --model /models/Llama-3.1-8B
     """
-    from .init_template import find_target_python, render_sglang_config, render_template
+    from .init_template import (
+        find_target_python, nccl_settings, remote_code, render_sglang_config, render_template, site_dirs_of,
+    )
 
     if path.exists() and not force:
         raise UsageError(f"{path} already exists. Pass --force to overwrite it, or --path to write elsewhere.")
@@ -727,9 +754,19 @@ def init(
         target, imports, how = python, True, "--python"
     else:
         target, imports, how = find_target_python()
-    path.write_text(render_sglang_config(target, model, draft))
+    environ = dict(os.environ)
+    site_dirs = site_dirs_of(target, environ)
+    path.write_text(render_sglang_config(target, model, draft, environ=environ, site_dirs=site_dirs))
     out_console.print(f"wrote {show(str(path))}: edit the model paths and the patch directory, then run `perfbisect doctor`")
     out_console.print(f"target.python = {show(target)} ({show(how)})")
+    needed, why = remote_code(model)
+    flag = {True: "on", False: "off", None: "commented out (uncomment if needed)"}[needed]
+    out_console.print(f"--trust-remote-code: {flag}: {show(why)}")
+    nccl = nccl_settings(environ, site_dirs)
+    if nccl:
+        out_console.print("NCCL variables from your environment: " + ", ".join(show(f"{s.name}={s.value} ({s.source})") for s in nccl))
+    else:
+        out_console.print("NCCL variables: none set in your shell or a sitecustomize.py; commented examples written")
     if not imports:
         err_console.print(
             f"[yellow]warning:[/yellow] no interpreter that imports sglang was found; {show(target)} was written. "
@@ -813,7 +850,7 @@ def log(
 def gc(
     config: ConfigOpt = None,
     db: DbOpt = None,
-    build_cache: Annotated[bool, typer.Option("--build-cache", help="Also empty the build cache.")] = False,
+    build_cache: Annotated[bool, typer.Option("--build-cache", help="Also empty the build cache and remove the pinned environments.")] = False,
 ) -> None:
     """Remove perfbisect's worktrees (and optionally the build cache). Stored results are kept.
 

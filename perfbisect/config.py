@@ -59,6 +59,7 @@ _NUMBER_CHECKS: dict[str, str] = {
     "stats.tolerance_pct": "int-or-float",  # ≥ 0 (0: `same` only when no change at all), checked below
     "stats.layout_check_pct": "int-or-float",  # ≥ 0 (0: no layout re-check), checked below
     "stats.max_trials_per_commit": "non-negative",  # 0: no cap per commit
+    "stats.mode_trials": "non-negative",  # 0: no trials of the other modes at the culprit
     "stats.second_change_z": "int-or-float",  # ≥ 0, checked with its own message
     "hook.idle_s": "int-or-float",  # ≥ 0, checked with its own message
     "cost.trial_minutes": "int-or-float",  # ≥ 0 (0: learned from stored trials), checked below

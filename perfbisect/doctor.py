@@ -110,6 +110,36 @@ def _interpreter(ctx: dict) -> list[Finding]:
     return out
 
 
+def _pinned_envs(ctx: dict) -> list[Finding]:
+    """[build] pinned_packages: which pin sets HEAD (or ``--range``) needs, and which cannot be built and why."""
+    from .envs import pin_groups
+
+    ws = ctx["ws"]
+    build = ws.config.build
+    if ws.envs is None or ws.pins is None:
+        return []
+    rng = ctx.get("range")
+    try:
+        commits = ws.repo.first_parent_range(*rng) if rng else [ctx["head"]]
+        installer = ws.envs.installer()
+    except PerfbisectError as exc:
+        return [Finding("pinned environments", "error", str(exc))]
+    where = f"{commits[0].short}..{commits[-1].short}" if rng else f"HEAD ({commits[0].short})"
+    groups = pin_groups(commits, ws.pins, ws.envs, build.wheel_dir, build.index_url)
+    out = [Finding("pinned environments", "ok", (
+        f"{where}: {len(groups)} pin set{'s' if len(groups) != 1 else ''} of {', '.join(build.pinned_packages)}; "
+        f"environments under {ws.envs.dir}, installed with {installer}"
+    ))]
+    for g in groups:
+        pins = ", ".join(g.requirements) or "nothing pinned"
+        if g.problem:
+            out.append(Finding("pinned environments", "error", f"{g.span()} ({pins}) cannot be built: {g.problem}"))
+        else:
+            state = "built" if g.built else ("target.python as it is" if not g.requirements else "buildable, built on first use")
+            out.append(Finding("pinned environments", "ok", f"{g.span()} ({pins}): {state}"))
+    return out
+
+
 def _gpus(ctx: dict) -> list[Finding]:
     snap = collect_snapshot()
     cfg = ctx.get("config")
@@ -253,6 +283,7 @@ CHECKS: list[tuple[str, Callable[[dict], list[Finding]], tuple[str, ...]]] = [
     ("workspace", _workspace, ("config",)),
     ("repo", _repo, ("ws",)),
     ("patches", _patches, ("head",)),
+    ("pinned environments", _pinned_envs, ("head",)),
     ("interpreter", _interpreter, ("config",)),
     ("gpus", _gpus, ()),
     ("cpu", _cpu, ()),
@@ -260,13 +291,14 @@ CHECKS: list[tuple[str, Callable[[dict], list[Finding]], tuple[str, ...]]] = [
 ]
 
 
-def run_doctor(config_path: Path, db: Path | None = None, launch: bool = False) -> list[Finding]:
+def run_doctor(config_path: Path, db: Path | None = None, launch: bool = False,
+               range_: tuple[str, str] | None = None) -> list[Finding]:
     """Run every check whose prerequisites passed; a failed check never stops the others.
 
     The repository, patch stack and results database are the ``Workspace`` every command opens;
     what fails to open is a finding, and the checks that need it are left out.
     """
-    ctx: dict = {"config_path": config_path, "db": db}
+    ctx: dict = {"config_path": config_path, "db": db, "range": range_}
     findings: list[Finding] = []
     checks = list(CHECKS) + ([("launch", _launch, ("ws",))] if launch else [])
     try:

@@ -88,11 +88,13 @@ def endpoint_comparison(
     h = post.top()
     fit = post.fits[int(post.rho_index[h])]
     # Saturated model: every measured commit its own level (level prior as in the posterior).
-    M = fit.W.T @ fit.W + np.eye(post.n) / level_ratio
+    # (a long range's posterior keeps columns for its measured commits and endpoints only: the others'
+    # levels are the prior's and do not enter the endpoints' contrast)
+    M = fit.W.T @ fit.W + np.eye(fit.W.shape[1]) / level_ratio
     rhs = fit.W.T @ fit.u
     cov = np.linalg.inv(M)
     beta = cov @ rhs
-    good, bad = 0, post.n - 1
+    good, bad = 0, fit.W.shape[1] - 1
     s2 = float(post.s2[h])
     d, se = (float(x) for x in level_step(beta, cov, s2, good, bad))
     dof = post.dof if dof is None else dof

@@ -93,6 +93,11 @@ class BuildError(PerfbisectError):
         self.log_tail = log_tail
 
 
+class EnvironmentBuildError(PerfbisectError):
+    """The environment of a commit's pinned dependencies cannot be built (a pinned wheel is nowhere to
+    be found, the installer failed): the commit is skipped with that reason, never blamed."""
+
+
 class ServerError(PerfbisectError):
     """The server did not start, never became ready, or died."""
 

@@ -20,7 +20,8 @@ from .metrics import DECODE, Metric, describe_workload, level_text, pct_text, si
 from .build import NO_BUILD_STEPS_HASH
 from .errors import PerfbisectError, UsageError
 from .model import BisectOutcome, Comparison, TrialResult, TrialStatus, Verdict, median
-from .search_replay import REPLAY_BUDGET_S, replay, stats_config
+from .search_replay import REPLAY_WORK, engine_fit, replay, stats_config
+from .regressed_path import lines as regressed_path_lines
 from .trial_tables import (
     environment,
     failures,
@@ -132,6 +133,15 @@ def patch_variants(repo: _Repo, config: Any, shas: Sequence[str]) -> dict[str, s
 
 # ------------------------------------------------------------------------------------------------
 # Small helpers
+
+
+def serves(trials: Sequence[TrialResult], config: Any = None) -> bool:
+    """Whether the trials launched a server (help about server sessions applies), else a command workload.
+    Without the config, trials that recorded server info or the env their server processes had."""
+    workload = getattr(config, "workload", None)
+    if workload is not None:
+        return getattr(workload, "kind", "sglang") != "command"
+    return any(t.server_info or t.env_checks for t in trials)
 
 
 def _gpu_count(host: str) -> int:
@@ -284,13 +294,35 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
             "sentence": f"{ruled} in {what} between {out.good[:10]} and {out.bad[:10]}.{eff}{abs_part}{sigma}; {cost}."}
 
 
+def which_path_view(rp: Any) -> dict[str, Any] | None:
+    """What the report says of a speculative culprit: target model or speculative path, and which
+    speculative-health columns moved between the parent and the culprit (highlighted there)."""
+    if rp is None:
+        return None
+    return {"path": rp.path, "summary": rp.summary, "lines": regressed_path_lines(rp)[1:],
+            "moved": list(rp.moved), "rows": [rp.before[:10], rp.after[:10]],
+            "before": rp.before[:10], "after": rp.after[:10]}
+
+
 # ------------------------------------------------------------------------------------------------
 # A bisection
 
+# Sides a trial can be on, in legend order (report.SIDE_COLORS gives each a fixed colour).
+SIDES = ("before the culprit", "the culprit and after", "good end", "between", "bad end", "A", "B")
+
+
+def side_of(sha: str, pos: Mapping[str, int], culprit: str | None, good: str, bad: str) -> str:
+    """The side of the answer a trial of ``sha`` is on: before the culprit or from it on; without a
+    culprit, the good end, the bad end or a commit between them."""
+    if culprit and culprit in pos and sha in pos:
+        return "before the culprit" if pos[sha] < pos[culprit] else "the culprit and after"
+    return "good end" if sha == good else "bad end" if sha == bad else "between"
+
+
 
 def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: Path | None = None,
-                   replay_budget_s: float = REPLAY_BUDGET_S) -> dict[str, Any]:
-    """Everything the report of one bisection shows (the search replayed within ``replay_budget_s``)."""
+                   replay_work: int = REPLAY_WORK) -> dict[str, Any]:
+    """Everything the report of one bisection shows (the search replayed within ``replay_work`` units)."""
     record = store.bisection(bisection_id)
     out: BisectOutcome | None = record.outcome
     repo = _Repo(record.target)
@@ -336,6 +368,9 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         if sha not in cand_set:
             role.append("filtered")
         commit_rows.append(_commit_row(sha, c, ts, ", ".join(role), sha in measured, variants.get(sha, "")))
+    # Which side of the answer each trial is on: the chart colours them so a step reads apart from drift.
+    for p in points:
+        p["side"] = side_of(p["sha"], pos, located, record.good, record.bad)
     # Builds reused: a trial whose build hash an earlier trial already built (build cache or worktree reuse).
     seen: set[str] = set()
     reused = 0
@@ -344,40 +379,72 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
             reused += 1
         seen.add(t.identity.build_hash)
 
-    # Levels before/after the change in the metric's own unit (single-mode metrics).
+    try:
+        with warnings.catch_warnings():  # early prefixes (one endpoint measured) make numpy warn on empty means
+            warnings.simplefilter("ignore", RuntimeWarning)
+            reasoning = replay(record, observations, higher_is_better=higher, work=replay_work)
+    except PerfbisectError as exc:
+        reasoning = {"steps": [], "cells": [], "sampled": False, "noise": "", "opening": "", "error": str(exc),
+                     "note": "", "compared": 0, "mismatches": 0, "cpu_capped": False, "history": 0}
+    final_post = reasoning.pop("_final", None)
+    # Levels in the metric's own unit (single-mode metrics): the endpoints' trial means, and the segment
+    # levels, steps and drift the engine fitted (search_replay.engine_fit: changepoint.level_step).
     levels: dict[str, Any] = {}
+    drift_lines: list[dict[str, Any]] = []
     metric_trials = [t for t in trials if t.identity.mode == modes[-1] and t.summary is not None
                      and not excluded.get(t.id or -1)]
     if len(modes) == 1 and metric_trials:
-        def level(sel: list[TrialResult]) -> dict[str, Any] | None:
+        def mean_level(sel: list[TrialResult]) -> float | None:
             logs = [t.summary for t in sel]
-            if not logs:
-                return None
-            m = sum(logs) / len(logs)
-            sd = out.noise_sigma_pct / 100 if out and out.noise_sigma_pct else (
-                (sum((x - m) ** 2 for x in logs) / (len(logs) - 1)) ** 0.5 if len(logs) > 1 else 0.0)
-            half = 2 * sd / math.sqrt(len(logs))
-            return {"value": math.exp(m), "low": math.exp(m - half), "high": math.exp(m + half),
-                    "band_low": math.exp(m - sd), "band_high": math.exp(m + sd), "n": len(logs)}
-        ends = [t for t in metric_trials if t.identity.commit == record.good]
-        bads = [t for t in metric_trials if t.identity.commit == record.bad]
-        levels["good"] = (level(ends) or {}).get("value")
-        levels["bad"] = (level(bads) or {}).get("value")
-        if located and located in pos:
-            cut = pos[located]
-            b = level([t for t in metric_trials if pos.get(t.identity.commit, -1) < cut])
-            a = level([t for t in metric_trials if pos.get(t.identity.commit, -1) >= cut])
-            if b and a:
-                levels["segments"] = [
-                    {**b, "from": full[0][:10], "to": full[cut - 1][:10], "label": "before"},
-                    {**a, "from": full[cut][:10], "to": full[-1][:10],
-                     "label": "from the culprit on" if culprit else "from the culprit set on"},
-                ]
-                levels["before"], levels["after"] = b["value"], a["value"]
-        else:
-            whole = level(metric_trials)
-            if whole:
-                levels["segments"] = [{**whole, "from": full[0][:10], "to": full[-1][:10], "label": "all commits"}]
+            return math.exp(sum(logs) / len(logs)) if logs else None
+        levels["good"] = mean_level([t for t in metric_trials if t.identity.commit == record.good])
+        levels["bad"] = mean_level([t for t in metric_trials if t.identity.commit == record.bad])
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                fitted = engine_fit(record, observations, out, higher, post=final_post)
+        except (PerfbisectError, ValueError, FloatingPointError, ArithmeticError):
+            fitted = {"segments": [], "steps": [], "drift": None}
+        segs = fitted["segments"]
+        culprit_pos = pos.get(located, -1) if located else -1
+        for seg in segs:
+            first = pos.get(seg["from"], 0)
+            seg["label"] = ("before the culprit" if culprit_pos >= 0 and first < culprit_pos
+                            else "the culprit and after" if culprit_pos >= 0 and first == culprit_pos
+                            else "all commits" if len(segs) == 1 else f"from {seg['from'][:10]} on")
+            # a segment spans every commit of the range between its first and last candidate, filtered ones too
+            seg["from"], seg["to"] = seg["from"][:10], seg["to"][:10]
+            seg.pop("log", None)
+        if segs:
+            segs[0]["from"] = full[0][:10]
+            segs[-1]["to"] = full[-1][:10]
+            levels["segments"] = segs
+            levels["steps"] = fitted["steps"]
+            levels["level_pct"] = fitted.get("level_pct")
+        if located and len(segs) >= 2:
+            levels["before"], levels["after"] = segs[0]["value"], segs[1]["value"]
+        drift = fitted["drift"]
+        if drift:
+            by_id = {t.id: t for t in trials}
+            when: dict[int, str | None] = {}
+            for o in observations:
+                ts = [by_id[i] for i in o.trial_ids if i in by_id and by_id[i].identity.mode == modes[-1]]
+                if ts:
+                    when[o.seq] = iso_time(ts[-1].started_at)
+            names = {}
+            for seg in drift["segments"]:
+                first = pos.get(seg["from"], 0)
+                names[seg["index"]] = ("before the culprit" if culprit_pos >= 0 and first < culprit_pos
+                                       else "the culprit and after" if culprit_pos >= 0
+                                       else "all commits" if len(drift["segments"]) == 1 else f"from {seg['from'][:10]} on")
+            for row in drift["rows"]:
+                if when.get(row["seq"]) is None:
+                    continue
+                for idx, name in names.items():
+                    drift_lines.append({"t": when[row["seq"]], "value": row["levels"][idx], "side": name,
+                                        "line": f"fitted: {name}", "drift_pct": row["drift_pct"]})
+            levels["drift_span_pct"] = drift["span_pct"]
+            levels["p_drift"] = drift["p_drift"]
 
     gpu_hours, gpu_label = _gpu_hours(trials)
     verdict = verdict_view(out, record.status, info, levels, unit, what, out.trials_used if out else len(observations),
@@ -389,12 +456,6 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
                 "email": c.get("email", ""), "date": c.get("date", ""), "files": repo.files(sha),
                 "url": commit_url(repo.remote, sha)}
 
-    try:
-        with warnings.catch_warnings():  # early prefixes (one endpoint measured) make numpy warn on empty means
-            warnings.simplefilter("ignore", RuntimeWarning)
-            reasoning = replay(record, observations, higher_is_better=higher, budget_s=replay_budget_s)
-    except PerfbisectError as exc:
-        reasoning = {"steps": [], "cells": [], "sampled": False, "noise": "", "opening": "", "error": str(exc)}
     comparisons = [c for c in (
         _comparison("endpoints: bad vs good (evidence, not a second verdict)", out.endpoint_comparison if out else None),
         _comparison("from the culprit on vs before it", out.culprit_comparison if out else None),
@@ -444,9 +505,12 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         "gpu_hours": gpu_hours, "gpu_label": gpu_label,
         "commits": commit_rows, "order": [s[:10] for s in full],
         "points": points, "levels": levels, "culprit_short": culprit[:10] if culprit else None,
+        "culprit_set_short": [c[:10] for c in culprit_set], "drift_lines": drift_lines,
+        "serves": serves(trials, config),
         "samples": state_samples(store, trials),
         "reasoning": reasoning,
         "speculative": speculative_rows(trials, full),
+        "which_path": which_path_view(out.regressed_path if out else None),
         "comparisons": comparisons,
         "builds_reused": reused, "builds": len(seen), "builds_note": builds_note(trials, len(seen), reused),
         "failures": failures(trials),
@@ -473,6 +537,8 @@ def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult]
     shas = list(dict.fromkeys([s for s in (a, b) if s] + [t.identity.commit for t in trials]))
     info = repo.commits(shas)
     points = [trial_point(t, info, {}) for t in trials]
+    for p in points:
+        p["side"] = "A" if p["sha"] == a else "B" if p["sha"] == b else "between"
     gpu_hours, gpu_label = _gpu_hours(trials)
     mode = trials[0].identity.mode if trials else ""
     workload = getattr(config, "workload", None)  # one mode: its own unit, never a ratio of two
@@ -504,7 +570,8 @@ def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult]
         "gpu_hours": gpu_hours, "gpu_label": gpu_label,
         "commits": [_commit_row(s, info.get(s, {}), [t for t in trials if t.identity.commit == s],
                                 "A" if s == a else ("B" if s == b else ""), True, "") for s in shas],
-        "order": order, "points": points, "levels": {}, "culprit_short": None,
+        "order": order, "points": points, "levels": {}, "culprit_short": None, "culprit_set_short": [],
+        "drift_lines": [], "serves": serves(trials, config),
         "samples": state_samples(store, trials), "reasoning": None,
         "speculative": speculative_rows(trials, shas),
         "comparisons": [c for c in (_comparison("B vs A", comparison),) if c],
@@ -576,8 +643,9 @@ def index_entries(views: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, An
         groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for p in view["points"]:
             if p["value"] and not p["excluded"]:
-                groups.setdefault((p["mode"], p["commit"]), []).append(p)
-        for (mode, commit), ps in groups.items():
+                groups.setdefault((p["mode"], p["sha"]), []).append(p)
+        for (mode, sha), ps in groups.items():
+            commit = sha[:10]
             logs = [math.log(p["value"]) for p in ps]
             m = sum(logs) / len(logs)
             s = math.log1p(sigma / 100) if sigma else 0.0
@@ -585,8 +653,45 @@ def index_entries(views: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, An
             history.setdefault(mode, []).append({
                 "date": min(p["started"] for p in ps), "value": math.exp(m), "band_low": math.exp(m - s),
                 "band_high": math.exp(m + s), "commit": commit, "subject": subjects.get(commit, ""),
-                "end": role.split(",")[0] or "measured", "href": href, "label": label, "unit": view["unit"],
+                "end": role.split(",")[0] or "measured", "role": history_role(role), "sha": sha,
+                "href": href, "label": label, "unit": view["unit"],
                 "verdict": view["verdict"]["headline"].lower(),
             })
     entries.sort(key=lambda e: e["date"] or "", reverse=True)
+    order = commit_order(views)
+    for points in history.values():
+        for p in points:
+            p["x"] = order.get(p["sha"], len(order))
+        points.sort(key=lambda p: (p["x"], p["date"] or ""))
     return entries, history
+
+
+# Roles a history point can have, in legend order (report.ROLE_COLORS gives each a fixed colour).
+HISTORY_ROLES = ("good", "bad", "culprit", "culprit set", "measured", "A", "B")
+
+
+def history_role(role: str) -> str:
+    """The one role a history point is drawn as: culprit before bad, an end before measured."""
+    parts = [r.strip() for r in role.split(",") if r.strip()]
+    for r in ("culprit", "culprit set", "good", "bad", "A", "B"):
+        if r in parts:
+            return r
+    return "measured"
+
+
+def commit_order(views: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """One oldest-first order of every commit the views measured, for a per-commit history axis (as asv
+    and Bencher plot): each view's range order is kept, and a commit new to the merged order goes right
+    after the commit before it in its view; views are merged oldest first."""
+    merged: list[str] = []
+    for view in sorted(views, key=lambda v: v.get("started") or ""):
+        shas = [c["sha"] for c in view["commits"]]
+        prev = None
+        for sha in shas:
+            if sha in merged:
+                prev = sha
+                continue
+            at = merged.index(prev) + 1 if prev is not None else 0
+            merged.insert(at, sha)
+            prev = sha
+    return {sha: i for i, sha in enumerate(merged)}

@@ -224,13 +224,15 @@ def parse_bench_serving(obj: dict[str, Any], key: str, index: int = 0) -> RunRes
 
 
 def run_bench_serving(
-    base_url: str, cfg: WorkloadConfig, worktree: Path, python: str, env: dict[str, str], log_path: Path,
+    base_url: str, cfg: WorkloadConfig, client: Path, python: str, env: dict[str, str], log_path: Path,
     extra_env: Mapping[str, str] | None = None,
 ) -> list[RunResult]:
     """Run SGLang's bench_serving once against a live server and read its JSON line back.
 
-    The module comes from the target's interpreter with the server's env (``PYTHONPATH`` to the
-    checkout): the benchmark of the commit under test. One invocation is the trial's one measured
+    The module comes from ``client``, a checkout of one fixed revision (the pinned client: every
+    trial of a bisection runs the same benchmark, so a change to it inside the range cannot be
+    blamed), through ``python`` with the server's env whose ``{worktree}`` is that checkout, and
+    its ``python/`` directory first on ``PYTHONPATH``. One invocation is the trial's one measured
     run (its own warm-up requests come first); the key is ``workload.metric`` (``output_throughput``
     by default). ``extra_env`` (the trial's layout) is added as it is, after ``env``. Output goes
     to ``log_path``.
@@ -240,10 +242,12 @@ def run_bench_serving(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     output_file = log_path.with_name(log_path.stem + ".bench_serving.jsonl")
     output_file.unlink(missing_ok=True)
-    argv = bench_serving_argv(base_url, cfg, python, worktree, output_file)
-    full_env = _full_env(env, extra_env, python, worktree)
+    argv = bench_serving_argv(base_url, cfg, python, client, output_file)
+    full_env = _full_env(env, extra_env, python, client)
+    source = client / "python" if (client / "python").is_dir() else client
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(source), full_env.get("PYTHONPATH", "")) if p)
     shown = " ".join(argv)
-    proc = subprocess.Popen(argv, cwd=worktree, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(argv, cwd=client, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **own_group())
     try:
         stdout, stderr = proc.communicate(timeout=cfg.request_timeout_s)

@@ -234,6 +234,12 @@ class TargetRepo:
             commits.append(_parse_commit([fields[i].lstrip("\n"), *fields[i + 1 : i + 4]]))
         return commits
 
+    def file_at(self, commit: Commit | str, path: str) -> str | None:
+        """The text of ``path`` at ``commit`` (no checkout), or None where the commit has no such file."""
+        sha = commit.sha if isinstance(commit, Commit) else str(commit)
+        status, out, _ = self.run("show", f"{sha}:{path}")
+        return out if status == 0 else None
+
     def files_at(self, commit: Commit | str) -> tuple[str, ...]:
         """Every file path in the tree of ``commit``."""
         sha = commit.sha if isinstance(commit, Commit) else commit

@@ -95,6 +95,11 @@ def bisection_markdown(result: Any, report: Path | None, spent: dict | None) -> 
         lines.append(metric)
     cmp = out.culprit_comparison or out.endpoint_comparison
     lines.append(f"| effect | {_pct(out.effect_pct)} |")
+    rp = out.regressed_path
+    if rp is not None:
+        lines.append(f"| which path | **{md(rp.path)}**: {md(rp.summary)} |")
+        if rp.break_even_before is not None and rp.break_even_after is not None:
+            lines.append(f"| break-even accept length | {rp.break_even_before:.2f} → {rp.break_even_after:.2f} |")
     lines.append(f"| interval | {_interval(cmp)} |")
     lines.append(f"| trials used | {out.trials_used} |")
     if spent is not None:

@@ -224,7 +224,15 @@ class EnvCheck:
     def gap(self) -> str:
         """What did not arrive: "pid 12 (python -m ...): NCCL_X, NCCL_Y='1' (wanted '0')"."""
         what = ", ".join(list(self.missing) + [f"{n}={a!r} (wanted {w!r})" for n, w, a in self.mismatched])
-        return f"pid {self.pid} ({self.cmdline[:60]}): {what}"
+        return f"pid {self.pid} ({self.short_cmdline()}): {what}"
+
+    def short_cmdline(self, width: int = 90) -> str:
+        """The command line cut in the middle: workers of one server share its start and differ at
+        the end (`... --rank 1`, `sglang::scheduler_TP1`), which is what tells them apart."""
+        if len(self.cmdline) <= width:
+            return self.cmdline
+        head = width // 2
+        return f"{self.cmdline[:head]} … {self.cmdline[-(width - head - 3):]}"
 
 
 class NoiseKey(NamedTuple):
@@ -354,6 +362,39 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class ModeEffect:
+    """One configured mode measured at the culprit's parent (before) and the culprit (after)."""
+
+    mode: str
+    speculative: bool
+    before: float | None  # median of the trials' metric values at the parent
+    after: float | None  # … at the culprit
+    comparison: Comparison | None  # after vs before (log trial summaries)
+
+
+@dataclass(frozen=True)
+class RegressedPath:
+    """Which path a speculative mode's regression came from: the target model (the baseline lost
+    too) or the speculative path (baseline unchanged; accept length or verify cycle moved)."""
+
+    path: str  # "target", "speculative" or "unclear"
+    summary: str  # "speculative path regressed (baseline unchanged; accept length 2.40 → 2.40, …)"
+    mode: str  # the speculative mode the bisection decided on
+    baseline: str | None  # the non-speculative mode it was compared with
+    before: str  # the parent (the last measured candidate before the culprit)
+    after: str  # the culprit
+    effects: tuple[ModeEffect, ...] = ()
+    accept_before: float | None = None
+    accept_after: float | None = None
+    cycle_before_ms: float | None = None
+    cycle_after_ms: float | None = None
+    break_even_before: float | None = None  # baseline tok/s × verify cycle: the accept length that pays
+    break_even_after: float | None = None
+    moved: tuple[str, ...] = ()  # speculative-health columns that moved beyond stats.min_effect_pct
+    trials: int = 0  # trials measured for this (beyond the bisection's own)
+
+
+@dataclass(frozen=True)
 class BisectOutcome:
     """The result of a whole search, with the evidence that carries it."""
 
@@ -383,6 +424,7 @@ class BisectOutcome:
     tolerance_pct: float | None = None  # the regression `same` had to rule out (stats.tolerance_pct)
     stopped_by: str | None = None  # the budget that ended an inconclusive search ("stats.max_trials_total = 80")
     more_trials: int | None = None  # when inconclusive: further trials that would rule out the tolerance, at the measured noise
+    regressed_path: RegressedPath | None = None  # a speculative mode's culprit: target model or speculative path
 
     @property
     def culprit_is_set(self) -> bool:

@@ -9,6 +9,7 @@ from .gitrepo import TargetRepo
 from .model import Commit
 from .pathfilter import PathFilter
 from .patches import PatchConflict, PatchStack
+from .pins import PinGroup
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Plan:
     default_filters_of: str | None = None  # whose they are ("SGLang"); None: no defaults apply
     user_filters: tuple[str, ...] = ()  # [filters] ignore
     filters_note: str = ""  # which filters apply and why, in one line
+    pin_groups: tuple[PinGroup, ...] = ()  # commits by pin set ([build] pinned_packages): one environment each
 
     @property
     def measured(self) -> list[PlanEntry]:

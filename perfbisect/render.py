@@ -13,6 +13,7 @@ import time
 from typing import Any, Sequence
 
 from .metrics import DECODE, Metric, describe_workload, level_text, pct_text
+from .regressed_path import lines as regressed_path_lines
 from .model import BisectOutcome, Comparison, RunResult, SystemSnapshot, SystemSummary, TrialResult, Verdict, median
 from .stats import NoiseModel, covariate_notes, history_shift
 from .store.codec import encode
@@ -105,6 +106,8 @@ def format_outcome(result: Any) -> list[str]:
     ):
         if line:
             lines.append(line)
+    if out.regressed_path:
+        lines.extend(regressed_path_lines(out.regressed_path))
     if out.drift_note:
         lines.append(f"drift: {out.drift_note}")
     if out.excluded:
@@ -139,6 +142,8 @@ def outcome_json(result: Any) -> dict[str, Any]:
             "to_settle": getattr(result, "more", None),
             "filtered": [c.sha for c in result.filtered],
             "system_state": list(getattr(result, "state", ())),
+            # "target", "speculative" or "unclear" (regressed_path holds the numbers); null when not asked
+            "regressed": out.regressed_path.path if out.regressed_path else None,
         }
     )
     return json_value(data)
@@ -289,8 +294,30 @@ def format_plan(plan: Any) -> list[str]:
     lines.append(f"{len(plan.entries)} commits: {measured} to measure, {filtered} filtered, {skipped} untestable (patch conflict or marked skipped)")
     if plan.filters_note:
         lines.append(f"filters: {plan.filters_note}")
+    lines.extend(format_pin_groups(getattr(plan, "pin_groups", ())))
     for w in plan.warnings:
         lines.append(f"warning: {w}")
+    return lines
+
+
+def format_pin_groups(groups: Any) -> list[str]:
+    """The range by pin set ([build] pinned_packages): which commits each environment serves, and
+    whether it is built, will be built, or cannot be (and why)."""
+    if not groups:
+        return []
+    needing = [g for g in groups if g.requirements]
+    lines = [f"environments: {len(needing)} pin set{'s' if len(needing) != 1 else ''} ([build] pinned_packages), one environment each"]
+    for g in groups:
+        if not g.requirements:
+            state = "nothing pinned: target.python as it is"
+        elif g.built:
+            state = f"built ({g.env})"
+        elif g.problem:
+            state = f"CANNOT BUILD: {g.problem}"
+        else:
+            state = "built on first use"
+        pins = ", ".join(g.requirements) or "-"
+        lines.append(f"  {g.span()}  {pins}  {state}")
     return lines
 
 

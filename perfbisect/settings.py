@@ -73,6 +73,12 @@ class BuildStep:
 class BuildConfig:
     steps: tuple[BuildStep, ...] = ()
     cache_max_gb: float = 20.0
+    # Compiled dependencies that move with the commits (perfbisect/pins.py, perfbisect/envs.py): the
+    # packages whose version pins, read from `pin_files` at each commit, get one environment per pin set.
+    pinned_packages: tuple[str, ...] = ()  # e.g. ("sgl-kernel", "flashinfer-python", "torch"); empty: off
+    pin_files: tuple[str, ...] = ("python/pyproject.toml", "pyproject.toml")  # pyproject.toml or requirements*.txt
+    wheel_dir: Path | None = None  # pinned wheels are installed from here (pip --find-links) ...
+    index_url: str | None = None  # ... and/or from this index; neither: the installer's own default index
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ class ModeConfig:
 
 
 # WorkloadConfig fields newer than its hash, with the default that leaves each out of it.
-_LATE_WORKLOAD_FIELDS: dict[str, object] = {"detect_warmup": True}
+_LATE_WORKLOAD_FIELDS: dict[str, object] = {"detect_warmup": True, "client_rev": None}
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,10 @@ class WorkloadConfig:
     # Leading measured runs slower than the rest beyond their spread count as warm-up and are
     # replaced by more runs (perfbisect/warmup.py); built-in client only (one measured run otherwise).
     detect_warmup: bool = True
+    # kind = "bench_serving": the revision whose `sglang.bench_serving` measures every trial, so a change
+    # to the client cannot be blamed. Default: the command's reference revision (the good endpoint of
+    # run/check/resume, A of compare, the revision of measure/calibrate).
+    client_rev: str | None = None
 
     def config_hash(self) -> str:
         """Identity of what a trial runs: part of the noise key every stored trial is pooled by."""
@@ -152,6 +162,9 @@ class StatsConfig:
     layout_check_pct: float = 10.0  # a change smaller than this must survive a change of layout before it is blamed
     tolerance_pct: float = 5.0  # `same` = no regression this big (one-sided, 1 − alpha); 0: only "no change at all"
     second_change_z: float = 2.0  # how hard to look for a second change (3: thorough, 0: off)
+    # When a speculative mode's culprit is named: trials of every other mode at the culprit and its
+    # parent, to say whether the target model or the speculative path regressed (0: don't).
+    mode_trials: int = 3
 
 
 @dataclass(frozen=True)

@@ -386,7 +386,7 @@ def search(ws: Workspace, policy: SearchPolicy, observations: list[Observation],
                     layout=result.get("layout"),
                 )
                 store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag,
-                                      layout=obs.layout)
+                                      layout=obs.layout, host=obs.host)
                 store.job_observed(job.id, obs.seq)
                 held[tuple(trial_ids)] = obs.seq
                 observations.append(obs)

@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             with exclusive(ws, progress, wait=True):
                 commit = ws.repo.resolve(job.commit)
-                runner = TrialRunner(ws, progress)
+                runner = TrialRunner(ws, progress, client_rev=store.bisection(job.bisection_id).good if job.bisection_id else None)
                 obs, trial_ids = observe(runner, commit, job.bisection_id, seq=job.slot)
         except KeyboardInterrupt as exc:
             signum = getattr(exc, "signum", signal.SIGINT)

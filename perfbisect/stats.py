@@ -189,6 +189,12 @@ def _two_sample(a: np.ndarray, b: np.ndarray, noise: NoiseModel) -> _TwoSample:
     return _TwoSample(n_a, n_b, effect, se, dof, sigma, t, p)
 
 
+def effect_and_se(a: Sequence[float], b: Sequence[float], noise: NoiseModel) -> tuple[float, float]:
+    """mean(b) − mean(a) on log trial summaries and its standard error (σ pooled as ``compare`` does)."""
+    ts = _two_sample(np.asarray(a, dtype=float), np.asarray(b, dtype=float), noise)
+    return ts.effect, ts.se
+
+
 def decide(ts: _TwoSample, alpha: float, min_effect_pct: float, higher_is_better: bool = True,
            tolerance_pct: float = 0.0) -> tuple[Verdict, float, float]:
     """Verdict and (1−alpha) interval (log) for a two-sample result: the rule of DESIGN.md §5.

@@ -26,9 +26,9 @@ from .build import run_build
 from .placeholders import expand
 from .settings import Config, ModeConfig, WorkloadConfig
 from .run_allocation import runs_advice
-from .errors import BuildError, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
+from .errors import BuildError, EnvironmentBuildError, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
 from .layout import HASH_SEED_VAR, Layout, choose, joined
-from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus
+from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus, content_hash
 from .render import format_run
 from .server import ServerSession
 from .store import Store, owner_alive, process_owner
@@ -48,6 +48,8 @@ class Prepared:
     build_hash: str = "none"
     untestable: str | None = None  # reason: patch conflict, build failure
     versions: dict | None = None  # target's torch/sglang/CUDA/NCCL versions, read once per commit
+    python: str = ""  # the interpreter its build, server and workload run under: the pinned environment's, else target.python
+    env_key: str | None = None  # the pinned environment it runs in (perfbisect/envs.py), if any
 
 
 _PIDFILE_OWNER = "owner "
@@ -119,7 +121,12 @@ def launch_check(ws: Workspace, mode: ModeConfig) -> tuple[float, tuple[EnvCheck
     cfg = ws.config
     log = cfg.cache_dir / "logs" / "doctor-server.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    with ServerSession(cfg.server, mode, cfg.target.repo, cfg.target.python, log) as session:
+    python = cfg.target.python
+    if ws.envs is not None and ws.pins is not None:  # the checkout's pins: its server would refuse another version
+        pin_set = ws.pins(ws.repo.resolve("HEAD"))
+        if pin_set:
+            python = ws.envs.ensure(pin_set).python
+    with ServerSession(cfg.server, mode, cfg.target.repo, python, log) as session:
         seconds = session.wait_ready()
         return seconds, session.check_env()
 
@@ -127,7 +134,8 @@ def launch_check(ws: Workspace, mode: ModeConfig) -> tuple[float, tuple[EnvCheck
 class TrialRunner:
     """Runs trials: one server session per (commit, mode), every run stored as it lands."""
 
-    def __init__(self, ws: Workspace, progress: Progress | None = None, wait_idle_s: float = 0.0):
+    def __init__(self, ws: Workspace, progress: Progress | None = None, wait_idle_s: float = 0.0,
+                 client_rev: str | None = None):
         self.ws = ws
         self.progress = progress or Progress()
         self.wait_idle_s = wait_idle_s
@@ -135,6 +143,10 @@ class TrialRunner:
         self._unobserved: dict[int, list[TrialResult]] = {}  # per bisection: stored trials no observation holds
         self._auto_runs: dict[str, int] = {}  # per mode: the run count workload.runs = 0 chose
         self._logs = ws.config.cache_dir / "logs"
+        # The revision whose bench_serving measures every trial (kind = "bench_serving"): the command
+        # sets its reference revision here (run: the good endpoint); workload.client_rev wins.
+        self.client_rev = client_rev
+        self._client_dir: Path | None = None
         self._pids = ws.config.cache_dir / "servers"
         reap_leftover_servers(ws.config.cache_dir, self.progress)
 
@@ -153,34 +165,58 @@ class TrialRunner:
         cfg = self.ws.config
         self.progress.detail(f"{commit.short}: preparing worktree")
         worktree = self.ws.pool.checkout(commit, slot=slot)
-        prepared = Prepared(commit=commit, worktree=worktree, slot=slot)
+        prepared = Prepared(commit=commit, worktree=worktree, slot=slot, python=cfg.target.python)
         if last is not None and last.commit.sha == commit.sha:
             prepared.versions = last.versions  # the same commit's code: the same versions, read once
         try:
             if self.ws.stack is not None:
                 applied = self.ws.stack.apply(worktree, commit)
                 prepared.patch_hash = applied.hash
+            self._environment(prepared)
             build = run_build(
                 cfg.build.steps,
                 worktree=worktree,
                 commit=commit,
                 applied_stack_hash=prepared.patch_hash,
                 cache=self.ws.build_cache,
-                python=cfg.target.python,
+                python=prepared.python,
                 log_dir=self._logs / "build",
             )
-            prepared.build_hash = build.hash
+            # The pinned environment is part of what was built: trials pool only within one.
+            prepared.build_hash = build.hash if prepared.env_key is None else content_hash(build.hash, prepared.env_key)
             cached = [s.name for s in build.steps if s.cached]
             if cached:
                 self.progress.detail(f"{commit.short}: build cache hit for {', '.join(cached)}")
         except PatchError as exc:
             prepared.untestable = f"patch conflict: {exc}"
             self.progress.warn(f"{commit.short} skipped (patch stack does not apply): {exc}")
+        except EnvironmentBuildError as exc:
+            prepared.untestable = f"pinned dependencies cannot be installed: {exc}"
+            self.progress.warn(f"{commit.short} skipped (pinned dependencies cannot be installed): {exc}")
         except BuildError as exc:
             prepared.untestable = f"build failed: {exc}"
             self.progress.warn(f"{commit.short} skipped (build failed): {exc}")
         self._prepared = prepared
         return prepared
+
+    def _environment(self, prepared: Prepared) -> None:
+        """Run ``prepared`` in the environment of its commit's pins (built once per pin set, cached):
+        its interpreter becomes the one the build, the server and the workload use."""
+        ws = self.ws
+        if ws.envs is None or ws.pins is None:
+            return
+        pin_set = ws.pins(prepared.commit)
+        if not pin_set:
+            return  # nothing pinned at this commit: the target interpreter as it is
+        env = ws.envs.ensure(pin_set)
+        prepared.python, prepared.env_key = env.python, env.key
+        if env.cached:
+            self.progress.detail(f"{prepared.commit.short}: environment {env.key[:10]} ({pin_set.describe()}): cached")
+        else:
+            self.progress.info(
+                f"{prepared.commit.short}: built the environment {env.key[:10]} for {pin_set.describe()} "
+                f"in {env.seconds:.1f}s ({env.installer})"
+            )
 
     def identity(self, prepared: Prepared, mode: ModeConfig) -> TrialIdentity:
         return TrialIdentity.of_build(
@@ -295,7 +331,7 @@ class TrialRunner:
         It runs with the layout's env (padding, hash seed); build steps never get it."""
         cfg = self.ws.config
         env = {**cfg.server.env, **mode.env}
-        for run in run_command_workload(cfg.workload, prepared.worktree, cfg.target.python, env, log_path,
+        for run in run_command_workload(cfg.workload, prepared.worktree, prepared.python, env, log_path,
                                         extra_env=layout.env()):
             session.on_run(run)
 
@@ -305,7 +341,7 @@ class TrialRunner:
         workload, tear it down."""
         cfg = self.ws.config
         server = ServerSession(
-            cfg.server, mode, prepared.worktree, cfg.target.python, log_path,
+            cfg.server, mode, prepared.worktree, prepared.python, log_path,
             extra_env=layout.env(), gpu_memory_released=released,
         )
         session.servers.append(server)
@@ -319,13 +355,26 @@ class TrialRunner:
             workload = self._workload(mode)
             if cfg.workload.kind == "bench_serving":
                 env = {**cfg.server.env, **mode.env}
-                for run in run_bench_serving(server.base_url, workload, prepared.worktree, cfg.target.python, env, log_path,
-                                             extra_env=layout.env()):
+                # The client of one fixed revision, with the user's interpreter: a change to the
+                # client, or to a commit's pins, cannot move what it reports.
+                for run in run_bench_serving(server.base_url, workload, self.client_checkout(), cfg.target.python, env,
+                                             log_path, extra_env=layout.env()):
                     session.on_run(run)
             else:
                 run_workload(server.base_url, workload, on_run=session.on_run, on_warmup_detected=session.on_warmup_detected)
             session.info = server_info(server.base_url)
         pidfile.unlink(missing_ok=True)  # torn down cleanly: nothing to reap later
+
+    def client_checkout(self) -> Path:
+        """The checkout bench_serving runs from: ``workload.client_rev``, else the command's reference
+        revision (``client_rev``: the good endpoint of a bisection), else HEAD as this runner first
+        needed it; made once and kept for every trial of this runner."""
+        if self._client_dir is None:
+            rev = self.ws.config.workload.client_rev or self.client_rev or "HEAD"
+            commit = self.ws.repo.resolve(rev)
+            self._client_dir = self.ws.pool.fixed(commit, "client")
+            self.progress.info(f"benchmark client: sglang.bench_serving of {commit.short} (workload.client_rev), for every trial")
+        return self._client_dir
 
     def _workload(self, mode: ModeConfig) -> WorkloadConfig:
         """The workload a trial runs: ``workload.runs = 0`` (auto) resolved once per mode and command,
@@ -345,9 +394,9 @@ class TrialRunner:
         if prepared.versions is not None:
             return
         cfg = self.ws.config
-        server_env = {k: expand((v,), python=cfg.target.python, worktree=str(prepared.worktree))[0]
+        server_env = {k: expand((v,), python=prepared.python, worktree=str(prepared.worktree))[0]
                       for k, v in cfg.server.env.items()}
-        prepared.versions = target_versions(cfg.target.python, cwd=prepared.worktree, extra_env=server_env)
+        prepared.versions = target_versions(prepared.python, cwd=prepared.worktree, extra_env=server_env)
 
     def _finish(self, session: "_Session", status: TrialStatus, error: str | None, versions: dict | None) -> TrialResult:
         """Store the trial's outcome with the machine's state over its measured runs."""

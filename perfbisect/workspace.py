@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import locks
 from .build import BuildCache
+from .envs import EnvCache
 from .placeholders import expand
 from .settings import Config, ModeConfig
 from .errors import ConfigError
@@ -22,6 +23,7 @@ from .gitrepo import TargetRepo
 from .host import host_fingerprint
 from .pathfilter import PathFilter
 from .patches import PatchStack
+from .pins import PinReader
 from .worktrees import WorktreePool
 from .model import NoiseKey
 from .server import port_holders, port_in_use
@@ -60,6 +62,8 @@ class Workspace:
     build_cache: BuildCache
     host: str
     filters: PathFilter
+    envs: EnvCache | None = None  # pinned environments (<cache_dir>/envs), when [build] pinned_packages is set
+    pins: PinReader | None = None  # each commit's pins of [build] pinned_packages
     _pool: WorktreePool | None = field(default=None, repr=False)
 
     @classmethod
@@ -70,6 +74,7 @@ class Workspace:
         check_cache_dir(config)
         stack = PatchStack.load(config.patches, repo) if (config.patches.dir or config.patches.branch) else None
         store = open_store(db, recover=recover)  # a cluster job leaves recovery to its controller
+        build = config.build
         return cls(
             config=config,
             repo=repo,
@@ -79,6 +84,9 @@ class Workspace:
             build_cache=BuildCache(cache / "build-cache", int(config.build.cache_max_gb * 1024**3)),
             host=host_fingerprint(),
             filters=active_filters(config).path_filter(),
+            envs=EnvCache(cache / "envs", config.target.python, build.wheel_dir, build.index_url,
+                          log_dir=cache / "logs" / "envs") if build.pinned_packages else None,
+            pins=PinReader(repo, build.pin_files, build.pinned_packages) if build.pinned_packages else None,
         )
 
     @property

@@ -141,6 +141,22 @@ class WorktreePool:
         self.repo.git("worktree", "add", "--detach", "--force", str(path), sha, what=f"creating worktree {path}")
         return path
 
+    def fixed(self, commit: Commit, name: str = "client") -> Path:
+        """A worktree that stays at ``commit`` (``<root>/<name>-<sha12>``), made once and reused as it
+        is: the pinned benchmark client runs from it at every trial. ``gc`` removes it with the rest."""
+        path = self.root / f"{name}-{commit.sha[:12]}"
+        registered = {w.path.resolve(): w for w in self._ours()}
+        info = registered.get(path.resolve())
+        if info is not None and info.head == commit.sha and path.is_dir():
+            return path
+        if info is not None:
+            self.repo.run("worktree", "remove", "--force", "--force", str(path))
+        if path.exists():
+            shutil.rmtree(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.repo.git("worktree", "add", "--detach", "--force", str(path), commit.sha, what=f"creating worktree {path}")
+        return path
+
     def gc(self) -> list[Path]:
         """Remove every worktree of this pool (``perfbisect gc``); return the paths removed."""
         removed = []

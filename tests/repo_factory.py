@@ -117,3 +117,33 @@ class RepoFactory:
 def lines(n: int, tag: str = "line") -> str:
     """``n`` numbered lines: enough context for patches to apply at a distance from upstream edits."""
     return "".join(f"{tag} {i}\n" for i in range(n))
+
+
+def fast_history(path: Path, n: int, *, files: int = 20, extra: Mapping[int, Mapping[str, str]] | None = None) -> list[str]:
+    """A first-parent history of ``n`` commits written by one ``git fast-import`` (fast at thousands):
+    commit i edits ``src/mod_{i % files}.py``; ``extra[i]`` adds files to commit i. Shas, oldest first."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **_ENV}
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=path, check=True, env=env, capture_output=True)
+    chunks: list[bytes] = []
+
+    def data(text: str) -> None:
+        raw = text.encode()
+        chunks.append(b"data %d\n" % len(raw) + raw + b"\n")
+
+    for i in range(n):
+        chunks.append(b"commit refs/heads/main\nmark :%d\n" % (i + 1))
+        chunks.append(b"committer Test Committer <committer@example.invalid> %d +0000\n" % (1_700_000_000 + 60 * i))
+        data(f"c{i}\n")
+        if i:
+            chunks.append(b"from :%d\n" % i)
+        for rel, text in {f"src/mod_{i % files:02d}.py": f"VERSION = {i}\n", **(extra or {}).get(i, {})}.items():
+            chunks.append(f"M 100644 inline {rel}\n".encode())
+            data(text)
+    chunks.append(b"done\n")
+    subprocess.run(["git", "fast-import", "--quiet", "--done"], cwd=path, input=b"".join(chunks), check=True, env=env)
+    subprocess.run(["git", "checkout", "-q", "main"], cwd=path, check=True, env=env, capture_output=True)
+    out = subprocess.run(["git", "rev-list", "--first-parent", "--reverse", "main"], cwd=path, check=True,
+                         capture_output=True, text=True, env=env).stdout.split()
+    return out

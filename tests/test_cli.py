@@ -135,13 +135,15 @@ def test_not_a_database(demo, tmp_path):
 
 
 def test_init_writes_a_valid_sglang_config(tmp_path):
-    proc = cli("init", "--path", str(tmp_path / "perfbisect.toml"), "--model", "/m/kimi", "--draft", "/m/eagle")
+    # The NCCL tuning written is what this environment sets (here: one variable), not one node's.
+    proc = cli("init", "--path", str(tmp_path / "perfbisect.toml"), "--model", "/m/kimi", "--draft", "/m/eagle",
+               env={"NCCL_ALGO": "Tree"})
     assert proc.returncode == 0, proc.stderr
     from perfbisect.config import load_config
 
     cfg = load_config(tmp_path / "perfbisect.toml")
-    assert "--tp" in cfg.server.command and "8" in cfg.server.command
-    assert cfg.server.env["NCCL_PROTO"] == "LL" and cfg.server.env["NCCL_NTHREADS"] == "512"
+    assert "--tp-size" in cfg.server.command and "8" in cfg.server.command
+    assert cfg.server.env["NCCL_ALGO"] == "Tree" and "NCCL_NTHREADS" not in cfg.server.env
     assert cfg.modes["eagle3"].args[:2] == ("--speculative-algorithm", "EAGLE3")
     assert "/m/eagle" in cfg.modes["eagle3"].args
     assert (cfg.workload.warmup, cfg.workload.runs, cfg.workload.max_tokens) == (2, 5, 2048)

@@ -220,3 +220,25 @@ def test_a_bad_layout_value_is_one_paragraph_naming_file_and_key(tmp_path, table
     message = str(err.value)
     assert needle in message and str(path) in message
     assert "\n" not in message.strip()  # one paragraph, as the CLI prints it
+
+
+def test_pinned_dependency_keys_load_with_paths_from_the_files_folder(tmp_path):
+    cfg = load_config(write(tmp_path, MINIMAL + '\n[build]\npinned_packages = ["sgl-kernel", "flashinfer_python"]\n'
+                                                'wheel_dir = "wheels"\nindex_url = "https://pypi.example.invalid/simple"\n'))
+    build = cfg.build
+    assert build.pinned_packages == ("sgl-kernel", "flashinfer_python")
+    assert build.wheel_dir == tmp_path / "wheels" and build.index_url == "https://pypi.example.invalid/simple"
+    assert build.pin_files == ("python/pyproject.toml", "pyproject.toml")  # SGLang's, then a plain project's
+    assert BuildConfig().pinned_packages == () and load_config(write(tmp_path, MINIMAL)).build.wheel_dir is None
+    cfg = load_config(write(tmp_path, MINIMAL.replace("max_tokens = 2048", 'max_tokens = 2048\nclient_rev = "v0.5.0"')))
+    assert cfg.workload.client_rev == "v0.5.0"
+    # A key that is not a list of names is one paragraph naming it.
+    with pytest.raises(ConfigError, match="build.pinned_packages"):
+        load_config(write(tmp_path, MINIMAL + "\n[build]\npinned_packages = 3\n"))
+
+
+def test_the_sglang_template_pins_sgl_kernel_and_flashinfer(tmp_path):
+    from perfbisect.init_template import render_sglang_config
+
+    cfg = load_config(write(tmp_path, render_sglang_config("python3", "/models/m", "/models/d")))
+    assert cfg.build.pinned_packages == ("sgl-kernel", "flashinfer-python") and cfg.build.wheel_dir is None

@@ -133,17 +133,26 @@ print("============ Serving Benchmark Result ============")
 '''
 
 
+def _commit_client(repo: Path, source: str, subject: str) -> str:
+    """Commit ``source`` as the checkout's python/sglang/bench_serving.py (where SGLang keeps it)."""
+    (repo / "python/sglang/bench_serving.py").write_text(source)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    import os
+
+    run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True,  # noqa: E731
+                                    env={**os.environ, **env}).stdout.strip()
+    run("add", "-A")
+    run("commit", "-qm", subject)
+    return run("rev-parse", "HEAD")
+
+
 def test_bench_serving_workload_runs_the_targets_module_and_reads_its_json(tmp_path):
     target = make_demo_target(tmp_path / "demo", commits=6)
-    fake = tmp_path / "fake_site" / "sglang"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("")
-    (fake / "bench_serving.py").write_text(FAKE_BENCH_SERVING)
+    _commit_client(target.repo, FAKE_BENCH_SERVING, "Add bench_serving")
     config = _config(target, tmp_path, '[workload]\nkind = "sglang"',
                      '[workload]\nkind = "bench_serving"\nmetric = "median_ttft_ms"\ncommand = ["--tokenizer", "demo/tok"]',
                      metric="baseline")
-    text = config.read_text().replace("[server.env]\n", f'[server.env]\nPYTHONPATH = "{fake.parent}"\n', 1)
-    config.write_text(text)
     db = tmp_path / "r.sqlite"
     proc = cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
@@ -155,6 +164,50 @@ def test_bench_serving_workload_runs_the_targets_module_and_reads_its_json(tmp_p
 
     logs = list(load_config(target.config).cache_dir.rglob("*.bench_serving.jsonl"))
     assert logs and json.loads(logs[0].read_text().splitlines()[-1])["completed"] == 5 * 1  # runs × concurrency (the demo: 5 runs)
+
+
+# A STAND-IN client whose reported throughput is its own constant (CLIENT_SPEED), varied by ±3% with
+# the trial's layout padding: what it reports depends on the client's code and on nothing else.
+FIXED_CLIENT = '''
+import argparse, json, os
+CLIENT_SPEED = {speed}
+p = argparse.ArgumentParser(); p.add_argument("--output-file"); p.add_argument("--num-prompts", type=int)
+args, _ = p.parse_known_args()
+jitter = 1 + 0.01 * (len(os.environ.get("PERFBISECT_LAYOUT_PAD", "")) % 7 - 3)
+with open(args.output_file, "a") as f:
+    f.write(json.dumps({{"completed": args.num_prompts, "output_throughput": CLIENT_SPEED * jitter,
+                        "total_output_tokens": 100, "median_ttft_ms": 5.0}}) + "\\n")
+'''
+
+
+def test_a_change_to_the_benchmark_client_inside_the_range_cannot_be_blamed(tmp_path):
+    """bench_serving runs from the good endpoint's checkout at every trial: a commit that halves what
+    the client reports is not a regression of the server (the range holds no server change)."""
+    target = make_demo_target(tmp_path / "demo", commits=6, drift_only=True, pins=False)
+    good = _commit_client(target.repo, FIXED_CLIENT.format(speed=100.0), "Add bench_serving")
+    halved = _commit_client(target.repo, FIXED_CLIENT.format(speed=50.0), "bench_serving: count tokens differently")
+    (target.repo / "python/sglang/srt/managers/scheduler.py").open("a").write("\n\ndef later():\n    pass\n")
+    bad = _commit_client(target.repo, FIXED_CLIENT.format(speed=50.0), "Scheduler: later")
+    config = _config(target, tmp_path, '[workload]\nkind = "sglang"',
+                     '[workload]\nkind = "bench_serving"\nmetric = "output_throughput"', metric="baseline")
+    config.write_text(config.read_text() + "max_trials_total = 12\n")
+    db = tmp_path / "r.sqlite"
+    proc = cli("run", f"good={good}", f"bad={bad}", "-c", str(config), "--db", str(db), "--json")
+    assert proc.returncode in (0, 3), proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["culprit"] is None and halved not in result.get("culprit_set", [])
+    assert f"benchmark client: sglang.bench_serving of {good[:10]}" in proc.stderr
+    with sqlite3.connect(db) as con:
+        values = [v for (v,) in con.execute("select r.metric_value from runs r join trials t on r.trial_id = t.id "
+                                            "where t.status = 'ok' and r.warmup = 0")]
+        at_bad = con.execute("select count(*) from trials where commit_sha = ? and status = 'ok'", (bad,)).fetchone()[0]
+    assert at_bad >= 1 and values and all(96 <= v <= 104 for v in values)  # the good endpoint's client, every time
+    # workload.client_rev names another revision: that client measures instead (here the halved one).
+    pinned = config.read_text().replace('metric = "output_throughput"', f'metric = "output_throughput"\nclient_rev = "{halved}"')
+    config.write_text(pinned)
+    measured = cli("measure", good, "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(tmp_path / "m.sqlite"), "--json")
+    assert measured.returncode == 0, measured.stderr
+    assert 48 <= json.loads(measured.stdout)["trials"]["baseline"][0]["value"] <= 52
 
 
 def test_parse_bench_serving_flags_a_result_without_requests():

@@ -238,7 +238,7 @@ def test_a_demo_bisection_through_a_postgresql_url_names_the_planted_commit(pg_u
     with open_store(pg_url, recover=False) as store:
         (bisection,) = store.bisections()
         assert bisection.outcome.culprit == result["planted"]
-        assert len(store.trials(bisection_id=bisection.id, status=None)) == result["trials_used"]
+        assert len(store.trials(bisection_id=bisection.id, status=None, purpose="bisect")) == result["trials_used"]
         assert len(store.observations(bisection.id)) >= result["trials_used"] // 2
     # A reading command takes the same URL.
     log = cli("log", "1", "--db", pg_url, "-c", str(demo_dir / "perfbisect.toml"))

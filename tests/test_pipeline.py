@@ -61,14 +61,28 @@ def test_demo_names_the_planted_commit(demo_run, tmp_path):
     proc, result = demo_run.proc, demo_run.result  # `perfbisect demo --json --dir DIR` (conftest, shared)
     assert result["planted"] and result["culprit"] == result["planted"]
     assert result["verdict"] == "regressed"
+    # Across the demo's pin bump: one environment per pin set, not a single untestable commit.
+    assert result["pins"]["environments"] == 2 and result["pins"]["untestable_trials"] == 0
+    bump = result["pins"]["pin_bump"]
+    inside = git(demo_run.dir / "sglang", "rev-list", f"{result['good']}..{result['bad']}").split()
+    assert bump in inside and bump != result["bad"]  # the bump lies inside the bisected range
     # The planted change makes the verify cycle 4.0 → 4.7 ms: about −15% speculative tok/s.
     expected = 100 * (VERIFY_GOOD_MS / VERIFY_BAD_MS - 1)
     assert abs(result["effect_pct"] - expected) < 8
     db = Path(result["db"])
     # Every run of every trial is in the database, and the progress went to stderr.
-    trials = db_rows(db, "select count(*) from trials")[0][0]
+    trials = db_rows(db, "select count(*) from trials where purpose = 'bisect'")[0][0]
     runs = db_rows(db, "select count(*) from runs")[0][0]
     assert trials == result["trials_used"] and runs >= trials * 5
+    # EAGLE-3 was bisected: the baseline was then measured at the culprit and the commit before it, and
+    # the answer says which path (the planted change slows only the verify cycle; test_regressed_path
+    # and the low-noise variants below pin the answer itself, this run's noise is the demo's own).
+    rp = result["regressed_path"]
+    assert rp["after"] == result["culprit"] and rp["mode"] == "eagle3" and rp["baseline"] == "baseline"
+    assert result["regressed"] in ("speculative", "unclear") and result["regressed"] == rp["path"]
+    modes = db_rows(db, "select mode, count(*) from trials where purpose = 'modes' group by mode")
+    assert dict(modes).get("baseline", 0) >= 6 and rp["trials"] == sum(n for _, n in modes)
+    assert "cycle_ms" in rp["moved"] and "which path: " in proc.stderr
     assert "trial #" in proc.stderr and "planted" not in proc.stdout.split("\n")[0]
     assert result["budget_exhausted"] is False and result["answer_probability"] >= 0.99
     assert result["improvements"] == [] and result["ruled_out_pct"] is not None
@@ -85,6 +99,49 @@ def test_demo_names_the_planted_commit(demo_run, tmp_path):
     assert again.returncode == 0, again.stderr
     assert "learned on this host by bisection #1" in again.stderr
     assert json.loads(again.stdout)["culprit"] == result["planted"]
+
+
+@pytest.mark.parametrize("variant", ["speculative", "target"])
+def test_which_path_regressed_on_each_demo_variant(tmp_path, variant):
+    """The planted change slows EAGLE-3's verify cycle only ("speculative") or the target model, which
+    both modes run ("target"): after naming it, `run` measures the baseline at it and its parent and
+    says which path regressed. Low session noise (0.3%) keeps the answer off the machine's load."""
+    target = make_demo_target(tmp_path / "demo", commits=10, variant=variant, session_sigma=0.003, run_sigma=0.003)
+    db = tmp_path / "r.sqlite"
+    proc = cli("run", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--db", str(db), "--json",
+               cwd=target.root)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["culprit"] == target.planted
+    rp = result["regressed_path"]
+    before = {e["mode"]: e for e in rp["effects"]}
+    # Never the other path. "Could not tell" only when the machine's load made the baseline's own
+    # trials disagree (its interval wider than the change being told apart); never otherwise.
+    assert result["regressed"] in (variant, "unclear"), rp["summary"]
+    base = before["baseline"]["comparison"]
+    if result["regressed"] == "unclear":
+        assert base["ci_high_pct"] - base["ci_low_pct"] > 10, rp["summary"]
+        assert rp["trials"] >= 2 * 2 * 3  # it measured n more of each before saying so
+    elif variant == "speculative":
+        assert rp["summary"].startswith("speculative path regressed (baseline unchanged; accept length ")
+        assert abs(base["effect_pct"]) < 8  # nearer no change than EAGLE-3's -15%
+        assert rp["cycle_after_ms"] / rp["cycle_before_ms"] == pytest.approx(VERIFY_BAD_MS / VERIFY_GOOD_MS, rel=0.1)
+        assert rp["break_even_after"] > rp["break_even_before"] * 1.1
+        assert "cycle_ms" in rp["moved"] and "baseline_tok_s" not in rp["moved"]
+    else:
+        assert rp["summary"].startswith("target model regressed (baseline -1")
+        assert base["effect_pct"] == pytest.approx(100 * (1 / 1.2 - 1), abs=6)
+        assert rp["break_even_after"] == pytest.approx(rp["break_even_before"], rel=0.1)
+        assert "baseline_tok_s" in rp["moved"]
+    # The terminal verdict and the report say it too; the report highlights the columns that moved.
+    text = cli("report", "latest", "--db", str(db), cwd=target.root)
+    assert text.returncode == 0, text.stderr
+    html = Path(text.stdout.split("report: ", 1)[1].strip()).read_text()
+    assert 'id="which-path"' in html and rp["summary"].split(" (")[0] in html
+    for col in rp["moved"]:
+        assert f'<th class="num moved" data-col="{col}">' in html
+    for col in {"spec_tok_s", "baseline_tok_s", "ratio", "accept_length", "break_even", "cycle_ms"} - set(rp["moved"]):
+        assert f'<th class="num" data-col="{col}">' in html
 
 
 def test_drift_only_demo_blames_nothing(tmp_path):
@@ -263,3 +320,70 @@ def test_compare_and_calibrate_store_and_explain(compared_demo, tmp_path):
     cal = cli("calibrate", "HEAD", "-n", "2", "-m", "baseline", "-c", str(target.config), "--db", str(db))
     assert cal.returncode == 0, cal.stderr
     assert "σ_b" in cal.stdout and "σ_w" in cal.stdout and "smallest regression detectable" in cal.stdout
+
+
+def _interpreter_state(python: str) -> tuple[str, list[str]]:
+    """An interpreter's installed distributions and the files of its site directories (bytecode caches
+    aside: importing writes them, installing does not need to)."""
+    listed = subprocess.run([python, "-c", (
+        "import json\nfrom importlib import metadata\n"
+        "print(json.dumps(sorted((d.metadata['Name'], d.version) for d in metadata.distributions())))"
+    )], capture_output=True, text=True, check=True).stdout
+    sites = json.loads(subprocess.run([python, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+                                      capture_output=True, text=True, check=True).stdout)
+    return listed, sorted(str(p) for d in sites for p in Path(d).rglob("*") if "__pycache__" not in p.parts and p.is_file())
+
+
+def test_the_demo_bisects_across_a_pin_bump_with_one_environment_per_pin_set(tmp_path):
+    """The demo's python/pyproject.toml pins demo-kernel 0.1.0, one commit bumps it to 0.2.0, and the
+    emulator refuses to start on any other version, as SGLang does with sgl-kernel."""
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    assert target.pin_bump and target.wheels is not None
+    # The user's interpreter cannot serve either side of the bump: its server refuses to start.
+    refused = subprocess.run([sys.executable, "-m", "perfbisect.demo.emulator", "--port", "0", "--worktree", str(target.repo)],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "demo-kernel with required version 0.2.0 is not installed" in refused.stderr
+    # plan --json: the range by pin set, each group's commits.
+    shas = git(target.repo, "rev-list", "--reverse", "--first-parent", "HEAD").split()
+    planned = json.loads(cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json").stdout)
+    groups = planned["pin_groups"]
+    assert [g["pins"] for g in groups] == [{"demo-kernel": "==0.1.0"}, {"demo-kernel": "==0.2.0"}]
+    assert groups[0]["commits"] + groups[1]["commits"] == shas and groups[1]["commits"][0] == target.pin_bump
+    assert [g["built"] for g in groups] == [False, False] and all(g["problem"] is None for g in groups)
+
+    before = _interpreter_state(sys.executable)
+    proc = cli("run", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json", timeout=600)
+    assert proc.returncode in (0, 3), proc.stderr  # whatever the verdict under this machine's load
+    db = target.root / "results.sqlite"
+    assert db_rows(db, "select count(*) from trials where status != 'ok'") == [(0,)], db_rows(db, "select status, error from trials")
+    measured = {sha for (sha,) in db_rows(db, "select distinct commit_sha from trials")}
+    assert target.good in measured and target.bad in measured  # both sides of the bump ran
+    envs = sorted((target.root / "envs").glob("*/env.json"))
+    assert sorted(json.loads(p.read_text())["versions"]["demo-kernel"] for p in envs) == ["0.1.0", "0.2.0"]
+    assert proc.stderr.count("built the environment") == 2
+    stamps = [p.stat().st_mtime_ns for p in envs]
+    # A second command builds nothing: each pin set's environment comes from the cache.
+    again = cli("measure", target.bad, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(tmp_path / "m.sqlite"))
+    assert again.returncode == 0, again.stderr
+    assert "built the environment" not in again.stderr and "(demo-kernel==0.2.0): cached" in again.stderr
+    assert [p.stat().st_mtime_ns for p in envs] == stamps and len(list((target.root / "envs").glob("*/env.json"))) == 2
+    planned = json.loads(cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json").stdout)
+    assert [g["built"] for g in planned["pin_groups"]] == [True, True]
+    # The user's interpreter has exactly what it had before: no package, no file added or changed.
+    assert _interpreter_state(sys.executable) == before
+
+
+def test_a_pin_set_without_its_wheel_is_untestable_with_that_reason(tmp_path):
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    (target.wheels / "demo_kernel-0.2.0-py3-none-any.whl").unlink()
+    plan = cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config))
+    assert "CANNOT BUILD: no wheel for demo-kernel==0.2.0 (it has 0.1.0)" in plan.stdout
+    assert "would be skipped as untestable" in plan.stdout
+    doctor = cli("doctor", "--range", f"{target.good}..{target.bad}", "-c", str(target.config))
+    assert doctor.returncode == 2 and "pinned environments" in doctor.stdout and "cannot be built: no wheel for demo-kernel==0.2.0" in doctor.stdout
+    db = tmp_path / "r.sqlite"
+    proc = cli("measure", target.bad, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(db))
+    (status, error), = db_rows(db, "select status, error from trials")
+    assert status == "skipped" and error.startswith("pinned dependencies cannot be installed")
+    assert "demo-kernel==0.2.0" in error and "wheel_dir" in error, error
+    assert "skipped (pinned dependencies cannot be installed)" in proc.stderr

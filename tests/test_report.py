@@ -157,6 +157,29 @@ def test_demo_report_renders_in_chromium(demo, tmp_path):
 
 
 @needs_chromium
+def test_speculative_table_highlights_what_moved_at_the_culprit(demo, tmp_path):
+    """The demo bisects EAGLE-3; the baseline measured at the culprit and its parent fills the table's
+    baseline, ratio and break-even columns, and the columns that moved there are highlighted."""
+    dom = chromium(Path(demo["report"]).as_uri(), tmp_path, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    page = dom.stdout
+    rp = demo["regressed_path"]
+    card = page.split('id="which-path"', 1)[1].split("</div>", 1)[0]
+    assert "Which path regressed:" in card and rp["summary"].split(" (")[0] in card
+    table = page.split('id="speculative-table"', 1)[1].split("</table>", 1)[0]
+    head = table.split("</thead>", 1)[0]
+    assert re.search(r'<th class="num moved" data-col="cycle_ms">', head)  # the planted change: verify cycle
+    rows = {m.group(1): m.group(0) for m in re.finditer(r'<tr><td class="sha">(\w+)</td>.*?</tr>', table, re.S)}
+    culprit_row = rows[demo["culprit"][:10]]
+    assert culprit_row.count(" moved") == len(rp["moved"])
+    # The baseline was measured at the culprit: its baseline tok/s and break-even cells hold numbers.
+    cells = re.findall(r'<td class="num[^"]*">([^<]*)</td>', culprit_row)
+    assert cells[1] not in ("", "—") and cells[4] not in ("", "—")
+    others = [r for sha, r in rows.items() if sha not in (rp["before"][:10], rp["after"][:10])]
+    assert all(" moved" not in r for r in others)
+
+
+@needs_chromium
 def test_payloads_stay_text_in_chromium(payload_results, tmp_path):
     from perfbisect import app
     from perfbisect.store import open_store

@@ -117,3 +117,14 @@ def test_init_without_any_sglang_says_so_and_does_not_write_its_own_interpreter(
     written = load_config(tmp_path / "p.toml").target.python
     assert written == str(without) and written != sys.executable
     assert "no interpreter that imports sglang" in " ".join(proc.stderr.split())
+
+
+def test_an_env_gap_names_the_worker_by_the_end_of_its_command_line():
+    """Workers of one server share the start of their command line; the end tells them apart."""
+    from perfbisect.model import EnvCheck
+
+    cmd = ("/opt/torch/.venv/bin/python3 /work/main/tools/gpu_target/tp_server.py --tp 2 --backend nccl "
+           "--host 127.0.0.1 --port 39573 --drop-env NCCL_DEBUG --rank 1 --dist-port 43211")
+    gap = EnvCheck(639, cmd, ("NCCL_DEBUG",)).gap()
+    assert gap.startswith("pid 639 (/opt/torch/.venv/bin/python3") and "--rank 1 --dist-port 43211): NCCL_DEBUG" in gap
+    assert EnvCheck(7, "python -m x", ("A",)).gap() == "pid 7 (python -m x): A"

@@ -1,7 +1,7 @@
 """The metric's description stored with each bisection and comparison.
 
 Revision ID: 0006
-Revises: 0005
+Revises: 0007 (written as 0006 before 0007 landed; chained after it)
 Create Date: 2026-12-01
 
 ``bisections.metric_info`` and ``comparisons.metric_info``: ``metrics.Metric.as_json()`` (name, label,
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0006"
-down_revision: Union[str, Sequence[str], None] = "0005"
+down_revision: Union[str, Sequence[str], None] = "0007"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 

@@ -811,6 +811,38 @@ def _raise_shutdown(signum: int, frame: Any) -> None:
     raise _Shutdown()
 
 
+def pinned_version_errors(worktree: Path) -> list[str]:
+    """What SGLang's launch check would refuse: every package ``python/pyproject.toml`` pins exactly
+    (``name==V`` in ``[project] dependencies``) must be installed at that version in this interpreter
+    (SGLang: ``assert_pkg_version("sgl-kernel", ...)`` in ``_set_envs_and_config``)."""
+    path = Path(worktree) / "python" / "pyproject.toml"
+    try:
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - exercised on 3.10 only
+            import tomli as tomllib
+        deps = tomllib.loads(path.read_text()).get("project", {}).get("dependencies", [])
+    except (OSError, ValueError):
+        return []
+    from importlib import metadata
+
+    errors = []
+    for dep in deps:
+        m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;,]+)\s*", str(dep))
+        if not m:
+            continue
+        name, wanted = m.groups()
+        try:
+            have = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            errors.append(f"{name} with required version {wanted} is not installed. Please install it: pip install {name}=={wanted}")
+            continue
+        if have != wanted:
+            errors.append(f"{name} is installed with version {have}, but this commit requires {wanted}. "
+                          f"Please reinstall: pip install {name}=={wanted} --force-reinstall")
+    return errors
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the emulator until SIGTERM / SIGINT."""
     args = parse_args(argv)
@@ -818,6 +850,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.worktree.is_dir():
         print(f"emulator: --worktree {args.worktree} is not a directory", file=sys.stderr, flush=True)
         return 2
+    mismatched = pinned_version_errors(args.worktree)
+    for error in mismatched:  # SGLang refuses to start on a kernel version mismatch
+        print(f"emulator: Exception: {error}", file=sys.stderr, flush=True)
+    if mismatched:
+        return 1
     code = read_code_speed(args.worktree)
     env = dict(os.environ)
     rng = make_rng(env)

@@ -96,8 +96,10 @@ def make_results(
     sigma_pct: float = 2.0,
     remote: str | None = "https://github.com/sgl-project/sglang.git",
     seed: int = 3,
+    drift_pct_per_trial: float = 0.0,
 ) -> SyntheticResults:
-    """Write the repository and the database (see the module docstring); trials are spread over bisections."""
+    """Write the repository and the database (see the module docstring); trials are spread over bisections.
+    ``drift_pct_per_trial``: the machine slows (or speeds up) by this much per trial, on top of the step."""
     from ..store import open_store
     from ..store import queries
     from ..store.queries import TrialDetails
@@ -126,6 +128,7 @@ def make_results(
                 for k in range(per_bisection):
                     i = [0, commits - 1][k] if k < 2 else rng.randrange(commits)
                     level = 500.0 * math.exp(drift) * (1 + step_pct / 100 if i >= culprit_i else 1.0)
+                    level *= math.exp(k * math.log1p(drift_pct_per_trial / 100))
                     session_factor = math.exp(rng.gauss(0, sigma_pct / 100))
                     throttled = rng.random() < 0.03
                     clock = 1500.0 if throttled else 1980.0

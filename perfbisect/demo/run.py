@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import app
 from ..config import load_config
 from ..store import open_store
-from .target import DemoTarget, make_demo_target
+from .target import KERNEL_NEW, KERNEL_OLD, DemoTarget, make_demo_target
 
 
 def run_demo(
@@ -21,6 +21,7 @@ def run_demo(
     commits: int = 36,
     seed: int = 7,
     db: Path | str | None = None,
+    variant: str = "speculative",
 ) -> tuple[app.BisectResult, DemoTarget]:
     """Build the demo target (planted slowdown, or drift only) and bisect it with the real pipeline.
     Results go to ``db`` (a path or a database URL), by default ``<directory>/results.sqlite``."""
@@ -31,10 +32,12 @@ def run_demo(
         commits=commits,
         drift_only=drift_only,
         seed=seed,
+        variant=variant,
         # Drift only: sessions differ (σ 2%) and the machine slowly slows down (−0.3% per session).
         drift_per_session=-0.003 if drift_only else 0.0,
     )
-    what = f"planted {target.planted[:10]}" if target.planted else "no code change (drift only)"
+    slows = "the target model (both modes)" if variant == "target" else "the EAGLE-3 verify cycle only"
+    what = f"planted {target.planted[:10]}, which slows {slows}" if target.planted else "no code change (drift only)"
     progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; server: SGLang emulator")
     config = load_config(target.config)
     with app.Workspace.open(config, db or target.root / "results.sqlite") as ws, app.exclusive(ws, progress):
@@ -48,3 +51,17 @@ def demo_report(target: DemoTarget, result: app.BisectResult, db: Path | str | N
     config = load_config(target.config)
     with open_store(db or target.root / "results.sqlite", recover=False) as store:
         return app.report(store, str(result.bisection_id), config=config)[0]
+
+
+def demo_pins(target: DemoTarget, result: app.BisectResult, db: Path | str | None = None) -> dict | None:
+    """What the demo's pin bump cost: environments built (one per pin set) and trials skipped as
+    untestable (none: every commit ran in the environment of its pins). None without pins."""
+    if target.pin_bump is None:
+        return None
+    built = sorted(p.parent.name for p in (target.root / "envs").glob("*/env.json"))
+    with open_store(db or target.root / "results.sqlite", recover=False) as store:
+        trials = store.trials(bisection_id=result.bisection_id, status=None)
+    untestable = sum(1 for t in trials if t.status.value == "skipped")
+    return {"pin_bump": target.pin_bump, "environments": len(built), "untestable_trials": untestable,
+            "line": f"pin bump: demo-kernel {KERNEL_OLD} → {KERNEL_NEW} at {target.pin_bump[:10]}; {len(built)} "
+                    f"environments (one per pin set), {untestable} trials untestable"}

@@ -22,8 +22,20 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .wheels import DEMO_KERNEL, write_wheel
+
 VERIFY_GOOD_MS = 4.0
+# The demo's stand-in for sgl-kernel: pinned in python/pyproject.toml, bumped once in the range, and
+# checked by the emulator at launch as SGLang checks sgl-kernel (perfbisect/demo/wheels.py).
+KERNEL_OLD, KERNEL_NEW = "0.1.0", "0.2.0"
 VERIFY_BAD_MS = 4.7  # 4.0 / 4.7 = 0.851: the speculative mode loses ~15%
+# The "target" variant slows the target model's forward pass, which both modes run: the baseline
+# decode step and the speculative verify cycle (one target forward over the drafts) by the same 20%.
+DECODE_GOOD_MS = 2.0
+TARGET_SLOWDOWN = 1.2
+# What the planted commit slows: "speculative" (the verify cycle only: EAGLE-3 loses, the baseline
+# does not) or "target" (the target model: both modes lose alike).
+VARIANTS = ("speculative", "target")
 
 _AUTHOR_ENV = {
     "GIT_AUTHOR_NAME": "Demo Upstream",
@@ -45,6 +57,9 @@ class DemoTarget:
     bad: str
     planted: str | None  # sha of the planted slowdown; None for the drift-only variant
     commits: int
+    variant: str = "speculative"  # what the planted commit slows (VARIANTS)
+    wheels: Path | None = None  # the wheel directory of the pinned demo-kernel versions (None: no pins)
+    pin_bump: str | None = None  # sha of the commit that bumps the demo-kernel pin
 
 
 def _git(repo: Path, *args: str, env_extra: dict[str, str] | None = None) -> str:
@@ -62,7 +77,7 @@ _FILES: dict[str, str] = {
     "test/test_generate.py": "def test_generate():\n    assert True\n",
     "benchmark/bench_latency.py": "print('latency benchmark')\n",
     ".github/workflows/ci.yml": "name: ci\non: [push]\n",
-    "python/pyproject.toml": '[project]\nname = "sglang"\nversion = "0.0.0"\n',
+    "python/pyproject.toml": '[project]\nname = "sglang"\nversion = "0.0.0"\n',  # pins added by _pyproject
     "python/sglang/__init__.py": '__version__ = "0.0.0.demo"\n',
     "python/sglang/srt/__init__.py": "",
     "python/sglang/srt/model_executor/__init__.py": "",
@@ -200,8 +215,14 @@ def make_demo_target(
     max_tokens: int = 96,
     runs: int = 5,
     warmup: int = 1,
+    variant: str = "speculative",
+    pins: bool = True,
 ) -> DemoTarget:
-    """Build the demo repository, its patch stack and a perfbisect.toml under ``root``."""
+    """Build the demo repository, its patch stack and a perfbisect.toml under ``root``.
+
+    ``pins``: python/pyproject.toml pins demo-kernel (0.1.0, bumped to 0.2.0 by one commit a third
+    into the range), whose wheels are written to ``root/wheels``; the config installs them per pin
+    set ([build] pinned_packages) and the emulator refuses to start on a version mismatch."""
     root = Path(root).resolve()
     if root.exists():
         shutil.rmtree(root)
@@ -216,13 +237,29 @@ def make_demo_target(
     when = 1_764_000_000  # fixed dates: the demo's history is the same on every machine
     for rel, text in _FILES.items():
         _write(repo, rel, text)
+    wheels = None
+    if pins:
+        wheels = root / "wheels"
+        for version in (KERNEL_OLD, KERNEL_NEW):
+            write_wheel(wheels, DEMO_KERNEL, version)
+        _write(repo, "python/pyproject.toml", _pyproject(KERNEL_OLD))
     good = _commit(repo, "Initial import of the serving engine", when)
 
     n_after = max(commits - 1, 8)
     planted_index = None if drift_only else (planted_at if planted_at is not None else (2 * n_after) // 3)
-    planted = None
+    bump_index = n_after // 3 if pins else None
+    if bump_index is not None and bump_index == planted_index:
+        bump_index -= 1
+    planted = pin_bump = None
     for i in range(1, n_after + 1):
         when += 3600
+        if planted_index is not None and i == planted_index and variant == "target":
+            planted = _plant_target_slowdown(repo, when)
+            continue
+        if bump_index is not None and i == bump_index:
+            _write(repo, "python/pyproject.toml", _pyproject(KERNEL_NEW))
+            pin_bump = _commit(repo, f"Bump {DEMO_KERNEL} to {KERNEL_NEW} (#{1000 + i})", when)
+            continue
         if planted_index is not None and i == planted_index:
             path = repo / "python/sglang/srt/speculative/eagle_worker.py"
             path.write_text(path.read_text().replace(f"VERIFY_CYCLE_MS = {VERIFY_GOOD_MS}", f"VERIFY_CYCLE_MS = {VERIFY_BAD_MS}"))
@@ -252,6 +289,7 @@ def make_demo_target(
             max_tokens=max_tokens,
             runs=runs,
             warmup=warmup,
+            wheels=wheels,
         )
     )
     return DemoTarget(
@@ -263,7 +301,34 @@ def make_demo_target(
         bad=bad,
         planted=planted,
         commits=n_after + 1,
+        variant=variant,
+        wheels=wheels,
+        pin_bump=pin_bump,
     )
+
+
+def _plant_target_slowdown(repo: Path, when: int) -> str:
+    """The "target" variant's commit: a slower MoE path in the model, so the target forward (the
+    baseline's decode step and the verify cycle that runs it over the drafts) is 20% slower."""
+    edits = {
+        "python/sglang/srt/model_executor/decode.py": (
+            f"DECODE_STEP_MS = {DECODE_GOOD_MS}", f"DECODE_STEP_MS = {DECODE_GOOD_MS * TARGET_SLOWDOWN:g}"),
+        "python/sglang/srt/speculative/eagle_worker.py": (
+            f"VERIFY_CYCLE_MS = {VERIFY_GOOD_MS}", f"VERIFY_CYCLE_MS = {VERIFY_GOOD_MS * TARGET_SLOWDOWN:g}"),
+    }
+    for rel, (old, new) in edits.items():
+        path = repo / rel
+        text = path.read_text()
+        if old not in text:
+            raise RuntimeError(f"demo target variant lost its context in {rel}")
+        path.write_text(text.replace(old, new, 1))
+    _write(repo, "python/sglang/srt/models/deepseek_v2.py", "\n\ndef moe_dense_fallback(x):\n    return x\n", append=True)
+    return _commit(repo, "deepseek_v2: route MoE through the dense fallback", when)
+
+
+def _pyproject(kernel_version: str) -> str:
+    """python/pyproject.toml pinning the demo kernel, as SGLang's pins sgl-kernel."""
+    return f'[project]\nname = "sglang"\nversion = "0.0.0"\ndependencies = ["{DEMO_KERNEL}=={kernel_version}"]\n'
 
 
 def _make_patch_stack(repo: Path, out: Path, tip: str) -> None:
@@ -298,9 +363,17 @@ def demo_config_text(
     max_tokens: int,
     runs: int,
     warmup: int,
+    wheels: Path | None = None,
 ) -> str:
     """The perfbisect.toml the demo runs with: SGLang's shape, the emulator in place of the GPU server."""
     nccl = "\n".join(f"{k} = {_toml_str(v)}" for k, v in NCCL_ENV.items())
+    pinned = "" if wheels is None else f"""
+[build]
+# python/pyproject.toml pins {DEMO_KERNEL} (as SGLang pins sgl-kernel) and the emulator checks it at launch:
+# each pin set gets its own environment, built once from these wheels; your interpreter is never changed.
+pinned_packages = ["{DEMO_KERNEL}"]
+wheel_dir = {_toml_str(wheels)}
+"""
     return f"""\
 # perfbisect.toml written by `perfbisect demo`.
 # The server is perfbisect's SGLang emulator (a stand-in for the GPU server); everything else is real.
@@ -314,7 +387,7 @@ cache_dir = {_toml_str(drift_file.parent)}
 
 [patches]
 dir = {_toml_str(patches)}
-
+{pinned}
 [[build.steps]]
 name = "python"
 # SGLang's Python-only build is `pip install -e python --no-deps`; the demo byte-compiles instead.

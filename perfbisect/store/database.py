@@ -540,11 +540,13 @@ class Store:
         *,
         started_at: float | None = None,
         metric_info: dict[str, Any] | None = None,
+        search_start: Mapping[str, Any] | None = None,
     ) -> int:
         """Store a new running bisection over ``commits`` (oldest first) and return its id.
 
         ``settings`` is a mapping or a config dataclass (e.g. ``StatsConfig``), stored as JSON;
-        ``config_hash`` defaults to the content hash of those settings.
+        ``config_hash`` defaults to the content hash of those settings; ``search_start`` is what the
+        search starts from (``search_replay.SearchStart.as_json``), so a report replays this search.
         """
         encoded = queries.json_part("settings", settings if settings is not None else {})
         if config_hash is None:
@@ -562,6 +564,7 @@ class Store:
                 owner=self.owner,
                 started_at=started_at,
                 metric_info=metric_info,
+                search_start=search_start,
             )
 
     def add_observation(
@@ -574,10 +577,14 @@ class Store:
         covariates: Mapping[str, float] | None = None,
         flag: str | None = None,
         layout: str | None = None,
+        host: str | None = None,
+        decision: Mapping[str, Any] | None = None,
     ) -> None:
-        """Append one observation (committed before this returns)."""
+        """Append one observation (committed before this returns); ``host`` and ``decision``: the node
+        the search was told measured it and the decision that asked for it (what a report replays)."""
         with self.session(write=True) as s:
-            queries.insert_observation(s, bisection_id, seq, commit, value, trial_ids, covariates, flag=flag, layout=layout)
+            queries.insert_observation(s, bisection_id, seq, commit, value, trial_ids, covariates, flag=flag, layout=layout,
+                                       host=host, decision=decision)
 
     def add_noise_estimate(self, estimate: NoiseEstimate) -> None:
         """Keep a measured noise level (committed before this returns)."""

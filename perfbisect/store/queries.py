@@ -364,6 +364,7 @@ def insert_bisection(
     owner: str,
     started_at: float | None = None,
     metric_info: dict[str, Any] | None = None,
+    search_start: Mapping[str, Any] | None = None,
 ) -> int:
     """Store a new running bisection and return its id."""
     row = BisectionRow(
@@ -378,6 +379,7 @@ def insert_bisection(
         owner=owner,
         started_at=time.time() if started_at is None else started_at,
         metric_info=metric_info,
+        search_start=json_part("search_start", dict(search_start)) if search_start is not None else None,
     )
     session.add(row)
     session.flush()
@@ -396,6 +398,8 @@ def insert_observation(
     recorded_at: float | None = None,
     flag: str | None = None,
     layout: str | None = None,
+    host: str | None = None,
+    decision: Mapping[str, Any] | None = None,
 ) -> None:
     """Append one observation of a bisection; seq must be new for that bisection."""
     _bisection_row(session, bisection_id)
@@ -421,6 +425,8 @@ def insert_observation(
             recorded_at=time.time() if recorded_at is None else recorded_at,
             flag=flag,
             layout=layout,
+            host=host,
+            decision=json_part("decision", dict(decision)) if decision is not None else None,
         )
     )
     session.flush()
@@ -445,6 +451,8 @@ def load_observations(session: Session, bisection_id: int) -> list[ObservationRe
             recorded_at=row.recorded_at,
             flag=row.flag,
             layout=row.layout,
+            host=row.host,
+            decision=dict(row.decision) if row.decision else None,
         )
         for row in rows
     ]
@@ -732,4 +740,5 @@ def _bisection_record(session: Session, row: BisectionRow) -> BisectionRecord:
         trial_count=trial_count or 0,
         observation_count=observation_count or 0,
         metric_info=row.metric_info,
+        search_start=dict(row.search_start) if row.search_start else None,
     )

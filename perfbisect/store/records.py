@@ -20,6 +20,7 @@ class TrialPurpose(str, enum.Enum):
     MEASURE = "measure"
     CALIBRATE = "calibrate"
     COMPARE = "compare"
+    MODES = "modes"  # the other modes at a speculative culprit and its parent (regressed_path)
 
 
 # model.TrialStatus has no "running": a trial that has not finished (or whose process was killed)
@@ -46,6 +47,8 @@ class ObservationRecord:
     recorded_at: float = 0.0
     flag: str | None = None  # why the search excludes it (throttled, contended), if it does
     layout: str | None = None  # layout ids of its trials, "+"-joined for a ratio metric (bisect.Observation.layout)
+    host: str | None = None  # the node the search was told measured it (bisect.Observation.host); None = the local host
+    decision: Mapping[str, Any] | None = None  # the live decision that asked for it: commit, phase, reason; None = not recorded
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,9 @@ class BisectionRecord:
     trial_count: int = 0
     observation_count: int = 0
     metric_info: Mapping[str, Any] | None = None  # metrics.Metric.as_json() when it started; None before 0006
+    # What the search started from (search_replay.SearchStart.as_json): noise, endpoint history, direction;
+    # None for a bisection stored before migration 0007.
+    search_start: Mapping[str, Any] | None = None
 
     @property
     def finished(self) -> bool:

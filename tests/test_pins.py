@@ -1,0 +1,144 @@
+"""Pinned dependencies: each commit's pins read from git, one real venv per pin set built with real
+pip or uv from real wheels, cached, and the user's interpreter left exactly as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfbisect.demo.wheels import write_wheel
+from perfbisect.envs import EnvCache, pin_groups
+from perfbisect.errors import EnvironmentBuildError
+from perfbisect.gitrepo import TargetRepo
+from perfbisect.pins import PinReader, PinSet, read_pins, wheel_problem
+from tests.repo_factory import RepoFactory
+
+PYPROJECT = """\
+[project]
+name = "sglang"
+version = "0.5.0"
+dependencies = ["requests", "Tiny_Kernel == {v}", "numpy>=1.26"]
+
+[project.optional-dependencies]
+srt = ["flashinfer_python==0.3.1 ; sys_platform == 'linux'", "torch==2.8.0"]
+"""
+
+
+def test_pins_come_from_dependency_lists_and_extras_normalized_and_only_for_named_packages():
+    pins = read_pins({"python/pyproject.toml": PYPROJECT.format(v="1.0"), "missing.txt": None},
+                     ["tiny-kernel", "flashinfer-python", "torch", "requests"])
+    assert pins.as_dict() == {"flashinfer-python": "==0.3.1 ; sys_platform == 'linux'", "tiny-kernel": "==1.0",
+                              "torch": "==2.8.0"}  # requests has no version: nothing to pin
+    assert pins.requirements == ["flashinfer-python==0.3.1 ; sys_platform == 'linux'", "tiny-kernel==1.0", "torch==2.8.0"]
+    assert read_pins({"requirements.txt": "# kernels\ntiny-kernel==2.0  # bumped\n-e .\n"}, ["tiny-kernel"]).requirements == ["tiny-kernel==2.0"]
+    # The key is what is installed, not where it was declared.
+    assert read_pins({"a/pyproject.toml": PYPROJECT.format(v="1.0")}, ["torch"]).key == \
+        read_pins({"requirements.txt": "torch==2.8.0\n"}, ["torch"]).key
+    assert read_pins({"p.toml": "not [valid"}, ["torch"]) == PinSet()
+
+
+def _repo_with_a_pin_bump(tmp_path: Path) -> tuple[RepoFactory, list[str]]:
+    r = RepoFactory(tmp_path / "target")
+    shas = [r.commit("base", {"python/pyproject.toml": PYPROJECT.format(v="1.0"), "python/x.py": "a = 1\n"})]
+    shas.append(r.commit("python change", {"python/x.py": "a = 2\n"}))
+    shas.append(r.commit("bump tiny-kernel", {"python/pyproject.toml": PYPROJECT.format(v="2.0")}))
+    shas.append(r.commit("another change", {"python/x.py": "a = 3\n"}))
+    return r, shas
+
+
+def test_a_range_is_grouped_by_pin_set_read_from_git_without_a_checkout(tmp_path):
+    r, shas = _repo_with_a_pin_bump(tmp_path)
+    repo = TargetRepo(r.path)
+    reader = PinReader(repo, ("python/pyproject.toml",), ("tiny-kernel",))
+    commits = repo.first_parent_range(shas[0], shas[-1])
+    wheels = tmp_path / "wheels"
+    write_wheel(wheels, "tiny-kernel", "1.0")
+    groups = pin_groups(commits, reader, EnvCache(tmp_path / "envs", sys.executable), wheels, None)
+    assert [g.commits for g in groups] == [tuple(shas[:2]), tuple(shas[2:])]
+    assert [g.requirements for g in groups] == [("tiny-kernel==1.0",), ("tiny-kernel==2.0",)]
+    assert groups[0].problem is None and not groups[0].built
+    # No 2.0 wheel and no index: said before anything is built, with the fix.
+    assert "no wheel for tiny-kernel==2.0 (it has 1.0)" in groups[1].problem and "index_url" in groups[1].problem
+    assert wheel_problem(reader(shas[2]), wheels, "https://pypi.example.invalid/simple") is None
+
+
+def _interpreter_with_pip() -> str | None:
+    for python in (getattr(sys, "_base_executable", None), shutil.which("python3")):
+        if python and subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+def _state(python: str) -> tuple[list, list]:
+    """What an interpreter has installed (pip's view) and the files of its site directories."""
+    listed = subprocess.run([python, "-c", (
+        "import json, sys\nfrom importlib import metadata\n"
+        "print(json.dumps(sorted((d.metadata['Name'], d.version) for d in metadata.distributions())))"
+    )], capture_output=True, text=True, check=True).stdout
+    sites = json.loads(subprocess.run([python, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+                                      capture_output=True, text=True, check=True).stdout)
+    files = sorted(str(p) for d in sites for p in Path(d).rglob("*")
+                   if "__pycache__" not in p.parts and p.is_file())
+    return json.loads(listed), files
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv", "pip (ensurepip)"])
+def test_one_environment_per_pin_set_with_real_installers_and_the_interpreter_untouched(tmp_path, installer, monkeypatch):
+    python = _interpreter_with_pip() if installer == "pip" else sys.executable
+    if installer == "pip" and python is None:
+        pytest.skip("no interpreter with pip here")
+    if installer != "pip" and subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+        pytest.skip("this interpreter has pip, which is used before uv and ensurepip")
+    if installer == "uv" and not (os.environ.get("UV") or shutil.which("uv")):
+        pytest.skip("uv is not installed here")
+    if installer == "pip (ensurepip)":  # no pip in the interpreter, no uv anywhere: the venv gets its own pip
+        monkeypatch.delenv("UV", raising=False)
+        monkeypatch.setenv("PATH", os.pathsep.join(d for d in ("/usr/bin", "/bin") if os.path.isdir(d)))
+        if shutil.which("uv"):
+            pytest.skip("uv is on the system PATH here")
+    wheels = tmp_path / "wheels"
+    for version in ("1.0", "2.0"):
+        write_wheel(wheels, "tiny-kernel", version)
+    before = _state(python)
+    cache = EnvCache(tmp_path / "envs", python, wheels, None, log_dir=tmp_path / "logs")
+    old, new = (read_pins({"requirements.txt": f"tiny-kernel=={v}\n"}, ["tiny-kernel"]) for v in ("1.0", "2.0"))
+    built = [cache.ensure(old), cache.ensure(new)]
+    assert [e.cached for e in built] == [False, False]
+    assert built[0].installer.startswith(installer) and built[0].path != built[1].path
+    for env, version in zip(built, ("1.0", "2.0")):
+        seen = subprocess.run([env.python, "-c", "import tiny_kernel, json, sys; print(tiny_kernel.__version__); "
+                               "import httpx" if python == sys.executable else "import tiny_kernel; print(tiny_kernel.__version__)"],
+                              capture_output=True, text=True)
+        assert seen.returncode == 0, seen.stderr  # the pinned package, and (layered) what the interpreter has
+        assert seen.stdout.split()[0] == version
+        assert env.versions == {"tiny-kernel": version}
+    # The second time nothing is built: the same key is the same environment.
+    marker = built[1].path / "env.json"
+    stamp = marker.stat().st_mtime_ns
+    again = EnvCache(tmp_path / "envs", python, wheels, None)
+    assert again.ensure(new).cached and again.ensure(new).path == built[1].path
+    assert marker.stat().st_mtime_ns == stamp and len(again.entries()) == 2
+    # The user's interpreter: the same packages, the same files; the pinned package is not importable there.
+    assert _state(python) == before
+    assert subprocess.run([python, "-c", "import tiny_kernel"], capture_output=True).returncode != 0
+
+
+def test_a_pin_that_cannot_be_installed_is_an_error_naming_it_and_is_not_retried(tmp_path):
+    wheels = tmp_path / "wheels"
+    write_wheel(wheels, "tiny-kernel", "1.0")
+    cache = EnvCache(tmp_path / "envs", sys.executable, wheels, None, log_dir=tmp_path / "logs")
+    missing = read_pins({"requirements.txt": "tiny-kernel==3.0\n"}, ["tiny-kernel"])
+    with pytest.raises(EnvironmentBuildError) as err:
+        cache.ensure(missing)
+    text = str(err.value)
+    assert "tiny-kernel==3.0" in text and "wheel_dir" in text and "never blamed" in text
+    assert not cache.path(missing).exists() and cache.entries() == []  # nothing half-built left behind
+    assert cache.failed(missing) == text
+    with pytest.raises(EnvironmentBuildError):
+        cache.ensure(missing)  # remembered: a pin set that failed is not installed again in this process

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfbisect import check, hook  # noqa: E402
+from perfbisect import check, checkqueue, hook  # noqa: E402
 from perfbisect.config import load_config  # noqa: E402
 from tests.hook_setup import git, make_pull_setup  # noqa: E402
 
@@ -73,12 +73,12 @@ def main() -> None:
         with_hook = _pulls(setup, args.pulls, env, "hooked")
         alone = _hook_alone(setup, args.pulls, env)
         cfg = load_config(setup.config)
-        queued = len(check.status(cfg)["queued"])
-        pid = check.status(cfg)["worker"]["pid"]
+        queued = len(checkqueue.status(cfg)["queued"])
+        pid = checkqueue.status(cfg)["worker"]["pid"]
         if pid:
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 30
-            while check.status(cfg)["worker"]["pid"] and time.monotonic() < deadline:
+            while checkqueue.status(cfg)["worker"]["pid"] and time.monotonic() < deadline:
                 time.sleep(0.1)
     result = {
         "pulls": args.pulls,

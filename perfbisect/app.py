@@ -24,7 +24,7 @@ from .bisect import Done, Observation, SearchPolicy
 from .search_replay import INDEX_REPLAY_WORK, SearchStart, decision_json, observations_of
 from .settings import Config
 from .doctor import Finding, run_doctor
-from .errors import UsageError
+from .errors import StoreError, UsageError
 from .patches import PatchCheck, check_patches
 from .gitrepo import TargetRepo
 from .changepoint import SPARSE_ABOVE, sparse_footprint
@@ -39,7 +39,7 @@ from .metrics import describe_workload, stored_or_described
 from .render import attribution_line, history_line, state_lines
 from .stats import NoiseModel, compare, compare_sequential, log_of_pct, pct
 from .regressed_path import decide as decide_path
-from .store import BisectionRecord, ComparisonRecord, Store, StoreLocation, locate, open_store
+from .store import Store, StoreLocation, locate, open_store
 from .trials import TrialRunner, interleaved, observe
 from .workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
 
@@ -709,15 +709,6 @@ def doctor(config_path: Path, db: Path | None = None, launch: bool = False,
     return run_doctor(config_path, db, launch=launch, range_=range_)
 
 
-def log(db_path: Path | str, limit: int = 20) -> tuple[list[BisectionRecord], list[ComparisonRecord]]:
-    """The newest ``limit`` bisections and comparisons stored in ``db_path`` (a path or URL), newest first.
-    Reading never creates a database: a path where there is none is a UsageError."""
-    if not locate(db_path).exists():
-        raise UsageError(f"No results database at {locate(db_path)}: pass --db PATH, or run `perfbisect run` first.")
-    with open_store(db_path) as store:
-        return store.bisections(limit), store.comparisons(limit)
-
-
 # ------------------------------------------------------------------------------------------------
 # perfbisect report
 
@@ -741,7 +732,7 @@ def stored_results(db: Path | str | None, config: Config | None) -> Store:
     location = locate(path)
     if not location.exists():
         raise UsageError(f"No results database at {location}: pass --db PATH, or run `perfbisect run` first.")
-    return open_store(location, recover=False)
+    return open_store(location, recover=False, read_only=True)
 
 
 def report(store: Store, which: str = "latest", out: Path | None = None, config: Config | None = None) -> tuple[Path, dict]:
@@ -754,6 +745,8 @@ def report(store: Store, which: str = "latest", out: Path | None = None, config:
         view = evidence.bisection_view(store, number, config)
     else:
         view = evidence.comparison_view(store, number, config)
+    if out is not None and Path(out).expanduser().is_dir():  # -o DIR: the report goes into it, by its usual name
+        out = Path(out).expanduser() / f"{kind}-{number}.html"
     path = write_html(render_report(view), out or report_path(store.path, f"{kind}-{number}", config))
     return path, view
 

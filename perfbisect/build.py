@@ -16,14 +16,12 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .children import own_group
+from .children import run_bounded
 from .placeholders import expand
 from .settings import BuildStep
 from .errors import BuildError, InfrastructureError
@@ -340,41 +338,39 @@ def run_build(
 def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, commit: Commit | str, note: str = "") -> None:
     argv = expand(step.command, python=python, worktree=str(worktree))
     short = (commit.short if isinstance(commit, Commit) else str(commit)[:10])
-    with log_path.open("wb") as log:
-        log.write(f"{note}$ {argv!r}\n# cwd {worktree}\n".encode())
-        log.flush()
-        try:
-            # Its own session, so a timeout can stop the compiler processes the step spawned too;
-            # it dies with perfbisect, so a killed bisection leaves no compiler running.
-            proc = subprocess.Popen(argv, cwd=worktree, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **own_group())
-        except FileNotFoundError:
-            raise BuildError(
-                f"Build step '{step.name}' at {short}: command not found: '{argv[0]}'. Fix: install it, or "
-                f"give its full path (or {{python}}) in build.steps[].command.",
-                log_path=str(log_path),
-            ) from None
-        except PermissionError:
-            raise BuildError(
-                f"Build step '{step.name}' at {short}: '{argv[0]}' is not executable. Fix its permissions "
-                f"or the command in build.steps[].command.",
-                log_path=str(log_path),
-            ) from None
-        try:
-            status = proc.wait(timeout=step.timeout_s)
-        except BaseException as exc:  # Ctrl-C / SIGTERM of perfbisect: the step's processes go with it
-            if not isinstance(exc, subprocess.TimeoutExpired):
-                _kill_group(proc)
-                raise
-            _kill_group(proc)
-            log.write(f"\n# perfbisect: killed after timeout_s={step.timeout_s}\n".encode())
-            log.flush()
-            raise BuildError(
-                f"Build step '{step.name}' at {short} ran past its timeout of {step.timeout_s:g} s and was "
-                f"stopped; the commit is skipped. Fix: raise build.steps[].timeout_s. Log: {log_path}\n"
-                f"{_tail(log_path)}",
-                log_path=str(log_path),
-                log_tail=_tail(log_path),
-            ) from None
+    log_path.write_text(f"{note}$ {argv!r}\n# cwd {worktree}\n", encoding="utf-8")
+    try:
+        # Its own session, so a timeout stops the compiler processes the step spawned too; it dies
+        # with perfbisect, so a killed bisection leaves no compiler running. Its output goes to the
+        # log through a pipe, capped (a step printing gigabytes keeps the head and the tail).
+        run = run_bounded(argv, cwd=worktree, env=None, timeout_s=step.timeout_s, log_path=log_path, merge_stderr=True,
+                          footer=False)
+    except FileNotFoundError:
+        raise BuildError(
+            f"Build step '{step.name}' at {short}: command not found: '{argv[0]}'. Fix: install it, or "
+            f"give its full path (or {{python}}) in build.steps[].command.",
+            log_path=str(log_path),
+        ) from None
+    except PermissionError:
+        raise BuildError(
+            f"Build step '{step.name}' at {short}: '{argv[0]}' is not executable. Fix its permissions "
+            f"or the command in build.steps[].command.",
+            log_path=str(log_path),
+        ) from None
+    except OSError as exc:
+        raise BuildError(
+            f"Build step '{step.name}' at {short}: cannot start '{argv[0]}': {exc.strerror}. Fix build.steps[].command.",
+            log_path=str(log_path),
+        ) from None
+    if run.timed_out:
+        raise BuildError(
+            f"Build step '{step.name}' at {short} ran past its timeout of {step.timeout_s:g} s and was "
+            f"stopped; the commit is skipped. Fix: raise build.steps[].timeout_s. Log: {log_path}\n"
+            f"{_tail(log_path)}",
+            log_path=str(log_path),
+            log_tail=_tail(log_path),
+        )
+    status = run.returncode
     if status != 0:
         tail = _tail(log_path)
         _refuse_machine_fault(step, short, worktree, log_path, tail)
@@ -410,13 +406,3 @@ def _refuse_machine_fault(step: BuildStep, short: str, worktree: Path, log_path:
     )
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()

@@ -250,12 +250,6 @@ class ChangePosterior:
         i = int(np.argmax(np.where(none, -np.inf, self.logw))) if (~none).any() else self.top()
         return float(math.sqrt(self.s2[i]))
 
-    @property
-    def drift_scale(self) -> float:
-        """Posterior mean of √ρ·σ: the drift's standard deviation per trial (log scale)."""
-        sig = math.sqrt(float((self.w * self.s2).sum()))
-        return float(sum(w * math.sqrt(f.rho) for w, f in zip(self.rho_weights, self.fits))) * sig
-
     def drift_path(self, ev: Evidence) -> np.ndarray | None:
         """The drift fitted at each trial of ``ev`` (log, the trials' order) under the most probable
         pair, or None when that pair has no drift (ρ = 0). ``ev`` must be the evidence it was fitted on."""

@@ -20,12 +20,11 @@ import time
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-from . import app
-from .host import gpu_busy_processes
+from .host import DEFAULT_WAIT_IDLE_S, FAKE_BUSY_ENV, describe_busy, gpu_busy_processes  # noqa: F401
 from .workspace import Progress, Workspace, exclusive
-from .checkqueue import LOG, WORKER_LOCK, CheckQueue, Job, WorkerLock, coalesce, entry_dict, hook_dir
+from .checkqueue import LOG, WORKER_LOCK, CheckQueue, Job, WorkerLock, entry_dict, hook_dir
 from .config import load_config
 from .settings import Config
 from .errors import PerfbisectError
@@ -34,30 +33,16 @@ from .model import Commit, Verdict
 from .notify import notify, one_line, summary_line
 from .polling import poll_until
 
-# Simulates busy GPUs where there are none (tests, demos): while this file exists, every pid in it
-# counts as another process holding GPU 0. Real hosts are checked through sysstate.
-FAKE_BUSY_ENV = "PERFBISECT_FAKE_GPU_BUSY_FILE"
 # Once a check runs, a trial that finds the GPUs taken waits this long for them before failing.
-TRIAL_WAIT_IDLE_S = 6 * 3600.0
+TRIAL_WAIT_IDLE_S = DEFAULT_WAIT_IDLE_S
 LOCK_POLL_S = 2.0
 # The worker lock when `python -m perfbisect.checkqueue` took it before importing perfbisect.
 HELD_LOCK: WorkerLock | None = None
 
 
 def busy_gpu_processes() -> list[tuple[int, int, str]]:
-    """(gpu, pid, name) of other processes on the GPUs: the one seam to the host's busy check."""
-    fake = os.environ.get(FAKE_BUSY_ENV)
-    if fake:
-        try:
-            words = Path(fake).read_text().split()
-        except OSError:
-            return []
-        return [(0, int(w) if w.isdigit() else 0, "simulated") for w in words] or [(0, 0, "simulated")]
+    """(gpu, pid, name) of other processes on the GPUs (``FAKE_BUSY_ENV`` simulates some)."""
     return gpu_busy_processes()
-
-
-def describe_busy(procs: Sequence[tuple[int, int, str]]) -> str:
-    return ", ".join(f"pid {pid}" + (f" {name}" if name else "") + f" on GPU {gpu}" for gpu, pid, name in procs)
 
 
 def wait_for_idle(
@@ -128,6 +113,10 @@ def run_check(
     wait_idle_s: float = 0.0,
 ) -> dict[str, Any]:
     """Compare OLD and NEW mode by mode; bisect the first mode that regressed (action "bisect")."""
+    # The use cases (and the engine's scipy) load here, when a check runs: the detached worker a pull
+    # starts reaches its first state ("waiting: GPUs busy") without them.
+    from . import app
+
     progress = progress or Progress()
     cfg = ws.config
     action = action or cfg.hook.action
@@ -296,83 +285,3 @@ def enqueue(config: Config, config_path: Path, old: str, new: str) -> Path:
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     return log
-
-
-# ------------------------------------------------------------------------------------------------
-# perfbisect status
-
-
-def status(config: Config, limit: int = 5) -> dict[str, Any]:
-    """Running, waiting (and why), queued, and the last results with their report paths."""
-    queue = CheckQueue(hook_dir(config.cache_dir))
-    state = queue.state()
-    holder = WorkerLock(queue.path(WORKER_LOCK)).holder()
-    phase = state.get("phase") or "idle"
-    if holder is None and phase in ("running", "waiting"):
-        phase = "stopped"
-        state = {**state, "detail": f"the worker (pid {state.get('pid')}) is gone; its check did not finish"}
-    waiting = queue.waiting()
-    nxt = coalesce(waiting)
-    return {
-        "worker": {
-            "pid": holder, "phase": phase if holder is not None or phase == "stopped" else "idle",
-            "detail": state.get("detail") or "", "job": state.get("job") if holder is not None else None,
-            "since": state.get("since"),
-        },
-        "queued": [entry_dict(e) for e in waiting],
-        "next": {"old": nxt.old, "new": nxt.new, "coalesced": nxt.coalesced} if nxt else None,
-        "last": queue.last_line(),
-        "results": queue.history(limit),
-        "log": str(queue.path(LOG)),
-        "node_lock": shared_node_lock(config),
-    }
-
-
-def shared_node_lock(config: Config) -> dict[str, Any] | None:
-    """Who holds this GPU node's lock in a shared results store (``[store] url`` on PostgreSQL);
-    None for a SQLite store, whose node lock is the local lock file."""
-    from .store import locate, open_store
-
-    if not config.store.url or not locate(config.store.url).shared:
-        return None
-    try:
-        with open_store(config.store.url, recover=False) as store:
-            lock = store.node_lock()
-            holder = lock.holder()
-    except PerfbisectError as exc:
-        return {"node": None, "holder": None, "error": str(exc)}
-    return {"node": lock.node, "holder": holder.describe() if holder else None, "error": None}
-
-
-def format_status(data: dict[str, Any]) -> list[str]:
-    """`perfbisect status` as lines."""
-    w = data["worker"]
-    lines = []
-    job = w.get("job") or {}
-    rng = f"{str(job.get('old', ''))[:10]}..{str(job.get('new', ''))[:10]}" if job else ""
-    if w["phase"] == "running":
-        lines.append(f"running: {rng} (pid {w['pid']}){' — ' + w['detail'] if w['detail'] else ''}")
-    elif w["phase"] == "waiting":
-        lines.append(f"waiting: {w['detail']} — {rng} (pid {w['pid']})")
-    elif w["phase"] == "stopped":
-        lines.append(f"stopped: {w['detail']}")
-    else:
-        lines.append("no check running")
-    if data["queued"]:
-        n = data["next"]
-        lines.append(
-            f"queued: {len(data['queued'])} pull(s), checked next as one range {n['old'][:10]}..{n['new'][:10]}"
-            + ("" if w["pid"] else " — no worker is running: `perfbisect check --drain` starts one")
-        )
-    for r in data["results"]:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.get("finished_at") or 0))
-        lines.append(f"{when}  {r.get('line') or summary_line(r)}")
-    if not data["results"]:
-        lines.append("no check has finished yet")
-    node = data.get("node_lock")
-    if node and node["error"]:
-        lines.append(f"GPU node lock in the shared store: unknown ({node['error']})")
-    elif node:
-        lines.append(f"GPU node {node['node']}: {'held by ' + node['holder'] if node['holder'] else 'free'} (shared store)")
-    lines.append(f"log: {data['log']}")
-    return [one_line(line) for line in lines]

@@ -23,7 +23,13 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .errors import PerfbisectError
+from .notify import one_line, summary_line
+
+if TYPE_CHECKING:
+    from .settings import Config
 
 QUEUE = "queue"
 STATE = "state.json"
@@ -230,9 +236,110 @@ class WorkerLock:
             return None
         if not text.isdigit():
             return None
+        import psutil
+
         pid = int(text)
-        return pid if Path(f"/proc/{pid}").exists() else None
+        return pid if psutil.pid_exists(pid) else None
 
 
 def entry_dict(entry: Entry) -> dict[str, Any]:
     return asdict(entry)
+
+
+# ------------------------------------------------------------------------------------------------
+# perfbisect status
+
+
+def status(config: Config, limit: int = 5) -> dict[str, Any]:
+    """Running, waiting (and why), queued, and the last results with their report paths.
+
+    Here, not in ``check``, so that `perfbisect status` reads files without importing the use cases."""
+    queue = CheckQueue(hook_dir(config.cache_dir))
+    state = queue.state()
+    holder = WorkerLock(queue.path(WORKER_LOCK)).holder()
+    phase = state.get("phase") or "idle"
+    if holder is None and phase in ("running", "waiting"):
+        phase = "stopped"
+        state = {**state, "detail": f"the worker (pid {state.get('pid')}) is gone; its check did not finish"}
+    waiting = queue.waiting()
+    nxt = coalesce(waiting)
+    return {
+        "worker": {
+            "pid": holder, "phase": phase if holder is not None or phase == "stopped" else "idle",
+            "detail": state.get("detail") or "", "job": state.get("job") if holder is not None else None,
+            "since": state.get("since"),
+        },
+        "queued": [entry_dict(e) for e in waiting],
+        "next": {"old": nxt.old, "new": nxt.new, "coalesced": nxt.coalesced} if nxt else None,
+        "last": queue.last_line(),
+        "results": queue.history(limit),
+        "log": str(queue.path(LOG)),
+        "node_lock": shared_node_lock(config),
+        "gpu_wait": _gpu_wait(config.cache_dir),
+    }
+
+
+def _gpu_wait(cache_dir: Path) -> dict[str, Any] | None:
+    """A command (``run``, ``measure``, ...) of this cache directory waiting for GPUs others hold.
+    The file is looked for first, so that `perfbisect status` imports the trial layer only then."""
+    if not (Path(cache_dir) / "gpu-wait.json").exists():
+        return None
+    from .trials import gpu_wait  # its GPU_WAIT_FILE is the name looked for above
+
+    return gpu_wait(cache_dir)
+
+
+def shared_node_lock(config: Config) -> dict[str, Any] | None:
+    """Who holds this GPU node's lock in a shared results store (``[store] url`` on PostgreSQL);
+    None for a SQLite store, whose node lock is the local lock file."""
+    if not config.store.url:  # before importing the store (SQLAlchemy): a SQLite store has no node row
+        return None
+    from .store import locate, open_store
+
+    if not locate(config.store.url).shared:
+        return None
+    try:
+        with open_store(config.store.url, recover=False) as store:
+            lock = store.node_lock()
+            holder = lock.holder()
+    except PerfbisectError as exc:
+        return {"node": None, "holder": None, "error": str(exc)}
+    return {"node": lock.node, "holder": holder.describe() if holder else None, "error": None}
+
+
+def format_status(data: dict[str, Any]) -> list[str]:
+    """`perfbisect status` as lines."""
+    w = data["worker"]
+    lines = []
+    job = w.get("job") or {}
+    rng = f"{str(job.get('old', ''))[:10]}..{str(job.get('new', ''))[:10]}" if job else ""
+    if w["phase"] == "running":
+        lines.append(f"running: {rng} (pid {w['pid']}){' — ' + w['detail'] if w['detail'] else ''}")
+    elif w["phase"] == "waiting":
+        lines.append(f"waiting: {w['detail']} — {rng} (pid {w['pid']})")
+    elif w["phase"] == "stopped":
+        lines.append(f"stopped: {w['detail']}")
+    else:
+        lines.append("no check running")
+    gw = data.get("gpu_wait")
+    if gw:
+        lines.append(f"waiting for the GPUs (pid {gw['pid']}): {gw['who']} holds them; waited {gw['waited_s']} s "
+                     f"of at most {gw['bound_s']:g} s (--wait-idle)")
+    if data["queued"]:
+        n = data["next"]
+        lines.append(
+            f"queued: {len(data['queued'])} pull(s), checked next as one range {n['old'][:10]}..{n['new'][:10]}"
+            + ("" if w["pid"] else " — no worker is running: `perfbisect check --drain` starts one")
+        )
+    for r in data["results"]:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.get("finished_at") or 0))
+        lines.append(f"{when}  {r.get('line') or summary_line(r)}")
+    if not data["results"]:
+        lines.append("no check has finished yet")
+    node = data.get("node_lock")
+    if node and node["error"]:
+        lines.append(f"GPU node lock in the shared store: unknown ({node['error']})")
+    elif node:
+        lines.append(f"GPU node {node['node']}: {'held by ' + node['holder'] if node['holder'] else 'free'} (shared store)")
+    lines.append(f"log: {data['log']}")
+    return [one_line(line) for line in lines]

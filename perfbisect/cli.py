@@ -39,8 +39,10 @@ from .errors import (
     EXIT_RUNTIME,
     EXIT_USAGE,
     PerfbisectError,
+    StoreError,
     UsageError,
 )
+from .settings import DEFAULT_WAIT_IDLE_S, number_problem
 from .interrupts import install_signal_handlers, interruptible, resume_options, signal_name, signalled
 
 
@@ -99,19 +101,35 @@ ConfigOpt = Annotated[
     Optional[Path],
     typer.Option("--config", "-c", help="perfbisect.toml (default: ./perfbisect.toml or $PERFBISECT_CONFIG)."),
 ]
+def _db_value(value: str | None) -> str | None:
+    """--db "" would silently mean the default database: refused."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("--db is empty. Give a file path or a database URL, or leave --db out to use the default.")
+    return value
+
+
 DbOpt = Annotated[
     Optional[str],
     typer.Option(
-        "--db", metavar="PATH|URL",
+        "--db", metavar="PATH|URL", callback=_db_value,
         help="Results database: a SQLite file, or postgresql+psycopg://USER@HOST:PORT/DB for a store shared by "
         "several nodes (default: \\[store] url, else <repo>/.git/perfbisect/results.sqlite).",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout (progress stays on stderr).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and the result.")]
+def _number(param: typer.CallbackParam, value: float | int | None) -> float | int | None:
+    """A numeric flag obeys the config's one rule for numbers (``settings.number_problem``):
+    NaN, inf or 10^30 is a usage error (exit 2), never a crash or a wait without end."""
+    problem = number_problem(value, "/".join(param.opts) or str(param.name)) if value is not None else None
+    if problem:
+        raise typer.BadParameter(problem + ".")
+    return value
+
+
 WaitIdleOpt = Annotated[
     float,
-    typer.Option("--wait-idle", metavar="SECONDS", min=0, help="When other processes hold the GPUs, wait up to this long instead of refusing."),
+    typer.Option("--wait-idle", callback=_number, metavar="SECONDS", min=0, help="When other processes hold the GPUs, wait up to this long for them (the wait shows on the progress line and in `perfbisect status`); 0 refuses at once."),
 ]
 WaitOpt = Annotated[
     bool,
@@ -134,6 +152,12 @@ def parse_revs(args: list[str], good: str | None, bad: str | None) -> tuple[str,
             raise UsageError(
                 f"Cannot read '{arg}': write the range as good=REV bad=REV (for example "
                 f"`perfbisect run good=bba2fc4 bad=HEAD`), or use --good/--bad."
+            )
+        given = good if key == "good" else bad
+        if given is not None and given != value:
+            raise UsageError(
+                f"The {key} revision is given twice, as {key}={value} and --{key} {given}. Give it once "
+                f"(`{key}=REV` or `--{key} REV`)."
             )
         if key == "good":
             good = value
@@ -296,7 +320,7 @@ def run(
     db: DbOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
-    wait_idle: WaitIdleOpt = 0.0,
+    wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
     wait: WaitOpt = False,
     fail_on_regression: Annotated[
         bool, typer.Option("--fail-on-regression", help="Exit 1 when a regression is found (for hooks and CI).")
@@ -334,7 +358,7 @@ def resume(
     db: DbOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
-    wait_idle: WaitIdleOpt = 0.0,
+    wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
     wait: WaitOpt = False,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 on a regression.")] = False,
 ) -> None:
@@ -366,13 +390,17 @@ def demo(
     drift_only: Annotated[
         bool, typer.Option("--drift-only", help="Plant no code change, only session drift: nothing must be blamed.")
     ] = False,
-    commits: Annotated[int, typer.Option("--commits", min=10, max=400, help="Length of the demo history.")] = 36,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the emulator's noise.")] = 7,
+    commits: Annotated[int, typer.Option("--commits", callback=_number, min=10, max=400, help="Length of the demo history.")] = 36,
+    seed: Annotated[int, typer.Option("--seed", callback=_number, help="Seed of the emulator's noise.")] = 7,
     variant: Annotated[str, typer.Option(
         "--variant", help="What the planted commit slows: 'speculative' (EAGLE-3's verify cycle only) or 'target' "
                           "(the target model: both modes)."
     )] = "speculative",
     db: DbOpt = None,
+    seeded: Annotated[
+        bool, typer.Option("--seeded", help="Compute each trial's speed from the code with seeded noise instead of timing "
+                           "the emulator: the same outcome on an idle and a busy machine (CI).")
+    ] = False,
 ) -> None:
     """Build a throwaway SGLang-shaped repository with a planted slowdown and bisect it for real.
 
@@ -383,6 +411,7 @@ def demo(
     Example:  perfbisect demo
     Example:  perfbisect demo --json --drift-only
     Example:  perfbisect demo --variant target
+    Example:  perfbisect demo --seeded
     """
     from .demo.run import demo_pins, demo_report, run_demo
     from .demo.target import VARIANTS
@@ -401,6 +430,7 @@ def demo(
             seed=seed,
             db=db,
             variant=variant,
+            seeded=seeded,
         )
         report = app.report_quietly(progress, lambda: demo_report(target, result, db))
     except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
@@ -444,7 +474,7 @@ def plan(
     db: DbOpt = None,
     json_out: JsonOpt = False,
     no_patch_check: Annotated[bool, typer.Option("--no-patch-check", help="Skip checking the patch stack at each commit.")] = False,
-    effect: Annotated[Optional[float], typer.Option("--effect", metavar="PCT", help="The regression you saw, in percent (e.g. 15): the estimate simulates the search against it (default: the endpoints' stored trials, else 5 × stats.min_effect_pct).")] = None,
+    effect: Annotated[Optional[float], typer.Option("--effect", callback=_number, metavar="PCT", help="The regression you saw, in percent (e.g. 15): the estimate simulates the search against it (default: the endpoints' stored trials, else 5 × stats.min_effect_pct).")] = None,
 ) -> None:
     """List good..bad: which commits would be measured, which not, and why, and what the bisection
     would cost (trials, wall time, GPU-hours, with a range). Builds and runs nothing.
@@ -492,7 +522,7 @@ def patches_check(
 
 
 ModeOpt = Annotated[Optional[list[str]], typer.Option("--mode", "-m", help="Mode(s) to measure (repeatable; default: every mode).")]
-TrialsOpt = Annotated[int, typer.Option("--trials", "-n", min=1, help="Server sessions per mode.")]
+TrialsOpt = Annotated[int, typer.Option("--trials", "-n", callback=_number, min=1, help="Server sessions per mode.")]
 
 
 @cli.command()
@@ -504,7 +534,7 @@ def measure(
     db: DbOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
-    wait_idle: WaitIdleOpt = 0.0,
+    wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
     wait: WaitOpt = False,
 ) -> None:
     """Measure one commit (every mode, interleaved) and store the trials.
@@ -541,12 +571,12 @@ def compare_cmd(
     a: Annotated[str, typer.Argument(help="Reference commit (A).")],
     b: Annotated[str, typer.Argument(help="Commit to judge against A (B).")],
     mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode to compare (default: the metric's mode).")] = None,
-    trials: Annotated[Optional[int], typer.Option("--max-trials", min=2, help="Most trials per side (default: stats.max_trials_per_commit, or half of stats.max_trials_total when that is 0).")] = None,
+    trials: Annotated[Optional[int], typer.Option("--max-trials", callback=_number, min=2, help="Most trials per side (default: stats.max_trials_per_commit, or half of stats.max_trials_total when that is 0).")] = None,
     config: ConfigOpt = None,
     db: DbOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
-    wait_idle: WaitIdleOpt = 0.0,
+    wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
     wait: WaitOpt = False,
     fmt: FormatOpt = "text",
     fail_on_regression: Annotated[
@@ -591,18 +621,18 @@ def compare_cmd(
 def calibrate(
     rev: Annotated[str, typer.Argument(help="The build to measure (A).")] = "HEAD",
     mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode (default: the metric's mode).")] = None,
-    trials: Annotated[int, typer.Option("--trials", "-n", min=1, help="Server sessions per build (A and B each).")] = 5,
+    trials: Annotated[int, typer.Option("--trials", "-n", callback=_number, min=1, help="Server sessions per build (A and B each).")] = 5,
     against: Annotated[Optional[str], typer.Option(
         "--against", metavar="REV2", help="The second build (B) whose sessions interleave with REV's (default: REV's first parent).",
     )] = None,
     spread_minutes: Annotated[float, typer.Option(
-        "--spread-minutes", min=0.0, help="Spread the sessions over at least this many minutes, pausing between them (0: back to back).",
+        "--spread-minutes", callback=_number, min=0.0, help="Spread the sessions over at least this many minutes, pausing between them (0: back to back).",
     )] = 0.0,
     config: ConfigOpt = None,
     db: DbOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
-    wait_idle: WaitIdleOpt = 0.0,
+    wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
     wait: WaitOpt = False,
 ) -> None:
     """Measure the noise a bisection on this machine meets: sessions of two builds, interleaved.
@@ -805,7 +835,7 @@ def log(
     bisection: Annotated[Optional[str], typer.Argument(help="A bisection id: show that one in detail.")] = None,
     config: ConfigOpt = None,
     db: DbOpt = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="How many of each to show.")] = 20,
+    limit: Annotated[int, typer.Option("--limit", callback=_number, min=1, help="How many of each to show.")] = 20,
     json_out: JsonOpt = False,
 ) -> None:
     """List past bisections and comparisons with their verdicts; `log ID` shows one bisection in detail.
@@ -839,7 +869,22 @@ def log(
         else:
             print_lines(lines)
         return
-    bisections, comparisons = app.log(path, limit)
+    # The store directly, not ``app.log``: importing the use cases would load the engine (scipy) too.
+    from .store import locate, open_store
+
+    if not locate(path).exists():  # listing never creates a database where --db names none
+        raise UsageError(f"No results database at {locate(path)}: pass --db PATH, or run `perfbisect run` first.")
+    try:
+        store = open_store(path)  # writable: what dead processes left running is marked first
+    except StoreError as exc:
+        if locate(path).shared:
+            raise
+        try:  # a read-only file or disk: listing needs no write
+            store = open_store(path, recover=False, read_only=True)
+        except StoreError:
+            raise exc from None
+    with store:
+        bisections, comparisons = store.bisections(limit), store.comparisons(limit)
     if json_out:
         print_json(log_json(bisections, comparisons, cfg))
     else:
@@ -916,7 +961,7 @@ def check_cmd(
     db: DbOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
-    wait_idle: WaitIdleOpt = 0.0,
+    wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
     wait: WaitOpt = False,
     action: Annotated[Optional[str], typer.Option("--action", help="check (answer only) or bisect (then find the culprit); default \\[hook] action.")] = None,
     enqueue: Annotated[bool, typer.Option("--enqueue", help="Queue OLD NEW for the background worker, as the hook does, and return.")] = False,
@@ -965,18 +1010,18 @@ def check_cmd(
 
 @cli.command("status")
 def status_cmd(config: ConfigOpt = None, json_out: JsonOpt = False,
-               limit: Annotated[int, typer.Option("--limit", min=1, help="How many past checks to show.")] = 5) -> None:
+               limit: Annotated[int, typer.Option("--limit", callback=_number, min=1, help="How many past checks to show.")] = 5) -> None:
     """The hook's checks: running, waiting (and why), queued, and the last results with their reports.
 
     Example:  perfbisect status --json
     """
-    from . import check
+    from .checkqueue import format_status, status  # files only: no use cases, no database
 
-    data = check.status(_load(config), limit=limit)
+    data = status(_load(config), limit=limit)
     if json_out:
         print_json(data)
     else:
-        print_lines(check.format_status(data))
+        print_lines(format_status(data))
 
 
 @cli.callback(invoke_without_command=True)

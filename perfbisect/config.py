@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 from . import metrics
 from .errors import ConfigError
 from .settings import (
+    number_problem,
     EXECUTOR_KINDS,
     HOOK_ACTIONS,
     LAYOUT_MAX_ENV_PAD,
@@ -68,6 +69,9 @@ _NUMBER_CHECKS: dict[str, str] = {
     "executor.retries": "non-negative",
     "layout.env_pad_max": "non-negative",  # 0: no padding; the upper bound is checked in _layout
 }
+# Commands that must be written as a list of arguments (their placeholders are filled from
+# repository data: a string split like a shell would is not accepted there).
+_ARGV_LIST_ONLY = {"hook.notify_command"}
 # Strings that must be one of a few values.
 _CHOICES: dict[str, tuple[str, ...]] = {
     "workload.kind": WORKLOAD_KINDS, "hook.action": HOOK_ACTIONS, "executor.kind": EXECUTOR_KINDS,
@@ -153,6 +157,10 @@ class _Section:
             raise self._err(key, want or _kind_name(kinds), value)
         if not isinstance(value, kinds):
             raise self._err(key, want or _kind_name(kinds), value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            problem = number_problem(value, f"key '{self.where}.{key}'" if self.where else f"key '{key}'")
+            if problem:
+                raise ConfigError(f"{self.file}: {problem}. Fix that value in the file.")
         return value
 
     def positive(self, key: str, kind: type, default: Any) -> Any:
@@ -263,6 +271,12 @@ def _read(sec: _Section, name: str, hint: Any, default: Any, key: str, base: Pat
     if hint is Path or hint == (Path | None):
         return _resolve(base, sec.get(name, str, None if default is None else str(default)))
     if hint == Argv:
+        if key in _ARGV_LIST_ONLY and isinstance(sec.data.get(name), str):
+            raise ConfigError(
+                f"{sec.file}: key '{key}' is the string {sec.data[name]!r}; it must be a list of arguments, "
+                f'as in {key.rpartition(".")[2]} = ["notify-send", "perfbisect", "{{line}}"] (it is run without a '
+                f"shell, with placeholders filled from what a check found, so each argument stays one argument)."
+            )
         return sec.argv(name, () if default is None else default)
     if hint == tuple[str, ...]:
         return sec.str_list(name, () if default is None else default)
@@ -503,7 +517,15 @@ def load_config(path: Path) -> Config:
             f"checkout, or pass --config PATH."
         )
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raw = path.read_bytes()[:4]
+        what = ("UTF-16 text (it starts with a byte-order mark)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff")
+                else f"not UTF-8 text (byte {exc.start} is 0x{exc.object[exc.start]:02x})")
+        raise ConfigError(
+            f"{path} is {what}; a TOML config must be UTF-8. Save it as UTF-8 (for example "
+            f"`iconv -f UTF-16 -t UTF-8 {path.name} > fixed.toml`), or pass the right file with --config."
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}. Fix the syntax at that line.") from None
     except OSError as exc:

@@ -29,12 +29,13 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .children import own_group
+from .children import own_group, signal_group
 from .errors import ConfigError, EnvironmentBuildError, InfrastructureError
 from .logtail import log_tail
 from .model import content_hash
@@ -265,11 +266,11 @@ class EnvCache:
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
+            signal_group(proc.pid, signal.SIGKILL, proc)
             proc.wait()
             raise EnvironmentBuildError(f"Building {what} ran past {timeout_s:g} s and was stopped. Log: {log_path}") from None
         except BaseException:
-            os.killpg(proc.pid, 9)
+            signal_group(proc.pid, signal.SIGKILL, proc)
             proc.wait()
             raise
         log.write(out)

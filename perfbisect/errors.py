@@ -10,18 +10,43 @@ from __future__ import annotations
 import re
 import signal
 
-# user:password@ inside anything that looks like a URL, and password=... parameters.
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)[^@\s]*(@)")
-_PASSWORD_PARAM = re.compile(r"(password=)[^&\s]*", re.IGNORECASE)
+# Anything that looks like a URL, and password=... parameters.
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]+")
+_PASSWORD_PARAM = re.compile(r"(password=)[^&\s'\"]*", re.IGNORECASE)
+
+
+def url_userinfo(url: str) -> tuple[str, str]:
+    """``url`` split after its user information: ("scheme://user:password@", "host:port/path?query"),
+    or ("scheme://", rest) without any. The user information runs to the LAST '@' before the query,
+    as urllib.parse reads it, so a password holding '@' or '/' is all on the left."""
+    scheme, sep, rest = url.partition("://")
+    query = rest.find("?")
+    userinfo, at, after = (rest if query < 0 else rest[:query]).rpartition("@")
+    if not at:
+        return scheme + sep, rest
+    return scheme + sep + userinfo + at, after + ("" if query < 0 else rest[query:])
+
+
+def _mask_url(match: re.Match[str]) -> str:
+    head, rest = url_userinfo(match.group(0))
+    scheme, _, userinfo = head[:-1].partition("://") if head.endswith("@") else (head, "", "")
+    if ":" in userinfo:
+        head = f"{scheme}://{userinfo.partition(':')[0]}:***@"
+    return head + _PASSWORD_PARAM.sub(r"\1***", rest)
 
 
 def mask_secrets(text: str, *secrets: str | None) -> str:
     """``text`` with URL passwords (and each of ``secrets``) replaced by ``***``: a message, a lock's
-    holder line or a suggested command line never shows a database password."""
+    holder line or a suggested command line never shows a database password.
+
+    A URL is parsed (its user information runs to the last '@' before the host), never matched by
+    substring; a secret is replaced only where it stands as a whole word, so a short password
+    does not garble the words that happen to contain it."""
+    text = _PASSWORD_PARAM.sub(r"\1***", _URL.sub(_mask_url, text))
     for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return _PASSWORD_PARAM.sub(r"\1***", _PASSWORD_IN_URL.sub(r"\1***\2", text))
+        if secret and secret != "***":
+            text = re.sub(rf"(?<![\w]){re.escape(secret)}(?![\w])", "***", text)
+    return text
 
 
 # Documented exit codes (README, `perfbisect --help`).

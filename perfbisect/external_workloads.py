@@ -10,15 +10,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from . import metrics
-from .children import own_group
+from .children import LINGER_GRACE_S, TAIL_BYTES, run_bounded
 from .errors import ConfigError, Untestable, WorkloadError
+from .logtail import log_tail
 from .model import RunResult
 from .placeholders import expand
 from .settings import WorkloadConfig
@@ -32,18 +31,59 @@ from .settings import WorkloadConfig
 UNTESTABLE_EXIT = 125
 
 
+# A measured value beyond this is no throughput or latency of anything: the benchmark printed garbage.
+MAX_METRIC = 1e18
+_MAX_INT_DIGITS = 40
+
+
+class _TooLong:
+    """A JSON integer too long to be a measurement (json would refuse past 4,300 digits with a ValueError)."""
+
+    def __init__(self, digits: str):
+        self.digits = len(digits.lstrip("-"))
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits} digits"
+
+
+def _parse_int(text: str) -> int | _TooLong:
+    return _TooLong(text) if len(text) > _MAX_INT_DIGITS else int(text)
+
+
 def _last_json_object(stdout: str) -> dict[str, Any] | None:
     for line in reversed(stdout.splitlines()):
         line = line.strip()
         if not line.startswith("{"):
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
+            obj = json.loads(line, parse_int=_parse_int)
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
             continue
         if isinstance(obj, dict):
             return obj
     return None
+
+
+def measured_value(value: Any) -> tuple[float | None, str | None]:
+    """A metric as printed → (the value, None) when it is a finite positive number below MAX_METRIC,
+    else (what can be kept or None, why the run is flagged)."""
+    if value is None:  # JSON null: what a benchmark prints for a NaN it could not encode
+        return None, "null, not a finite positive number"
+    if isinstance(value, bool) or not isinstance(value, (int, float, _TooLong)):
+        return None, f"{value!r}, not a number"
+    if isinstance(value, _TooLong):
+        return None, f"{value!r}, out of range"
+    try:
+        number = float(value)
+    except OverflowError:
+        return None, f"an integer of {len(str(abs(value)))} digits, out of range"
+    if not math.isfinite(number):
+        return None, f"{number!r}, not a finite positive number"
+    if number <= 0:
+        return number, f"{number!r}, not a finite positive number"
+    if number > MAX_METRIC:
+        return None, f"{number:g}, out of range (above {MAX_METRIC:g})"
+    return number, None
 
 
 def _tail(text: str, lines: int = 15) -> str:
@@ -72,16 +112,10 @@ def run_command_workload(
     results = []
     for index in range(cfg.warmup + 1):
         warmup = index < cfg.warmup
-        value = _invoke_command(cfg, argv, Path(worktree), full_env, log_path, warmup, index)
-        error = None
-        if not (math.isfinite(value) and value > 0):
-            # inf, NaN, 0 or negative is a broken measurement, not a very fast or slow one: the run is
-            # kept, flagged, and stays out of every statistic (they work on the log of the metric).
-            error = (
-                f"workload.metric '{cfg.metric}' came back as {value!r}, not a finite positive number; "
-                f"run flagged, not used"
-            )
-            value = None if not math.isfinite(value) else value
+        value, why = measured_value(_invoke_command(cfg, argv, Path(worktree), full_env, log_path, warmup, index))
+        # inf, NaN, 0, negative or absurd is a broken measurement, not a very fast or slow one: the run
+        # is kept, flagged, and stays out of every statistic (they work on the log of the metric).
+        error = f"workload.metric '{cfg.metric}' came back as {why}; run flagged, not used" if why else None
         results.append(
             RunResult(index=index, warmup=warmup, requested_tokens=0, output_tokens=0, metric_value=value, error=error)
         )
@@ -96,14 +130,13 @@ def _full_env(env: Mapping[str, str], extra_env: Mapping[str, str] | None, pytho
 
 def _invoke_command(
     cfg: WorkloadConfig, argv: list[str], worktree: Path, env: dict[str, str], log_path: Path, warmup: bool, index: int
-) -> float:
+) -> Any:
+    """One invocation; the metric's value as printed (checked by ``measured_value``)."""
     shown = " ".join(argv)
     label = f"{'warm-up' if warmup else 'measured'} invocation {index}"
     try:
-        proc = subprocess.Popen(
-            argv, cwd=worktree, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, **own_group(),
-        )
+        run = run_bounded(argv, cwd=worktree, env=env, timeout_s=cfg.request_timeout_s, log_path=log_path,
+                          header=f"=== {label}: {shown}")
     except FileNotFoundError:
         raise WorkloadError(
             f"The workload command {argv[0]!r} was not found (workload.command = {shown}). "
@@ -111,30 +144,29 @@ def _invoke_command(
         ) from None
     except OSError as exc:
         raise WorkloadError(f"Cannot start the workload command {shown}: {exc.strerror}. Fix workload.command.") from None
-    try:
-        stdout, stderr = proc.communicate(timeout=cfg.request_timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
-        stdout, stderr = proc.communicate()
-        _log_invocation(log_path, label, shown, None, stdout, stderr)
+    if run.timed_out:
         raise WorkloadError(
             f"The workload command {shown} ran longer than workload.request_timeout_s = "
-            f"{cfg.request_timeout_s:g} s in {worktree} and was killed. Raise the timeout or make the "
-            f"command shorter; its output is in {log_path}."
-        ) from None
-    except BaseException:  # Ctrl-C / SIGTERM of perfbisect: the benchmark must not run on alone
-        _kill_group(proc.pid)
-        proc.wait()
-        raise
-    _log_invocation(log_path, label, shown, proc.returncode, stdout, stderr)
-    if proc.returncode == UNTESTABLE_EXIT:
+            f"{cfg.request_timeout_s:g} s in {worktree} and was killed with every process it started. Raise the "
+            f"timeout or make the command shorter; its output is in {log_path}."
+        )
+    if run.lingering:
+        raise WorkloadError(
+            f"The workload command {shown} exited (status {run.returncode}, {label}) but left a process holding its "
+            f"output open (waited up to {LINGER_GRACE_S:g} s, within workload.request_timeout_s): {run.lingering}; "
+            f"perfbisect killed it. A benchmark must wait for "
+            f"what it starts (or start it with its output redirected away from stdout/stderr): a process left "
+            f"running would disturb the next trial. Output in {log_path}."
+        )
+    stdout, stderr = run.stdout, run.stderr
+    if run.returncode == UNTESTABLE_EXIT:
         raise Untestable(
             f"the workload command exited {UNTESTABLE_EXIT} ({label}): it says this commit cannot be tested"
             + (f": {_tail(stderr, 1)}" if stderr.strip() else "")
         )
-    if proc.returncode != 0:
+    if run.returncode != 0:
         raise WorkloadError(
-            f"The workload command {shown} exited with status {proc.returncode} in {worktree} "
+            f"The workload command {shown} exited with status {run.returncode} in {worktree} "
             f"({label}). Last lines of its stderr:\n{_tail(stderr) or '(empty)'}\n"
             f"Run it by hand in that worktree to see why; full output in {log_path}."
         )
@@ -142,7 +174,8 @@ def _invoke_command(
     if obj is None:
         raise WorkloadError(
             f"The workload command {shown} printed no JSON object on stdout ({label}); it must print one "
-            f'line like {{"{cfg.metric}": 123.4}}. Last lines of its stdout:\n{_tail(stdout) or "(empty)"}'
+            f'line like {{"{cfg.metric}": 123.4}} (the last one counts, within its last {TAIL_BYTES // 1024} KiB). '
+            f'Last lines of its stdout:\n{_tail(stdout) or "(empty)"}'
         )
     if cfg.metric not in obj:
         # The config asks for a key this command does not print: no commit can be measured, so it
@@ -153,27 +186,12 @@ def _invoke_command(
             f"workload.metric to one of these."
         )
     value = obj[cfg.metric]
-    if value is None:  # JSON null: what a benchmark prints for a NaN it could not encode
-        return math.nan
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, (str, list, dict)):
         raise WorkloadError(
-            f"The workload command {shown} printed '{cfg.metric}': {value!r}, which is not a number. "
+            f"The workload command {shown} printed '{cfg.metric}': {value!r:.80}, which is not a number. "
             f"Print the metric as a JSON number."
         )
-    return float(value)
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _log_invocation(log_path: Path, label: str, shown: str, rc: int | None, stdout: str, stderr: str) -> None:
-    with open(log_path, "a", encoding="utf-8") as fh:
-        status = "killed (timeout)" if rc is None else f"exit {rc}"
-        fh.write(f"=== {label}: {shown} ({status})\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,17 +217,16 @@ def parse_bench_serving(obj: dict[str, Any], key: str, index: int = 0) -> RunRes
     """One bench_serving result line as a measured RunResult: ``key`` is its value; TTFT, ITL p50/p99
     and accept length are kept beside it. No completed request, or a key that is not a finite
     positive number, flags the run."""
-    value = obj.get(key)
-    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    number, why = measured_value(obj.get(key))
     error = None
     if not obj.get("completed"):
         error = "bench_serving completed no request; run flagged, not used"
-    elif number is None or not math.isfinite(number) or number <= 0:
-        error = f"bench_serving's '{key}' is {value!r}, not a finite positive number; run flagged, not used"
+    elif why:
+        error = f"bench_serving's '{key}' is {why}; run flagged, not used"
 
     def num(name: str) -> float | None:
-        v = obj.get(name)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        v, bad = measured_value(obj.get(name))
+        return v if bad is None or v == 0 else None
 
     ttft_ms = num("median_ttft_ms")
     return RunResult(
@@ -218,7 +235,7 @@ def parse_bench_serving(obj: dict[str, Any], key: str, index: int = 0) -> RunRes
         ttft_s=ttft_ms / 1000.0 if ttft_ms is not None else None,
         itl_p50_ms=num("median_itl_ms"), itl_p99_ms=num("p99_itl_ms"),
         spec_accept_length=num("accept_length"),
-        metric_value=number if number is not None and math.isfinite(number) else None,
+        metric_value=number,
         error=error,
     )
 
@@ -247,37 +264,31 @@ def run_bench_serving(
     source = client / "python" if (client / "python").is_dir() else client
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(source), full_env.get("PYTHONPATH", "")) if p)
     shown = " ".join(argv)
-    proc = subprocess.Popen(argv, cwd=client, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **own_group())
     try:
-        stdout, stderr = proc.communicate(timeout=cfg.request_timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
-        stdout, stderr = proc.communicate()
-        _log_invocation(log_path, "bench_serving", shown, None, stdout, stderr)
+        run = run_bounded(argv, cwd=client, env=full_env, timeout_s=cfg.request_timeout_s, log_path=log_path,
+                          header=f"=== bench_serving: {shown}")
+    except OSError as exc:
+        raise WorkloadError(f"Cannot start sglang.bench_serving with {python}: {exc.strerror}. Fix target.python.") from None
+    if run.timed_out:
         raise WorkloadError(
             f"sglang.bench_serving ran longer than workload.request_timeout_s = {cfg.request_timeout_s:g} s and was "
             f"killed. Raise the timeout or ask for fewer requests; its output is in {log_path}."
-        ) from None
-    except BaseException:
-        _kill_group(proc.pid)
-        proc.wait()
-        raise
-    _log_invocation(log_path, "bench_serving", shown, proc.returncode, stdout, stderr)
-    if proc.returncode != 0:
+        )
+    stderr = run.stderr
+    if run.returncode != 0:
         missing = "No module named" in stderr and "sglang" in stderr
         hint = (f"The target's interpreter {python} cannot import sglang.bench_serving (with the server's env); "
                 if missing else "")
         raise WorkloadError(
-            f"{hint}sglang.bench_serving exited with status {proc.returncode} ({shown}). Last lines of its stderr:\n"
+            f"{hint}sglang.bench_serving exited with status {run.returncode} ({shown}). Last lines of its stderr:\n"
             f"{_tail(stderr) or '(empty)'}\nFull output in {log_path}."
         )
-    lines = output_file.read_text().splitlines() if output_file.exists() else []
+    lines = log_tail(output_file, lines=50, max_bytes=TAIL_BYTES).splitlines()
     obj = None
     for line in reversed(lines):
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
+            obj = json.loads(line, parse_int=_parse_int)
+        except (ValueError, RecursionError):
             continue
         if isinstance(obj, dict):
             break

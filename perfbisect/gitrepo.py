@@ -246,13 +246,6 @@ class TargetRepo:
         out = self.git("ls-tree", "-r", "-z", "--full-tree", "--name-only", sha)
         return tuple(p for p in out.split("\x00") if p)
 
-    def tree_hash(self, commit: Commit | str, globs: Sequence[str] = ("**",)) -> str:
-        """Content hash of the files matching ``globs`` at ``commit`` (unpatched)."""
-        sha = commit.sha if isinstance(commit, Commit) else self.resolve(commit).sha
-        if _all_paths(globs):
-            return self.git("rev-parse", f"{sha}^{{tree}}").strip()
-        return _hash_entries(_z_entries(self.git("ls-tree", "-r", "-z", "--full-tree", sha)), globs)
-
 
 def _all_paths(globs: Sequence[str]) -> bool:
     return any(g.strip() in ("**", "**/*", "") for g in globs) or not globs

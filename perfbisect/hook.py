@@ -113,20 +113,25 @@ def install(repo: Path, config_path: Path, python: str | None = None) -> list[st
         state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"Cannot create {exc.filename}: {exc.strerror}. Fix its permissions and install again.") from None
+    # Every precondition first: a refusal must leave every hook as it was, never one replaced.
+    for name in HOOK_NAMES:
+        path = directory / name
+        orig = directory / f"{name}{ORIG_SUFFIX}"
+        if os.path.lexists(path) and not is_ours(path) and os.path.lexists(orig):
+            raise UsageError(
+                f"{path} is not perfbisect's hook, and {orig} (a hook perfbisect saved earlier) is still there. "
+                f"Move one of them away by hand, then install again; no hook was changed."
+            )
+    rendered = {name: render(name, python, config_path, state_dir) for name in HOOK_NAMES}
     done = []
     for name in HOOK_NAMES:
         path = directory / name
         orig = directory / f"{name}{ORIG_SUFFIX}"
         if os.path.lexists(path) and not is_ours(path):
-            if os.path.lexists(orig):
-                raise UsageError(
-                    f"{path} is not perfbisect's hook, and {orig} (a hook perfbisect saved earlier) is still there. "
-                    f"Move one of them away by hand, then install again."
-                )
             os.rename(path, orig)
             done.append(f"{name}: kept the existing hook as {orig.name}; perfbisect's runs it after every pull")
         tmp = directory / f".{name}.perfbisect-tmp"
-        tmp.write_text(render(name, python, config_path, state_dir))
+        tmp.write_text(rendered[name])
         os.chmod(tmp, 0o755)
         os.replace(tmp, path)
         done.append(f"{name}: installed {path}")

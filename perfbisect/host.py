@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import socket
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .errors import MachineBusy
+from .settings import DEFAULT_WAIT_IDLE_S  # noqa: F401  (where callers look for it)
 from .polling import poll_until
 from .sysstate import CollectorSet, ExcludePids, GpuProcess, collect_snapshot, resolve_pids
 
@@ -68,10 +70,31 @@ def _process_name(pid: int, proc_root: Path) -> str:
         return ""
 
 
+# Simulates busy GPUs where there are none (tests, demos): while this file exists, every pid in it
+# counts as another process holding GPU 0. Real hosts are checked through sysstate.
+FAKE_BUSY_ENV = "PERFBISECT_FAKE_GPU_BUSY_FILE"
+
+
+def _simulated_busy() -> list[GpuProcess] | None:
+    """The processes FAKE_BUSY_ENV's file names (None when it is not set)."""
+    fake = os.environ.get(FAKE_BUSY_ENV)
+    if not fake:
+        return None
+    try:
+        words = Path(fake).read_text().split()
+    except OSError:
+        return []
+    return [GpuProcess(gpu_index=0, pid=int(w) if w.isdigit() else 0, name="simulated", used_mib=None)
+            for w in words] or [GpuProcess(gpu_index=0, pid=0, name="simulated", used_mib=None)]
+
+
 def _busy(
     exclude_pids: ExcludePids, collectors: Sequence[Any] | None, proc_root: Path
 ) -> tuple[list[GpuProcess], bool]:
     """Processes holding GPUs other than the excluded ones, and whether GPUs could be checked."""
+    simulated = _simulated_busy() if collectors is None else None
+    if simulated is not None:
+        return simulated, True
     cset = CollectorSet(collectors)
     try:
         if cset.gpu is None:
@@ -105,6 +128,11 @@ def _describe_busy(procs: Sequence[GpuProcess]) -> str:
         mem = f", {p.used_mib:.0f} MiB" if p.used_mib is not None else ""
         parts.append(f"GPU {p.gpu_index}: pid {p.pid} ({p.name or 'name unreadable'}{mem})")
     return "; ".join(parts)
+
+
+def describe_busy(procs: Sequence[tuple[int, int, str]]) -> str:
+    """"pid 4242 python on GPU 0, ..." for (gpu, pid, name) triples."""
+    return ", ".join(f"pid {pid}" + (f" {name}" if name else "") + f" on GPU {gpu}" for gpu, pid, name in procs)
 
 
 def wait_until_idle(

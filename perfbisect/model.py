@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from .layout import Layout
@@ -337,9 +337,6 @@ class TrialResult:
     def detected_warmup_runs(self) -> tuple[RunResult, ...]:
         """Leading measured runs that turned out to be warm-up (``workload.detect_warmup``)."""
         return tuple(r for r in self.runs if r.detected_warmup)
-
-    def with_id(self, trial_id: int) -> "TrialResult":
-        return replace(self, id=trial_id)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,6 @@ import re
 import subprocess
 from typing import Any, Callable, Mapping, Sequence
 
-import httpx
-
 from .placeholders import expand
 
 WEBHOOK_TIMEOUT_S = 10.0
@@ -70,6 +68,8 @@ def payload(result: Mapping[str, Any], line: str) -> dict[str, Any]:
 
 def post_webhook(url: str, body: Mapping[str, Any], timeout_s: float = WEBHOOK_TIMEOUT_S) -> str | None:
     """POST ``body`` as JSON; None when it was accepted (2xx), else why not."""
+    import httpx  # here, not at the top: `perfbisect status` formats lines with this module
+
     try:
         response = httpx.post(url, json=dict(body), timeout=timeout_s)
     except httpx.HTTPError as exc:

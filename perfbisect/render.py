@@ -3,21 +3,23 @@ terminal lines, cli prints them), the ``--json`` object of a bisection (``outcom
 progress line, the machine's state over a set of trials, a build's drift against earlier days, what
 the covariates explain, one system snapshot (``perfbisect doctor``) and a trial's system summary.
 
-Pure functions of values the store hands back: no store access, no printing.
+Pure functions of values the store hands back: no store access, no printing. The statistics (scipy)
+are imported by the two lines that compute something, so that `perfbisect log` starts without them.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .metrics import DECODE, Metric, describe_workload, level_text, pct_text
-from .regressed_path import lines as regressed_path_lines
-from .model import BisectOutcome, Comparison, RunResult, SystemSnapshot, SystemSummary, TrialResult, Verdict, median
-from .stats import NoiseModel, covariate_notes, history_shift
+from .model import BisectOutcome, Comparison, SystemSnapshot, TrialResult, Verdict, median
 from .store.codec import encode
 from .sysstate import throttle_reason_names
+
+if TYPE_CHECKING:
+    from .stats import NoiseModel
 
 
 def json_value(value: Any) -> Any:
@@ -107,6 +109,8 @@ def format_outcome(result: Any) -> list[str]:
         if line:
             lines.append(line)
     if out.regressed_path:
+        from .regressed_path import lines as regressed_path_lines  # stats (scipy) only when there is one
+
         lines.extend(regressed_path_lines(out.regressed_path))
     if out.drift_note:
         lines.append(f"drift: {out.drift_note}")
@@ -400,23 +404,6 @@ def log_json(bisections: Any, comparisons: Any, config: Any = None) -> dict[str,
     })
 
 
-def format_run(run: RunResult, metric: Metric | None = None) -> str:
-    """One progress line for a run, its value in the metric's own unit."""
-    tag = "warm-up" if run.warmup else f"run {run.index}"
-    if run.error:
-        return f"{tag}: error: {run.error}"
-    metric = metric or DECODE
-    spec = ""
-    if run.spec_accept_length:
-        cycle = run.cycle_time_ms
-        spec = f", accept {run.spec_accept_length:.2f}" + (f", cycle {cycle:.1f} ms" if cycle else "")
-    flag = "" if run.complete else f"  FLAGGED: {run.output_tokens}/{run.requested_tokens} tokens, kept out of statistics"
-    ttft = f", TTFT {run.ttft_s * 1000:.0f} ms" if run.ttft_s is not None and metric.name != "ttft_ms" else ""
-    itl = (f", ITL p50/p99 {run.itl_p50_ms:.2f}/{run.itl_p99_ms:.2f} ms"
-           if run.itl_p50_ms is not None and run.itl_p99_ms is not None and not metric.name.startswith("itl_") else "")
-    return f"{tag}: {metric.format(run.value)}{ttft}{itl}{spec}{flag}"
-
-
 def state_lines(trials: Sequence[TrialResult], gpu_target: bool = True) -> list[str]:
     """What the machine did during these trials: clock range, temperature, throttling, other GPU users
     (nothing for a target given no GPU: a command workload on the CPU)."""
@@ -460,6 +447,8 @@ def history_line(build: str, today: Sequence[TrialResult], stored: Sequence[Tria
     values = [t.summary for t in today if t.summary is not None]
     if not earlier or not values:
         return None
+    from .stats import history_shift
+
     return history_shift(values, earlier, noise, build=build, fmt=(metric or DECODE).format)
 
 
@@ -468,6 +457,8 @@ def attribution_line(trials: Sequence[TrialResult]) -> str | None:
     ok = [t for t in trials if t.summary is not None]
     if len(ok) < 4:
         return None
+    from .stats import covariate_notes
+
     _, notes = covariate_notes(
         [t.summary for t in ok], [t.system.as_covariates() for t in ok], [t.identity.build_key for t in ok], min_rows=4
     )
@@ -508,24 +499,4 @@ def format_snapshot(snapshot: SystemSnapshot) -> list[str]:
         if g.processes:
             parts.append("pids " + ",".join(str(p) for p in g.processes))
         lines.append(f"  GPU{g.index} {g.name}: " + ", ".join(parts))
-    return lines
-
-
-def format_summary(summary: SystemSummary) -> list[str]:
-    """Terminal lines for a trial's system summary."""
-    lines = [
-        f"{summary.samples} samples: SM {_fmt_reading(summary.sm_clock_mean_mhz)} MHz mean"
-        f" ({_fmt_reading(summary.sm_clock_min_mhz)}-{_fmt_reading(summary.sm_clock_max_mhz)}),"
-        f" {_fmt_reading(summary.temperature_mean_c)} C mean (max {_fmt_reading(summary.temperature_max_c)}),"
-        f" {_fmt_reading(summary.power_mean_w)} W mean, load {_fmt_reading(summary.load_avg_1m, '', 2)}"
-    ]
-    frac = summary.throttled_fraction
-    reasons = throttle_reason_names(summary.throttle_reasons_seen)
-    lines.append(
-        f"throttled {('?' if frac is None else f'{100 * frac:.0f}%')} of samples;"
-        f" reasons seen: {', '.join(reasons) if reasons else 'none'}"
-    )
-    if summary.other_gpu_processes:
-        lines.append("other GPU processes: " + ", ".join(map(str, summary.other_gpu_processes)))
-    lines.extend(f"note: {n}" for n in summary.notes)
     return lines

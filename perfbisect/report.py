@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import jinja2
 
 from . import __version__
+from .errors import UsageError
 from .metrics import level_text, pct_text, signed
 from .resources import data_dir
 
@@ -370,12 +371,27 @@ def render_index(entries: Sequence[Mapping[str, Any]], history: Mapping[str, Seq
 
 
 def write_html(html: str, path: Path) -> Path:
-    """Write atomically (a half-written report is never left where a colleague might open it)."""
+    """Write atomically (a half-written report is never left where a colleague might open it); a
+    path that cannot take the file is a UsageError, and no temporary file is left behind."""
     path = Path(path).expanduser().absolute()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise UsageError(
+            f"The report path {path} is a directory. Give a file name (-o {path / 'report.html'}), or leave -o "
+            f"out to write it beside the results database."
+        )
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(html, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # its folder is not one: nothing was written
+        raise UsageError(
+            f"Cannot write the report to {path}: {exc.strerror or exc}. Choose a writable path with -o FILE."
+        ) from None
     return path
 
 

@@ -5,8 +5,8 @@ A leftover server poisons every later trial (it holds the GPUs, the port, or bot
 the part that must never be skipped: ``ServerSession`` is a context manager whose exit always
 stops the group, and ``stop()`` refuses to report success while the port is still bound.
 
-Process-group and environment inspection read ``/proc`` and therefore need Linux; elsewhere the
-group looks empty and ``check_env`` returns nothing.
+Process groups, environments and port holders are read through psutil; signalling a group goes
+through ``children.signal_group`` (the guard against a reused group id).
 """
 
 from __future__ import annotations
@@ -22,18 +22,15 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 import httpx
+import psutil
 
-from .children import own_group
+from .children import group_members, own_group, signal_group
 from .placeholders import expand
 from .settings import ModeConfig, ServerConfig
-from .errors import ServerDied, ServerError, ServerNotReady
+from .errors import ServerError, ServerNotReady
 from .logtail import log_tail as read_log_tail
 from .model import EnvCheck
 from .polling import poll_until
-from .procfs import stat_fields
-
-_PROC = Path("/proc")
-_TCP_LISTEN = "0A"  # st column of /proc/net/tcp for a listening socket
 
 
 # --------------------------------------------------------------------------------------------
@@ -90,84 +87,41 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 def port_holders(port: int) -> list[int]:
-    """Pids of this user's processes holding a listening TCP socket on ``port`` (Linux /proc)."""
-    inodes: set[str] = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = (_PROC / "net" / table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            if len(cols) < 10 or cols[3] != _TCP_LISTEN:
-                continue
-            if int(cols[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(cols[9])
-    if not inodes:
+    """Pids of the processes holding a listening TCP socket on ``port`` (those this user may see)."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
         return []
-    wanted = {f"socket:[{inode}]" for inode in inodes}
-    holders = []
-    for pid in _all_pids():
-        try:
-            fds = os.listdir(_PROC / str(pid) / "fd")
-        except OSError:
-            continue  # not ours, or gone
-        for fd in fds:
-            try:
-                if os.readlink(_PROC / str(pid) / "fd" / fd) in wanted:
-                    holders.append(pid)
-                    break
-            except OSError:
-                continue
-    return holders
+    return sorted({c.pid for c in conns if c.pid and c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port})
 
 
 # --------------------------------------------------------------------------------------------
-# /proc
-
-
-def _all_pids() -> list[int]:
-    try:
-        return sorted(int(name) for name in os.listdir(_PROC) if name.isdigit())
-    except OSError:
-        return []
-
-
-def _stat_fields(pid: int) -> tuple[str, int, int] | None:
-    """(state, pgrp, session) of a process, or None when it is gone or unreadable."""
-    rest = stat_fields(pid, _PROC)
-    if rest is None or len(rest) < 4:
-        return None
-    return rest[0], int(rest[2]), int(rest[3])
+# Processes (psutil)
 
 
 def group_and_session(pid: int) -> tuple[int, int] | None:
     """(process group, session) of a live process, or None when it is gone, a zombie or unreadable."""
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] in ("Z", "X"):
+    try:
+        if psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return None
+        return os.getpgid(pid), os.getsid(pid)
+    except (psutil.Error, OSError):
         return None
-    return fields[1], fields[2]
 
 
 def _read_environ(pid: int) -> dict[str, str] | None:
     try:
-        raw = (_PROC / str(pid) / "environ").read_bytes()
-    except OSError:
+        return psutil.Process(pid).environ()
+    except psutil.Error:
         return None
-    env = {}
-    for item in raw.split(b"\0"):
-        name, sep, value = item.partition(b"=")
-        if sep:
-            env[name.decode(errors="replace")] = value.decode(errors="replace")
-    return env
 
 
-def _read_cmdline(pid: int) -> str | None:
+def process_cmdline(pid: int) -> str | None:
+    """A process's command line, its words joined by spaces; None when it is gone or unreadable."""
     try:
-        raw = (_PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
         return None
-    return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
 
 
 # Longer values are shown by their length in a log header: a layout's padding (PERFBISECT_LAYOUT_PAD)
@@ -429,32 +383,13 @@ class ServerSession:
             log_tail=tail,
         )
 
-    def check_alive(self) -> None:
-        """Raise ServerDied (with the log tail) when the server is no longer running."""
-        self._require_started()
-        if not self.alive():
-            raise self._exited_error("during the trial", died=True)
-
     # -- inspection -----------------------------------------------------------------------
 
     def group_pids(self) -> list[int]:
-        """Every live (non-zombie) process of the server's process group, leader included."""
+        """Every live (non-zombie) process of the server's process group or session, leader included."""
         if self._proc is None:
             return []
-        # start_new_session makes the leader's pid the id of both its group and its session; a
-        # worker that moved to a group of its own (setpgid) still belongs to the session.
-        group = self._proc.pid
-        pids = []
-        for pid in _all_pids():
-            fields = _stat_fields(pid)
-            if fields is None:
-                continue
-            state, pgrp, session = fields
-            if state in ("Z", "X"):
-                continue  # exited, waiting to be reaped: holds no memory, port or GPU
-            if pgrp == group or session == group:
-                pids.append(pid)
-        return pids
+        return group_members(self._proc.pid)
 
     def check_env(self, expected: Mapping[str, str] | None = None) -> tuple[EnvCheck, ...]:
         """Compare each group process's real environment with the configured one.
@@ -467,7 +402,7 @@ class ServerSession:
         checks = []
         for pid in self.group_pids():
             env = _read_environ(pid)
-            cmdline = _read_cmdline(pid)
+            cmdline = process_cmdline(pid)
             if env is None or cmdline is None:
                 continue
             missing = tuple(name for name in wanted if name not in env)
@@ -561,12 +496,11 @@ class ServerSession:
             raise ServerError("The server session has not been started; call start() first.")
         return self._proc
 
-    def _exited_error(self, when: str, died: bool = False) -> ServerError:
+    def _exited_error(self, when: str) -> ServerError:
         code = self._proc.poll() if self._proc else None
         tail = self.log_tail(20)
-        cls = ServerDied if died else ServerError
         how = _signal_name(code) if code is not None else "an unknown status"
-        return cls(
+        return ServerError(
             f"The server process exited {when} with {how}. Its log is {self.log_path}; last "
             f"lines:\n{tail}\nFix what the log reports (a wrong flag in server.command or "
             f"mode args, a missing model, out of memory) and run again.",
@@ -583,14 +517,7 @@ class ServerSession:
 
     def _signal_group(self, sig: signal.Signals) -> None:
         assert self._proc is not None
-        # Until the leader is reaped its pid (= the group id) cannot be reused; after that, only
-        # signal while members remain, so a recycled id never hits an unrelated process group.
-        if self._proc.returncode is not None and not self.group_pids():
-            return
-        try:
-            os.killpg(self._proc.pid, sig)
-        except ProcessLookupError:
-            pass
+        signal_group(self._proc.pid, sig, self._proc)
 
     def _wait_port_free(self, timeout_s: float) -> bool:
         return poll_until(lambda: not port_in_use(self.server.host, self.port), timeout_s, 0.1)

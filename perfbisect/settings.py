@@ -8,6 +8,7 @@ directly.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,32 @@ SGLANG_IGNORE_PATHS: tuple[str, ...] = (
 )
 
 WORKLOAD_KINDS: tuple[str, ...] = ("sglang", "openai-completions", "openai-chat", "command", "bench_serving")
+
+
+# One rule for every number perfbisect reads, config key or command-line flag: finite, and no
+# larger in size than this (a percent: PERCENT_CEILING). Nothing perfbisect counts or times comes
+# near — a million trials, 31 years of seconds —: a larger value is a typo, and NaN or infinity
+# would crash a statistic or make a wait that never ends.
+NUMBER_CEILING = 1e9
+# How long a trial waits for GPUs another process took before it gives up (``--wait-idle``): an
+# overnight bisection outlasts a neighbour's job instead of dying on it.
+DEFAULT_WAIT_IDLE_S = 6 * 3600.0
+PERCENT_CEILING = 1000.0
+
+
+def number_problem(value: float | int, name: str) -> str | None:
+    """Why ``value`` (of the key or flag ``name``) breaks the one rule for numbers, or None."""
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    ceiling = PERCENT_CEILING if "_pct" in name else NUMBER_CEILING
+    if not math.isfinite(number):
+        return f"{name} is {value!r}, not a finite number; give a number between {-ceiling:g} and {ceiling:g}"
+    if abs(number) > ceiling:
+        shown = f"{value:g}" if isinstance(value, float) else (str(value) if len(str(value)) < 25 else f"an integer of {len(str(abs(value)))} digits")
+        return f"{name} is {shown}, beyond any sensible value (at most {ceiling:g} in size)"
+    return None
 
 
 @dataclass(frozen=True)

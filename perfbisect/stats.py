@@ -354,13 +354,6 @@ class Attribution:
     adjusted: bool
     sentence: str
 
-    @property
-    def noise_reduction(self) -> float:
-        """Share of within-build variance the covariate explains, net of the dof it costs."""
-        if self.sigma_before <= 0:
-            return 0.0
-        return 1.0 - (self.sigma_after / self.sigma_before) ** 2
-
 
 def attribute(
     summaries: Sequence[float],

@@ -8,16 +8,16 @@ perfbisect reap a server that a crashed one left running.
 
 from __future__ import annotations
 
+import json
 import math
-import os
 import signal
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .metrics import Metric, describe_workload
-from .host import gpu_memory_released, gpu_memory_used_mib, wait_until_idle
+from .metrics import DECODE, Metric, describe_workload
+from .host import describe_busy, gpu_memory_released, gpu_memory_used_mib, wait_until_idle
 from .store.samples import compact
 from .sysstate import Sampler
 from .versions import target_versions
@@ -26,11 +26,11 @@ from .build import run_build
 from .placeholders import expand
 from .settings import Config, ModeConfig, WorkloadConfig
 from .run_allocation import runs_advice
-from .errors import BuildError, EnvironmentBuildError, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
+from .errors import BuildError, EnvironmentBuildError, MachineBusy, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
 from .layout import HASH_SEED_VAR, Layout, choose, joined
 from .model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus, content_hash
-from .render import format_run
-from .server import ServerSession
+from .children import signal_group
+from .server import ServerSession, process_cmdline
 from .store import Store, owner_alive, process_owner
 from .external_workloads import run_bench_serving, run_command_workload
 from .workload import avg_spec_accept_length, run_workload, server_info
@@ -96,19 +96,48 @@ def reap_leftover_servers(cache_dir: Path, progress: Progress) -> list[int]:
     for pf in server_pidfiles(cache_dir):
         if pf.owner and pf.owner != process_owner() and owner_alive(pf.owner):
             continue  # its perfbisect is running: the server is in use, not left over
-        try:
-            alive = Path(f"/proc/{pf.pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            alive = ""
+        alive = process_cmdline(pf.pgid) or ""
+        # The group's leader still runs the command the pidfile names: the id was not reused.
         if alive and alive == pf.cmdline.strip():
             try:
-                os.killpg(pf.pgid, signal.SIGKILL)
-                killed.append(pf.pgid)
-                progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pf.pgid}: {alive[:80]})")
+                if signal_group(pf.pgid, signal.SIGKILL):
+                    killed.append(pf.pgid)
+                    progress.warn(f"killed a server left running by an interrupted perfbisect (process group {pf.pgid}: {alive[:80]})")
             except OSError:
                 pass
         pf.path.unlink(missing_ok=True)
     return killed
+
+
+GPU_WAIT_FILE = "gpu-wait.json"
+
+
+def write_gpu_wait(cache_dir: Path, who: str, waited: float, bound: float) -> None:
+    """Record that this process's next trial waits for GPUs others hold (``perfbisect status`` shows it)."""
+    path = Path(cache_dir) / GPU_WAIT_FILE
+    state = {"owner": process_owner(), "pid": os.getpid(), "who": who, "waited_s": round(waited),
+             "bound_s": bound, "since": time.time() - waited}
+    try:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # status is a courtesy: a read-only cache directory must not stop the wait
+
+
+def clear_gpu_wait(cache_dir: Path) -> None:
+    (Path(cache_dir) / GPU_WAIT_FILE).unlink(missing_ok=True)
+
+
+def gpu_wait(cache_dir: Path) -> dict | None:
+    """The trial waiting for GPUs in this cache directory, if its perfbisect is still alive."""
+    try:
+        state = json.loads((Path(cache_dir) / GPU_WAIT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or not owner_alive(str(state.get("owner", ""))):
+        return None
+    return state
 
 
 def launch_check(ws: Workspace, mode: ModeConfig) -> tuple[float, tuple[EnvCheck, ...]]:
@@ -278,11 +307,34 @@ class TrialRunner:
         return store.trial(trial_id)
 
     def _wait_until_idle(self) -> None:
-        wait_until_idle(
-            timeout_s=self.wait_idle_s,
-            poll_s=10.0,
-            progress=lambda procs, waited: self.progress.detail(f"GPUs busy ({len(procs)} processes); waited {waited:.0f}s"),
-        )
+        """Wait (up to ``wait_idle_s``) while other processes hold the GPUs, saying so on the
+        progress line and in ``perfbisect status``; 0 refuses at once (MachineBusy)."""
+        cache_dir = self.ws.config.cache_dir
+        said: list[bool] = []
+
+        def still_busy(procs: list[tuple[int, int, str]], waited: float) -> None:
+            who = describe_busy(procs)
+            if not said:
+                said.append(True)
+                self.progress.info(
+                    f"waiting for the GPUs: {who} holds them; the next trial starts when they are free "
+                    f"(waiting at most {self.wait_idle_s:g} s, --wait-idle)"
+                )
+            self.progress.detail(f"GPUs busy ({who}); waited {waited:.0f} s of at most {self.wait_idle_s:g} s")
+            write_gpu_wait(cache_dir, who, waited, self.wait_idle_s)
+
+        try:
+            waited = wait_until_idle(timeout_s=self.wait_idle_s, poll_s=min(10.0, max(1.0, self.wait_idle_s / 10)),
+                                     progress=still_busy)
+        except MachineBusy as exc:
+            raise MachineBusy(
+                f"{exc} Trials stored so far are kept; `perfbisect resume` continues a bisection where it stopped."
+            ) from None
+        finally:
+            if said:
+                clear_gpu_wait(cache_dir)
+        if said:
+            self.progress.info(f"GPUs free again after {waited:.0f} s: carrying on")
 
     def _server_log(self, commit: Commit, mode: ModeConfig) -> Path:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -596,3 +648,20 @@ def metric_value(cfg: Config, summaries: dict[str, float]) -> float:
     if len(modes) == 2:
         return summaries[modes[1]] - summaries[modes[0]]
     return summaries[modes[0]]
+
+
+def format_run(run: RunResult, metric: Metric | None = None) -> str:
+    """One progress line for a run, its value in the metric's own unit."""
+    tag = "warm-up" if run.warmup else f"run {run.index}"
+    if run.error:
+        return f"{tag}: error: {run.error}"
+    metric = metric or DECODE
+    spec = ""
+    if run.spec_accept_length:
+        cycle = run.cycle_time_ms
+        spec = f", accept {run.spec_accept_length:.2f}" + (f", cycle {cycle:.1f} ms" if cycle else "")
+    flag = "" if run.complete else f"  FLAGGED: {run.output_tokens}/{run.requested_tokens} tokens, kept out of statistics"
+    ttft = f", TTFT {run.ttft_s * 1000:.0f} ms" if run.ttft_s is not None and metric.name != "ttft_ms" else ""
+    itl = (f", ITL p50/p99 {run.itl_p50_ms:.2f}/{run.itl_p99_ms:.2f} ms"
+           if run.itl_p50_ms is not None and run.itl_p99_ms is not None and not metric.name.startswith("itl_") else "")
+    return f"{tag}: {metric.format(run.value)}{ttft}{itl}{spec}{flag}"

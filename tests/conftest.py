@@ -66,7 +66,7 @@ def slurm_cluster(tmp_path_factory):
 
 @dataclass(frozen=True)
 class DemoRun:
-    """`perfbisect demo --json --dir DIR` run once for the session: the planted regression bisected."""
+    """`perfbisect demo --json --seeded --dir DIR` run once for the session: the planted regression bisected."""
 
     dir: Path
     proc: subprocess.CompletedProcess
@@ -75,12 +75,16 @@ class DemoRun:
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory, private_node_lock_for_the_session) -> DemoRun:
-    """One real `perfbisect demo` (36 commits, planted slowdown) shared by the tests that read what it
-    leaves: its JSON and progress, its database, report and directory. Tests must not add to its
-    database (copy it first, as test_pipeline does): others count its bisections."""
+    """One real `perfbisect demo --seeded` (36 commits, planted slowdown) shared by the tests that read
+    what it leaves: its JSON and progress, its database, report and directory. Tests must not add to its
+    database (copy it first, as test_pipeline does): others count its bisections.
+
+    Seeded (perfbisect/demo/seeded.py: each trial's speed computed from the code, with seeded noise),
+    so it names the planted commit on a busy machine too; timing the emulator under CPU contention
+    once ended it inconclusive and failed every test that reads it."""
     directory = tmp_path_factory.mktemp("demo-run") / "demo"
     proc = subprocess.run(
-        [sys.executable, "-m", "perfbisect.cli", "demo", "--json", "--dir", str(directory)],
+        [sys.executable, "-m", "perfbisect.cli", "demo", "--json", "--seeded", "--dir", str(directory)],
         capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
     )
     assert proc.returncode == 0, proc.stderr
@@ -109,11 +113,12 @@ class Compared:
 @pytest.fixture(scope="session")
 def compared_demo(tmp_path_factory, private_node_lock_for_the_session) -> Compared:
     """One real comparison across the demo's planted commit, shared by test_pipeline and test_report
-    (each adds to its own copy of the database)."""
+    (each adds to its own copy of the database). Seeded measurement: its verdict does not depend on
+    the machine's load."""
     from perfbisect.demo.target import make_demo_target
 
     base = tmp_path_factory.mktemp("compared")
-    target = make_demo_target(base / "demo", commits=10)
+    target = make_demo_target(base / "demo", commits=10, seeded=True)
     db = base / "r.sqlite"
     proc = subprocess.run(
         [sys.executable, "-m", "perfbisect.cli", "compare", target.good, target.planted, "--max-trials", "6",

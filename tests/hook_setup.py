@@ -1,4 +1,4 @@
-"""A bare "upstream" and a clone with perfbisect's hook, served by the demo emulator (tests and benchmarks).
+"""A bare "upstream" and a clone with perfbisect's hook, measured by the seeded demo workload (tests and benchmarks).
 
 ``make_pull_setup(root)`` builds the demo target, pushes its history to a bare upstream, clones it,
 moves the clone back to the first commit (so a `git pull` brings the whole history, the planted
@@ -96,6 +96,9 @@ def make_pull_setup(root: Path, *, commits: int = 10, hook_table: str = "", star
     text = demo_config_text(
         repo=clone, patches=target.patches, seed=7, session_sigma=0.02, run_sigma=0.01, drift_per_session=0.0,
         drift_file=root / "drift-counter", max_tokens=max_tokens, runs=runs, warmup=1,
+        # Seeded measurement (perfbisect/demo/seeded.py): a check's verdict and culprit do not depend on
+        # the machine's load; the hook, queue, worker and check are what these tests are about.
+        seeded_state=root / "seeded-counters",
     )
     config.write_text(text + "\n[hook]\n" + (hook_table or "idle_s = 0\n"))
     return PullSetup(target=target, upstream=upstream, clone=clone, config=config, work=work)

@@ -1,4 +1,5 @@
-"""The bad-input battery: every case runs the real CLI and must give README's exit code
+"""The bad-input battery: every case runs the real CLI (in this process, through ``cli.main``, its one
+error boundary; four of them also as the installed command) and must give README's exit code
 (2 usage/config, 3 inconclusive, 4 measurement broke) with one paragraph on stderr and no traceback.
 
 A case is (id, edit of the demo config or None, extra setup, arguments, exit code, words the
@@ -135,9 +136,8 @@ def _apply_edit(text: str, edit: tuple[str, ...]) -> str:
     return text
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_gives_its_exit_code(demo, tmp_path, case):
-    _name, edit, setup, args, code, needle = case
+def _prepare(demo, tmp_path: Path, case) -> list[str]:
+    _name, edit, setup, args, _code, _needle = case
     if setup is not None:
         setup(tmp_path)
     config = demo.config
@@ -145,15 +145,45 @@ def test_bad_input_gives_its_exit_code(demo, tmp_path, case):
         config = tmp_path / "perfbisect.toml" if not (tmp_path / "perfbisect.toml").exists() else tmp_path / "edited.toml"
         config.write_text(_apply_edit(demo.config.read_text(), edit).replace("{tmp}", str(tmp_path)))
     fill = {"config": str(config), "db": str(tmp_path / "r.sqlite"), "good": demo.good, "bad": demo.bad, "tmp": str(tmp_path)}
-    argv = [a.format(**fill) for a in args]
+    return [a.format(**fill) for a in args]
+
+
+def _check(case, code: int, stdout: str, stderr: str) -> None:
+    _name, _edit, _setup, _args, expected, needle = case
+    assert code == expected, (code, stdout[-2000:], stderr[-3000:])
+    assert "Traceback" not in stderr, stderr
+    if needle:
+        assert needle in " ".join(stderr.split()), stderr
+    if expected == 2 and needle is not None and needle != "":
+        assert "Error" in stderr or "Usage" in stderr
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gives_its_exit_code(demo, tmp_path, case, monkeypatch, capsys):
+    """In this process, through the CLI's one error boundary (``cli.main``): what the servers, builds and
+    workloads a case starts are real subprocesses; the interpreter start of each case is not the point
+    (the last test runs the installed command for one case of each exit code)."""
+    from perfbisect import cli
+
+    argv = _prepare(demo, tmp_path, case)
+    monkeypatch.chdir(demo.root)
+    monkeypatch.setattr(sys, "argv", ["perfbisect", *argv])
+    monkeypatch.setattr(cli, "install_signal_handlers", lambda: None)  # the test process keeps its own
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    code = exit_.value.code if isinstance(exit_.value.code, int) else (0 if exit_.value.code is None else 1)
+    out = capsys.readouterr()
+    _check(case, code, out.out, out.err)
+
+
+@pytest.mark.parametrize("name", ["unknown-flag", "config-not-toml", "one-trial-budget", "measure-server-never-starts"])
+def test_the_installed_command_gives_the_same_exit_codes(demo, tmp_path, name):
+    """The `perfbisect` process itself (its entry point, Click's usage errors, exit statuses), one case per code."""
+    (case,) = [c for c in CASES if c[0] == name]
+    argv = _prepare(demo, tmp_path, case)
     proc = subprocess.run([sys.executable, "-m", "perfbisect.cli", *argv], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "COLUMNS": "300"}, cwd=demo.root)
-    assert proc.returncode == code, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
-    assert "Traceback" not in proc.stderr, proc.stderr
-    if needle:
-        assert needle in " ".join(proc.stderr.split()), proc.stderr
-    if code == 2 and needle is not None and needle != "":
-        assert "Error" in proc.stderr or "Usage" in proc.stderr
+    _check(case, proc.returncode, proc.stdout, proc.stderr)
 
 
 def test_json_never_holds_nan_and_lines_never_say_nan(demo, tmp_path):

@@ -1,6 +1,7 @@
 """Bad input gets one clear paragraph on stderr (problem + fix), exit status 2, and loses nothing.
 
-These run the real `perfbisect` CLI as a subprocess against a real demo repository.
+These run the real `perfbisect` CLI against a real demo repository, in this process through its error
+boundary (tests/cli_in_process.py); the first test also runs the installed command.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ from pathlib import Path
 import pytest
 
 from perfbisect.demo.target import make_demo_target
+from tests.cli_in_process import run_cli
 
 
-def cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "perfbisect.cli", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=120,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
+cli = run_cli
+
+
+def installed(*args: str) -> subprocess.CompletedProcess:
+    """The `perfbisect` command as a process of its own."""
+    return subprocess.run([sys.executable, "-m", "perfbisect.cli", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "200"})
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +41,7 @@ def error_of(proc: subprocess.CompletedProcess) -> str:
 
 
 def test_help_has_examples_on_every_command():
-    top = cli("--help")
+    top = installed("--help")
     assert top.returncode == 0 and "perfbisect run good=bba2fc4 bad=HEAD" in top.stdout
     for command in ("run", "resume", "demo", "plan", "measure", "compare", "calibrate", "doctor", "init", "log", "gc", "report"):
         proc = cli(command, "--help")

@@ -261,7 +261,7 @@ def test_apply_in_worktree_and_conflict_error(target, history, tmp_path):
     assert "<<<<<<<" not in (wt / DEEPSEEK).read_text()  # the failed first variant was undone
     assert applied.hash == stack.check_at(s["c5"]).applied.hash
     # The patched tree hash differs from the commit's own tree: the build key sees the patches.
-    assert worktree_tree_hash(wt) != target.tree_hash(s["c5"])
+    assert worktree_tree_hash(wt) != target.git("rev-parse", f"{s['c5']}^{{tree}}").strip()
     assert worktree_tree_hash(wt, ["docs/**"]) == worktree_tree_hash(pool.checkout(s["c5"]), ["docs/**"])
 
     wt = pool.checkout(s["c6"])

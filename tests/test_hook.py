@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect import check, hook
+from perfbisect import check, checkqueue, hook
 from perfbisect.checkqueue import CheckQueue, Entry, coalesce
 from perfbisect.config import load_config
 from perfbisect.errors import ConfigError
@@ -174,15 +174,15 @@ def test_a_busy_gpu_makes_the_check_wait_and_pulls_meanwhile_are_coalesced(tmp_p
         f"perfbisect: checking {setup.target.bad[:10]}..{a[:10]} in the background (`perfbisect status`)"
     ]
     cfg = load_config(setup.config)
-    waiting = wait_until(lambda: (s := check.status(cfg))["worker"]["phase"] == "waiting" and s, what="the worker to wait")
+    waiting = wait_until(lambda: (s := checkqueue.status(cfg))["worker"]["phase"] == "waiting" and s, what="the worker to wait")
     assert "GPUs busy (pid 4242" in waiting["worker"]["detail"]
-    assert "waiting: GPUs busy (pid 4242" in "\n".join(check.format_status(waiting))
+    assert "waiting: GPUs busy (pid 4242" in "\n".join(checkqueue.format_status(waiting))
     b = setup.push_commit("python/sglang/srt/managers/scheduler.py", "\n\ndef b():\n    pass\n", "scheduler: b")
     git(setup.clone, "pull", "-q", env=env)
     c = setup.push_commit("python/sglang/srt/managers/scheduler.py", "\n\ndef c():\n    pass\n", "scheduler: c")
     git(setup.clone, "pull", "-q", env=env)
     time.sleep(1.0)
-    state = check.status(cfg)
+    state = checkqueue.status(cfg)
     assert state["worker"]["phase"] == "waiting" and setup.history() == []
     assert len(state["queued"]) == 2 and state["next"] == {"old": a, "new": c, "coalesced": 2}
     assert not (setup.cache_dir / "results.sqlite").exists() or _trials(setup) == 0
@@ -242,9 +242,9 @@ def stop_worker(setup) -> None:
     import signal
 
     cfg = load_config(setup.config)
-    pid = wait_until(lambda: check.status(cfg)["worker"]["pid"], what="the worker")
+    pid = wait_until(lambda: checkqueue.status(cfg)["worker"]["pid"], what="the worker")
     os.kill(pid, signal.SIGTERM)
-    wait_until(lambda: check.status(cfg)["worker"]["pid"] is None, what="the worker to stop")
+    wait_until(lambda: checkqueue.status(cfg)["worker"]["pid"] is None, what="the worker to stop")
 
 
 @pytest.mark.slow
@@ -310,11 +310,12 @@ def test_wait_for_idle_needs_the_gpus_free_for_idle_s(tmp_path, monkeypatch):
 def test_hook_config_is_validated(tmp_path):
     cfg = tmp_path / "perfbisect.toml"
     base = '[server]\ncommand = ["x", "{port}"]\n'
-    cfg.write_text(base + '[hook]\naction = "check"\nidle_s = 5\nnotify_command = "notify-send {line}"\n'
+    cfg.write_text(base + '[hook]\naction = "check"\nidle_s = 5\nnotify_command = ["notify-send", "{line}"]\n'
                    'webhook_url = "http://127.0.0.1:9/x"\n')
     hc = load_config(cfg).hook
     assert (hc.action, hc.idle_s, hc.notify_command) == ("check", 5.0, ("notify-send", "{line}"))
-    for bad in ('action = "always"', "idle_s = -1", 'modes = ["nope"]', "colour = 1"):
+    # A plain string is refused (issue #23): the docs say argument list, and nothing is split like a shell.
+    for bad in ('action = "always"', "idle_s = -1", 'modes = ["nope"]', "colour = 1", 'notify_command = "notify-send {line}"'):
         cfg.write_text(base + f"[hook]\n{bad}\n")
         with pytest.raises(ConfigError):
             load_config(cfg)

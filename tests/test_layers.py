@@ -1,18 +1,44 @@
-"""The import graph of perfbisect: no cycles (lazy imports included), nothing imports upward into the
-use cases or the CLI, and the value modules stand on nothing but each other."""
+"""The import graph of perfbisect: no cycles (lazy imports included), no cycle between packages and no
+package importing a later one, nothing imports upward into the use cases or the CLI, and the value
+modules stand on nothing but each other.
+
+The packages and their order come from tools/restructure.py (``PACKAGES``, ``ORDER``, ``layer_of``),
+which moves the flat modules into them: every rule here holds for both layouts, modules are named by
+their last part (``trials`` is ``perfbisect.trials`` or ``perfbisect.measure.trials``).
+"""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "perfbisect"
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "perfbisect"
+_spec = importlib.util.spec_from_file_location("perfbisect_restructure", ROOT / "tools" / "restructure.py")
+restructure = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = restructure  # dataclasses look their module up there
+_spec.loader.exec_module(restructure)
+
 # Who may import the use cases (app) and the command line (cli): the layers above them.
-MAY_IMPORT_APP = {"perfbisect.cli", "perfbisect.demo.run", "perfbisect.check"}
-MAY_IMPORT_CLI = {"perfbisect.__main__", "perfbisect.hookworker"}
+MAY_IMPORT_APP = {"cli", "demo.run", "check"}
+MAY_IMPORT_CLI = {"__main__", "hookworker"}
 # Values every layer receives; they import nothing of perfbisect but each other.
-VALUE_MODULES = {"perfbisect.settings", "perfbisect.model", "perfbisect.errors", "perfbisect.placeholders",
-                 "perfbisect.layout"}
+VALUE_MODULES = {"settings", "model", "errors", "placeholders", "layout"}
+
+
+def named(graph: dict[str, set[str]], short: str) -> str:
+    """The dotted module whose name ends with ``short`` (``trials`` → ``perfbisect.measure.trials``)."""
+    (found,) = [m for m in graph if m == f"perfbisect.{short}" or m.endswith(f".{short}")
+                and m.count(".") <= short.count(".") + 2]
+    return found
+
+
+def _is(module: str, shorts: set[str]) -> bool:
+    return any(module == f"perfbisect.{s}" or module.endswith(f".{s}") for s in shorts)
 
 
 def _modules() -> dict[str, Path]:
@@ -90,15 +116,60 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_imports_of_every_kind() -> None:
     graph = import_graph()
-    assert "perfbisect.app" in graph["perfbisect.cli"]  # loaded lazily, named in a string
-    assert "perfbisect.trials" in graph["perfbisect.doctor"]  # imported inside a function
+    assert named(graph, "app") in graph[named(graph, "cli")]  # loaded lazily, named in a string
+    assert named(graph, "trials") in graph[named(graph, "doctor")]  # imported inside a function
     assert "perfbisect.store.queries" in graph["perfbisect.store.database"]  # `from . import queries`
-    assert "perfbisect.settings" in graph["perfbisect.config"]
+    assert named(graph, "settings") in graph[named(graph, "config")]
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
 
 
 def test_no_import_cycles() -> None:
     assert _cycles(import_graph()) == []
+
+
+def _allowed_upward(name: str, target: str) -> bool:
+    """The layers above the use cases and the CLI that enter them (the rules of the last tests)."""
+    return ((target == "perfbisect.app" and _is(name, MAY_IMPORT_APP))
+            or (target == "perfbisect.cli" and _is(name, MAY_IMPORT_CLI)))
+
+
+def _collapsed(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Each package one node (its layer), each top-level module its own; the allowed entries into the
+    use cases and the CLI (the hook's worker runs `check --drain` behind the CLI's error boundary) left out."""
+    node = {m: restructure.layer_of(m) or m for m in graph}
+    out: dict[str, set[str]] = {n: set() for n in node.values()}
+    for m, targets in graph.items():
+        out[node[m]] |= {node[t] for t in targets if node[t] != node[m] and not _allowed_upward(m, t)}
+    return out
+
+
+def test_no_cycles_between_packages() -> None:
+    assert _cycles(_collapsed(import_graph())) == []
+
+
+def test_no_package_imports_a_later_one() -> None:
+    order = {layer: i for i, layer in enumerate(restructure.ORDER)}
+    upward = sorted(
+        (name, target)
+        for name, targets in import_graph().items()
+        for target in targets
+        if (a := restructure.layer_of(name)) and (b := restructure.layer_of(target)) and order[b] > order[a]
+    )
+    assert upward == []
+
+
+def test_every_module_has_a_place() -> None:
+    """Each top-level module is placed in a package by tools/restructure.py or kept at the top on purpose;
+    a new one must be given a place there (and in docs/architecture.md)."""
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    unplaced = [m for m in top if restructure.package_of(m) is None and m not in restructure.KEPT_AT_TOP]
+    assert unplaced == [], "give these a package in tools/restructure.py's PACKAGES (or add them to KEPT_AT_TOP)"
+
+
+def test_the_top_level_holds_at_most_15_modules() -> None:
+    if (PACKAGE / "trials.py").exists():
+        pytest.skip("flat layout: tools/restructure.py moves the modules into their packages")
+    assert len(list(PACKAGE.glob("*.py"))) <= 15
 
 
 def test_nothing_imports_upward_into_the_use_cases_or_the_cli() -> None:
@@ -107,12 +178,13 @@ def test_nothing_imports_upward_into_the_use_cases_or_the_cli() -> None:
         (name, target)
         for name, targets in graph.items()
         for target in targets
-        if (target == "perfbisect.app" and name not in MAY_IMPORT_APP)
-        or (target == "perfbisect.cli" and name not in MAY_IMPORT_CLI)
+        if (target == "perfbisect.app" and not _is(name, MAY_IMPORT_APP))
+        or (target == "perfbisect.cli" and not _is(name, MAY_IMPORT_CLI))
     )
     assert upward == []
 
 
 def test_value_modules_stand_on_nothing_but_values() -> None:
     graph = import_graph()
-    assert {name: sorted(graph[name] - VALUE_MODULES) for name in VALUE_MODULES} == {name: [] for name in VALUE_MODULES}
+    values = {f"perfbisect.{v}" for v in VALUE_MODULES}
+    assert {name: sorted(graph[name] - values) for name in values} == {name: [] for name in values}

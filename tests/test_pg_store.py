@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, func, select, text
 
-from perfbisect.check import format_status, status
+from perfbisect.checkqueue import format_status, status
 from perfbisect.config import parse_config
 from perfbisect.errors import StoreError
 from perfbisect.locks import LockHeld, exclusive

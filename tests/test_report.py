@@ -127,6 +127,23 @@ def test_repository_text_is_inert(payload_results, tmp_path):
     assert view["culprit"]["url"] is None  # a remote that is not a known forge gives no link
 
 
+def test_vendored_files_match_their_checksum_record():
+    """templates/vendor/SHA256SUMS names every vendored file with its SHA-256 (what
+    tools/vendor_vega.sh wrote): a file changed by hand, added or dropped without the record fails."""
+    import hashlib
+
+    from perfbisect.resources import data_dir
+
+    vendor = data_dir("templates") / "vendor"
+    recorded = {}
+    for line in (vendor / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split(maxsplit=1)
+        recorded[name.lstrip("*")] = digest
+    present = {p.name for p in vendor.iterdir() if p.is_file() and p.name not in ("SHA256SUMS", "README.md")}
+    assert sorted(recorded) == sorted(present)
+    assert {n: hashlib.sha256((vendor / n).read_bytes()).hexdigest() for n in present} == recorded
+
+
 def test_commit_links_only_for_known_forges():
     sha = "0123456789abcdef0123456789abcdef01234567"
     assert commit_url("https://github.com/sgl-project/sglang.git", sha) == f"https://github.com/sgl-project/sglang/commit/{sha}"

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from perfbisect.settings import ModeConfig, ServerConfig
-from perfbisect.errors import ServerDied, ServerError, ServerNotReady
+from perfbisect.errors import ServerError, ServerNotReady
 from perfbisect.server import ServerSession, Teardown, free_port, port_holders, port_in_use
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -249,18 +249,6 @@ def test_exit_during_startup_reports_exit_code_and_log(tmp_path):
     assert s.teardown.how == "already-exited"
 
 
-def test_check_alive_raises_server_died(tmp_path):
-    with session(tmp_path, fake_config()) as s:
-        s.wait_ready()
-        s.check_alive()
-        os.kill(s.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while s.alive() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        with pytest.raises(ServerDied, match="SIGKILL"):
-            s.check_alive()
-
-
 def test_server_ignoring_sigterm_is_killed_and_port_freed(tmp_path):
     s = session(tmp_path, fake_config("--ignore-sigterm", grace=0.5))
     with s:
@@ -489,7 +477,7 @@ def test_emulator_ignoring_sigterm_is_killed_with_its_workers(tmp_path):
 def test_emulator_dying_mid_run_is_server_died(tmp_path):
     with session(tmp_path, emulator_config("--die-after-requests", "1")) as s:
         s.wait_ready()
-        s.check_alive()
+        assert s.alive()
         body = {"text": "hello", "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}, "stream": True}
         with pytest.raises(httpx.HTTPError):
             with httpx.stream("POST", s.base_url + "/generate", json=body, trust_env=False, timeout=10) as r:
@@ -498,10 +486,8 @@ def test_emulator_dying_mid_run_is_server_died(tmp_path):
         deadline = time.monotonic() + 5
         while s.alive() and time.monotonic() < deadline:
             time.sleep(0.02)
-        with pytest.raises(ServerDied) as info:
-            s.check_alive()
-    assert "exit code 3" in str(info.value)
-    assert "dying mid-stream" in info.value.log_tail
+        assert not s.alive()
+        assert "dying mid-stream" in s.log_tail(20)
     # The leader is gone; its workers notice within 0.2 s, so teardown may still find them.
     assert s.teardown.how in ("already-exited", "term") and s.teardown.leftover_pids == ()
     assert s.teardown.returncode == 3

@@ -325,7 +325,7 @@ def test_a_trial_with_runs_round_trips_to_an_equal_trial_result(store):
     )
     trial_id = store_trial(store, trial)
     loaded = store.trial(trial_id)
-    assert loaded == trial.with_id(trial_id)
+    assert loaded == dataclasses.replace(trial, id=trial_id)
     assert [r.index for r in loaded.runs] == [0, 1, 0, 1, 2, 3, 4, 5]  # insertion order kept
     assert [r.output_tokens for r in loaded.flagged_runs] == [
         1687,
@@ -818,7 +818,7 @@ def test_a_full_disk_while_storing_is_a_runtime_error_not_a_usage_error(tmp_path
         "        store.begin_trial(TrialIdentity('c' * 40, 'p' * 200, 'b', 'baseline', 'm', 'w', 'h'), 'measure')\n"
         "    print('no error')\n"
         "except StoreError as exc:\n"
-        "    print(type(exc).__name__, exc.exit_code, 'disk has space' in str(exc))\n"
+        "    print(type(exc).__name__, exc.exit_code, 'is full or failing' in str(exc))\n"
     )
     script = f"mount -t tmpfs -o size=2m tmpfs {mnt} && {sys.executable} -c \"$0\" {mnt}"
     try:

@@ -35,7 +35,7 @@ from perfbisect.host import (
     wait_until_idle,
 )
 from perfbisect.model import GpuSample, SystemSnapshot
-from perfbisect.render import format_snapshot, format_summary
+from perfbisect.render import format_snapshot
 from perfbisect.store.samples import compact, expand_compact
 from perfbisect.versions import target_versions
 
@@ -785,21 +785,6 @@ def test_format_snapshot_lines_show_clocks_and_throttle_reasons():
         assert reason in lines[1]
     assert f"pids {LIVE['load_pid']}" in lines[1]
     assert format_snapshot(SystemSnapshot(t=0.0))[1] == "  no GPU readings"
-
-
-def test_format_summary_lines():
-    summary = sysstate.summarize(
-        [SystemSnapshot(t=1.0, gpus=(GpuSample(index=0, sm_clock_mhz=1500, throttle_reasons=0x4, processes=(99999999,)),))],
-        notes=["nvml: something"],
-    )
-    lines = format_summary(summary)
-    assert "SM 1500 MHz mean" in lines[0]
-    assert lines[1].startswith("throttled 100% of samples; reasons seen: SwPowerCap")
-    assert "99999999" in lines[2] and lines[3] == "note: nvml: something"
-
-
-# ---------------------------------------------------------------------------------------------
-# On a real GPU (skipped where there is none)
 
 
 def _real_nvml_gpus() -> int:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfbisect import sysstate  # noqa: E402
 from perfbisect.host import host_fingerprint  # noqa: E402
-from perfbisect.render import format_snapshot, format_summary  # noqa: E402
+from perfbisect.render import format_snapshot  # noqa: E402
 from perfbisect.store.samples import compact  # noqa: E402
 from perfbisect.versions import target_versions  # noqa: E402
 
@@ -242,8 +242,7 @@ def main() -> int:
             time.sleep(args.every)
     load.wait()
     summary = sampler.summary()
-    lines = format_summary(summary)
-    print("\n".join(lines))
+    print(summary)
     snaps = sampler.snapshots
     for s in snaps[len(snaps) // 2 : len(snaps) // 2 + 1]:
         print("\n".join(format_snapshot(s)))

@@ -10,4 +10,5 @@ for spec in "vega@$1" "vega-lite@$2" "vega-embed@$3"; do
   cp "$tmp/$name/package/build/$name.min.js" templates/vendor/
   cp "$tmp/$name/package/LICENSE" "templates/vendor/LICENSE-$name.txt"
 done
-echo "vendored vega $1, vega-lite $2, vega-embed $3: update templates/vendor/README.md"
+(cd templates/vendor && sha256sum LICENSE-*.txt *.min.js > SHA256SUMS)
+echo "vendored vega $1, vega-lite $2, vega-embed $3 (SHA256SUMS rewritten): update templates/vendor/README.md"

@@ -22,9 +22,11 @@ def run_demo(
     seed: int = 7,
     db: Path | str | None = None,
     variant: str = "speculative",
+    seeded: bool = False,
 ) -> tuple[app.BisectResult, DemoTarget]:
     """Build the demo target (planted slowdown, or drift only) and bisect it with the real pipeline.
-    Results go to ``db`` (a path or a database URL), by default ``<directory>/results.sqlite``."""
+    Results go to ``db`` (a path or a database URL), by default ``<directory>/results.sqlite``.
+    ``seeded``: measure with ``perfbisect.demo.seeded`` (computed, not timed) instead of the emulator."""
     progress = progress or app.Progress()
     progress.info(f"building the demo target in {directory} ...")
     target = make_demo_target(
@@ -35,10 +37,12 @@ def run_demo(
         variant=variant,
         # Drift only: sessions differ (σ 2%) and the machine slowly slows down (−0.3% per session).
         drift_per_session=-0.003 if drift_only else 0.0,
+        seeded=seeded,
     )
     slows = "the target model (both modes)" if variant == "target" else "the EAGLE-3 verify cycle only"
     what = f"planted {target.planted[:10]}, which slows {slows}" if target.planted else "no code change (drift only)"
-    progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; server: SGLang emulator")
+    progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; "
+                  + ("measured: seeded calculation of the emulator's speed" if seeded else "server: SGLang emulator"))
     config = load_config(target.config)
     with app.Workspace.open(config, db or target.root / "results.sqlite") as ws, app.exclusive(ws, progress):
         result = app.run_bisection(ws, target.good, target.bad, progress)

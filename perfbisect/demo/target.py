@@ -14,6 +14,7 @@ tests that need a realistic repository.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import shutil
@@ -217,12 +218,19 @@ def make_demo_target(
     warmup: int = 1,
     variant: str = "speculative",
     pins: bool = True,
+    seeded: bool = False,
 ) -> DemoTarget:
     """Build the demo repository, its patch stack and a perfbisect.toml under ``root``.
 
     ``pins``: python/pyproject.toml pins demo-kernel (0.1.0, bumped to 0.2.0 by one commit a third
     into the range), whose wheels are written to ``root/wheels``; the config installs them per pin
-    set ([build] pinned_packages) and the emulator refuses to start on a version mismatch."""
+    set ([build] pinned_packages) and the emulator refuses to start on a version mismatch.
+
+    ``seeded``: the config measures with ``perfbisect.demo.seeded`` (a ``command`` workload that
+    computes the emulator's speed for the checked-out code, with seeded noise of the session and run
+    sigmas together, and the same drift)
+    instead of timing the emulator, so a bisection's outcome does not depend on the machine's load.
+    """
     root = Path(root).resolve()
     if root.exists():
         shutil.rmtree(root)
@@ -290,6 +298,7 @@ def make_demo_target(
             runs=runs,
             warmup=warmup,
             wheels=wheels,
+            seeded_state=root / "seeded-counters" if seeded else None,
         )
     )
     return DemoTarget(
@@ -364,8 +373,10 @@ def demo_config_text(
     runs: int,
     warmup: int,
     wheels: Path | None = None,
+    seeded_state: Path | None = None,
 ) -> str:
-    """The perfbisect.toml the demo runs with: SGLang's shape, the emulator in place of the GPU server."""
+    """The perfbisect.toml the demo runs with: SGLang's shape, the emulator in place of the GPU server
+    (or, with ``seeded_state``, the seeded calculation of its speed as a ``command`` workload)."""
     nccl = "\n".join(f"{k} = {_toml_str(v)}" for k, v in NCCL_ENV.items())
     pinned = "" if wheels is None else f"""
 [build]
@@ -374,6 +385,27 @@ def demo_config_text(
 pinned_packages = ["{DEMO_KERNEL}"]
 wheel_dir = {_toml_str(wheels)}
 """
+    text = _demo_config_text(repo=repo, patches=patches, seed=seed, session_sigma=session_sigma, run_sigma=run_sigma,
+                             drift_per_session=drift_per_session, drift_file=drift_file, max_tokens=max_tokens,
+                             runs=runs, warmup=warmup, nccl=nccl, pinned=pinned)
+    if seeded_state is None:
+        return text
+    return text.replace(
+        '[workload]\nkind = "sglang"',
+        '# Seeded: computed from the code, not timed (perfbisect/demo/seeded.py): the same outcome under any load.\n'
+        '[workload]\nkind = "command"\ncommand = ["{python}", "-m", "perfbisect.demo.seeded"]\nmetric = "tok_s"',
+    ).replace(
+        "PERFBISECT_DEMO_SEED =",
+        f"PERFBISECT_SEEDED_STATE = {_toml_str(seeded_state)}\nPERFBISECT_SEEDED_SEED = \"{seed}\"\n"
+        f"PERFBISECT_SEEDED_SIGMA = \"{math.hypot(session_sigma, run_sigma):.4f}\"\n"
+        f"PERFBISECT_SEEDED_DRIFT = \"{drift_per_session}\"\nPERFBISECT_DEMO_SEED =",
+    ).replace("[modes.baseline]\nargs = []", '[modes.baseline]\nargs = []\nenv = { PERFBISECT_SEEDED_MODE = "baseline" }'
+    ).replace("speculative = true", 'speculative = true\nenv = { PERFBISECT_SEEDED_MODE = "eagle3" }')
+
+
+def _demo_config_text(*, repo: Path, patches: Path, seed: int, session_sigma: float, run_sigma: float,
+                      drift_per_session: float, drift_file: Path, max_tokens: int, runs: int, warmup: int,
+                      nccl: str, pinned: str) -> str:
     return f"""\
 # perfbisect.toml written by `perfbisect demo`.
 # The server is perfbisect's SGLang emulator (a stand-in for the GPU server); everything else is real.

@@ -36,7 +36,6 @@ from ..model import (
     TrialStatus,
     content_hash,
 )
-from ..procfs import stat_fields
 from . import jobs, queries
 from .jobs import JobRecord
 from . import queries, shared
@@ -99,20 +98,52 @@ def _process_start(pid: int) -> str:
 
 
 def _process_state(pid: int) -> tuple[str, str]:
-    """(state letter, start time in clock ticks) from /proc, or ("?", "?") where there is none."""
-    fields = stat_fields(pid)
-    if fields is None or len(fields) < 20:
+    """("Z" for a zombie, else "R"; start time in clock ticks since boot), or ("?", "?") where there is none.
+
+    The start is in clock ticks (proc(5)'s starttime), as owner strings have always been written:
+    psutil's create_time is boot time + ticks / CLK_TCK, so rounding gives the ticks back exactly."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        status, created = proc.status(), proc.create_time()
+        ticks = round((created - psutil.boot_time()) * os.sysconf("SC_CLK_TCK"))
+    except (psutil.Error, OSError, ValueError):
         return "?", "?"
-    return fields[0], fields[19]  # fields 3 (state) and 22 (starttime) of proc(5)
+    return ("Z" if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) else "R"), str(ticks)
 
 
-def make_engine(db: "StoreLocation | Path | str", busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
-    """An engine on ``db``. SQLite: WAL, foreign keys and a busy timeout on every connection;
-    PostgreSQL: psycopg 3, a connect timeout, and a ping before a pooled connection is reused."""
+def _read_only_connection(path: Path, busy_timeout_s: float) -> Any:
+    """A SQLite connection that cannot write ``path``. A WAL database needs its -shm file: where it
+    cannot be created (a read-only directory, where nothing can be writing either) the file is
+    opened as immutable."""
+    import sqlite3
+    from urllib.parse import quote
+
+    uri = f"file:{quote(str(path))}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+        return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=busy_timeout_s, check_same_thread=False)
+
+
+def make_engine(db: "StoreLocation | Path | str", busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+                read_only: bool = False) -> Engine:
+    """An engine on ``db``. SQLite: WAL, foreign keys and a busy timeout on every connection
+    (``read_only``: opened so it cannot write, for commands that only read); PostgreSQL: psycopg 3,
+    a connect timeout, and a ping before a pooled connection is reused."""
     location = locate(db)
     if location.shared:
         return _pg_engine(location, busy_timeout_s)
-    engine = create_engine(location.url, connect_args={"timeout": busy_timeout_s})
+    if read_only:
+        path = location.path
+        assert path is not None
+        engine = create_engine("sqlite://", creator=lambda: _read_only_connection(path, busy_timeout_s))
+    else:
+        engine = create_engine(location.url, connect_args={"timeout": busy_timeout_s})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -122,7 +153,8 @@ def make_engine(db: "StoreLocation | Path | str", busy_timeout_s: float = DEFAUL
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            if not read_only:  # setting it may write; a read-only file keeps whatever mode it has
+                cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
@@ -162,20 +194,23 @@ def open_store(
     *,
     recover: bool = True,
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    read_only: bool = False,
 ) -> "Store":
     """Open (creating parent directories, creating or upgrading the schema) the results database:
     a SQLite file path, or a ``StoreLocation``/URL string (see ``location.locate``).
 
     With ``recover`` (the default), trials and bisections left running by a dead process are
     marked failed / interrupted (see ``Store.recover_interrupted``); ``Store.recovered`` says which.
+    ``read_only`` (``log``, ``report``): a SQLite file is opened so that nothing is written — a
+    read-only file or directory is fine; a schema that is not current is an error, not an upgrade.
     """
     location = locate(db)
     if location.shared:
         return _open_shared(location, recover=recover, busy_timeout_s=busy_timeout_s)
     db_path = location.path
     assert db_path is not None
-    _check_file(db_path)
-    engine = make_engine(location, busy_timeout_s)
+    _check_file(db_path, writable=not read_only)
+    engine = make_engine(location, busy_timeout_s, read_only=read_only)
     try:
         _check_integrity(engine, db_path)
         upgrade_to_head(engine, db_path)
@@ -184,6 +219,9 @@ def open_store(
         raise
     except SQLAlchemyError as exc:
         engine.dispose()
+        full = disk_fault(_reason(exc), db_path)
+        if full:
+            raise StoreWriteError(full) from exc
         raise StoreError(
             f"Cannot open the results database {db_path}: {_reason(exc)}. If the file is damaged or "
             "not a perfbisect database, move it aside (perfbisect starts a new one) or pass "
@@ -266,6 +304,9 @@ def _check_integrity(engine: Engine, db_path: Path) -> None:
             conn.rollback()
     except SQLAlchemyError as exc:
         rows = [_reason(exc)]
+    full = disk_fault("; ".join(rows), db_path) if rows != ["ok"] else None
+    if full:
+        raise StoreWriteError(full)
     if rows != ["ok"]:
         raise StoreError(
             f"The results database {db_path} is damaged (SQLite quick_check: {'; '.join(rows)[:300]}). "
@@ -287,12 +328,15 @@ def _read_only_reason(path: Path) -> str | None:
     return None
 
 
-def _check_file(db_path: Path) -> None:
+def _check_file(db_path: Path, writable: bool = True) -> None:
     if db_path.is_dir():
         raise StoreError(
             f"The results database path {db_path} is a directory; pass a file path such as "
             f"{db_path / DB_FILENAME}."
         )
+    if not writable:
+        _check_header(db_path)
+        return
     try:
         db_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -309,6 +353,10 @@ def _check_file(db_path: Path) -> None:
                 f"every run as it lands, so it needs a writable database: pass --db PATH on a writable "
                 f"disk (copy the file there to keep its results)."
             )
+    _check_header(db_path)
+
+
+def _check_header(db_path: Path) -> None:
     if db_path.is_file():
         try:
             with db_path.open("rb") as fh:
@@ -325,6 +373,25 @@ def _check_file(db_path: Path) -> None:
                 "keeps its results there; move that file aside (perfbisect then starts a new "
                 "database) or pass another path with --db PATH."
             )
+
+
+# What SQLite (and the OS under it) says when the machine, not the file, is at fault.
+_DISK_FAULTS = ("database or disk is full", "no space left on device", "disk quota exceeded", "disk i/o error")
+
+
+def disk_fault(reason: str, db_path: object) -> str | None:
+    """A message for a results database failing because its disk is full (or failing), else None:
+    such a file is not damaged, and moving it aside would only lose results."""
+    low = reason.lower()
+    fault = next((f for f in _DISK_FAULTS if f in low), None)
+    if fault is None:
+        return None
+    return (
+        f"The disk holding the results database {db_path} is full or failing (SQLite: {reason}). The database "
+        f"is not damaged and results stored before this point are kept: do not move it aside. Free space on "
+        f"that disk (`perfbisect gc --build-cache` drops perfbisect's build cache), then run the command again; "
+        f"`perfbisect resume` continues a bisection."
+    )
 
 
 def _reason(exc: SQLAlchemyError) -> str:
@@ -389,6 +456,9 @@ class Store:
                     "Results stored before this point are kept. Check that the PostgreSQL server is up "
                     "and reachable from this host, then `perfbisect resume` continues a bisection."
                 ) from exc
+            full = disk_fault(_reason(exc), self.path)
+            if full:
+                raise StoreWriteError(full) from exc
             raise StoreWriteError(
                 f"The results database {self.path} failed: {_reason(exc)}. Results stored before "
                 "this point are kept. If it is locked, another perfbisect process is writing: let "

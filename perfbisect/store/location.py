@@ -15,7 +15,7 @@ from pathlib import Path
 from sqlalchemy import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from ..errors import StoreError, mask_secrets
+from ..errors import StoreError, mask_secrets, url_userinfo
 
 PG_DRIVER = "postgresql+psycopg"
 _PG_NAMES = {"postgresql", "postgres", "postgresql+psycopg"}
@@ -91,6 +91,16 @@ def locate(value: "StoreLocation | Path | str") -> StoreLocation:
     if isinstance(value, Path) or "://" not in str(value):
         return sqlite_location(value)
     text = str(value).strip()
+    userinfo = url_userinfo(text)[0].partition("://")[2]
+    if userinfo.count("@") > 1:
+        # make_url and the resolver would split it at the first '@': part of the password would be
+        # printed as the host and sent to DNS. Refused before any connection is tried.
+        raise StoreError(
+            f"The results database URL {mask(text)!r} has more than one '@' before its host, so where the "
+            f"password ends and the host begins is ambiguous; perfbisect connected to nothing. Write an '@' "
+            f"inside the user name or password as %40 (postgresql+psycopg://USER:pa%40ss@HOST:PORT/DATABASE), "
+            f"or better keep the password in PGPASSWORD or ~/.pgpass."
+        )
     try:
         url = make_url(text)
     except (ArgumentError, ValueError) as exc:

@@ -7,28 +7,33 @@ checkout or an installed wheel) and the connection is handed to ``db/env.py`` th
 Developers add a migration after changing ``schema.py`` with::
 
     python -m perfbisect.store.migrations revision "add trials.foo"
+
+Alembic (and the models, which only autogenerate compares with) is imported only when a database is
+not at head: a command that reads an up-to-date store (``perfbisect log``) reads the stamped revision
+with one plain query and compares it with the head found by reading ``db/versions`` as text.
 """
 
 from __future__ import annotations
 
+import ast
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, inspect, text
 
 from ..errors import StoreError
 from ..resources import data_dir
-from .schema import Base
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 
-def alembic_config(connection: Connection | None = None) -> Config:
+def alembic_config(connection: Connection | None = None) -> "Config":
     """An in-memory Alembic config pointing at perfbisect's db/ migrations."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(data_dir("db")))
     if connection is not None:
@@ -38,13 +43,55 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 def head_revision() -> str:
     """The newest schema revision this perfbisect knows."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "db/versions has no migrations"
     return head
 
 
+def plain_head_revision() -> str | None:
+    """The head of ``db/versions`` read as text (each file's ``revision`` and ``down_revision``
+    assignments), without Alembic; None when that reading is not certain (several heads, an
+    unreadable file), and then the caller asks Alembic."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in sorted((data_dir("db") / "versions").glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            return None
+        found: dict[str, object] = {}
+        for node in tree.body:
+            target = node.target if isinstance(node, ast.AnnAssign) else (
+                node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+            if isinstance(target, ast.Name) and target.id in ("revision", "down_revision") and node.value is not None:
+                try:
+                    found[target.id] = ast.literal_eval(node.value)
+                except ValueError:
+                    return None
+        rev, down = found.get("revision"), found.get("down_revision")
+        if not isinstance(rev, str):
+            return None
+        revisions.add(rev)
+        parents.update([down] if isinstance(down, str) else list(down or ()))
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+def stamped_revision(connection: Connection) -> str | None:
+    """The one revision in ``alembic_version`` by a plain query; None for none, or for several
+    (a branched history: Alembic then tells what it is)."""
+    if not inspect(connection).has_table("alembic_version"):
+        return None
+    rows = connection.execute(text("SELECT version_num FROM alembic_version")).fetchall()
+    return rows[0][0] if len(rows) == 1 else None
+
+
 def current_revision(connection: Connection) -> str | None:
     """The schema revision stamped in the database (None for an empty file)."""
+    from alembic.runtime.migration import MigrationContext
+
     return MigrationContext.configure(connection).get_current_revision()
 
 
@@ -58,6 +105,16 @@ def upgrade_to_head(engine: Engine, db_path: object) -> tuple[str | None, str]:
     results. PostgreSQL (transactional DDL, real ALTER TABLE): under an advisory transaction lock, so
     processes that open a new or old database at once migrate it one after the other.
     """
+    plain_head = plain_head_revision()
+    if plain_head is not None:
+        with engine.connect() as conn:
+            stamped = stamped_revision(conn)
+            conn.rollback()
+        if stamped == plain_head:  # the common case, read without importing Alembic
+            return stamped, plain_head
+    from alembic import command
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config())
     head = script.get_current_head()
     assert head is not None, "db/versions has no migrations"
@@ -109,6 +166,11 @@ def upgrade_to_head(engine: Engine, db_path: object) -> tuple[str | None, str]:
 
 def schema_diffs(engine: Engine) -> list:
     """Differences between the database's actual schema and what schema.py declares ([] = in sync)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from .schema import Base
+
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         return compare_metadata(context, Base.metadata)
@@ -141,6 +203,8 @@ def _check_known(
 
 def make_revision(message: str) -> None:
     """Autogenerate a new migration in db/versions from the difference between head and schema.py."""
+    from alembic import command
+
     versions = data_dir("db") / "versions"
     number = len(list(versions.glob("[0-9][0-9][0-9][0-9]_*.py"))) + 1
     with tempfile.TemporaryDirectory() as tmp:

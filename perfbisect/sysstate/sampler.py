@@ -10,32 +10,21 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import psutil
+
 from ..model import SystemSnapshot, SystemSummary
-from ..procfs import stat_fields
 from .collectors import CollectorSet
 from .readings import ExcludePids, is_throttled, resolve_pids
 
 
-def _parent_pid(pid: int, proc_root: Path = Path("/proc")) -> int | None:
-    """Parent pid from /proc/<pid>/stat."""
-    fields = stat_fields(pid, proc_root)
+def descends_from(pid: int, ancestor: int) -> bool:
+    """True when ``pid`` is ``ancestor`` or one of its descendants (psutil's parent links)."""
+    if pid == ancestor:
+        return True
     try:
-        return int(fields[1]) if fields else None
-    except (ValueError, IndexError):
-        return None
-
-
-def descends_from(pid: int, ancestor: int, proc_root: Path = Path("/proc")) -> bool:
-    """True when ``pid`` is ``ancestor`` or one of its descendants (walks /proc parent links)."""
-    seen = 0
-    while pid and pid > 1 and seen < 64:
-        if pid == ancestor:
-            return True
-        parent = _parent_pid(pid, proc_root)
-        if parent is None:
-            return False
-        pid, seen = parent, seen + 1
-    return pid == ancestor
+        return any(p.pid == ancestor for p in psutil.Process(pid).parents())
+    except psutil.Error:
+        return False
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from perfbisect import check, hook  # noqa: E402
+from perfbisect import checkqueue, hook  # noqa: E402
 from perfbisect.config import load_config  # noqa: E402
 from perfbisect.host import gpu_busy_processes  # noqa: E402
 from tests.hook_setup import git, make_pull_setup  # noqa: E402
@@ -68,7 +68,7 @@ def main(out: Path) -> int:
 
     waited_on_matmul = False
     while matmul.poll() is None:
-        state = check.status(cfg)
+        state = checkqueue.status(cfg)
         worker = state["worker"]
         if worker["phase"] == "waiting" and f"pid {matmul.pid}" in (worker.get("detail") or ""):
             waited_on_matmul = True
@@ -82,7 +82,7 @@ def main(out: Path) -> int:
     note("check finished", verdict=done[0].get("verdict"), line=done[0].get("line"), report=done[0].get("report"))
     ok = waited_on_matmul and not ran_while_busy and pull.returncode == 0
     result = {"ok": ok, "waited_on_matmul": waited_on_matmul, "ran_while_busy": ran_while_busy,
-              "status_lines": check.format_status(check.status(cfg)), "seen": seen}
+              "status_lines": checkqueue.format_status(checkqueue.status(cfg)), "seen": seen}
     (out / "busy-pull.json").write_text(json.dumps(result, indent=1))
     print("OK: the check waited for the matmul and ran after it" if ok else "FAILED: see busy-pull.json")
     return 0 if ok else 1

@@ -55,9 +55,10 @@ PAUSE_GAP_S = 300.0
 def hours_unit(config) -> tuple[int, str]:
     """(factor, unit) of a target's hours: [cost] gpus and "GPU-hours" for a server target; 1 and
     "machine-hours" for a `command` workload, which starts no server and is given no GPU."""
-    if getattr(getattr(config, "workload", None), "kind", "") == "command":
-        return 1, "machine-hours"
-    return max(int(getattr(getattr(config, "cost", None), "gpus", 1) or 1), 1), "GPU-hours"
+    gpus = max(int(getattr(getattr(config, "cost", None), "gpus", 1) or 1), 1)
+    if getattr(getattr(config, "workload", None), "kind", "") == "command" and gpus == 1:
+        return 1, "machine-hours"  # unless [cost] gpus says its trials hold GPUs (a command driving a GPU job)
+    return gpus, "GPU-hours"
 
 
 def expected_trials(candidates: int, max_total: int | None = None) -> int:
@@ -360,12 +361,11 @@ def spent(trials, gpus: int, unit: str = "GPU-hours") -> dict:
 
 
 def spent_line(s: dict, used: int | None = None) -> str:
-    """"spent: 9 trials run (8 used by the search; …), 1m02s wall, 0.02 GPU-hours (…)"."""
+    """"spent: 17 trials for the search's 9 observations, 1m02s wall, 0.02 GPU-hours (…)"."""
     n = s["trials"]
     run = f"{n} trial{'s' if n != 1 else ''}"
-    if used is not None and used != n:
-        run += (f" run ({used} used by the search; the other {n - used} failed, were flagged or untestable)"
-                if used < n else f" run ({used} observations, stored trials reused)")
+    if used is not None and used != n:  # a ratio metric's observation holds a trial per mode; re-runs add some
+        run += f" for the search's {used} observation{'s' if used != 1 else ''}"
     unit = s.get("hours_unit", "GPU-hours")
     per = (f" (trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)" if unit == "GPU-hours"
            else " (trial time)")

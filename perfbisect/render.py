@@ -124,7 +124,7 @@ def format_outcome(result: Any) -> list[str]:
         lines.append(f"not measured (only paths the filters ignore): {len(result.filtered)} commits")
     if out.explanation:
         lines.append(out.explanation)
-    lines.append(f"trials used by the search: {out.trials_used}; results in {result.db_path}")
+    lines.append(f"observations used by the search: {out.trials_used}; results in {result.db_path}")
     return lines
 
 

@@ -35,6 +35,7 @@ from .skips import Skip, SkipList, skipped_commits
 from .targets import active_filters
 from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict, median
 from .metrics import DECODE, describe as describe_metric
+from .metrics import describe_workload, stored_or_described
 from .render import attribution_line, history_line, state_lines
 from .stats import NoiseModel, compare, compare_sequential, log_of_pct, pct
 from .regressed_path import decide as decide_path
@@ -73,6 +74,7 @@ class BisectResult:
     db_path: Path | None = None
     state: list[str] = field(default_factory=list)  # system state over the bisection's trials
     more: str | None = None  # when inconclusive: what settling the tolerance would cost on this host
+    metric: dict | None = None  # the description stored with it (metrics.Metric.as_json)
 
 
 def _range(ws: Workspace, good: str, bad: str) -> tuple[Commit, Commit, list[Commit]]:
@@ -183,9 +185,11 @@ def run_bisection(
     progress = progress or Progress()
     cfg = ws.config
     store = ws.store
+    metric = describe_metric(cfg)
     if resume_id is not None:
         record = store.resume_bisection(resume_id)
         good, bad = record.good, record.bad
+        metric = stored_or_described(record.metric_info, cfg)
     good_c, bad_c, commits = _range(ws, good, bad)
     preflight(ws)
     _check_endpoints(ws, good_c, bad_c)
@@ -220,7 +224,8 @@ def run_bisection(
     if resume_id is None:
         bisection_id = store.begin_bisection(
             good=good_c.sha, bad=bad_c.sha, commits=shas, metric=cfg.stats.metric,
-            settings=cfg.stats, target=str(cfg.target.repo), search_start=start.as_json(),
+            settings=cfg.stats, target=str(cfg.target.repo), metric_info=describe_metric(cfg).as_json(),
+            search_start=start.as_json(),
         )
         observations: list[Observation] = []
     else:
@@ -259,7 +264,7 @@ def run_bisection(
         more = cost.more_trials_line(ws, outcome.more_trials, f"ruling out a regression of {outcome.tolerance_pct:g}%")
     return BisectResult(
         bisection_id=bisection_id, outcome=outcome, commits=by_sha, filtered=filtered, db_path=ws.db_path,
-        state=state_lines(trials), more=more,
+        state=state_lines(trials, gpu_target=cfg.workload.kind != "command"), more=more, metric=metric.as_json(),
     )
 
 
@@ -439,6 +444,7 @@ class CompareResult:
     history: list[str]
     attribution: str | None
     comparison_id: int
+    metric: dict | None = None  # the description stored with it (metrics.Metric.as_json)
 
 
 def compare_commits(
@@ -495,8 +501,9 @@ def compare_commits(
     cid = ws.store.record_comparison(
         a.sha, b.sha, mode, cmp, metric=mode,
         trial_ids_a=[t.id for t in ta], trial_ids_b=[t.id for t in tb], bisection_id=None,
+        metric_info=describe_workload(cfg.workload).as_json(),  # one mode: its parts' unit, never a ratio
     )
-    return CompareResult(a, b, mode, cmp, ta, tb, history, attribution, cid)
+    return CompareResult(a, b, mode, cmp, ta, tb, history, attribution, cid, describe_workload(cfg.workload).as_json())
 
 
 @dataclass
@@ -708,8 +715,10 @@ def doctor(config_path: Path, db: Path | None = None, launch: bool = False,
 
 def report_path(db: StoreLocation | Path | str, name: str, config: Config | None = None) -> Path:
     """Where a report goes by default: ``reports/`` beside a SQLite results file; for a database
-    server, ``<cache_dir>/reports`` (see ``StoreLocation.reports_dir``)."""
-    return locate(db).reports_dir(config.cache_dir if config is not None else None) / f"{name}.html"
+    server, ``<cache_dir>/reports`` (see ``StoreLocation.reports_dir``). The name starts with the
+    database's own (``results-bisection-1.html``): two databases in one folder keep their reports apart."""
+    where = locate(db)
+    return where.reports_dir(config.cache_dir if config is not None else None) / f"{where.report_prefix}{name}.html"
 
 
 def stored_results(db: Path | str | None, config: Config | None) -> Store:

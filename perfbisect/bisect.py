@@ -50,6 +50,7 @@ from .settings import StatsConfig
 from .effects import Step, endpoint_comparison, is_regression, located_step, ruled_out_pct, step_comparison
 from .errors import UsageError
 from .lookahead import best_trial
+from .metrics import level_text
 from .model import BisectOutcome, Comparison, Verdict
 from .stats import (LOOK_ALPHA_SHARE, PRIOR_DOF_CAP, NoiseModel, covariate_notes, history_shift, log_of_pct, pct, t_cdf,
                     t_quantile)
@@ -360,7 +361,7 @@ class SearchPolicy:
                 explanation=(
                     f"No regression beyond noise: no change of {s.min_effect_pct:g}% or more anywhere in the "
                     f"range holds {post.p_none:.3f} of the posterior after {data.trials} trials"
-                    + (f"; no regression ≥ {ruled_out:.1f}% ({100 * (1 - s.alpha):g}%, one-sided)" if ruled_out is not None else "")
+                    + (f"; no regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided)" if ruled_out is not None else "")
                     + f". Endpoints: {ends.explanation}"
                 ),
             )
@@ -377,7 +378,7 @@ class SearchPolicy:
             return self._done(
                 Verdict.SAME, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
                 explanation=(
-                    f"No regression ≥ {ruled_out:.1f}% ({100 * (1 - s.alpha):g}%, one-sided), inside the tolerance "
+                    f"No regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided), inside the tolerance "
                     f"of {tol:g}% (stats.tolerance_pct), after {data.trials} trials; "
                     + (f"no change is the likelier story (posterior {post.p_none:.2f})" if post.p_none >= SAME_NO_CHANGE
                        else "the bad end is, if anything, faster")
@@ -492,9 +493,10 @@ class SearchPolicy:
         cmp = step_comparison(first, Verdict.REGRESSED, s)
         expl = (
             f"First bad commit {self._describe_key(data, (first.at,))}: {cmp.effect_pct:+.1f}% "
-            f"[{cmp.ci_low_pct:+.1f}%, {cmp.ci_high_pct:+.1f}%] from the commits before it to the commits from it on "
+            f"({level_text(cmp.level_pct)} interval [{cmp.ci_low_pct:+.1f}%, {cmp.ci_high_pct:+.1f}%]) from the commits before it to the commits from it on "
             f"({first.n_before} vs {first.n_after} trials, noise {pct(first.sigma):.1f}% per trial). Posterior "
-            f"probability of this answer {top_p:.3f}, of no change at all {post.p_none:.1g}, after {data.trials} "
+            f"probability of this answer {top_p:.3f} given that something changed; of no change at all "
+            f"{post.p_none:.1g}, after {data.trials} "
             f"trials; the endpoints differ by {ends.effect_pct:+.1f}%."
         )
         if len(regressions) > 1:
@@ -503,7 +505,7 @@ class SearchPolicy:
             expl += f" An improvement was also located (not the culprit): {self._describe_steps(data, improvements)}."
         if doubt is not None:
             expl += (
-                f" A second, smaller change elsewhere keeps {doubt:.2f} of the posterior and further trials "
+                f" A second, smaller change elsewhere keeps {doubt:.2f} of the whole posterior and further trials "
                 f"are not expected to settle it (each < {MIN_GAIN_BITS:g} bits): the first bad commit stands."
             )
         return self._done(
@@ -676,13 +678,13 @@ class SearchPolicy:
             return self._exhausted(
                 data, post,
                 f"the commits that decide it reached stats.max_trials_per_commit and no other trial can move "
-                f"the answer (the best would remove {bits:.3f} bits)", top_key=top_key, top_p=top_p, ends=ends,
+                f"the answer (the best would remove {max(bits, 0.0):.3f} bits)", top_key=top_key, top_p=top_p, ends=ends,
                 ruled_out=ruled_out,
             )
         return Measure(
             self.commits[j],
             f"{phase}: best answer so far {what} at p={top_p:.2f} (need {self.settings.confidence}); a trial of "
-            f"this commit is expected to remove {bits:.2f} bits of uncertainty",
+            f"this commit is expected to remove {max(bits, 0.0):.2f} bits of uncertainty",
             phase,
             bits,
             best=what,
@@ -794,13 +796,16 @@ class SearchPolicy:
     # reporting
 
     def _describe_key(self, data: _Data, key) -> str:
+        """"abc", "one of {a, b}" (skipped neighbours), or "two changes: at a and at b" (a pair is one answer)."""
         parts = []
         for b in key:
             skipped = self._skipped_before(b, data)
             if skipped:
-                parts.append("{" + ", ".join(self.commits[i][:10] for i in (*skipped, b)) + "}")
+                parts.append("one of {" + ", ".join(self.commits[i][:10] for i in (*skipped, b)) + "}")
             else:
                 parts.append(self.commits[b][:10])
+        if len(parts) == 2:
+            return f"two changes: at {parts[0]} and at {parts[1]}"
         return " and ".join(parts)
 
     def _describe_steps(self, data: _Data, steps: Sequence[Step]) -> str:
@@ -849,7 +854,7 @@ class SearchPolicy:
             limit = f"stats.max_trials_per_commit = {s.max_trials_per_commit} (reached by the commits that decide it)"
         tol = self._tolerance()
         more = self._trials_to_rule_out(data, post, ends, tol)
-        bound = (f" No regression ≥ {ruled_out:.1f}% ({100 * (1 - s.alpha):g}%, one-sided, from the endpoints)."
+        bound = (f" No regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided, from the endpoints)."
                  if ruled_out is not None else "")
         if more is not None and tol > 0:
             advice = (f" Ruling out the tolerance of {tol:g}% would take about {more} more trials of the endpoints "

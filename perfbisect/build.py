@@ -31,6 +31,8 @@ from .model import Commit, content_hash
 
 LOG_TAIL_LINES = 30
 _KEY_VERSION = "build-step-v1"  # bump when the key recipe changes, so old entries stop matching
+# The build hash of a target with no build steps: every commit gets it, so "one build reused" is not what happened.
+NO_BUILD_STEPS_HASH = content_hash(_KEY_VERSION, [])
 
 
 @dataclass(frozen=True)

@@ -153,12 +153,12 @@ def run_check(
         on_mode = replace(ws, config=replace(cfg, stats=replace(cfg.stats, metric=mode)))
         bisection = app.run_bisection(on_mode, old_c.sha, new_c.sha, progress, wait_idle_s=wait_idle_s)
         outcome = bisection.outcome
-        result.update(verdict=outcome.verdict.value, bisection=bisection.bisection_id, culprit=outcome.culprit,
-                      culprit_set=list(outcome.culprit_set))
+        result.update(verdict=outcome.verdict.value, bisection=bisection.bisection_id, culprit=outcome.named_culprit,
+                      culprit_set=list(outcome.culprit_set), culprit_is_set=outcome.culprit_is_set)
         if outcome.effect_pct is not None:
             result["effect_pct"] = outcome.effect_pct
-        if outcome.culprit and outcome.culprit in bisection.commits:
-            result["culprit_subject"] = one_line(bisection.commits[outcome.culprit].subject)
+        if outcome.named_culprit and outcome.named_culprit in bisection.commits:
+            result["culprit_subject"] = one_line(bisection.commits[outcome.named_culprit].subject)
         report_of = str(bisection.bisection_id)
     path = app.report_quietly(progress, lambda: app.report(ws.store, report_of, config=ws.config)[0])
     result.update(report=str(path) if path else None, db=str(ws.db_path), finished_at=time.time())

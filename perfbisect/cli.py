@@ -63,6 +63,16 @@ def _import_lazily(name: str) -> ModuleType:
 
 app = _import_lazily("perfbisect.app")  # the use cases: every command goes through them
 
+
+def _flag_type(display_type_rich):
+    """A flag (--json, --wait) takes no value: its help shows no "<bool>" type beside it."""
+    def shown(self, ctx):
+        return None if getattr(self, "is_flag", False) else display_type_rich(self, ctx)
+    return shown
+
+
+typer.core.TyperOption.display_type_rich = _flag_type(typer.core.TyperOption.display_type_rich)
+
 EPILOG_EXIT = (
     "Exit codes: 0 finished · 1 regression found (with --fail-on-regression) · "
     "2 usage/config error · 3 inconclusive · 4 measurement broke."
@@ -81,6 +91,7 @@ cli = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     add_completion=False,
+    # Help text is Rich markup: a config table name in it is written "\\[store]" so that it shows.
     rich_markup_mode="rich",
 )
 patches_app = typer.Typer(help="Inspect the patch stack over history.", no_args_is_help=True)
@@ -102,7 +113,7 @@ DbOpt = Annotated[
     typer.Option(
         "--db", metavar="PATH|URL", callback=_db_value,
         help="Results database: a SQLite file, or postgresql+psycopg://USER@HOST:PORT/DB for a store shared by "
-        "several nodes (default: [store] url, else <repo>/.git/perfbisect/results.sqlite).",
+        "several nodes (default: \\[store] url, else <repo>/.git/perfbisect/results.sqlite).",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout (progress stays on stderr).")]
@@ -192,7 +203,7 @@ def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: st
         for line in format_outcome(result):
             out_console.print(show(line))
         if spent is not None:
-            out_console.print(show(spent_line(spent)))
+            out_console.print(show(spent_line(spent, result.outcome.trials_used)))
         if report is not None:
             out_console.print(show(report[1]))
     if broken:
@@ -231,7 +242,8 @@ def _format(fmt: str, json_out: bool) -> str:
 def _spent(ws, bisection_id: int) -> dict:
     from . import cost
 
-    return cost.spent(ws.store.trials(bisection_id=bisection_id, status=None), ws.config.cost.gpus)
+    gpus, unit = cost.hours_unit(ws.config)
+    return cost.spent(ws.store.trials(bisection_id=bisection_id, status=None), gpus, unit)
 
 
 def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
@@ -245,7 +257,7 @@ def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
     if est.gpu_hours is None or est.gpu_hours <= budget:
         return
     over = (
-        f"The estimate ({est.gpu_hours:.1f} GPU-hours, ~{est.trials} trials, {cost.format_duration(est.wall_s)}) "
+        f"The estimate ({est.gpu_hours:.1f} {est.unit}, ~{est.trials} trials, {cost.format_duration(est.wall_s)}) "
         f"exceeds [cost] budget_gpu_hours = {budget:g}."
     )
     if not sys.stdin.isatty():
@@ -263,13 +275,37 @@ def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
 FormatOpt = Annotated[
     str, typer.Option("--format", help="text, or markdown: a summary for a CI job summary or a pull-request comment.")
 ]
-YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Start even when the estimate exceeds [cost] budget_gpu_hours (no question).")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Start even when the estimate exceeds \\[cost] budget_gpu_hours (no question).")]
 
 
 def _load(config: Path | None):
     from .config import load_config
 
     return load_config(_config_path(config))
+
+
+DEMO_DIRS = ("demo", "demo-drift")  # under ./.perfbisect: where `perfbisect demo` builds, with and without --drift-only
+
+
+def _reading_config(config: Path | None, db: str | None):
+    """The config a command that only reads results (log, report) uses: -c, $PERFBISECT_CONFIG or
+    ./perfbisect.toml; with none of those and no --db, the demo's of this directory (the newest, said on
+    stderr), so `perfbisect log` right after `perfbisect demo` shows it; else None with --db."""
+    if config is not None or _config_path(None).exists():
+        return _load(config)
+    if db is not None:
+        return None
+    demos = [Path.cwd() / ".perfbisect" / d for d in DEMO_DIRS]
+    demos = [d for d in demos if (d / "perfbisect.toml").is_file() and (d / "results.sqlite").is_file()]
+    if not demos:
+        raise UsageError(
+            f"No config file at {_config_path(None)} and no --db. Run this where perfbisect.toml is, or pass "
+            f"-c CONFIG or --db PATH (after `perfbisect demo`: --db .perfbisect/demo/results.sqlite)."
+        )
+    newest = max(demos, key=lambda d: (d / "results.sqlite").stat().st_mtime)
+    err_console.print(f"no perfbisect.toml here: reading the demo's results in {show(str(newest))} "
+                      f"(-c CONFIG or --db PATH for others)")
+    return _load(newest / "perfbisect.toml")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -347,7 +383,7 @@ def resume(
 @cli.command()
 def demo(
     directory: Annotated[
-        Optional[Path], typer.Option("--dir", help="Where to build the demo (default: ./.perfbisect/demo).")
+        Optional[Path], typer.Option("--dir", help="Where to build the demo (default: ./.perfbisect/demo, or ./.perfbisect/demo-drift with --drift-only).")
     ] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -387,7 +423,7 @@ def demo(
     try:
         progress = ConsoleProgress(quiet)
         result, target = run_demo(
-            directory or Path.cwd() / ".perfbisect" / "demo",
+            directory or Path.cwd() / ".perfbisect" / DEMO_DIRS[1 if drift_only else 0],
             progress,
             drift_only=drift_only,
             commits=commits,
@@ -543,6 +579,9 @@ def compare_cmd(
     wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
     wait: WaitOpt = False,
     fmt: FormatOpt = "text",
+    fail_on_regression: Annotated[
+        bool, typer.Option("--fail-on-regression", help="Exit 1 when B is slower than A beyond noise (for CI).")
+    ] = False,
 ) -> None:
     """Compare two commits with interleaved trials (A B B A …) until the verdict is clear.
 
@@ -552,6 +591,7 @@ def compare_cmd(
 
     Example:  perfbisect compare bba2fc4 HEAD
     Example:  perfbisect compare HEAD~9 HEAD --mode baseline --max-trials 6
+    Example:  perfbisect compare origin/main HEAD --fail-on-regression --format markdown
     """
     from .render import format_comparison, json_value
 
@@ -563,6 +603,7 @@ def compare_cmd(
         report = app.report_quietly(progress, lambda: app.report(ws.store, f"c{result.comparison_id}", config=cfg)[0])
     if json_out:
         data = {"a": result.a.sha, "b": result.b.sha, "mode": result.mode, "comparison_id": result.comparison_id,
+                "metric": result.metric,
                 **json_value(result.comparison), "history": result.history, "attribution": result.attribution,
                 "report": str(report) if report else None}
         print_json(data)
@@ -573,7 +614,7 @@ def compare_cmd(
     else:
         print_lines(format_comparison(result))
         print_report(report)
-    raise typer.Exit(code=_exit_for(result.comparison.verdict, False))
+    raise typer.Exit(code=_exit_for(result.comparison.verdict, fail_on_regression))
 
 
 @cli.command()
@@ -656,7 +697,7 @@ def report_cmd(
     """
     from .report import verdict_line
 
-    cfg = _load(config) if (config is not None or _config_path(None).exists()) else None
+    cfg = _reading_config(config, db)
     with app.stored_results(db, cfg) as store:
         if index is not None:
             written = app.report_index(store, index, cfg, ConsoleProgress(False))
@@ -677,6 +718,7 @@ def doctor(
     config: ConfigOpt = None,
     db: DbOpt = None,
     launch: Annotated[bool, typer.Option("--launch", help="Also start the server once and check the env reaches every worker.")] = False,
+    json_out: JsonOpt = False,
     range_: Annotated[Optional[str], typer.Option("--range", metavar="GOOD..BAD", help="Check the pinned environments ([build] pinned_packages) of every commit of this range, not only HEAD's.")] = None,
 ) -> None:
     """Check config, target interpreter, pinned environments, GPU idleness, clocks and throttling, and
@@ -685,6 +727,7 @@ def doctor(
     Example:  perfbisect doctor
     Example:  perfbisect doctor --launch
     Example:  perfbisect doctor --range bba2fc4..HEAD
+    Example:  perfbisect doctor --json
     """
     bounds = None
     if range_ is not None:
@@ -693,6 +736,11 @@ def doctor(
             raise UsageError(f"--range {range_!r} is not GOOD..BAD: give two revisions joined by '..', e.g. --range bba2fc4..HEAD.")
         bounds = (good, bad)
     findings = app.doctor(_config_path(config), db, launch=launch, range_=bounds)
+    errors = any(f.state == "error" for f in findings)
+    if json_out:
+        print_json({"ok": not errors, "findings": [{"check": f.check, "state": f.state, "message": f.message}
+                                                     for f in findings]})
+        raise typer.Exit(code=EXIT_USAGE if errors else EXIT_OK)
     style = {"ok": "green", "warn": "yellow", "error": "bold red", "info": "dim"}
     for f in findings:
         out_console.print(f"[{style[f.state]}]{f.state:>5}[/] {show(f.check)}: {show(f.message)}")
@@ -766,7 +814,7 @@ def skip(
     """Mark commits untestable, as `git bisect skip` does: never measured, never blamed.
 
     A change next to a marked commit is reported as a set. Kept in <cache_dir>/skipped.json, so
-    every later run, resume and plan sees them; [filters] skip in the config does the same.
+    every later run, resume and plan sees them; \\[filters] skip in the config does the same.
 
     Example:  perfbisect skip 1a2b3c4 HEAD~7 --reason "broken build"
     Example:  perfbisect skip --undo 1a2b3c4
@@ -788,18 +836,21 @@ def log(
     config: ConfigOpt = None,
     db: DbOpt = None,
     limit: Annotated[int, typer.Option("--limit", callback=_number, min=1, help="How many of each to show.")] = 20,
+    json_out: JsonOpt = False,
 ) -> None:
     """List past bisections and comparisons with their verdicts; `log ID` shows one bisection in detail.
 
     Example:  perfbisect log --limit 5
     Example:  perfbisect log 3
+    Example:  perfbisect log --json
     """
-    from .render import format_log
+    from .render import format_log, log_json
 
-    cfg = _load(config) if (config is not None or db is None or _config_path(None).exists()) else None
+    cfg = _reading_config(config, db)
     path = db or cfg.results_db
     if bisection is not None:
         from .logdetail import bisection_detail
+        from .render import trial_row
 
         digits = bisection.strip().lstrip("b#")
         if not digits.isdigit():
@@ -808,12 +859,21 @@ def log(
             bid = int(digits)
             if bid not in {b.id for b in store.bisections(1 << 30)}:
                 raise UsageError(f"No bisection #{bid} in {store.path}. List the stored ones with `perfbisect log`.")
-            lines = bisection_detail(store, bid, app.report_path(store.path, f"bisection-{bid}", cfg), cfg.cost.gpus if cfg else 1)
-        print_lines(lines)
+            if json_out:
+                data = log_json([store.bisection(bid)], [], cfg)["bisections"][0]
+                data["trials"] = [trial_row(t) for t in store.trials(bisection_id=bid, status=None)]
+            else:
+                lines = bisection_detail(store, bid, app.report_path(store.path, f"bisection-{bid}", cfg), cfg)
+        if json_out:
+            print_json(data)
+        else:
+            print_lines(lines)
         return
     # The store directly, not ``app.log``: importing the use cases would load the engine (scipy) too.
     from .store import locate, open_store
 
+    if not locate(path).exists():  # listing never creates a database where --db names none
+        raise UsageError(f"No results database at {locate(path)}: pass --db PATH, or run `perfbisect run` first.")
     try:
         store = open_store(path)  # writable: what dead processes left running is marked first
     except StoreError as exc:
@@ -825,7 +885,10 @@ def log(
             raise exc from None
     with store:
         bisections, comparisons = store.bisections(limit), store.comparisons(limit)
-    print_lines(format_log(bisections, comparisons))
+    if json_out:
+        print_json(log_json(bisections, comparisons, cfg))
+    else:
+        print_lines(format_log(bisections, comparisons))
 
 
 @cli.command()
@@ -900,7 +963,7 @@ def check_cmd(
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
     wait: WaitOpt = False,
-    action: Annotated[Optional[str], typer.Option("--action", help="check (answer only) or bisect (then find the culprit); default [hook] action.")] = None,
+    action: Annotated[Optional[str], typer.Option("--action", help="check (answer only) or bisect (then find the culprit); default \\[hook] action.")] = None,
     enqueue: Annotated[bool, typer.Option("--enqueue", help="Queue OLD NEW for the background worker, as the hook does, and return.")] = False,
     drain: Annotated[bool, typer.Option("--drain", help="Be the background worker: check every queued pull, coalesced (the hook runs this).")] = False,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when a mode regressed.")] = False,
@@ -983,13 +1046,32 @@ def internal_error_message(exc: BaseException) -> str:
     )
 
 
+def _usage_error(exc: BaseException) -> bool:
+    """Click's usage errors (typer vendors Click privately: recognised by what they can do, not by class)."""
+    return callable(getattr(exc, "format_message", None)) and callable(getattr(exc, "show", None)) \
+        and isinstance(getattr(exc, "exit_code", None), int)
+
+
+def _json_error(message: str, exit_code: int, kind: str) -> None:
+    """With --json, a failure is one JSON object on stdout too, for CI to read (the paragraph stays on stderr)."""
+    print_json({"error": message, "exit_code": exit_code, "kind": kind})
+
+
 def main() -> None:
     """Entry point of the `perfbisect` script, and its one error boundary: a ``PerfbisectError`` from
     any command becomes ``Error: <message>`` on stderr and the error's exit status; anything else
-    is an internal error (exit 4)."""
+    is an internal error (exit 4). With ``--json`` every failure (usage errors included) is also one
+    JSON object on stdout: ``{"error": ..., "exit_code": ..., "kind": ...}``."""
     install_signal_handlers()
+    json_out = "--json" in sys.argv[1:]
     try:
-        cli()
+        if not json_out:
+            cli()
+        else:  # Click's own usage errors come back here instead of exiting, to be answered in JSON too
+            code = cli(standalone_mode=False)
+            if signalled and code in (1, 130):  # an interrupt Click turned into its own status
+                sys.exit(128 + signalled[0])
+            sys.exit(code if isinstance(code, int) else EXIT_OK)
     except SystemExit as exc:
         # Click turns an interrupt outside a command's own handling into "Aborted!" and status 1.
         if signalled and exc.code == 1:
@@ -1000,11 +1082,21 @@ def main() -> None:
     except PerfbisectError as exc:  # what a command could not do: one paragraph, its documented exit status
         if os.environ.get("PERFBISECT_DEBUG"):
             traceback.print_exc()
+        if json_out:
+            _json_error(str(exc), exc.exit_code, type(exc).__name__)
         print_error(str(exc))
         sys.exit(exc.exit_code)
     except Exception as exc:
+        if json_out and _usage_error(exc):  # Click's (as Typer vendors it): a bad option, a missing argument
+            _json_error(exc.format_message(), exc.exit_code, "UsageError")
+            exc.show()
+            sys.exit(exc.exit_code)
+        if json_out and type(exc).__name__ == "Abort":  # Click's "Aborted!" (an interrupt at a prompt)
+            sys.exit(128 + signalled[0] if signalled else 1)
         if os.environ.get("PERFBISECT_DEBUG"):
             traceback.print_exc()
+        if json_out:
+            _json_error(internal_error_message(exc), EXIT_RUNTIME, "InternalError")
         print_error(internal_error_message(exc))
         sys.exit(EXIT_RUNTIME)
 

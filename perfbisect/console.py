@@ -38,6 +38,12 @@ def print_json(data) -> None:
     out_console.print_json(json.dumps(json_value(data), default=str, allow_nan=False))
 
 
+def fit(text: str, width: int) -> str:
+    """``text`` on one line of at most ``width`` characters ("…" where it was cut)."""
+    one = " ".join(text.split())
+    return one if len(one) <= width else one[: max(width - 1, 0)] + "…"
+
+
 class ConsoleProgress:
     """Progress on stderr: steps, finer detail (unless --quiet) and warnings.
 
@@ -55,6 +61,7 @@ class ConsoleProgress:
         self._stop = None
 
     def info(self, message: str) -> None:
+        self._last_detail = message.strip()
         if not self.quiet:
             err_console.print(show(message))
 
@@ -74,6 +81,13 @@ class ConsoleProgress:
 
         status, at = self._status
         return dataclasses.replace(status, elapsed_s=status.elapsed_s + time.monotonic() - at).line()
+
+    def _compact(self) -> str:
+        import dataclasses
+        import time
+
+        status, at = self._status
+        return dataclasses.replace(status, elapsed_s=status.elapsed_s + time.monotonic() - at).compact()
 
     def search(self, status) -> None:
         import time
@@ -95,10 +109,12 @@ class ConsoleProgress:
         from rich.table import Table
 
         def render():
+            # One row each, cut to the terminal's width: a wrapped live line leaves its old rows behind.
+            width = max(err_console.width - 3, 20)
             grid = Table.grid()
-            grid.add_row(Spinner("dots", text=f"[bold]{show(self._line())}[/bold]"))
+            grid.add_row(Spinner("dots", text=f"[bold]{show(fit(self._compact(), width))}[/bold]"))
             if self._last_detail:
-                grid.add_row(f"  [dim]{show(self._last_detail[:200])}[/dim]")
+                grid.add_row(f"  [dim]{show(fit(self._last_detail, width - 2))}[/dim]")
             return grid
 
         self._live = Live(console=err_console, get_renderable=render, refresh_per_second=4, transient=True)

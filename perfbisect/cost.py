@@ -43,12 +43,22 @@ SEARCH_POWER = 1.5
 # Simulated bisections behind one estimate, and the wall-clock budget `plan` gives them.
 SIM_REPS = 11
 SIM_BUDGET_S = 4.0  # CPU seconds; the demo's 4 and 20 candidates take about 0.1–1 s
+NO_CHANGE_REPS = 5  # simulated bisections of a range with no change at all (the estimate's other outcome)
 SIM_MAX_CANDIDATES = 32  # longer ranges: simulated at this length, extended by the fitted growth
 # The regression assumed when neither stored endpoint trials nor the user say how big it is.
 DEFAULT_EFFECT_FACTOR = 5.0
 # A gap between two trials of one bisection longer than this (and than a median trial) is a pause
 # (interrupted, resumed later): `spent` does not count it as wall time.
 PAUSE_GAP_S = 300.0
+
+
+def hours_unit(config) -> tuple[int, str]:
+    """(factor, unit) of a target's hours: [cost] gpus and "GPU-hours" for a server target; 1 and
+    "machine-hours" for a `command` workload, which starts no server and is given no GPU."""
+    gpus = max(int(getattr(getattr(config, "cost", None), "gpus", 1) or 1), 1)
+    if getattr(getattr(config, "workload", None), "kind", "") == "command" and gpus == 1:
+        return 1, "machine-hours"  # unless [cost] gpus says its trials hold GPUs (a command driving a GPU job)
+    return gpus, "GPU-hours"
 
 
 def expected_trials(candidates: int, max_total: int | None = None) -> int:
@@ -130,6 +140,7 @@ class Forecast:
     noise_source: str
     elapsed_s: float  # wall seconds the forecast took
     cpu_s: float  # CPU seconds (what the budget counts)
+    no_change: int | None = None  # median trials when nothing changed at all (simulated), None: not simulated
 
 
 def forecast_trials(
@@ -163,10 +174,15 @@ def forecast_trials(
         counts = []
         method = (f"fitted formula 2 + 2 + {SEARCH_COEF} × log2({n - 1})^{SEARCH_POWER} (no simulation "
                   f"finished within {budget_s:g} CPU seconds)")
+    # The other outcome a range can have: no regression at all (the endpoints decide it, or the tolerance
+    # takes its trials to rule out). Simulated the same way, with no step, on what budget is left.
+    left = budget_s - (time.process_time() - c0)
+    flat = simulate_trials(sim_n, settings, noise, 0.0, reps=NO_CHANGE_REPS, budget_s=left) if left > 0 else []
+    no_change = min(cap, int(round(median(flat)))) if flat else None
     return Forecast(
         trials=trials, low=low, high=high, method=method, runs=tuple(counts), effect_pct=effect_pct,
         effect_source=effect_source, noise_pct=pct(noise.sigma_b), noise_source=noise.source,
-        elapsed_s=time.monotonic() - t0, cpu_s=time.process_time() - c0,
+        elapsed_s=time.monotonic() - t0, cpu_s=time.process_time() - c0, no_change=no_change,
     )
 
 
@@ -182,6 +198,7 @@ class Estimate:
     low: int = 0  # 10th percentile of the simulated counts (= trials for the formula)
     high: int = 0  # 90th percentile
     forecast: Forecast | None = None
+    unit: str = "GPU-hours"  # "machine-hours" for a command target (cost.hours_unit)
 
     def _hours(self, trials: int) -> float | None:
         return None if self.trial_s is None else trials * self.modes * self.trial_s / 3600.0 * self.gpus
@@ -212,9 +229,10 @@ class Estimate:
             if hi > lo:
                 wall += f" ({format_duration(lo * self.modes * self.trial_s)}–{format_duration(hi * self.modes * self.trial_s)})"
                 hours += f" ({self._hours(lo):.2f}–{self._hours(hi):.2f})"
+            per = (f" × {self.gpus} GPU" + ("s" if self.gpus != 1 else "")) if self.unit == "GPU-hours" else ""
             head += (
-                f"; {wall} wall, {hours} GPU-hours (at most {self.max_gpu_hours:.2f}) at "
-                f"{format_duration(self.trial_s)} per trial ({self.source}) × {self.gpus} GPU" + ("s" if self.gpus != 1 else "")
+                f"; {wall} wall, {hours} {self.unit} (at most {self.max_gpu_hours:.2f}) at "
+                f"{format_duration(self.trial_s)} per trial ({self.source}){per}"
             )
         out = [head]
         f = self.forecast
@@ -225,6 +243,11 @@ class Estimate:
                 f"  how: {f.method}, each a {f.effect_pct:.1f}% regression ({f.effect_source}) under "
                 f"{f.noise_pct:.1f}% trial noise ({f.noise_source}); the cost grows as the regression nears the noise"
             )
+        if f is not None and f.no_change is not None:
+            n = f.no_change
+            time_part = (f", {format_duration(n * self.modes * self.trial_s)} wall" if self.trial_s is not None else "")
+            out.append(f"  if nothing changed: ~{n} trial{'s' if n != 1 else ''}{time_part} (the search ends on "
+                       f"\"no regression\" once the endpoints rule it out)")
         return out
 
     def line(self) -> str:
@@ -236,9 +259,10 @@ class Estimate:
             "candidates": self.candidates, "trials": self.trials, "trials_low": self.low or self.trials,
             "trials_high": self.high or self.trials, "range": "10th-90th percentile of simulated runs",
             "max_trials": self.max_trials, "modes": self.modes, "trial_s": self.trial_s, "trial_s_source": self.source,
-            "gpus": self.gpus, "wall_s": self.wall_s, "gpu_hours": self.gpu_hours, "max_gpu_hours": self.max_gpu_hours,
+            "gpus": self.gpus, "hours_unit": self.unit, "wall_s": self.wall_s, "gpu_hours": self.gpu_hours, "max_gpu_hours": self.max_gpu_hours,
             "gpu_hours_low": self._hours(self.low or self.trials), "gpu_hours_high": self._hours(self.high or self.trials),
             "method": f.method if f else "formula", "simulated_trials": list(f.runs) if f else [],
+            "trials_if_no_change": f.no_change if f else None,
             "effect_pct": f.effect_pct if f else None, "effect_source": f.effect_source if f else None,
             "noise_pct": f.noise_pct if f else None, "noise_source": f.noise_source if f else None,
             "seconds_to_estimate": f.elapsed_s if f else None, "cpu_seconds_to_estimate": f.cpu_s if f else None,
@@ -291,9 +315,10 @@ def estimate(
     effect_pct, effect_source = effect or default_effect(cfg.stats)
     f = forecast_trials(candidates, cfg.stats, noise, effect_pct, effect_source,
                         higher_is_better=higher_is_better, budget_s=budget_s)
+    gpus, unit = hours_unit(cfg)
     return Estimate(
         candidates=candidates, trials=f.trials, max_trials=cap, modes=len(modes),
-        trial_s=trial_s, source=source, gpus=cfg.cost.gpus, low=f.low, high=f.high, forecast=f,
+        trial_s=trial_s, source=source, gpus=gpus, low=f.low, high=f.high, forecast=f, unit=unit,
     )
 
 
@@ -307,12 +332,13 @@ def more_trials_line(ws, trials: int, what: str) -> str:
     if trial_s is None:
         return head + " at the noise measured so far (set [cost] trial_minutes to see the time it costs)"
     hours = n * trial_s / 3600.0
+    gpus, unit = hours_unit(cfg)
+    per = f"; × {gpus} GPU{'s' if gpus != 1 else ''}, [cost] gpus" if unit == "GPU-hours" else ""
     return (f"{head} at the noise measured so far: {format_duration(n * trial_s)} of the machine, "
-            f"{hours * cfg.cost.gpus:.1f} GPU-hours ({format_duration(trial_s)} per trial, {source}; × {cfg.cost.gpus} "
-            f"GPU{'s' if cfg.cost.gpus != 1 else ''}, [cost] gpus)")
+            f"{hours * gpus:.1f} {unit} ({format_duration(trial_s)} per trial, {source}{per})")
 
 
-def spent(trials, gpus: int) -> dict:
+def spent(trials, gpus: int, unit: str = "GPU-hours") -> dict:
     """What a bisection spent: its trials, the wall time it ran (first start to last finish, less the
     pauses: gaps between trials longer than ``PAUSE_GAP_S`` and than a median trial, as when it was
     interrupted and resumed later), and GPU-hours (each trial's duration × gpus)."""
@@ -330,13 +356,21 @@ def spent(trials, gpus: int) -> dict:
                 seg_start = t.started_at
             seg_end = max(seg_end, t.finished_at)
         wall += seg_end - seg_start
-    return {"trials": len(trials), "wall_s": wall, "paused_s": paused, "gpu_hours": busy / 3600.0 * gpus, "gpus": gpus}
+    return {"trials": len(trials), "wall_s": wall, "paused_s": paused, "gpu_hours": busy / 3600.0 * gpus, "gpus": gpus,
+            "hours_unit": unit}
 
 
-def spent_line(s: dict) -> str:
+def spent_line(s: dict, used: int | None = None) -> str:
+    """"spent: 17 trials for the search's 9 observations, 1m02s wall, 0.02 GPU-hours (…)"."""
+    n = s["trials"]
+    run = f"{n} trial{'s' if n != 1 else ''}"
+    if used is not None and used != n:  # a ratio metric's observation holds a trial per mode; re-runs add some
+        run += f" for the search's {used} observation{'s' if used != 1 else ''}"
+    unit = s.get("hours_unit", "GPU-hours")
+    per = (f" (trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)" if unit == "GPU-hours"
+           else " (trial time)")
     return (
-        f"spent: {s['trials']} trials, {format_duration(s['wall_s'])} wall, {s['gpu_hours']:.2f} GPU-hours "
-        f"(trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)"
+        f"spent: {run}, {format_duration(s['wall_s'])} wall, {s['gpu_hours']:.2f} {unit}{per}"
         + (f"; {format_duration(s['paused_s'])} paused, not counted" if s.get("paused_s") else "")
     )
 
@@ -375,10 +409,27 @@ class SearchStatus:
             return None
         return max(self.expected - self.trial + 1, 1) * self.trial_s
 
+    @property
+    def eta_is_lower_bound(self) -> bool:
+        """Past the estimate's trial count, or in a phase that adds trials the estimate did not foresee
+        (confirming a change, checking for a second one): the ETA is at least this, not about this."""
+        return self.trial >= self.expected or self.phase in ("confirming", "second-change check")
+
+    def eta_text(self) -> str:
+        """"~4m10s", "≥ 12s" (a lower bound), or "?" before any trial time is known."""
+        if self.eta_s is None:
+            return "?"
+        return ("≥ " if self.eta_is_lower_bound else "~") + format_duration(self.eta_s)
+
     def line(self) -> str:
         best = f" · best: {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
-        eta = format_duration(self.eta_s) if self.eta_s is not None else "?"
         return (
             f"bisection #{self.bisection_id}: trial {self.trial} of at most {self.max_trials} (~{self.expected} expected)"
-            f" · {self.phase} · {self.commit}{best} · {format_duration(self.elapsed_s)} elapsed · ETA ~{eta}"
+            f" · {self.phase} · {self.commit}{best} · {format_duration(self.elapsed_s)} elapsed · ETA {self.eta_text()}"
         )
+
+    def compact(self) -> str:
+        """The live line's short form, most telling first (a terminal of 80 columns cuts the tail)."""
+        best = f" · best {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
+        return (f"#{self.bisection_id} trial {self.trial}/~{self.expected} · {self.phase} · {self.commit} · "
+                f"ETA {self.eta_text()} · {format_duration(self.elapsed_s)}{best}")

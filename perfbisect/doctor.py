@@ -142,6 +142,10 @@ def _pinned_envs(ctx: dict) -> list[Finding]:
 
 def _gpus(ctx: dict) -> list[Finding]:
     snap = collect_snapshot()
+    cfg = ctx.get("config")
+    if not snap.gpus and getattr(getattr(cfg, "workload", None), "kind", "") == "command":
+        return [Finding("GPU state", "info", "no GPU readings here; a command target runs on the CPU, whose load and "
+                        "clock the CPU check below covers")]
     if not snap.gpus:
         return [Finding("GPU state", "warn", "no NVML or nvidia-smi: clocks, temperature and throttling will not be recorded, so drift cannot be explained. Install nvidia-ml-py (pip install perfbisect[gpu]).")]
     out = [Finding("GPU state", "ok", f"{len(snap.gpus)} × {snap.gpus[0].name} via {snap.source}")]

@@ -23,6 +23,7 @@ import numpy as np
 from .changepoint import ChangePosterior, level_step
 from .settings import StatsConfig
 from .model import Comparison, Verdict
+from .metrics import level_text
 from .stats import log_of_pct, pct, t_cdf, t_quantile
 
 
@@ -113,7 +114,7 @@ def endpoint_comparison(
     return _comparison(
         verdict, d, se, dof, sigma, n_a, n_b, settings, p_value=None,
         lead="bad vs good ",
-        tail=(f" from {n_a} + {n_b} trials, noise {pct(sigma):.1f}% per trial; "
+        tail=(f" from {n_b} + {n_a} trials, noise {pct(sigma):.1f}% per trial; "
               f"probability of a regression beyond {s.min_effect_pct:g}% (stats.min_effect_pct): {p_worse:.2g}."),
     ), p_better
 
@@ -144,8 +145,9 @@ def _comparison(verdict: Verdict, d: float, se: float, dof: float, sigma: float,
         p_value=p_value,
         min_effect_pct=settings.min_effect_pct,
         explanation=(
-            f"{lead}{pct(d):+.1f}% ({100 * (1 - 2 * settings.alpha):g}% interval [{lo:+.1f}%, {hi:+.1f}%])" + tail
+            f"{lead}{pct(d):+.1f}% ({level_text(100 * (1 - 2 * settings.alpha))} interval [{lo:+.1f}%, {hi:+.1f}%])" + tail
         ),
+        level_pct=100 * (1 - 2 * settings.alpha),
     )
 
 

@@ -16,7 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .metrics import DECODE, Metric, describe, describe_workload
+from .metrics import DECODE, Metric, describe_workload, level_text, pct_text, signed, stored_or_described
+from .build import NO_BUILD_STEPS_HASH
 from .errors import PerfbisectError, UsageError
 from .model import BisectOutcome, Comparison, TrialResult, TrialStatus, Verdict, median
 from .search_replay import REPLAY_WORK, engine_fit, replay, stats_config
@@ -176,6 +177,7 @@ def _comparison(label: str, cmp: Comparison | None) -> dict[str, Any] | None:
         "label": label, "verdict": cmp.verdict.value, "effect_pct": cmp.effect_pct,
         "ci_low_pct": cmp.ci_low_pct, "ci_high_pct": cmp.ci_high_pct, "sigma_pct": cmp.sigma_b_pct,
         "sigma_source": cmp.sigma_source, "n_a": cmp.n_a, "n_b": cmp.n_b, "explanation": cmp.explanation,
+        "level": level_text(cmp.level_pct) if cmp.level_pct is not None else None,
     }
 
 
@@ -187,13 +189,14 @@ def metric_modes(metric: str) -> tuple[str, ...]:
     return (metric,)
 
 
-def metric_unit(metric: str, config: Any = None) -> tuple[str, str]:
-    """(unit, what it measures) of a bisection metric: the workload's metric (metrics.describe_workload)."""
-    workload = getattr(config, "workload", None)
-    m = describe_workload(workload) if workload is not None else DECODE
+def metric_unit(metric: str, described: Metric) -> tuple[str, str]:
+    """(unit, what it measures) of a bisection metric from its one description
+    (``metrics.stored_or_described``); "" for a metric whose key states no unit."""
+    if described.unit == "×":
+        return "×", f"{described.label} ({described.direction})"
     if metric.startswith("ratio:"):
-        return "×", f"{metric[6:]} ratio of {m.label} ({m.direction})"
-    return m.unit or m.name, f"{metric} {m.label} ({m.direction})"
+        return "×", f"{metric[6:]} ratio of {described.label} ({described.direction})"
+    return described.unit, f"{metric} {described.label} ({described.direction})"
 
 
 def _fmt_value(v: float | None, unit: str) -> str:
@@ -201,9 +204,30 @@ def _fmt_value(v: float | None, unit: str) -> str:
         return "?"
     if unit == "×":
         return f"{v:.3f}×"
-    if abs(v) >= 1000:
-        return f"{v:,.0f} {unit}"
-    return f"{v:,.1f} {unit}" if abs(v) >= 10 else f"{Metric('', '').number(v)} {unit}"
+    return f"{Metric('', '').number(v)} {unit}".rstrip()
+
+
+def builds_note(trials: Sequence[TrialResult], builds: int, reused: int) -> str:
+    """The sentence under the commit table: what was built and what reused, or that nothing was built."""
+    if trials and all(t.identity.build_hash in (NO_BUILD_STEPS_HASH, "none") for t in trials):
+        return ("No build steps ([build] steps is empty): each trial ran its commit's checkout, patched, as it is; "
+                "nothing was built or reused.")
+    return (f"{plural(builds, 'distinct build')}; {plural(reused, 'trial')} reused a build an earlier trial had made "
+            f"(same content hash).")
+
+
+def plural(n: int, word: str) -> str:
+    """"1 trial", "2 trials"."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def best_answer_text(best: Sequence[str]) -> str:
+    """An inconclusive search's best answer: "no change", "abc", or "two changes, at a and at b" (one answer)."""
+    if not best:
+        return "no change"
+    if len(best) == 1:
+        return best[0][:10]
+    return f"two changes, at {' and at '.join(s[:10] for s in best)}"
 
 
 def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, dict], levels: dict[str, Any],
@@ -213,8 +237,12 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
     def name(sha: str) -> str:
         return f"{sha[:10]} “{commits.get(sha, {}).get('subject', '')}”" if commits.get(sha, {}).get("subject") else sha[:10]
 
-    cost = f"{trials} trials, {gpu_hours:.2f} {gpu_label}"
-    level_pct = 100 * (1 - 2 * alpha)
+    cost = f"{plural(trials, 'trial')}, {gpu_hours:.2f} {gpu_label}"
+    level_pct = 100 * (1 - 2 * alpha)  # the bisection's own comparisons: one-sided 1 − alpha bounds
+
+    def interval(cmp: Comparison) -> str:
+        return (f"{level_text(cmp.level_pct if cmp.level_pct is not None else level_pct)} interval "
+                f"[{pct_text(cmp.ci_low_pct)}, {pct_text(cmp.ci_high_pct)}]")
     if out is None:
         return {"cls": "inconclusive", "headline": "UNFINISHED",
                 "sentence": f"This bisection has not finished ({status}); {cost} so far. Continue it with `perfbisect resume`."}
@@ -224,15 +252,19 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
         cmp = out.culprit_comparison or out.endpoint_comparison
         eff = out.effect_pct or 0.0
         delta = (after - before) if before is not None and after is not None else None
-        absolute = f" ({delta:+,.1f} {unit}: {_fmt_value(before, unit)} → {_fmt_value(after, unit)})" if delta is not None else ""
-        interval = f", {level_pct:g}% interval [{cmp.ci_low_pct:+.1f}%, {cmp.ci_high_pct:+.1f}%]" if cmp else ""
+        absolute = (f" ({signed(delta, unit)}: {_fmt_value(before, unit)} → {_fmt_value(after, unit)})"
+                    if delta is not None else "")
+        ci = f", {interval(cmp)}" if cmp else ""
         sigma = f" against {noise}" if noise else (f" against noise {cmp.sigma_b_pct:.1f}% per trial" if cmp else "")
-        who = name(out.culprit) if len(out.culprit_set) <= 1 else f"one of {len(out.culprit_set)} commits up to {name(out.culprit)}"
-        sentence = f"{who} changed {what} by {eff:+.1f}%{absolute}{interval}{sigma}; {cost}."
+        who = (name(out.culprit) if not out.culprit_is_set else
+               f"One of {len(out.culprit_set)} commits ({', '.join(s[:10] for s in out.culprit_set)}; untestable "
+               f"neighbours or a merged branch, so none is blamed alone)")
+        sentence = f"{who} changed {what} by {pct_text(eff)}{absolute}{ci}{sigma}; {cost}."
         return {"cls": "regressed", "headline": "REGRESSION", "sentence": sentence}
     if out.verdict is Verdict.INCONCLUSIVE:
-        best = ", ".join(s[:10] for s in out.best_answer) or "no change"
-        prob = f" (probability {out.answer_probability:.2f})" if out.answer_probability is not None else ""
+        best = best_answer_text(out.best_answer)
+        prob = (f" (probability {out.answer_probability:.2f}, given that something changed)"
+                if out.answer_probability is not None and out.best_answer else "")
         why = "the trial budget ran out" if out.budget_exhausted else "the evidence did not settle it"
         bound = f" No regression ≥ {out.ruled_out_pct:.1f}% is ruled out." if out.ruled_out_pct is not None else ""
         per_trial = gpu_hours / trials if trials else 0.0
@@ -242,14 +274,14 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
                     f"trials of the endpoints (about {out.more_trials * per_trial:.2f} {gpu_label}) at the noise "
                     f"measured so far.")
         else:
-            more = (f" Each further trial costs about {per_trial:.3f} {gpu_label}; raise stats.max_trials_total "
+            more = (f" Each further trial costs about {per_trial:.3g} {gpu_label}; raise stats.max_trials_total "
                     f"or narrow the range.") if trials else ""
         layout = (f" Layout-sensitive, not blamed: {', '.join(name(x) for x in out.layout_sensitive)}."
                   if out.layout_sensitive else "")
         return {"cls": "inconclusive", "headline": "INCONCLUSIVE",
                 "sentence": f"Inconclusive after {cost}: {why}{stop}. Best answer: {best}{prob}.{bound}{layout}{more}"}
     ends = out.endpoint_comparison
-    eff = f" The endpoints differ by {ends.effect_pct:+.1f}% [{ends.ci_low_pct:+.1f}%, {ends.ci_high_pct:+.1f}%]" if ends else ""
+    eff = f" The endpoints differ by {pct_text(ends.effect_pct)} ({interval(ends)})" if ends else ""
     abs_part = f" ({_fmt_value(levels.get('good'), unit)} → {_fmt_value(levels.get('bad'), unit)})" if levels.get("good") else ""
     sigma = f", {noise}" if noise else ""
     if out.verdict is Verdict.IMPROVED:
@@ -304,8 +336,9 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
     observations = store.observations(bisection_id)
     excluded = {tid: o.flag for o in observations if o.flag for tid in o.trial_ids}
     modes = metric_modes(record.metric)
-    unit, what = metric_unit(record.metric, config)
-    higher = describe(config).higher_is_better if getattr(config, "workload", None) is not None else True
+    described = stored_or_described(record.metric_info, config)
+    unit, what = metric_unit(record.metric, described)
+    higher = described.higher_is_better
     settings = stats_config(record.settings)
 
     points = [trial_point(t, info, excluded) for t in trials]
@@ -313,7 +346,8 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
     cand_set = set(candidates)
     skipped = set(out.skipped) if out else {o.commit for o in observations if o.value is None}
     measured = {t.identity.commit for t in trials}
-    culprit = out.culprit if out else None
+    culprit = out.named_culprit if out else None  # None when the answer is a set: no one commit is blamed
+    located = out.culprit if out else None  # where the change was located (the set's last commit)
     culprit_set = set(out.culprit_set) if out else set()
     variants = patch_variants(repo, config, [s for s in full if s in measured])
     commit_rows = []
@@ -336,7 +370,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         commit_rows.append(_commit_row(sha, c, ts, ", ".join(role), sha in measured, variants.get(sha, "")))
     # Which side of the answer each trial is on: the chart colours them so a step reads apart from drift.
     for p in points:
-        p["side"] = side_of(p["sha"], pos, culprit, record.good, record.bad)
+        p["side"] = side_of(p["sha"], pos, located, record.good, record.bad)
     # Builds reused: a trial whose build hash an earlier trial already built (build cache or worktree reuse).
     seen: set[str] = set()
     reused = 0
@@ -372,7 +406,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         except (PerfbisectError, ValueError, FloatingPointError, ArithmeticError):
             fitted = {"segments": [], "steps": [], "drift": None}
         segs = fitted["segments"]
-        culprit_pos = pos.get(culprit, -1) if culprit else -1
+        culprit_pos = pos.get(located, -1) if located else -1
         for seg in segs:
             first = pos.get(seg["from"], 0)
             seg["label"] = ("before the culprit" if culprit_pos >= 0 and first < culprit_pos
@@ -387,7 +421,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
             levels["segments"] = segs
             levels["steps"] = fitted["steps"]
             levels["level_pct"] = fitted.get("level_pct")
-        if culprit and len(segs) >= 2:
+        if located and len(segs) >= 2:
             levels["before"], levels["after"] = segs[0]["value"], segs[1]["value"]
         drift = fitted["drift"]
         if drift:
@@ -451,6 +485,9 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         "verdict": verdict,
         "culprit": commit_card(culprit) if culprit else None,
         "culprit_set": [commit_card(s) for s in (out.culprit_set if out else ()) if s != culprit],
+        "culprit_is_set": bool(out and out.culprit_is_set),
+        "level_pct": (out.culprit_comparison or out.endpoint_comparison).level_pct
+        if out and (out.culprit_comparison or out.endpoint_comparison) else None,
         "extra_changes": [commit_card(s) for s in (out.extra_changes if out else ())],
         "improvements": [commit_card(s) for s in (out.improvements if out else ())],
         "explanation": out.explanation if out else "", "lines": [],
@@ -475,7 +512,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         "speculative": speculative_rows(trials, full),
         "which_path": which_path_view(out.regressed_path if out else None),
         "comparisons": comparisons,
-        "builds_reused": reused, "builds": len(seen),
+        "builds_reused": reused, "builds": len(seen), "builds_note": builds_note(trials, len(seen), reused),
         "failures": failures(trials),
         "placements": placements(trials),
         "layouts": layouts(trials),
@@ -491,8 +528,10 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
 
 def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult], *, comparison: Comparison | None = None,
                 a: str | None = None, b: str | None = None, lines: Sequence[str] = (), config: Any = None,
-                record_id: int | None = None, reproduce: Sequence[str] = (), db_path: Path | None = None) -> dict[str, Any]:
-    """The report of a comparison (A vs B) or a calibration (N sessions each of two builds, interleaved)."""
+                record_id: int | None = None, reproduce: Sequence[str] = (), db_path: Path | None = None,
+                metric: Metric | None = None) -> dict[str, Any]:
+    """The report of a comparison (A vs B) or a calibration (N sessions each of two builds, interleaved);
+    ``metric``: the description stored with it (default: what ``config`` describes)."""
     target = str(getattr(getattr(config, "target", None), "repo", "") or "")
     repo = _Repo(target)
     shas = list(dict.fromkeys([s for s in (a, b) if s] + [t.identity.commit for t in trials]))
@@ -502,7 +541,9 @@ def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult]
         p["side"] = "A" if p["sha"] == a else "B" if p["sha"] == b else "between"
     gpu_hours, gpu_label = _gpu_hours(trials)
     mode = trials[0].identity.mode if trials else ""
-    unit, what = metric_unit(mode, config)
+    workload = getattr(config, "workload", None)  # one mode: its own unit, never a ratio of two
+    described = metric or (describe_workload(workload) if workload is not None else DECODE)
+    unit, what = metric_unit(mode, described)
     if comparison is not None:
         va = median(p["value"] for p in points if p["sha"] == a)
         vb = median(p["value"] for p in points if p["sha"] == b)
@@ -535,6 +576,7 @@ def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult]
         "speculative": speculative_rows(trials, shas),
         "comparisons": [c for c in (_comparison("B vs A", comparison),) if c],
         "builds_reused": 0, "builds": len({t.identity.build_hash for t in trials}),
+        "builds_note": builds_note(trials, len({t.identity.build_hash for t in trials}), 0),
         "failures": failures(trials), "placements": placements(trials), "layouts": layouts(trials),
         "environment": environment(trials, config),
         "reproduce": list(reproduce), "db": str(db_path or store.path), "outcome": {}, "drift_note": None,
@@ -559,6 +601,7 @@ def comparison_view(store: Any, comparison_id: int, config: Any = None, db_path:
     return trials_view(
         store, f"perfbisect compare #{comparison_id}: {record.b[:10]} vs {record.a[:10]} [{record.mode}]", "comparison",
         trials, comparison=record.comparison, a=record.a, b=record.b, config=config, record_id=comparison_id,
+        metric=stored_or_described(record.metric_info, config),
         reproduce=[f"perfbisect compare {record.a} {record.b} --mode {record.mode}{cfg} --db {db}",
                    f"perfbisect report c{comparison_id} --db {db}"], db_path=db_path,
     )
@@ -591,6 +634,7 @@ def index_entries(views: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, An
             "href": href, "label": label, "date": view.get("started") or first or "", "metric": view["metric"],
             "range": f"{ends[0]}..{ends[1]}" if ends else pair, "verdict": view["verdict"]["headline"].lower(),
             "effect_pct": effect, "culprit": culprit.get("short", ""), "culprit_subject": culprit.get("subject", ""),
+            "culprit_set": [c["short"] for c in view.get("culprit_set") or ()] if view.get("culprit_is_set") else [],
             "trials": len(view["points"]),
         })
         sigma = (view.get("outcome") or {}).get("noise_sigma_pct") or (cmp["sigma_pct"] if cmp else None)

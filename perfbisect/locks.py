@@ -1,11 +1,21 @@
-"""One perfbisect at a time per target repository, and one per GPU node.
+"""One perfbisect at a time per target repository, and one per GPU.
 
 Two commands on one repository share its worktrees and its server pidfiles: the second would reap
 the first one's live server as "left by an interrupted perfbisect" and check a different commit
-out under it. Two commands on one node measure each other. So every command that runs trials holds
-two ``flock`` locks for its whole life: ``<cache_dir>/perfbisect.lock`` for the repository and a
-host-wide ``perfbisect-gpu-node.lock`` (in ``$PERFBISECT_LOCK_DIR``, default the system temp
-directory, so every user of the node sees the same file). The kernel drops a flock when its holder
+out under it. Two commands on one GPU measure each other. So every command that runs trials holds
+``flock`` locks for its whole life, scoped to what it uses:
+
+- always ``<cache_dir>/perfbisect.lock``, its repository's;
+- a server target (it launches a GPU server) the host-wide ``perfbisect-gpu-node.lock`` — exclusively
+  when it may use every GPU, shared when ``CUDA_VISIBLE_DEVICES`` (in ``server.env`` or a mode's env)
+  names its GPUs, plus ``perfbisect-gpu-<N>.lock`` for each of them. Runs on different GPUs of one node
+  proceed together; a run on all of them waits for, or is refused by, any other;
+- a ``command`` target nothing more: it starts no server and is given no GPU, so another project's
+  CPU-only run on the host does not block it (nor it them). Benchmarks that share cores can still
+  disturb each other; pin them (``taskset`` in ``workload.command``) where that matters.
+
+The lock files live in ``$PERFBISECT_LOCK_DIR``, default the system temp directory, so every user of
+the node sees the same files; a sandbox or container that should not share the node's locks sets it. The kernel drops a flock when its holder
 dies, however it dies, so a stale lock cannot block anyone. Each lock file holds the holder's pid and
 command line, which the refusal names. With a shared results store (PostgreSQL) the node is also
 locked in the database (``perfbisect.store.shared.DatabaseNodeLock``, passed in as ``node_locks``),
@@ -27,6 +37,7 @@ from .errors import InfrastructureError, MachineBusy, mask_secrets
 from .polling import poll_until
 
 NODE_LOCK_NAME = "perfbisect-gpu-node.lock"
+GPU_LOCK_NAME = "perfbisect-gpu-{}.lock"
 REPO_LOCK_NAME = "perfbisect.lock"
 
 
@@ -34,10 +45,28 @@ class LockHeld(MachineBusy):
     """Another perfbisect command holds the repository or the GPU node."""
 
 
+def lock_dir() -> Path:
+    """Where the node's and GPUs' lock files are: ``$PERFBISECT_LOCK_DIR``, else the system temp directory."""
+    return Path(os.environ.get("PERFBISECT_LOCK_DIR") or tempfile.gettempdir())
+
+
 def node_lock_path() -> Path:
     """The host-wide lock file of this GPU node."""
-    base = os.environ.get("PERFBISECT_LOCK_DIR") or tempfile.gettempdir()
-    return Path(base) / NODE_LOCK_NAME
+    return lock_dir() / NODE_LOCK_NAME
+
+
+def gpus_of(envs) -> tuple[str, ...] | None:
+    """The GPUs a run is given (``CUDA_VISIBLE_DEVICES`` of any of ``envs``, as indices), None for all of them."""
+    named: list[str] = []
+    for env in envs:
+        value = str((env or {}).get("CUDA_VISIBLE_DEVICES", "")).strip()
+        if not value:
+            continue
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        if not all(p.isdigit() for p in parts):
+            return None  # UUIDs or MIG names: not mapped to indices here, so lock the whole node
+        named.extend(parts)
+    return tuple(sorted(set(named), key=int)) if named else None
 
 
 def this_command() -> str:
@@ -110,10 +139,11 @@ def _open(path: Path, what: str) -> int:
 class FileLock:
     """An exclusive ``flock`` on one file, naming its holder inside the file."""
 
-    def __init__(self, path: Path, what: str, hint: str):
+    def __init__(self, path: Path, what: str, hint: str, shared: bool = False):
         self.path = Path(path)
-        self.what = what  # "repository /x", "GPU node"
+        self.what = what  # "repository /x", "GPU node", "GPU 3"
         self.hint = hint
+        self.shared = shared  # LOCK_SH: held with others that share it, excluding one that holds it alone
         self._fd: int | None = None
 
     def acquire(self, wait: bool = False, on_wait: Callable[[Holder], None] | None = None, poll_s: float = 0.5) -> None:
@@ -123,7 +153,7 @@ class FileLock:
         def locked() -> bool:
             nonlocal told
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
                 return True
             except BlockingIOError:
                 holder = _read_holder(self.path)
@@ -131,9 +161,9 @@ class FileLock:
                     os.close(fd)
                     raise LockHeld(
                         f"Another perfbisect command is using the {self.what}: {holder.describe()}, "
-                        f"lock {self.path}. {self.hint} Wait for it to finish (or stop it"
-                        f"{f' with `kill {holder.pid}`' if holder.pid else ''}), or pass --wait to start "
-                        f"as soon as it is done."
+                        f"lock {self.path}. {self.hint} Pass --wait to start as soon as it is done. If that "
+                        f"command does not share this machine with yours (another container or sandbox), "
+                        f"give each its own lock directory: PERFBISECT_LOCK_DIR=DIR (now {lock_dir()})."
                     ) from None
                 if on_wait is not None and not told:
                     on_wait(holder)
@@ -148,6 +178,8 @@ class FileLock:
 
         poll_until(locked, None, poll_s)  # with --wait, as long as the holder holds it
         self._fd = fd
+        if self.shared:
+            return  # the file names the command that holds it alone; sharers leave that line to it
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n{this_command()}\n".encode(), 0)
@@ -157,10 +189,11 @@ class FileLock:
     def release(self) -> None:
         if self._fd is None:
             return
-        try:
-            os.ftruncate(self._fd, 0)
-        except OSError:
-            pass
+        if not self.shared:
+            try:
+                os.ftruncate(self._fd, 0)
+            except OSError:
+                pass
         os.close(self._fd)  # closing the descriptor drops the flock
         self._fd = None
 
@@ -168,11 +201,11 @@ class FileLock:
 @contextmanager
 def exclusive(
     cache_dir: Path, *, repo: str, gpu: bool = True, wait: bool = False, on_wait: Callable[[str, Holder], None] | None = None,
-    node_locks: tuple = (),
+    node_locks: tuple = (), gpus: tuple[str, ...] | None = None,
 ) -> Iterator[None]:
-    """Hold the repository's lock (and with ``gpu`` the node's, plus ``node_locks``: the node's lock in
-    a shared store) for the ``with`` block. Each lock has ``what``, ``acquire(wait, on_wait)`` and
-    ``release()``."""
+    """Hold the repository's lock (and with ``gpu`` the node's — shared when ``gpus`` names the GPUs the
+    run is given, with each of theirs — plus ``node_locks``: the node's lock in a shared store) for the
+    ``with`` block. Each lock has ``what``, ``acquire(wait, on_wait)`` and ``release()``."""
     locks = [
         FileLock(
             Path(cache_dir) / REPO_LOCK_NAME,
@@ -182,7 +215,12 @@ def exclusive(
     ]
     if gpu:
         locks.append(
-            FileLock(node_lock_path(), "GPU node", "Two commands on one node would measure each other.")
+            FileLock(node_lock_path(), "GPU node", "Two commands on one node would measure each other.",
+                     shared=bool(gpus))
+        )
+        locks.extend(
+            FileLock(lock_dir() / GPU_LOCK_NAME.format(g), f"GPU {g}", "Two commands on one GPU would measure each other.")
+            for g in gpus or ()
         )
         locks.extend(node_locks)
     with ExitStack() as stack:

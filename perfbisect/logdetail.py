@@ -7,27 +7,33 @@ import math
 import time
 from pathlib import Path
 
-from .cost import format_duration, spent, spent_line
+from .cost import format_duration, hours_unit, spent, spent_line
 from .layout import FIXED
+from .metrics import stored_or_described
 from .model import median
 
 # Layout ids listed per commit before the rest are counted: a commit measured ten times stays one line.
 LAYOUTS_SHOWN = 6
 
 
-def bisection_detail(store, bisection_id: int, report: Path | None, gpus: int = 1) -> list[str]:
+def bisection_detail(store, bisection_id: int, report: Path | None, config=None) -> list[str]:
+    """Lines of `perfbisect log ID`: values in the metric described with the bisection (or by ``config``)."""
     b = store.bisection(bisection_id)
+    metric = stored_or_described(b.metric_info, config)
     trials = store.trials(bisection_id=bisection_id, status=None)
     by_commit: dict[str, list] = {}
     for t in trials:
         by_commit.setdefault(t.identity.commit, []).append(t)
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.started_at))
     out = b.outcome
+    culprit_set = out.culprit_set if out is not None and out.culprit_is_set else ()
     lines = [
         f"bisection #{b.id}  {when}  {b.good[:10]}..{b.bad[:10]}  [{b.metric}]  {b.status}",
         f"target: {b.target}",
+        f"metric: {metric.name} ({metric.label}{', ' + metric.unit if metric.unit else ''}, {metric.direction})",
         f"verdict: {b.verdict.value if b.verdict else 'not finished'}"
         + (f"  culprit {b.culprit[:10]}" if b.culprit else "")
+        + (f"  culprit one of {', '.join(s[:10] for s in culprit_set)}" if culprit_set else "")
         + (f"  effect {out.effect_pct:+.1f}%" if out is not None and out.effect_pct is not None else ""),
         f"trials per commit ({len(b.commits)} candidates, {len(by_commit)} measured):",
     ]
@@ -42,9 +48,10 @@ def bisection_detail(store, bisection_id: int, report: Path | None, gpus: int = 
         ok = [t for t in ts if t.summary is not None]
         level = median([math.exp(t.summary) for t in ok]) if ok else None
         what = "good endpoint" if i == 0 else "bad endpoint" if i == len(b.commits) - 1 else ""
-        mark = "  ← first bad commit" if b.culprit == sha else ""
+        mark = ("  ← first bad commit" if b.culprit == sha else
+                "  ← first bad commit is one of the set" if sha in culprit_set else "")
         failed = f", {len(ts) - len(ok)} not usable" if len(ts) > len(ok) else ""
-        value = f"median {level:.1f}" if level is not None else "no value"
+        value = f"median {metric.format(level)}" if level is not None else "no value"
         lines.append(f"  {sha[:10]}  {len(ts)} trial{'s' if len(ts) != 1 else ''}{failed}  {value}  {what}{mark}".rstrip())
         if per_trial_layouts:
             lines.append(f"  {'':10}  {_layouts_text([t.layout.id for t in ts if t.layout is not None])}")
@@ -59,7 +66,11 @@ def bisection_detail(store, bisection_id: int, report: Path | None, gpus: int = 
     if out is not None and out.explanation:
         lines.append(out.explanation)
     if trials:
-        lines.append(spent_line(spent(trials, gpus)))
+        if config is not None:
+            gpus, unit = hours_unit(config)
+        else:  # no config: the hosts say whether the trials held GPUs ("8xH200-..." names them)
+            gpus, unit = 1, ("GPU-hours" if any(t.identity.host[:1].isdigit() for t in trials) else "machine-hours")
+        lines.append(spent_line(spent(trials, gpus, unit), out.trials_used if out is not None else None))
     if b.finished_at:
         lines.append(f"took {format_duration(b.finished_at - b.started_at)} from start to verdict")
     if report is not None and report.exists():

@@ -16,6 +16,7 @@ Stdlib only; imports ``model`` and ``settings``.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -45,18 +46,28 @@ class Metric:
         if value == 0:
             return "0"
         digits = max(0, 3 - math.floor(math.log10(abs(value))))
-        return f"{value:.{digits}f}"
+        return f"{value:,.{digits}f}"
 
     def format(self, value: float | None) -> str:
-        """"94.3 tok/s", "12.41 ms", "0.03121 s", or the key after a unitless value."""
+        """"94.3 tok/s", "12.41 ms", "0.00001900 s", "1,234,567 ops/s"; a unitless metric's value alone."""
         text = self.number(value)
         if text == "n/a":
             return text
-        return f"{text} {self.unit}" if self.unit else f"{text} ({self.name})"
+        return f"{text} {self.unit}" if self.unit else text
 
     def as_json(self) -> dict[str, Any]:
+        """The description stored with a bisection or comparison (``from_json`` reads it back)."""
         return {"name": self.name, "label": self.label, "unit": self.unit, "higher_is_better": self.higher_is_better,
-                "direction": self.direction}
+                "direction": self.direction, "decimals": self.decimals}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Metric | None":
+        """A stored description back (None for a row stored before descriptions were: migration 0006)."""
+        if not isinstance(data, dict) or not data.get("name"):
+            return None
+        decimals = data.get("decimals")
+        return cls(str(data["name"]), str(data.get("label") or data["name"]), str(data.get("unit") or ""),
+                   bool(data.get("higher_is_better", True)), int(decimals) if isinstance(decimals, int) else None)
 
 
 DECODE = Metric("decode_tok_s", "decode throughput", "tok/s", True, 1)
@@ -96,19 +107,33 @@ BENCH_SERVING_KEYS: dict[str, Metric] = {
 }
 BENCH_SERVING_DEFAULT = "output_throughput"
 
-# Unit of a command workload's key, read off its ending (first match wins).
+# Unit of a command workload's key, read off its ending (first match wins). Rates come before times:
+# "ops_per_s" ends in "_s" too, and is a rate, not a time. A key no row matches has no unit.
 _SUFFIX_UNITS = (
-    ("tok_s", "tok/s"), ("tokens_per_s", "tok/s"), ("tok_per_s", "tok/s"), ("throughput", "tok/s"),
+    ("tok_s", "tok/s"), ("tokens_per_s", "tok/s"), ("tok_per_s", "tok/s"), ("tokens_per_sec", "tok/s"),
+    ("tokens_per_second", "tok/s"),
     ("_ms", "ms"), ("_us", "µs"), ("_ns", "ns"), ("seconds", "s"), ("_sec", "s"), ("_s", "s"),
 )
+# "<thing>_per_s", "<thing>_per_sec", "<thing>_per_second", "<thing>_ps": a rate of <thing> ("ops/s").
+_RATE = re.compile(r"^(?:.*_)?([a-z]+)_?(?:per_s|per_sec|per_second|ps)$")
 
 
-def _unit_of_key(key: str) -> str:
+def unit_of_key(key: str) -> str:
+    """The unit a key's name states ("ops_per_s" → "ops/s", "lat_ms" → "ms", "score" → "")."""
     low = key.lower()
-    for suffix, unit in _SUFFIX_UNITS:
+    for suffix, unit in _SUFFIX_UNITS[:5]:
+        if low.endswith(suffix) or low == suffix:
+            return unit
+    rate = _RATE.match(low)
+    if rate and (low.endswith("per_s") or low.endswith("per_sec") or low.endswith("per_second") or low.endswith("_ps")):
+        return f"{rate.group(1)}/s"
+    for suffix, unit in _SUFFIX_UNITS[5:]:
         if low.endswith(suffix) or low == suffix.lstrip("_"):
             return unit
     return ""
+
+
+_unit_of_key = unit_of_key
 
 
 def quantity_name(name: str) -> str:
@@ -137,6 +162,43 @@ def describe(config: Any) -> Metric:
         return Metric(f"{stats_metric}:{base.name}", f"{stats_metric[6:]} ratio of {base.label}", "×",
                       base.higher_is_better, 3)
     return base
+
+
+def pct_text(pct: float | None) -> str:
+    """An effect in percent ("-25.1%"), or as a factor past +900% ("×7,520" reads where "+751980.4%" does not)."""
+    if pct is None or not math.isfinite(pct):
+        return "n/a"
+    if pct >= 900:
+        ratio = 1 + pct / 100
+        return f"×{ratio:,.0f}" if ratio >= 100 else f"×{ratio:,.1f}"
+    return f"{pct:+.1f}%"
+
+
+# Interval levels as people state them: a level is shown as the largest of these it reaches (never more
+# than it is), so a per-look 1 − 0.00037 reads "99.9%", not "99.963%".
+_LEVELS = (99.9, 99.5, 99.0, 98.0, 95.0, 90.0, 80.0)
+
+
+def level_text(level_pct: float | None) -> str:
+    """"99%", "99.9%", "95%": an interval's two-sided level, rounded down to a level people state."""
+    if level_pct is None or not math.isfinite(level_pct):
+        return "the"
+    for level in _LEVELS:
+        if level_pct >= level - 1e-9:
+            return f"{level:g}%"
+    return f"{math.floor(level_pct):.0f}%"
+
+
+def signed(value: float, unit: str = "") -> str:
+    """A difference with its sign in four significant digits and its unit ("-25.31 ops/s", "+1.900e-05" never)."""
+    text = ("+" if value >= 0 else "-") + Metric("", "").number(abs(value))
+    return f"{text} {unit}".rstrip()
+
+
+def stored_or_described(stored: Any, config: Any = None) -> Metric:
+    """The metric of a stored bisection or comparison: the description stored with it, else (a row from
+    before migration 0006) what the config describes, else decode tok/s as those versions assumed."""
+    return Metric.from_json(stored) or (describe(config) if getattr(config, "workload", None) is not None else DECODE)
 
 
 def unknown_quantity(workload: Any) -> str | None:
@@ -176,5 +238,6 @@ def with_quantity(run: RunResult, workload: Any) -> RunResult:
 
 __all__ = [
     "ALIASES", "BENCH_SERVING_DEFAULT", "BENCH_SERVING_KEYS", "DECODE", "Metric", "QUANTITIES",
-    "describe", "describe_workload", "direction_conflict", "quantity_name", "unknown_quantity", "with_quantity",
+    "describe", "describe_workload", "direction_conflict", "level_text", "pct_text", "signed", "stored_or_described",
+    "unit_of_key", "quantity_name", "unknown_quantity", "with_quantity",
 ]

@@ -355,6 +355,7 @@ class Comparison:
     min_effect_pct: float = 0.0
     explanation: str = ""
     covariate_note: str | None = None
+    level_pct: float | None = None  # the interval's two-sided level (99 for 1 − alpha); None: stored before it was kept
 
 
 @dataclass(frozen=True)
@@ -421,3 +422,14 @@ class BisectOutcome:
     stopped_by: str | None = None  # the budget that ended an inconclusive search ("stats.max_trials_total = 80")
     more_trials: int | None = None  # when inconclusive: further trials that would rule out the tolerance, at the measured noise
     regressed_path: RegressedPath | None = None  # a speculative mode's culprit: target model or speculative path
+
+    @property
+    def culprit_is_set(self) -> bool:
+        """The answer is a set (an untestable neighbour, a merged branch): no one commit can be blamed."""
+        return len(self.culprit_set) > 1
+
+    @property
+    def named_culprit(self) -> str | None:
+        """The one commit to blame, or None when the answer is a set (``culprit`` is then only where the
+        change was located, the set's last commit: naming it would blame a possibly innocent commit)."""
+        return None if self.culprit_is_set else self.culprit

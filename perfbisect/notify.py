@@ -40,6 +40,8 @@ def summary_line(result: Mapping[str, Any]) -> str:
     if result.get("culprit"):
         subject = result.get("culprit_subject") or ""
         bits.append(f"culprit {str(result['culprit'])[:10]}" + (f" \"{subject[:60]}\"" if subject else ""))
+    elif result.get("culprit_is_set"):
+        bits.append("culprit one of " + ", ".join(str(s)[:10] for s in result.get("culprit_set") or ()))
     if result.get("error"):
         bits.append(f"error: {str(result['error'])[:200]}")
     if result.get("report"):
@@ -51,7 +53,9 @@ def payload(result: Mapping[str, Any], line: str) -> dict[str, Any]:
     """The webhook's JSON body."""
     return {
         "verdict": result.get("verdict"),
-        "culprit": result.get("culprit"),
+        "culprit": result.get("culprit"),  # null when the answer is a set
+        "culprit_set": list(result.get("culprit_set") or ()),
+        "culprit_is_set": bool(result.get("culprit_is_set")),
         "effect_pct": result.get("effect_pct"),
         "mode": result.get("mode"),
         "report": result.get("report"),
@@ -84,6 +88,7 @@ def run_command(argv: Sequence[str], result: Mapping[str, Any], line: str, timeo
     values = {
         "verdict": str(result.get("verdict") or ""),
         "culprit": str(result.get("culprit") or ""),
+        "culprit_set": " ".join(str(s) for s in result.get("culprit_set") or ()),
         "effect": "" if result.get("effect_pct") is None else f"{result['effect_pct']:+.1f}",
         "report": str(result.get("report") or ""),
         "line": line,

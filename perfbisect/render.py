@@ -13,7 +13,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .metrics import DECODE, Metric, describe_workload
+from .metrics import DECODE, Metric, describe_workload, level_text, pct_text
 from .model import BisectOutcome, Comparison, SystemSnapshot, TrialResult, Verdict, median
 from .store.codec import encode
 from .sysstate import throttle_reason_names
@@ -35,19 +35,22 @@ def _pct_text(value: float | None, sign: bool = True) -> str:
 
 
 def effect_text(cmp: Comparison) -> str:
-    """"-12.3% [-15.0%, -9.6%]", or "effect n/a (too few trials)" when there is no estimate."""
+    """"-12.3% (99% interval [-15.0%, -9.6%])", or "effect n/a (too few trials)" when there is no estimate."""
     if cmp.effect_pct is None or not math.isfinite(cmp.effect_pct):
         return "effect n/a (too few trials to estimate)"
-    return f"{_pct_text(cmp.effect_pct)} [{_pct_text(cmp.ci_low_pct)}, {_pct_text(cmp.ci_high_pct)}]"
+    level = f"{level_text(cmp.level_pct)} " if cmp.level_pct is not None else ""
+    return f"{pct_text(cmp.effect_pct)} ({level}interval [{pct_text(cmp.ci_low_pct)}, {pct_text(cmp.ci_high_pct)}])"
 
 
 def comparison_line(label: str, cmp: Comparison | None, verdict: bool = True) -> str | None:
-    """One line: effect, interval, noise, trials, and (unless it is evidence for another verdict) its verdict."""
+    """One line: effect, interval, noise, trials, and (unless it is evidence for another verdict) its verdict.
+
+    ``label`` reads "B vs A" (bad vs good, after vs before): the trial counts follow it, B's first."""
     if cmp is None:
         return None
     return (
         f"{label}: {effect_text(cmp)} "
-        f"({cmp.n_a} vs {cmp.n_b} trials; noise {_pct_text(cmp.sigma_b_pct, sign=False)} per trial, {cmp.sigma_source})"
+        f"({cmp.n_b} vs {cmp.n_a} trials; noise {_pct_text(cmp.sigma_b_pct, sign=False)} per trial, {cmp.sigma_source})"
         + (f" → {cmp.verdict.value}" if verdict else "")
     )
 
@@ -71,10 +74,11 @@ def format_outcome(result: Any) -> list[str]:
         Verdict.SKIPPED: "UNTESTABLE",
     }[out.verdict]
     lines.append(f"{head}  ({out.good[:10]}..{out.bad[:10]}, bisection #{result.bisection_id})")
-    if out.culprit:
-        lines.append(f"first bad commit: {describe(out.culprit)}")
-    if len(out.culprit_set) > 1:
-        lines.append("culprit is one of (untestable neighbours or a merged branch):")
+    if out.named_culprit:
+        lines.append(f"first bad commit: {describe(out.named_culprit)}")
+    if out.culprit_is_set:
+        lines.append(f"first bad commit: one of these {len(out.culprit_set)} (untestable neighbours or a merged branch; "
+                     f"none is blamed alone):")
         lines.extend(f"  {describe(s)}" for s in out.culprit_set)
     for sha in out.extra_changes:
         lines.append(f"another regression: {describe(sha)}")
@@ -83,8 +87,11 @@ def format_outcome(result: Any) -> list[str]:
     for sha in out.layout_sensitive:
         lines.append(f"layout-sensitive, not blamed: {describe(sha)}")
     if out.budget_exhausted:
-        best = ", ".join(describe(s) for s in out.best_answer) or "no change"
-        prob = f" (probability {out.answer_probability:.2f})" if out.answer_probability is not None else ""
+        best = (" and at ".join(describe(s) for s in out.best_answer) if out.best_answer else "no change")
+        if len(out.best_answer) == 2:
+            best = f"two changes: at {best}"
+        prob = (f" (probability {out.answer_probability:.2f}, given that something changed)"
+                if out.answer_probability is not None and out.best_answer else "")
         stop = f" ({out.stopped_by})" if out.stopped_by else ""
         lines.append(f"budget exhausted{stop}: best answer {best}{prob}")
         more = getattr(result, "more", None)
@@ -117,7 +124,7 @@ def format_outcome(result: Any) -> list[str]:
         lines.append(f"not measured (only paths the filters ignore): {len(result.filtered)} commits")
     if out.explanation:
         lines.append(out.explanation)
-    lines.append(f"trials used: {out.trials_used}; results in {result.db_path}")
+    lines.append(f"observations used by the search: {out.trials_used}; results in {result.db_path}")
     return lines
 
 
@@ -125,11 +132,13 @@ def outcome_json(result: Any) -> dict[str, Any]:
     """The machine-readable result: verdict, culprit (full sha or null), effect_pct, db, evidence."""
     out: BisectOutcome = result.outcome
     data = json_value(out)
-    culprit = result.commits.get(out.culprit) if out.culprit else None
+    culprit = result.commits.get(out.named_culprit) if out.named_culprit else None
     data.update(
         {
             "verdict": out.verdict.value,
-            "culprit": out.culprit,
+            "culprit": out.named_culprit,  # null when the answer is a set: culprit_set holds it
+            "culprit_is_set": out.culprit_is_set,
+            "metric": getattr(result, "metric", None),
             "culprit_subject": culprit.subject if culprit else None,
             "effect_pct": out.effect_pct,
             "db": str(result.db_path),
@@ -258,8 +267,14 @@ def format_comparison(result: Any) -> list[str]:
     cmp = result.comparison
     lines = [
         f"{result.a.short} vs {result.b.short} [{result.mode}]: {cmp.verdict.value.upper()}",
-        comparison_line("effect", cmp) or "",
+        comparison_line("effect (B vs A)", cmp) or "",
     ]
+    metric = Metric.from_json(getattr(result, "metric", None))
+    meds = [median([math.exp(t.summary) for t in ts if t.summary is not None])
+            for ts in (getattr(result, "trials_a", ()), getattr(result, "trials_b", ()))]
+    if metric is not None and all(v is not None for v in meds):
+        lines.append(f"medians: A {metric.format(meds[0])}, B {metric.format(meds[1])} "
+                     f"({metric.name}, {metric.direction})")
     if cmp.explanation:
         lines.append(cmp.explanation)
     lines.extend(result.history)
@@ -348,6 +363,8 @@ def format_log(bisections: Any, comparisons: Any) -> list[str]:
         when = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(b.started_at))
         verdict = b.verdict.value if b.verdict else b.status
         culprit = f" culprit {b.culprit[:10]}" if b.culprit else ""
+        if b.outcome is not None and b.outcome.culprit_is_set:
+            culprit = f" culprit one of {', '.join(s[:10] for s in b.outcome.culprit_set)}"
         lines.append(
             f"bisection #{b.id}  {when}  {b.good[:10]}..{b.bad[:10]}  [{b.metric}]  {verdict}{culprit}  "
             f"({b.trial_count} trials)"
@@ -364,10 +381,34 @@ def format_log(bisections: Any, comparisons: Any) -> list[str]:
     return lines
 
 
-def state_lines(trials: Sequence[TrialResult]) -> list[str]:
-    """What the machine did during these trials: clock range, temperature, throttling, other GPU users."""
+def log_json(bisections: Any, comparisons: Any, config: Any = None) -> dict[str, Any]:
+    """`perfbisect log --json`: each bisection and comparison with its verdict and its metric's description."""
+    from .metrics import stored_or_described
+
+    return json_value({
+        "bisections": [{
+            "id": b.id, "good": b.good, "bad": b.bad, "mode": b.metric, "status": b.status,
+            "verdict": b.verdict.value if b.verdict else None, "culprit": b.culprit,
+            "culprit_set": list(b.outcome.culprit_set) if b.outcome is not None and b.outcome.culprit_is_set else [],
+            "culprit_is_set": bool(b.outcome is not None and b.outcome.culprit_is_set),
+            "effect_pct": b.outcome.effect_pct if b.outcome is not None else None,
+            "trials": b.trial_count, "started_at": b.started_at, "finished_at": b.finished_at, "target": b.target,
+            "metric": stored_or_described(b.metric_info, config).as_json(),
+        } for b in bisections],
+        "comparisons": [{
+            "id": c.id, "a": c.a, "b": c.b, "mode": c.mode, "verdict": c.comparison.verdict.value,
+            "effect_pct": c.comparison.effect_pct, "ci_low_pct": c.comparison.ci_low_pct,
+            "ci_high_pct": c.comparison.ci_high_pct, "level_pct": c.comparison.level_pct,
+            "created_at": c.created_at, "metric": stored_or_described(c.metric_info, config).as_json(),
+        } for c in comparisons],
+    })
+
+
+def state_lines(trials: Sequence[TrialResult], gpu_target: bool = True) -> list[str]:
+    """What the machine did during these trials: clock range, temperature, throttling, other GPU users
+    (nothing for a target given no GPU: a command workload on the CPU)."""
     ok = [t.system for t in trials if t.system.samples]
-    if not ok:
+    if not ok or not gpu_target:
         return []
     lines = []
     clocks = [s.sm_clock_mean_mhz for s in ok if s.sm_clock_mean_mhz is not None]

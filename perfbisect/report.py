@@ -22,6 +22,7 @@ import jinja2
 
 from . import __version__
 from .errors import UsageError
+from .metrics import level_text, pct_text, signed
 from .resources import data_dir
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -135,6 +136,11 @@ def axis_values(order: Sequence[str], keep: Sequence[str], limit: int = MAX_AXIS
     return [c for c in order if c in out]
 
 
+def with_unit(title: str, unit: str) -> str:
+    """An axis title with its unit in parentheses; a metric whose key states no unit gets none."""
+    return f"{title} ({unit})" if unit else title
+
+
 def range_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
     """Every measured commit's trial summaries per side, levels and noise band, culprit and skips marked."""
     points = [p for p in view["points"] if p["value"] is not None]
@@ -149,7 +155,7 @@ def range_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
                   "values": axis_values(order, culprits),
                   "labelColor": {"condition": {"test": label_test, "value": CULPRIT_COLOR}, "value": "#333"},
                   "labelFontWeight": {"condition": {"test": label_test, "value": "bold"}, "value": "normal"}}}
-    y_title = f"trial median ({view['unit']})"
+    y_title = with_unit("trial median", view["unit"])
     layers: list[dict[str, Any]] = []
     segs = view["levels"].get("segments") or []
     level_pct = view["levels"].get("level_pct")
@@ -217,7 +223,7 @@ def timeline_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
     if not points:
         return None
     x = {"field": "t", "type": "temporal", "title": "wall-clock time", "axis": {"format": "%H:%M:%S", "labelOverlap": True}}
-    y = {"field": "value", "type": "quantitative", "scale": {"zero": False}, "title": f"trial median ({view['unit']})"}
+    y = {"field": "value", "type": "quantitative", "scale": {"zero": False}, "title": with_unit("trial median", view["unit"])}
     lines = list(view.get("drift_lines") or [])
     color = _side_color([p["side"] for p in points] + [r["side"] for r in lines])
     layers: list[dict[str, Any]] = []
@@ -298,7 +304,7 @@ def history_spec(points: Sequence[Mapping[str, Any]], mode: str) -> dict[str, An
     spec["layer"] = [
         {"mark": {"type": "rule", "strokeWidth": 6, "opacity": 0.25},
          "encoding": {"x": x, "y": {"field": "band_low", "type": "quantitative", "scale": {"zero": False},
-                                    "title": f"{mode} level ({points[0]['unit'] if points else ''})"},
+                                    "title": with_unit(f"{mode} level", points[0]["unit"] if points else "")},
                       "y2": {"field": "band_high"}, "color": color}},
         {"name": "history", "mark": {"type": "point", "filled": True, "size": 80, "cursor": "pointer"},
          "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"},
@@ -332,8 +338,9 @@ def short_line(view: Mapping[str, Any], path: Path | None = None) -> str:
     if cmp:
         unit = ""
         if levels.get("before") is not None and levels.get("after") is not None:
-            unit = f" ({levels['after'] - levels['before']:+,.1f} {view['unit']})"
-        bits.append(f"{cmp['effect_pct']:+.1f}%{unit} [{cmp['ci_low_pct']:+.1f}%, {cmp['ci_high_pct']:+.1f}%]")
+            unit = f" ({signed(levels['after'] - levels['before'], view['unit'])})"
+        level = f"{level_text(view['level_pct'])} " if view.get("level_pct") else ""
+        bits.append(f"{pct_text(cmp['effect_pct'])}{unit} {level}[{pct_text(cmp['ci_low_pct'])}, {pct_text(cmp['ci_high_pct'])}]")
     if view.get("culprit"):
         bits.append(f"culprit {view['culprit']['short']}")
     if path:

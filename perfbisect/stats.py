@@ -16,6 +16,7 @@ import numpy as np
 from scipy import special
 
 from .settings import StatsConfig
+from .metrics import level_text
 from .model import Comparison, Verdict
 
 # Pseudo-observations the prior σ_b is worth when pooled with measured data: enough that two A/A
@@ -263,7 +264,7 @@ def compare(
         Verdict.REGRESSED: f"significant (p={ts.p:.2g} < {alpha:g}) and beyond the ±{m:g}% minimum effect",
         Verdict.IMPROVED: f"significant (p={ts.p:.2g} < {alpha:g}) and beyond the ±{m:g}% minimum effect",
         Verdict.SAME: (
-            f"no regression ≥ {ruled:.1f}% ({level:g}%, one-sided), inside the {tol:g}% tolerance (stats.tolerance_pct)"
+            f"no regression ≥ {ruled:.1f}% ({level_text(level)}, one-sided), inside the {tol:g}% tolerance (stats.tolerance_pct)"
             if tol > 0 else f"the whole interval lies inside ±{m:g}%: no difference that matters"
         ),
         Verdict.INCONCLUSIVE: (
@@ -276,8 +277,8 @@ def compare(
         ),
     }[verdict]
     explanation = (
-        f"{eff:+.1f}% (B vs A), {level:g}% interval [{lo_p:+.1f}%, {hi_p:+.1f}%] from {ts.n_a} vs {ts.n_b} "
-        f"trials (one server session each; runs inside a session are not counted as independent), "
+        f"{eff:+.1f}% (B vs A), {level_text(level)} interval [{lo_p:+.1f}%, {hi_p:+.1f}%] from {ts.n_b} vs {ts.n_a} "
+        f"trials (runs inside one trial are not counted as independent), "
         f"between-trial noise {pct(ts.sigma):.1f}% ({ts.dof:g} dof; {noise.source.split(' (')[0]}): "
         f"{verdict.value}, {why}."
     )
@@ -293,6 +294,7 @@ def compare(
         p_value=ts.p,
         min_effect_pct=m,
         explanation=explanation,
+        level_pct=level,
     )
 
 

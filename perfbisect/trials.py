@@ -291,6 +291,8 @@ class TrialRunner:
         self.progress.info(f"trial #{trial_id}: {commit.short} [{mode.name}] {commit.subject[:60]}")
         self.progress.detail(f"  layout {layout.id}: {_layout_words(layout, prepared.worktree)}")
         session = _Session(trial_id, self.ws.store, self.progress, describe_workload(self.ws.config.workload))
+        what = "workload.command" if self.ws.config.workload.kind == "command" else "server and benchmark"
+        self.progress.detail(f"{prepared.commit.short} [{mode.name}]: running the {what}; its runs show as they land")
         status, error = self._measure(session, prepared, mode, log_path, layout)
         self._read_versions(prepared)
         result = self._finish(session, status, error, prepared.versions)
@@ -479,7 +481,8 @@ class TrialRunner:
             flagged += f", {detected} slow leading run{'s' if detected > 1 else ''} counted as warm-up"
         self.progress.info(
             f"  → {describe_workload(self.ws.config.workload).format(math.exp(result.summary))} "
-            f"(median of {len(result.usable_runs)} runs{flagged}{extra})"
+            f"({'median of ' + str(len(result.usable_runs)) + ' runs' if len(result.usable_runs) != 1 else 'one run'}"
+            f"{flagged}{extra})"
         )
 
     def _stored_unobserved(self, identity: TrialIdentity, purpose: str, bisection_id: int | None) -> TrialResult | None:

@@ -164,11 +164,14 @@ def exclusive(ws: Workspace, progress: Progress | None = None, *, wait: bool = F
     """Hold the repository's lock (and the GPU node's) while a command uses worktrees and servers.
     With a shared store the node is locked in the database too, where every user of it sees the holder."""
     progress = progress or Progress()
+    cfg = ws.config
+    gpu = gpu and cfg.workload.kind != "command"  # no server, no GPU: its repository's lock is all it needs
     shared_lock = ws.store.node_lock() if gpu else None
     return locks.exclusive(
-        ws.config.cache_dir,
-        repo=str(ws.config.target.repo),
+        cfg.cache_dir,
+        repo=str(cfg.target.repo),
         gpu=gpu,
+        gpus=locks.gpus_of([cfg.server.env, *(m.env for m in cfg.modes.values())]),
         wait=wait,
         on_wait=lambda what, holder: progress.info(f"waiting for {holder.describe()} to release the {what} ..."),
         node_locks=(shared_lock,) if shared_lock is not None else (),

@@ -152,8 +152,11 @@ def test_run_with_yes_heartbeat_and_spent(finished):
     assert "still working: bisection #1: trial " in proc.stderr  # -q keeps a heartbeat
     assert re.search(r"of at most 80 \(~\d+ expected\) · (endpoints|locating|second-change check|confirming)", proc.stderr)
     spent = next(line for line in proc.stdout.splitlines() if line.startswith("spent: "))
-    trials = int(re.search(r"trials used: (\d+)", proc.stdout).group(1))
-    assert spent.startswith(f"spent: {trials} trials, ") and "GPU-hours" in spent and "8 GPUs" in spent
+    used = int(re.search(r"observations used by the search: (\d+)", proc.stdout).group(1))
+    run = int(re.search(r"^spent: (\d+) trials", spent).group(1))
+    # The two counts agree, or say why they differ (issue #21: "trials used: 8" beside "spent: 9").
+    assert run == used or f"trials for the search's {used} observations, " in spent, spent
+    assert "GPU-hours" in spent and "8 GPUs" in spent
 
 
 def test_plan_learns_the_trial_cost_noise_and_effect_from_stored_trials(demo, finished):
@@ -190,8 +193,11 @@ def test_run_progress_lines_and_markdown_summary(demo, tmp_path):
     assert any("best: " in s and " p=" in s for s in status) and all("elapsed" in s and "ETA" in s for s in status)
     out = proc.stdout
     assert out.startswith("### ") and "REGRESSED" in out and "| first bad commit | `" in out
-    assert "| spent |" in out and "| report | `" in out
-    assert "\\(" in out or "\\-" in out  # the explanation's text is escaped
+    assert "| spent |" in out and "| report | `r-bisection-1.html` (" in out and str(tmp_path) not in out
+    assert re.search(r"^\| interval \| 98% \[-[0-9.]+%, -[0-9.]+%\] \|$", out, re.M), out
+    # perfbisect's own prose reads as written (issue #21: it was "\\-41\\.1% \\(B vs A\\)"); a subject is still escaped.
+    explanation = out.strip().splitlines()[-1]
+    assert "First bad commit" in explanation and "\\" not in explanation, explanation
 
 
 def test_commands_in_the_demo_directory_find_the_demos_database(demo_run):

@@ -579,8 +579,11 @@ def test_bisection_and_observations_round_trip_in_replay_order(store):
     done = store.finish_bisection(bisection_id, outcome())
     assert done.status == "done" and done.finished
     assert (
-        done.outcome == outcome() and done.verdict is Verdict.REGRESSED and done.culprit == "c" * 40
+        done.outcome == outcome() and done.verdict is Verdict.REGRESSED and done.outcome.culprit == "c" * 40
     )
+    # The answer is a set (c or d): the stored culprit names neither, so no listing blames c alone.
+    assert done.culprit is None and done.outcome.culprit_is_set and done.outcome.named_culprit is None
+    assert sqlite3.connect(store.path).execute("select culprit from bisections").fetchall() == [(None,)]
     assert store.bisections(limit=5)[0] == done
 
 

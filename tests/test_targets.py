@@ -93,9 +93,33 @@ def test_exit_125_makes_a_commit_untestable_never_blamed(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["verdict"] == "regressed", result["explanation"]
-    assert shas[3] in result["skipped"] and result["culprit"] != shas[3]
-    # Either the search measured c4 on its own and can only say "c3 or c4", or the set names both.
-    assert result["culprit"] == shas[4] and set(result["culprit_set"]) >= {shas[3], shas[4]}
+    assert shas[3] in result["skipped"]
+    # c3 is untestable, so the change is "c3 or c4": no one commit is named, the set and its flag carry it.
+    assert result["culprit"] is None and result["culprit_is_set"] is True
+    assert set(result["culprit_set"]) >= {shas[3], shas[4]}
+    assert db_rows(db, "select culprit from bisections") == [(None,)]
+    # Every other view of it says the same: the log, its detail, the markdown summary, the index.
+    listed = cli("log", "--db", str(db), "-c", str(config))
+    assert listed.returncode == 0 and "culprit" not in listed.stdout.replace("culprit one of", ""), listed.stdout
+    detail = cli("log", "1", "--db", str(db), "-c", str(config))
+    assert f"culprit one of {shas[3][:10]}, {shas[4][:10]}" in detail.stdout, detail.stdout
+    site = tmp_path / "site"
+    assert cli("report", "--index", str(site), "--db", str(db), "-c", str(config)).returncode == 0
+    index = (site / "index.html").read_text()
+    row = index.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    assert "one of" in row and shas[3][:10] in row and shas[4][:10] in row, row
+    md = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--format", "markdown")
+    assert md.returncode == 0, md.stderr
+    assert f"| first bad commit | one of `{shas[3][:10]}`, `{shas[4][:10]}`" in md.stdout, md.stdout
+    text = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db))
+    assert "first bad commit: one of these 2" in text.stdout and f"first bad commit: {shas[4][:10]}" not in text.stdout
+    # What the hook sends: no culprit named, the set and its flag instead.
+    from perfbisect.notify import payload, summary_line
+
+    sent = {"verdict": "regressed", "culprit": None, "culprit_set": [shas[3], shas[4]], "culprit_is_set": True}
+    body = payload(sent, summary_line(sent))
+    assert body["culprit"] is None and body["culprit_is_set"] is True and body["culprit_set"] == [shas[3], shas[4]]
+    assert f"culprit one of {shas[3][:10]}, {shas[4][:10]}" in body["line"]
     statuses = db_rows(db, f"select status, error from trials where commit_sha = '{shas[3]}'")
     assert statuses and all(s == "skipped" and "untestable" in (e or "") for s, e in statuses), statuses
     assert db_rows(db, "select count(*) from trials where status = 'failed'") == [(0,)]

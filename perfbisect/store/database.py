@@ -609,6 +609,7 @@ class Store:
         config_hash: str | None = None,
         *,
         started_at: float | None = None,
+        metric_info: dict[str, Any] | None = None,
         search_start: Mapping[str, Any] | None = None,
     ) -> int:
         """Store a new running bisection over ``commits`` (oldest first) and return its id.
@@ -632,6 +633,7 @@ class Store:
                 settings=encoded,
                 owner=self.owner,
                 started_at=started_at,
+                metric_info=metric_info,
                 search_start=search_start,
             )
 
@@ -752,8 +754,9 @@ class Store:
         trial_ids_a: Iterable[int] = (),
         trial_ids_b: Iterable[int] = (),
         bisection_id: int | None = None,
+        metric_info: dict[str, Any] | None = None,
     ) -> int:
-        """Store one comparison and return its id."""
+        """Store one comparison and return its id (``metric_info``: ``metrics.Metric.as_json()``)."""
         with self.session(write=True) as s:
             return queries.insert_comparison(
                 s,
@@ -765,6 +768,7 @@ class Store:
                 trial_ids_a=trial_ids_a,
                 trial_ids_b=trial_ids_b,
                 bisection_id=bisection_id,
+                metric_info=metric_info,
             )
 
     def comparisons(

@@ -7,6 +7,8 @@ password masked, so it can go into every message, report and suggested command l
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +56,18 @@ class StoreLocation:
     def exists(self) -> bool:
         """Whether there can be results there already (a server: always; a file: when it is one)."""
         return self.path is None or self.path.is_file()
+
+    @property
+    def report_prefix(self) -> str:
+        """What a default report's file name starts with, so two databases whose reports share a folder
+        never overwrite each other's ``bisection-1.html``: the SQLite file's stem ("results-"), for a
+        server its database name and a short hash of its address without the password ("perf-3fa9c2d1-")."""
+        if self.path is not None:
+            stem = self.path.stem
+        else:
+            digest = hashlib.sha256(self.url.render_as_string(hide_password=True).encode()).hexdigest()[:8]
+            stem = f"{self.url.database or 'db'}-{digest}"
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("._") + "-"
 
     def reports_dir(self, cache_dir: Path | None = None) -> Path:
         """Where reports go by default: beside a SQLite file; for a server, under the cache directory

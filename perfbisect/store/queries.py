@@ -363,6 +363,7 @@ def insert_bisection(
     settings: Any,
     owner: str,
     started_at: float | None = None,
+    metric_info: dict[str, Any] | None = None,
     search_start: Mapping[str, Any] | None = None,
 ) -> int:
     """Store a new running bisection and return its id."""
@@ -377,6 +378,7 @@ def insert_bisection(
         status=BISECTION_RUNNING,
         owner=owner,
         started_at=time.time() if started_at is None else started_at,
+        metric_info=metric_info,
         search_start=json_part("search_start", dict(search_start)) if search_start is not None else None,
     )
     session.add(row)
@@ -493,7 +495,7 @@ def finish_bisection(
     row = _bisection_row(session, bisection_id)
     row.status = BISECTION_DONE
     row.verdict = Verdict(outcome.verdict).value
-    row.culprit = outcome.culprit
+    row.culprit = outcome.named_culprit  # NULL when the answer is a set: the index never blames one of them
     row.outcome = encoded
     row.finished_at = time.time() if finished_at is None else finished_at
     session.flush()
@@ -569,6 +571,7 @@ def insert_comparison(
     trial_ids_b: Iterable[int] = (),
     bisection_id: int | None = None,
     created_at: float | None = None,
+    metric_info: dict[str, Any] | None = None,
 ) -> int:
     """Store one comparison and return its id."""
     row = ComparisonRow(
@@ -585,6 +588,7 @@ def insert_comparison(
         trial_ids_b=[int(t) for t in trial_ids_b],
         bisection_id=bisection_id,
         created_at=time.time() if created_at is None else created_at,
+        metric_info=metric_info,
     )
     session.add(row)
     session.flush()
@@ -611,6 +615,7 @@ def list_comparisons(
             trial_ids_b=tuple(row.trial_ids_b),
             bisection_id=row.bisection_id,
             created_at=row.created_at,
+            metric_info=row.metric_info,
         )
         for row in session.scalars(query)
     ]
@@ -729,9 +734,11 @@ def _bisection_record(session: Session, row: BisectionRow) -> BisectionRecord:
         started_at=row.started_at,
         finished_at=row.finished_at,
         verdict=Verdict(row.verdict) if row.verdict else None,
-        culprit=row.culprit,
+        # A row stored before culprit sets were kept out of the column reads as its outcome says.
+        culprit=(codec.load(BisectOutcome, row.outcome).named_culprit if row.outcome else row.culprit),
         outcome=codec.load(BisectOutcome, row.outcome) if row.outcome else None,
         trial_count=trial_count or 0,
         observation_count=observation_count or 0,
+        metric_info=row.metric_info,
         search_start=dict(row.search_start) if row.search_start else None,
     )

@@ -70,6 +70,9 @@ class BisectionRow(Base):
     verdict: Mapped[str | None] = mapped_column(String(16), nullable=True)
     culprit: Mapped[str | None] = mapped_column(String(64), nullable=True)
     outcome: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
+    # The metric's description (metrics.Metric.as_json: name, unit, direction) when it started;
+    # NULL: stored before migration 0006, read as the config (or decode tok/s) describes it.
+    metric_info: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
     # What the search started from (noise σ/dof/source, endpoint history, direction): migration 0007.
     search_start: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
 
@@ -256,5 +259,6 @@ class ComparisonRow(Base):
     trial_ids_b: Mapped[list[int]] = mapped_column(JSON)
     bisection_id: Mapped[int | None] = mapped_column(ForeignKey("bisections.id"), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
+    metric_info: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)  # as bisections'
 
     __table_args__ = (Index(None, "a", "b", "mode"), Index(None, "created_at"))

@@ -62,7 +62,7 @@ class Metric:
 
     @classmethod
     def from_json(cls, data: Any) -> "Metric | None":
-        """A stored description back (None for a row stored before descriptions were: migration 0006)."""
+        """A stored description back (None for a row stored before descriptions were: migration 0007)."""
         if not isinstance(data, dict) or not data.get("name"):
             return None
         decimals = data.get("decimals")
@@ -197,7 +197,7 @@ def signed(value: float, unit: str = "") -> str:
 
 def stored_or_described(stored: Any, config: Any = None) -> Metric:
     """The metric of a stored bisection or comparison: the description stored with it, else (a row from
-    before migration 0006) what the config describes, else decode tok/s as those versions assumed."""
+    before migration 0007) what the config describes, else decode tok/s as those versions assumed."""
     return Metric.from_json(stored) or (describe(config) if getattr(config, "workload", None) is not None else DECODE)
 
 

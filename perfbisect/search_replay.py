@@ -85,11 +85,11 @@ def stats_config(settings: Mapping[str, Any]) -> StatsConfig:
 
 
 def stored_start(record: Any, higher_is_better: bool = True) -> tuple[SearchStart, str]:
-    """What the stored bisection started from, and a note when it is not stored (before migration 0007)."""
+    """What the stored bisection started from, and a note when it is not stored (before migration 0006)."""
     if getattr(record, "search_start", None):
         return SearchStart.from_json(record.search_start), ""
     settings = stats_config(record.settings)
-    note = ("this bisection was stored before its starting noise was (migration 0007): replayed from the "
+    note = ("this bisection was stored before its starting noise was (migration 0006): replayed from the "
             f"configured {settings.prior_sigma_pct:g}% prior, so a replayed reason may quote another σ")
     return SearchStart(NoiseModel.prior(settings.prior_sigma_pct), (), higher_is_better), note
 

@@ -91,9 +91,9 @@ class BisectionRecord:
     outcome: BisectOutcome | None = None
     trial_count: int = 0
     observation_count: int = 0
-    metric_info: Mapping[str, Any] | None = None  # metrics.Metric.as_json() when it started; None before 0006
+    metric_info: Mapping[str, Any] | None = None  # metrics.Metric.as_json() when it started; None before 0007
     # What the search started from (search_replay.SearchStart.as_json): noise, endpoint history, direction;
-    # None for a bisection stored before migration 0007.
+    # None for a bisection stored before migration 0006.
     search_start: Mapping[str, Any] | None = None
 
     @property
@@ -115,4 +115,4 @@ class ComparisonRecord:
     trial_ids_b: tuple[int, ...] = ()
     bisection_id: int | None = None
     created_at: float = 0.0
-    metric_info: Mapping[str, Any] | None = None  # metrics.Metric.as_json(); None: stored before 0006
+    metric_info: Mapping[str, Any] | None = None  # metrics.Metric.as_json(); None: stored before 0007

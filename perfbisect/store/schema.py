@@ -71,9 +71,9 @@ class BisectionRow(Base):
     culprit: Mapped[str | None] = mapped_column(String(64), nullable=True)
     outcome: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
     # The metric's description (metrics.Metric.as_json: name, unit, direction) when it started;
-    # NULL: stored before migration 0006, read as the config (or decode tok/s) describes it.
+    # NULL: stored before migration 0007, read as the config (or decode tok/s) describes it.
     metric_info: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
-    # What the search started from (noise σ/dof/source, endpoint history, direction): migration 0007.
+    # What the search started from (noise σ/dof/source, endpoint history, direction): migration 0006.
     search_start: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
 
     observations: Mapped[list[ObservationRow]] = relationship(
@@ -180,7 +180,7 @@ class ObservationRow(Base):
     # The layout ids of its trials ("+"-joined for a ratio metric); NULL: unrecorded.
     layout: Mapped[str | None] = mapped_column(String(255), nullable=True)
     # The node the search was told measured it (NULL: the one local host), and the decision that asked
-    # for it (commit, phase, reason; NULL: marked untestable up front, or stored before migration 0007).
+    # for it (commit, phase, reason; NULL: marked untestable up front, or stored before migration 0006).
     host: Mapped[str | None] = mapped_column(String(255), nullable=True)
     decision: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
 

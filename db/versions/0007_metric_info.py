@@ -1,7 +1,7 @@
 """The metric's description stored with each bisection and comparison.
 
-Revision ID: 0006
-Revises: 0007 (written as 0006 before 0007 landed; chained after it)
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-01
 
 ``bisections.metric_info`` and ``comparisons.metric_info``: ``metrics.Metric.as_json()`` (name, label,
@@ -18,8 +18,8 @@ from typing import Sequence, Union
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006"
-down_revision: Union[str, Sequence[str], None] = "0007"
+revision: str = "0007"
+down_revision: Union[str, Sequence[str], None] = "0006"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 

@@ -27,7 +27,7 @@ import httpx
 
 from perfbisect.settings import WorkloadConfig
 from perfbisect.model import RunResult
-from perfbisect.workload import run_workload
+from perfbisect.measure.workload import run_workload
 
 
 def _free_port() -> int:

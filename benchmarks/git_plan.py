@@ -27,13 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from make_sglang_like_repo import ENGINE, DEEPSEEK, SCHEDULER, ensure_repo  # noqa: E402
 
-from perfbisect.build import BuildCache, run_build  # noqa: E402
+from perfbisect.measure.build import BuildCache, run_build  # noqa: E402
 from perfbisect.settings import SGLANG_IGNORE_PATHS, BuildStep, PatchesConfig  # noqa: E402
-from perfbisect.gitrepo import TargetRepo  # noqa: E402
-from perfbisect.pathfilter import PathFilter  # noqa: E402
-from perfbisect.patches import PatchStack  # noqa: E402
-from perfbisect.plan import plan_range  # noqa: E402
-from perfbisect.worktrees import WorktreePool  # noqa: E402
+from perfbisect.git.gitrepo import TargetRepo  # noqa: E402
+from perfbisect.git.pathfilter import PathFilter  # noqa: E402
+from perfbisect.git.patches import PatchStack  # noqa: E402
+from perfbisect.git.plan import plan_range  # noqa: E402
+from perfbisect.git.worktrees import WorktreePool  # noqa: E402
 
 
 def _git(cwd: Path, *args: str) -> str:

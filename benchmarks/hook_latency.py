@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfbisect import check, checkqueue, hook  # noqa: E402
+from perfbisect.hook import check, checkqueue, hook  # noqa: E402
 from perfbisect.config import load_config  # noqa: E402
 from tests.hook_setup import git, make_pull_setup  # noqa: E402
 

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 from perfbisect.demo.wheels import write_wheel
-from perfbisect.envs import EnvCache
-from perfbisect.gitrepo import TargetRepo
-from perfbisect.pins import PinReader, group_by_pins, read_pins
+from perfbisect.measure.envs import EnvCache
+from perfbisect.git.gitrepo import TargetRepo
+from perfbisect.git.pins import PinReader, group_by_pins, read_pins
 
 
 def _pip_python() -> str | None:

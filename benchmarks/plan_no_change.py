@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfbisect import cost  # noqa: E402
+from perfbisect.engine import cost  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
-from perfbisect.stats import NoiseModel  # noqa: E402
+from perfbisect.engine.stats import NoiseModel  # noqa: E402
 
 
 def main() -> None:

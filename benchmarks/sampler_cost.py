@@ -2,7 +2,7 @@
 
     python benchmarks/sampler_cost.py [--collectors proc,nvml,nvidia-smi] [--duration 30] [--json]
 
-For each collector set it runs a real :class:`perfbisect.sysstate.Sampler` for ``--duration``
+For each collector set it runs a real :class:`perfbisect.measure.sysstate.Sampler` for ``--duration``
 seconds and reports the sampling thread's own CPU time (plus the CPU of child processes, which is
 where nvidia-smi's cost lands) as a percentage of one core, and the mean time of one snapshot.
 Then it builds a 10-minute, 8-GPU, 1 Hz trial with moving clocks, power and temperatures and reports
@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfbisect import sysstate  # noqa: E402
+from perfbisect.measure import sysstate  # noqa: E402
 from perfbisect.model import GpuSample, SystemSnapshot  # noqa: E402
 from perfbisect.store.samples import compact  # noqa: E402
 

@@ -44,9 +44,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from perfbisect.bisect import Done, Observation, SearchPolicy  # noqa: E402
+from perfbisect.engine.bisect import Done, Observation, SearchPolicy  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
-from perfbisect.stats import NoiseModel  # noqa: E402
+from perfbisect.engine.stats import NoiseModel  # noqa: E402
 
 BENCH = """\
 import json, pathlib, random

@@ -44,9 +44,9 @@ from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfbisect.bisect import Done, Observation, SearchPolicy  # noqa: E402
+from perfbisect.engine.bisect import Done, Observation, SearchPolicy  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
-from perfbisect.stats import NoiseModel, compare  # noqa: E402
+from perfbisect.engine.stats import NoiseModel, compare  # noqa: E402
 
 TRIAL_MIN = 5.5 + (2 + 5) * 25 / 60
 BUILD_MIN = 0.5
@@ -514,7 +514,7 @@ def equivalence_trials(t: Target, settings: StatsConfig | None = None) -> int:
     bisect.MIN_TRIALS_PER_SIDE per side (no verdict rests on fewer). σ is the scenario's true sd of a
     trial summary (what the oracle knows).
     """
-    from perfbisect.bisect import MIN_TRIALS_PER_SIDE
+    from perfbisect.engine.bisect import MIN_TRIALS_PER_SIDE
 
     settings = settings or StatsConfig()
     tol = math.log1p(settings.tolerance_pct / 100)
@@ -783,7 +783,7 @@ Rule = Callable[[list[float], list[float], int], str]
 
 
 def _current_compare_rule(min_trials: int = 2, single_look_at: int | None = None) -> Rule:
-    """perfbisect.stats.compare as `perfbisect compare` runs it today (empty database: prior noise)."""
+    """perfbisect.engine.stats.compare as `perfbisect compare` runs it today (empty database: prior noise)."""
     settings = StatsConfig()
     noise = NoiseModel.prior(settings.prior_sigma_pct)
 
@@ -802,7 +802,7 @@ def _current_compare_rule(min_trials: int = 2, single_look_at: int | None = None
 def _sequential_rule(min_trials: int = 2, spending: bool = False) -> Rule:
     """`perfbisect compare` as it runs now: a look after every pair, each at a tenth of alpha (a constant
     per-look level); ``spending``: as it ran before issue #19, Lan–DeMets power-family spending."""
-    from perfbisect.stats import compare_sequential, spent_alpha
+    from perfbisect.engine.stats import compare_sequential, spent_alpha
 
     settings = StatsConfig()
     noise = NoiseModel.prior(settings.prior_sigma_pct)

@@ -18,9 +18,9 @@ import random
 import time
 
 from perfbisect.model import RunResult, TrialIdentity, TrialResult, TrialStatus
-from perfbisect.regressed_path import decide
+from perfbisect.engine.regressed_path import decide
 from perfbisect.settings import StatsConfig
-from perfbisect.stats import NoiseModel
+from perfbisect.engine.stats import NoiseModel
 
 PARENT, CULPRIT = "a" * 40, "b" * 40
 MODES = [("baseline", False), ("eagle3", True)]

@@ -59,7 +59,7 @@ pb_enqueue() {
     # the check puts itself in its own session. If it cannot even start, the next pull says so.
     (
         trap '' HUP
-        "$PB_PYTHON" -m perfbisect.hookworker "$PB_CONFIG" "$PB_DIR"
+        "$PB_PYTHON" -m perfbisect.hook.hookworker "$PB_CONFIG" "$PB_DIR"
         rc=$?
         if [ "$rc" -ne 0 ] && ! [ -f "$PB_DIR/unseen" ]; then
             printf 'perfbisect: the check of the pull %.10s..%.10s did not run (exit %s); see %s\n' \

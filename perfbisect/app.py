@@ -15,33 +15,34 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import cost, slurm
-from .calibration import (
+from .engine import cost
+from .cluster import slurm
+from .measure.calibration import (
     CalibrationNoise, StartingNoise, calibration_lines, calibration_noise, keep_noise, noise_model, noise_model_and_note,
     starting_noise_for,
 )
-from .bisect import Done, Observation, SearchPolicy
-from .search_replay import INDEX_REPLAY_WORK, SearchStart, decision_json, observations_of
+from .engine.bisect import Done, Observation, SearchPolicy
+from .engine.search_replay import INDEX_REPLAY_WORK, SearchStart, decision_json, observations_of
 from .settings import Config
 from .doctor import Finding, run_doctor
 from .errors import StoreError, UsageError
-from .patches import PatchCheck, check_patches
-from .gitrepo import TargetRepo
-from .changepoint import SPARSE_ABOVE, sparse_footprint
-from .envs import pin_groups
-from .plan import Plan, PlanWarning, plan_range
-from .run_allocation import RunsAdvice, runs_advice
-from .skips import Skip, SkipList, skipped_commits
-from .targets import active_filters
+from .git.patches import PatchCheck, check_patches
+from .git.gitrepo import TargetRepo
+from .engine.changepoint import SPARSE_ABOVE, sparse_footprint
+from .measure.envs import pin_groups
+from .git.plan import Plan, PlanWarning, plan_range
+from .measure.run_allocation import RunsAdvice, runs_advice
+from .git.skips import Skip, SkipList, skipped_commits
+from .git.targets import active_filters
 from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict, median
 from .metrics import DECODE, describe as describe_metric
 from .metrics import describe_workload, stored_or_described
-from .render import attribution_line, history_line, state_lines
-from .stats import NoiseModel, compare, compare_sequential, log_of_pct, pct
-from .regressed_path import decide as decide_path
+from .report.render import attribution_line, history_line, state_lines
+from .engine.stats import NoiseModel, compare, compare_sequential, log_of_pct, pct
+from .engine.regressed_path import decide as decide_path
 from .store import Store, StoreLocation, locate, open_store
-from .trials import TrialRunner, interleaved, observe
-from .workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
+from .measure.trials import TrialRunner, interleaved, observe
+from .measure.workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
 
 def measured_nothing(ws: Workspace, bisection_id: int) -> str | None:
     """When no trial of a bisection produced a number: why the first one failed (else None)."""
@@ -737,8 +738,8 @@ def stored_results(db: Path | str | None, config: Config | None) -> Store:
 
 def report(store: Store, which: str = "latest", out: Path | None = None, config: Config | None = None) -> tuple[Path, dict]:
     """Render one stored bisection (``N``, ``bN``), comparison (``cN``) or the ``latest`` of either."""
-    from . import evidence
-    from .report import render_report, write_html
+    from .report import evidence
+    from .report.report import render_report, write_html
 
     kind, number = _report_target(store, which)
     if kind == "bisection":
@@ -780,8 +781,8 @@ def _report_target(store: Store, which: str) -> tuple[str, int]:
 
 def report_index(store: Store, directory: Path, config: Config | None = None, progress: Progress | None = None) -> Path:
     """A static site: every bisection's and comparison's report, and an index with a history chart per mode."""
-    from . import evidence
-    from .report import render_index, render_report, write_html
+    from .report import evidence
+    from .report.report import render_index, render_report, write_html
 
     directory = Path(directory).expanduser().absolute()
     views = []
@@ -818,8 +819,8 @@ def report_quietly(progress: Progress | None, render: Callable[[], Path]) -> Pat
 
 def calibration_report(ws: Workspace, result: CalibrateResult) -> Path:
     """The report of a calibration: its trials over time, the machine state and the noise it measured."""
-    from . import evidence
-    from .report import render_report, write_html
+    from .report import evidence
+    from .report.report import render_report, write_html
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     db = ws.db_path

@@ -22,7 +22,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .console import (
+from .report.console import (
     ConsoleProgress,
     err_console,
     out_console,
@@ -189,14 +189,14 @@ def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: st
     a measurement that broke (4), not evidence too weak to decide (3). ``report``: the HTML report's
     path and the short line that ends the text output.
     """
-    from .render import format_outcome, outcome_json
+    from .report.render import format_outcome, outcome_json
 
-    from .cost import spent_line
+    from .engine.cost import spent_line
 
     if json_out:
         print_json({**outcome_json(result), "report": str(report[0]) if report else None, "spent": spent})
     elif fmt == "markdown":
-        from .markdown import bisection_markdown
+        from .report.markdown import bisection_markdown
 
         out_console.out(bisection_markdown(result, report[0] if report else None, spent), highlight=False)
     else:
@@ -222,7 +222,7 @@ def _nothing_measured(first_error: str) -> str:
 
 def _bisection_report(ws, result, progress) -> tuple[Path, str] | None:
     """The HTML report of a bisection just finished and its short line (None, with a warning, if it cannot be written)."""
-    from .report import short_line
+    from .report.report import short_line
 
     def write() -> tuple[Path, str]:
         path, view = app.report(ws.store, str(result.bisection_id), config=ws.config)
@@ -240,7 +240,7 @@ def _format(fmt: str, json_out: bool) -> str:
 
 
 def _spent(ws, bisection_id: int) -> dict:
-    from . import cost
+    from .engine import cost
 
     gpus, unit = cost.hours_unit(ws.config)
     return cost.spent(ws.store.trials(bisection_id=bisection_id, status=None), gpus, unit)
@@ -248,7 +248,7 @@ def _spent(ws, bisection_id: int) -> dict:
 
 def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
     """Before a bisection starts: ask when its estimate exceeds [cost] budget_gpu_hours (never with --yes)."""
-    from . import cost
+    from .engine import cost
 
     budget = ws.config.cost.budget_gpu_hours
     if not budget or yes:
@@ -415,7 +415,7 @@ def demo(
     """
     from .demo.run import demo_pins, demo_report, run_demo
     from .demo.target import VARIANTS
-    from .render import format_outcome, outcome_json
+    from .report.render import format_outcome, outcome_json
 
     if variant not in VARIANTS:
         raise UsageError(f"--variant is {variant!r}; use one of {', '.join(VARIANTS)} (what the planted commit slows).")
@@ -481,7 +481,7 @@ def plan(
 
     Example:  perfbisect plan good=bba2fc4 bad=HEAD --effect 15
     """
-    from .render import format_plan, json_value
+    from .report.render import format_plan, json_value
 
     g, b = parse_revs(revs or [], good, bad)
     cfg = _load(config)
@@ -513,7 +513,7 @@ def patches_check(
 
     Example:  perfbisect patches check good=bba2fc4 bad=HEAD
     """
-    from .render import format_patch_checks
+    from .report.render import format_patch_checks
 
     g, b = parse_revs(revs or [], good, bad)
     with app.Workspace.open(_load(config), db) as ws:
@@ -545,7 +545,7 @@ def measure(
     Example:  perfbisect measure HEAD --trials 3
     Example:  perfbisect measure bba2fc4 --mode eagle3 -n 5
     """
-    from .render import format_measure, trial_row
+    from .report.render import format_measure, trial_row
 
     cfg = _load(config)
     modes = mode or list(cfg.modes)
@@ -593,7 +593,7 @@ def compare_cmd(
     Example:  perfbisect compare HEAD~9 HEAD --mode baseline --max-trials 6
     Example:  perfbisect compare origin/main HEAD --fail-on-regression --format markdown
     """
-    from .render import format_comparison, json_value
+    from .report.render import format_comparison, json_value
 
     fmt = _format(fmt, json_out)
     cfg = _load(config)
@@ -608,7 +608,7 @@ def compare_cmd(
                 "report": str(report) if report else None}
         print_json(data)
     elif fmt == "markdown":
-        from .markdown import comparison_markdown
+        from .report.markdown import comparison_markdown
 
         out_console.out(comparison_markdown(result, report), highlight=False)
     else:
@@ -695,7 +695,7 @@ def report_cmd(
     Example:  perfbisect report c2 --db results.sqlite
     Example:  perfbisect report --index site/
     """
-    from .report import verdict_line
+    from .report.report import verdict_line
 
     cfg = _reading_config(config, db)
     with app.stored_results(db, cfg) as store:
@@ -844,13 +844,13 @@ def log(
     Example:  perfbisect log 3
     Example:  perfbisect log --json
     """
-    from .render import format_log, log_json
+    from .report.render import format_log, log_json
 
     cfg = _reading_config(config, db)
     path = db or cfg.results_db
     if bisection is not None:
-        from .logdetail import bisection_detail
-        from .render import trial_row
+        from .report.logdetail import bisection_detail
+        from .report.render import trial_row
 
         digits = bisection.strip().lstrip("b#")
         if not digits.isdigit():
@@ -921,7 +921,7 @@ def hook_install(repo: RepoOpt = None, config: ConfigOpt = None) -> None:
     Example:  perfbisect hook install
     Example:  perfbisect hook install --repo ~/sglang -c ~/sglang/perfbisect.toml
     """
-    from . import hook
+    from .hook import hook
 
     target = repo or _load(config).target.repo
     print_lines(hook.install(target, _config_path(config)))
@@ -933,7 +933,7 @@ def hook_uninstall(repo: RepoOpt = None, config: ConfigOpt = None) -> None:
 
     Example:  perfbisect hook uninstall --repo ~/sglang
     """
-    from . import hook
+    from .hook import hook
 
     print_lines(hook.uninstall(repo or _load(config).target.repo))
 
@@ -944,7 +944,7 @@ def hook_status(repo: RepoOpt = None, config: ConfigOpt = None, json_out: JsonOp
 
     Example:  perfbisect hook status --repo ~/sglang
     """
-    from . import hook
+    from .hook import hook
 
     data = hook.status(repo or _load(config).target.repo)
     if json_out:
@@ -974,8 +974,8 @@ def check_cmd(
     Example:  perfbisect check ORIG_HEAD HEAD
     Example:  perfbisect check --enqueue ORIG_HEAD HEAD
     """
-    from . import check
-    from .checkqueue import CheckQueue, hook_dir
+    from .hook import check
+    from .hook.checkqueue import CheckQueue, hook_dir
 
     words = revs or []
     fmt = _format(fmt, json_out)
@@ -1000,7 +1000,7 @@ def check_cmd(
     if json_out:
         print_json({**result, "line": line})
     elif fmt == "markdown":
-        from .markdown import check_markdown
+        from .report.markdown import check_markdown
 
         out_console.out(check_markdown(result, line), highlight=False)
     else:
@@ -1015,7 +1015,7 @@ def status_cmd(config: ConfigOpt = None, json_out: JsonOpt = False,
 
     Example:  perfbisect status --json
     """
-    from .checkqueue import format_status, status  # files only: no use cases, no database
+    from .hook.checkqueue import format_status, status  # files only: no use cases, no database
 
     data = status(_load(config), limit=limit)
     if json_out:

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .host import gpu_busy_processes
-from .render import format_snapshot
-from .sysstate import collect_snapshot, throttle_reason_names
-from .versions import target_versions
+from .measure.host import gpu_busy_processes
+from .report.render import format_snapshot
+from .measure.sysstate import collect_snapshot, throttle_reason_names
+from .measure.versions import target_versions
 from .errors import ConfigError, GitError, PatchError, PerfbisectError, StoreError
-from .targets import is_sglang_target, target_name
+from .git.targets import is_sglang_target, target_name
 
 # Which check a failure to open the workspace belongs to.
 _OPENING: tuple[tuple[type, str], ...] = (
@@ -64,7 +64,7 @@ def _trial_shape(cfg) -> str:
 
 def _workspace(ctx: dict) -> list[Finding]:
     """Open what every command opens: repository, cache directory, patch stack, results database."""
-    from .workspace import Workspace
+    from .measure.workspace import Workspace
 
     try:
         ctx["ws"] = Workspace.open(ctx["config"], ctx.get("db"))
@@ -112,7 +112,7 @@ def _interpreter(ctx: dict) -> list[Finding]:
 
 def _pinned_envs(ctx: dict) -> list[Finding]:
     """[build] pinned_packages: which pin sets HEAD (or ``--range``) needs, and which cannot be built and why."""
-    from .envs import pin_groups
+    from .measure.envs import pin_groups
 
     ws = ctx["ws"]
     build = ws.config.build
@@ -173,8 +173,8 @@ def split_own_servers(
 ) -> tuple[list[tuple[int, int, str]], list[Finding]]:
     """Split GPU holders into other processes and perfbisect's own servers (found through the
     pidfiles under ``cache_dir/servers``), which are described as what they are instead."""
-    from .trials import server_pidfiles
-    from .server import group_and_session
+    from .measure.trials import server_pidfiles
+    from .measure.server import group_and_session
     from .store import owner_alive
 
     groups = {pf.pgid: pf for pf in server_pidfiles(cache_dir)} if cache_dir is not None else {}
@@ -230,7 +230,7 @@ def _database(ctx: dict) -> list[Finding]:
 
 def _runs_per_trial(ws) -> list[Finding]:
     """How many runs per trial this host's measured noise and timings make cheapest (run_allocation)."""
-    from .run_allocation import runs_advice
+    from .measure.run_allocation import runs_advice
 
     out = []
     for name in ws.config.modes:
@@ -243,8 +243,8 @@ def _runs_per_trial(ws) -> list[Finding]:
 
 def _launch(ctx: dict) -> list[Finding]:
     """Start the server once (baseline mode, in the checkout) and check the env reaches every worker."""
-    from .trials import launch_check
-    from .workspace import exclusive
+    from .measure.trials import launch_check
+    from .measure.workspace import exclusive
 
     ws = ctx["ws"]
     cfg = ws.config
@@ -269,7 +269,7 @@ def _launch(ctx: dict) -> list[Finding]:
 
 def _command_check(ws) -> Finding:
     """A command workload starts no server: check its command can be started instead."""
-    from .workspace import preflight
+    from .measure.workspace import preflight
 
     try:
         preflight(ws)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from .console import err_console, show
+from .report.console import err_console, show
 from .errors import Interrupted, PerfbisectError
 
 
@@ -65,7 +65,7 @@ signalled: list[int] = []
 def _on_signal(signum: int, _frame: object) -> None:
     # The first SIGINT/SIGTERM unwinds the run (servers torn down, trial marked interrupted); later
     # ones are ignored so they cannot cut that teardown short. SIGKILL still ends everything, and
-    # then the children die with us (see perfbisect.children).
+    # then the children die with us (see perfbisect.runtime.children).
     if signalled:
         return
     signalled.append(signum)

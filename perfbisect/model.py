@@ -85,7 +85,7 @@ class RunResult:
     metric_value: float | None = None  # for `command` workloads: the metric the command printed
     error: str | None = None
     # A measured run found to be warm-up after the fact (slower than the later runs beyond their
-    # spread, perfbisect.warmup); such a run also has warmup=True, so no statistic uses it.
+    # spread, perfbisect.measure.warmup); such a run also has warmup=True, so no statistic uses it.
     detected_warmup: bool = False
     # When it landed in the store (unix time; None before it is stored): bookkeeping, not part of
     # the measurement, so two runs that measured the same compare equal.

@@ -100,7 +100,7 @@ class BuildStep:
 class BuildConfig:
     steps: tuple[BuildStep, ...] = ()
     cache_max_gb: float = 20.0
-    # Compiled dependencies that move with the commits (perfbisect/pins.py, perfbisect/envs.py): the
+    # Compiled dependencies that move with the commits (perfbisect/git/pins.py, perfbisect/measure/envs.py): the
     # packages whose version pins, read from `pin_files` at each commit, get one environment per pin set.
     pinned_packages: tuple[str, ...] = ()  # e.g. ("sgl-kernel", "flashinfer-python", "torch"); empty: off
     pin_files: tuple[str, ...] = ("python/pyproject.toml", "pyproject.toml")  # pyproject.toml or requirements*.txt
@@ -146,7 +146,7 @@ class WorkloadConfig:
     prompts_file: Path | None = None
     max_tokens: int = 256
     warmup: int = 2
-    runs: int = 5  # measured runs per trial; 0: auto, the cheapest for this host (perfbisect/run_allocation.py)
+    runs: int = 5  # measured runs per trial; 0: auto, the cheapest for this host (perfbisect/measure/run_allocation.py)
     concurrency: int = 1
     temperature: float = 0.0
     request_timeout_s: float = 600.0
@@ -155,7 +155,7 @@ class WorkloadConfig:
     metric: str = "tok_s"  # what each run yields: a quantity, a bench_serving or command JSON key (perfbisect/metrics.py)
     higher_is_better: bool = True  # for command keys; a known metric's direction is known
     # Leading measured runs slower than the rest beyond their spread count as warm-up and are
-    # replaced by more runs (perfbisect/warmup.py); built-in client only (one measured run otherwise).
+    # replaced by more runs (perfbisect/measure/warmup.py); built-in client only (one measured run otherwise).
     detect_warmup: bool = True
     # kind = "bench_serving": the revision whose `sglang.bench_serving` measures every trial, so a change
     # to the client cannot be blamed. Default: the command's reference revision (the good endpoint of
@@ -203,7 +203,7 @@ class FiltersConfig:
 
 @dataclass(frozen=True)
 class HookConfig:
-    """[hook]: what the post-`git pull` hook's check does (perfbisect/check.py)."""
+    """[hook]: what the post-`git pull` hook's check does (perfbisect/hook/check.py)."""
 
     action: str = "bisect"  # "check": only answer "slower beyond noise?"; "bisect": then find the culprit
     modes: tuple[str, ...] = ()  # modes the check compares (default: every configured mode)
@@ -217,7 +217,7 @@ HOOK_ACTIONS = ("check", "bisect")
 
 @dataclass(frozen=True)
 class CostConfig:
-    """[cost]: what a trial costs, for `plan`'s estimate and `run`'s budget question (perfbisect/cost.py)."""
+    """[cost]: what a trial costs, for `plan`'s estimate and `run`'s budget question (perfbisect/engine/cost.py)."""
 
     trial_minutes: float = 0.0  # 0: learn it from the trials stored on this host (none yet: unknown)
     gpus: int = 1  # GPUs one trial holds (8 for --tp 8): GPU-hours = trial hours x gpus
@@ -226,7 +226,7 @@ class CostConfig:
 
 @dataclass(frozen=True)
 class ExecutorConfig:
-    """[executor]: where a bisection's trials run (perfbisect/slurm.py for "slurm")."""
+    """[executor]: where a bisection's trials run (perfbisect/cluster/slurm.py for "slurm")."""
 
     kind: str = "local"  # "local": on this machine, one at a time; "slurm": one Slurm job per observation
     nodes: int = 1  # slurm: jobs in flight at once (k nodes, each job takes a whole node)

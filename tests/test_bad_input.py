@@ -206,7 +206,7 @@ def test_json_never_holds_nan_and_lines_never_say_nan(demo, tmp_path):
 
 def test_a_comparison_without_an_estimate_reads_n_a():
     from perfbisect.model import Comparison, Verdict
-    from perfbisect.render import comparison_line, json_value
+    from perfbisect.report.render import comparison_line, json_value
 
     nan = float("nan")
     cmp = Comparison(Verdict.INCONCLUSIVE, nan, nan, nan, 5.0, "prior", 1, 0)

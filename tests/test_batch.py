@@ -12,11 +12,11 @@ import random
 import numpy as np
 import pytest
 
-from perfbisect.bisect import Done, Measure, Observation, SearchPolicy
+from perfbisect.engine.bisect import Done, Measure, Observation, SearchPolicy
 from perfbisect.errors import UsageError
 from perfbisect.model import Verdict
 from perfbisect.settings import StatsConfig
-from perfbisect.stats import NoiseModel
+from perfbisect.engine.stats import NoiseModel
 
 from .test_bisect import LOG82, SimulatedTarget, commits
 

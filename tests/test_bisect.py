@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from perfbisect.bisect import Done, Measure, Observation, SearchPolicy
+from perfbisect.engine.bisect import Done, Measure, Observation, SearchPolicy
 from perfbisect.settings import StatsConfig
 from perfbisect.errors import UsageError
 from perfbisect.model import Verdict
-from perfbisect.stats import NoiseModel
+from perfbisect.engine.stats import NoiseModel
 
 LOG82 = math.log(82.0)
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.build import BuildCache, run_build
+from perfbisect.measure.build import BuildCache, run_build
 from perfbisect.settings import BuildStep
 from perfbisect.errors import BuildError
-from perfbisect.gitrepo import TargetRepo
-from perfbisect.worktrees import WorktreePool
+from perfbisect.git.gitrepo import TargetRepo
+from perfbisect.git.worktrees import WorktreePool
 from tests.repo_factory import RepoFactory
 
 KERNEL_SRC = "sgl-kernel/csrc/moe.cu"
@@ -186,7 +186,7 @@ def test_cache_restore_never_writes_through_a_committed_symlink(setup, tmp_path)
     import dataclasses
     import os
 
-    from perfbisect.build import UnsafeRestore
+    from perfbisect.measure.build import UnsafeRestore
 
     r, shas, pool, steps, cache, counter, logs = setup
     outside = tmp_path / "outside"

@@ -1,6 +1,6 @@
 """`perfbisect calibrate` measures what a bisection meets (two builds' sessions interleaved, each a
 bisection's trial), stores σ_b with its dof, and says when it disagrees with what bisections on this
-host measured and which figure the next bisection starts from (perfbisect/calibration.py)."""
+host measured and which figure the next bisection starts from (perfbisect/measure/calibration.py)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from scipy import stats as scipy_stats
 
-from perfbisect.calibration import LEARNED_DOF_CAP, keep_noise, noise_model_and_note, starting_noise
+from perfbisect.measure.calibration import LEARNED_DOF_CAP, keep_noise, noise_model_and_note, starting_noise
 from perfbisect.config import load_config
 from perfbisect.demo.target import make_demo_target
 from perfbisect.model import NoiseKey
-from perfbisect.stats import variance_ratio_test
+from perfbisect.engine.stats import variance_ratio_test
 from perfbisect.store import NoiseEstimate
-from perfbisect.workspace import Workspace
+from perfbisect.measure.workspace import Workspace
 
 KEY = NoiseKey("host-a", "baseline", "m1", "w1")
 

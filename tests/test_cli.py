@@ -150,7 +150,7 @@ def test_init_writes_a_valid_sglang_config(tmp_path):
     assert cfg.modes["eagle3"].args[:2] == ("--speculative-algorithm", "EAGLE3")
     assert "/m/eagle" in cfg.modes["eagle3"].args
     assert (cfg.workload.warmup, cfg.workload.runs, cfg.workload.max_tokens) == (2, 5, 2048)
-    from perfbisect.targets import active_filters
+    from perfbisect.git.targets import active_filters
 
     assert "docs/**" in active_filters(cfg).patterns
     again = cli("init", "--path", str(tmp_path / "perfbisect.toml"))

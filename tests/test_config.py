@@ -10,7 +10,7 @@ import pytest
 from perfbisect import config as config_module
 from perfbisect.config import known_keys, load_config, parse_config
 from perfbisect.placeholders import expand
-from perfbisect.targets import active_filters
+from perfbisect.git.targets import active_filters
 from perfbisect.settings import (
     SGLANG_IGNORE_PATHS,
     BuildConfig,

@@ -18,11 +18,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from perfbisect import cost
+from perfbisect.engine import cost
 from perfbisect.demo.target import make_demo_target
 from perfbisect.settings import StatsConfig
-from perfbisect.stats import NoiseModel
-from perfbisect.markdown import md
+from perfbisect.engine.stats import NoiseModel
+from perfbisect.report.markdown import md
 
 
 def cli(*args: str, cwd: Path | None = None, env: dict | None = None, stdin=subprocess.DEVNULL) -> subprocess.CompletedProcess:

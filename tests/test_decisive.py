@@ -11,11 +11,11 @@ import math
 import numpy as np
 import pytest
 
-from perfbisect.bisect import MIN_TRIALS_PER_SIDE, Done, Measure, Observation, SearchPolicy
-from perfbisect.changepoint import Evidence, outlier_scale, posterior
+from perfbisect.engine.bisect import MIN_TRIALS_PER_SIDE, Done, Measure, Observation, SearchPolicy
+from perfbisect.engine.changepoint import Evidence, outlier_scale, posterior
 from perfbisect.model import Verdict
 from perfbisect.settings import StatsConfig
-from perfbisect.stats import NoiseModel, compare, compare_sequential
+from perfbisect.engine.stats import NoiseModel, compare, compare_sequential
 
 from .test_bisect import LOG82, SimulatedTarget, commits, drive, drive_with
 

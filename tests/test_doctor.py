@@ -76,8 +76,8 @@ def _owner_of_a_live_process() -> tuple[subprocess.Popen, str]:
 
 
 def test_reaping_spares_a_server_whose_perfbisect_lives_and_kills_it_once_that_one_is_dead(tmp_path, sleepers):
-    from perfbisect.trials import reap_leftover_servers
-    from perfbisect.workspace import Progress
+    from perfbisect.measure.trials import reap_leftover_servers
+    from perfbisect.measure.workspace import Progress
 
     server = sleepers()
     owner_proc, owner = _owner_of_a_live_process()

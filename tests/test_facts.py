@@ -238,7 +238,7 @@ def test_a_gpu_run_is_refused_with_the_lock_dir_and_wait_named_and_one_json_erro
 
 
 def test_runs_on_different_gpus_share_the_node(tmp_path, holder, monkeypatch):
-    from perfbisect.locks import LockHeld, exclusive, gpus_of
+    from perfbisect.runtime.locks import LockHeld, exclusive, gpus_of
 
     assert gpus_of([{"CUDA_VISIBLE_DEVICES": "2,0"}, {}]) == ("0", "2") and gpus_of([{}]) is None
     assert gpus_of([{"CUDA_VISIBLE_DEVICES": "GPU-5d1c"}]) is None  # not an index: the whole node
@@ -380,9 +380,9 @@ def test_plan_estimates_the_no_change_outcome_too(tmp_path):
 def test_an_inconclusive_pair_reads_as_one_answer_of_two_changes():
     from types import SimpleNamespace
 
-    from perfbisect.evidence import verdict_view
+    from perfbisect.report.evidence import verdict_view
     from perfbisect.model import BisectOutcome, Verdict
-    from perfbisect.render import format_outcome
+    from perfbisect.report.render import format_outcome
 
     a, b, g, z = "a" * 40, "b" * 40, "0" * 40, "f" * 40
     out = BisectOutcome(verdict=Verdict.INCONCLUSIVE, good=g, bad=z, best_answer=(a, b), answer_probability=0.2,

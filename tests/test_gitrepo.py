@@ -14,11 +14,11 @@ from perfbisect.app import Workspace, patches_check
 from perfbisect.config import load_config
 from perfbisect.settings import SGLANG_IGNORE_PATHS, PatchesConfig, PatchVariant
 from perfbisect.errors import ConfigError, GitError, InfrastructureError, PatchError
-from perfbisect.gitrepo import TargetRepo, worktree_tree_hash
-from perfbisect.pathfilter import PathFilter
-from perfbisect.patches import PatchConflictError, PatchStack, check_patches
-from perfbisect.plan import plan_range
-from perfbisect.worktrees import WorktreePool, slot_name
+from perfbisect.git.gitrepo import TargetRepo, worktree_tree_hash
+from perfbisect.git.pathfilter import PathFilter
+from perfbisect.git.patches import PatchConflictError, PatchStack, check_patches
+from perfbisect.git.plan import plan_range
+from perfbisect.git.worktrees import WorktreePool, slot_name
 from tests.repo_factory import RepoFactory, lines
 
 ENGINE = "python/sglang/srt/entrypoints/engine.py"
@@ -464,7 +464,7 @@ def test_deleted_worktree_directory_is_recreated(target, history, tmp_path):
 
 
 def test_run_git_in_a_missing_directory_is_gits_error_not_a_run_elsewhere(tmp_path):
-    from perfbisect.gitrepo import run_git
+    from perfbisect.git.gitrepo import run_git
 
     status, out, err = run_git(tmp_path / "gone", ["rev-parse", "--show-toplevel"])
     assert status != 0 and out == "" and "gone" in err

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect import check, checkqueue, hook
-from perfbisect.checkqueue import CheckQueue, Entry, coalesce
+from perfbisect.hook import check, checkqueue, hook
+from perfbisect.hook.checkqueue import CheckQueue, Entry, coalesce
 from perfbisect.config import load_config
 from perfbisect.errors import ConfigError
 from tests.hook_setup import git, make_pull_setup
@@ -325,7 +325,7 @@ def test_notification_failures_never_break_the_check(tmp_path):
     import http.server
     import threading
 
-    from perfbisect.notify import notify, summary_line
+    from perfbisect.hook.notify import notify, summary_line
 
     got = []
 
@@ -355,3 +355,15 @@ def test_notification_failures_never_break_the_check(tmp_path):
     problems = notify(result, line, "http://127.0.0.1:9/closed", ["sh", "-c", "exit 5"], warned.append)
     assert len(problems) == 2 and "exited 5" in problems[1] and warned[-2:] == problems
     assert notify(result, line, None, [str(tmp_path / "no-such-command")], warned.append)[0].startswith("notify command")
+
+
+def test_a_hook_installed_before_the_package_layout_still_reaches_the_worker(tmp_path):
+    """Hooks written before perfbisect's modules moved into packages run `python -m perfbisect.hookworker`:
+    that path still runs the worker (same answer as the new path), so an earlier install keeps working."""
+    missing = tmp_path / "no-such.toml"
+    old = subprocess.run([sys.executable, "-m", "perfbisect.hookworker", str(missing), str(tmp_path / "state")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    new = subprocess.run([sys.executable, "-m", "perfbisect.hook.hookworker", str(missing), str(tmp_path / "state")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert old.returncode == new.returncode != 0
+    assert "No config file at" in old.stderr and old.stderr == new.stderr

@@ -188,7 +188,7 @@ def test_report_to_an_unwritable_path_is_a_clear_error_without_tmp(results, tmp_
 
 
 def test_hook_install_checks_everything_before_replacing_anything(demo, tmp_path):
-    from perfbisect import hook
+    from perfbisect.hook import hook
     from perfbisect.errors import UsageError
 
     repo = tmp_path / "clone"

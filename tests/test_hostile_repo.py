@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from perfbisect.settings import PatchesConfig
-from perfbisect.gitrepo import TargetRepo
-from perfbisect.pathfilter import PathFilter
-from perfbisect.patches import PatchStack, check_patches
-from perfbisect.plan import plan_range
+from perfbisect.git.gitrepo import TargetRepo
+from perfbisect.git.pathfilter import PathFilter
+from perfbisect.git.patches import PatchStack, check_patches
+from perfbisect.git.plan import plan_range
 from tests.repo_factory import RepoFactory, lines
 
 ODD_FILES = (

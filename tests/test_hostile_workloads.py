@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.children import LOG_HEAD_BYTES, TAIL_BYTES, run_bounded
+from perfbisect.runtime.children import LOG_HEAD_BYTES, TAIL_BYTES, run_bounded
 from perfbisect.errors import WorkloadError
-from perfbisect.external_workloads import run_command_workload
+from perfbisect.measure.external_workloads import run_command_workload
 import psutil
 from perfbisect.settings import WorkloadConfig
 
@@ -134,7 +134,7 @@ def test_absurd_numbers_flag_the_run_with_their_reason(tmp_path, printed, reason
 HUGE = textwrap.dedent("""
     import json, resource, sys
     from pathlib import Path
-    from perfbisect.external_workloads import run_command_workload
+    from perfbisect.measure.external_workloads import run_command_workload
     from perfbisect.settings import WorkloadConfig
     tmp = Path(sys.argv[1])
     (tmp / "bench.py").write_text(

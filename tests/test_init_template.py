@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.config import load_config
-from perfbisect.external_workloads import bench_serving_argv, parse_bench_serving
+from perfbisect.measure.external_workloads import bench_serving_argv, parse_bench_serving
 from perfbisect.init_template import (
     nccl_settings, parse_sitecustomize, remote_code, render_sglang_config, render_template, site_dirs_of,
 )

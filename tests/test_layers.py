@@ -4,7 +4,7 @@ modules stand on nothing but each other.
 
 The packages and their order come from tools/restructure.py (``PACKAGES``, ``ORDER``, ``layer_of``),
 which moves the flat modules into them: every rule here holds for both layouts, modules are named by
-their last part (``trials`` is ``perfbisect.trials`` or ``perfbisect.measure.trials``).
+their last part (``trials`` is ``perfbisect.measure.trials`` or ``perfbisect.measure.trials``).
 """
 
 from __future__ import annotations

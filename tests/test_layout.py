@@ -20,8 +20,8 @@ from perfbisect.config import load_config
 from perfbisect.layout import FIXED, HASH_SEED_MAX, PAD_VAR, Layout, choose, joined
 from perfbisect.settings import LayoutConfig
 from perfbisect.store import open_store
-from perfbisect.workspace import Progress, Workspace
-from perfbisect.worktrees import slot_name
+from perfbisect.measure.workspace import Progress, Workspace
+from perfbisect.git.worktrees import slot_name
 from tests.repo_factory import RepoFactory
 from tests.test_cli import cli
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from perfbisect.config import parse_config
 from perfbisect.errors import ConfigError
 from perfbisect.metrics import describe_workload
-from perfbisect.external_workloads import parse_bench_serving
+from perfbisect.measure.external_workloads import parse_bench_serving
 from perfbisect.demo.target import make_demo_target
 from tests.test_cli import cli
 

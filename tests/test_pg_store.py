@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, func, select, text
 
-from perfbisect.checkqueue import format_status, status
+from perfbisect.hook.checkqueue import format_status, status
 from perfbisect.config import parse_config
 from perfbisect.errors import StoreError
-from perfbisect.locks import LockHeld, exclusive
+from perfbisect.runtime.locks import LockHeld, exclusive
 from perfbisect.model import TrialStatus
 from perfbisect.store import is_unfinished, locate, open_store
 from perfbisect.store.migrations import current_revision, head_revision, schema_diffs

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from perfbisect.demo.wheels import write_wheel
-from perfbisect.envs import EnvCache, pin_groups
+from perfbisect.measure.envs import EnvCache, pin_groups
 from perfbisect.errors import EnvironmentBuildError
-from perfbisect.gitrepo import TargetRepo
-from perfbisect.pins import PinReader, PinSet, read_pins, wheel_problem
+from perfbisect.git.gitrepo import TargetRepo
+from perfbisect.git.pins import PinReader, PinSet, read_pins, wheel_problem
 from tests.repo_factory import RepoFactory
 
 PYPROJECT = """\

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfbisect.polling import poll_until
+from perfbisect.runtime.polling import poll_until
 
 
 class FakeClock:

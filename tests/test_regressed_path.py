@@ -8,9 +8,9 @@ import math
 import pytest
 
 from perfbisect.model import RunResult, TrialIdentity, TrialResult, TrialStatus
-from perfbisect.regressed_path import decide, lines, log_odds_speculative, path_odds
+from perfbisect.engine.regressed_path import decide, lines, log_odds_speculative, path_odds
 from perfbisect.settings import StatsConfig
-from perfbisect.stats import NoiseModel
+from perfbisect.engine.stats import NoiseModel
 
 PARENT, CULPRIT = "a" * 40, "b" * 40
 MODES = [("baseline", False), ("eagle3", True)]
@@ -114,9 +114,9 @@ def test_the_answer_reaches_the_terminal_json_and_markdown():
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from perfbisect.markdown import bisection_markdown
+    from perfbisect.report.markdown import bisection_markdown
     from perfbisect.model import BisectOutcome, Commit, Verdict
-    from perfbisect.render import format_outcome, outcome_json
+    from perfbisect.report.render import format_outcome, outcome_json
 
     rp = run_decide(trials([498, 502, 500], [501, 497, 500], [600, 606, 596], [511, 515, 508]))
     out = replace(BisectOutcome(verdict=Verdict.REGRESSED, good=PARENT, bad=CULPRIT, culprit=CULPRIT, effect_pct=-15.0),

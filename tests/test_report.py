@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from perfbisect.demo.results import make_results
-from perfbisect.evidence import commit_url
-from perfbisect.report import inert
+from perfbisect.report.evidence import commit_url
+from perfbisect.report.report import inert
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 needs_chromium = pytest.mark.skipif(

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from perfbisect.trials import TrialRunner
-from perfbisect.workspace import Workspace
+from perfbisect.measure.trials import TrialRunner
+from perfbisect.measure.workspace import Workspace
 from perfbisect.config import load_config
 from perfbisect.demo.target import make_demo_target
 

@@ -1,4 +1,4 @@
-"""Runs per trial (perfbisect/run_allocation.py): the cost model, and `workload.runs = 0` choosing R
+"""Runs per trial (perfbisect/measure/run_allocation.py): the cost model, and `workload.runs = 0` choosing R
 from stored noise and timings — seeded into a real results database, then applied by a real trial."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from perfbisect.calibration import keep_noise
+from perfbisect.measure.calibration import keep_noise
 from perfbisect.config import load_config
 from perfbisect.model import RunResult, TrialIdentity, TrialStatus
-from perfbisect.run_allocation import (
+from perfbisect.measure.run_allocation import (
     FALLBACK_RUNS,
     closed_form_runs,
     cost_per_information,
@@ -24,7 +24,7 @@ from perfbisect.run_allocation import (
     optimal_runs,
     runs_advice,
 )
-from perfbisect.workspace import Workspace
+from perfbisect.measure.workspace import Workspace
 
 
 def test_median_efficiency_is_the_variance_of_a_median_over_that_of_a_mean():

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfbisect import changepoint
-from perfbisect.bisect import Done, Observation, SearchPolicy, _weakest_split, _weakest_split_lifted
-from perfbisect.changepoint import SPARSE_ABOVE, Evidence, posterior, sparse_footprint
+from perfbisect.engine import changepoint
+from perfbisect.engine.bisect import Done, Observation, SearchPolicy, _weakest_split, _weakest_split_lifted
+from perfbisect.engine.changepoint import SPARSE_ABOVE, Evidence, posterior, sparse_footprint
 from perfbisect.settings import StatsConfig
-from perfbisect.stats import NoiseModel
+from perfbisect.engine.stats import NoiseModel
 from tests.repo_factory import fast_history
 
 PRIOR = dict(sigma0=0.02, dof0=10, level_ratio=25.0, min_step=math.log(1.01), no_change_prior=0.5,
@@ -178,7 +178,7 @@ def test_a_batch_on_a_long_range_spreads_and_resolves_the_trials_in_flight():
 
 def test_answers_are_summed_as_one_by_one():
     """The full model's answers and their masses: the vectorised sum is the loop's, bit for bit and in order."""
-    from perfbisect.changepoint import _answers, _hypotheses
+    from perfbisect.engine.changepoint import _answers, _hypotheses
     rng = np.random.default_rng(0)
     for n in (5, 17, 60):
         hb1, hb2 = _hypotheses(n, True)

@@ -18,7 +18,7 @@ import pytest
 
 from perfbisect.settings import ModeConfig, ServerConfig
 from perfbisect.errors import ServerError, ServerNotReady
-from perfbisect.server import ServerSession, Teardown, free_port, port_holders, port_in_use
+from perfbisect.measure.server import ServerSession, Teardown, free_port, port_holders, port_in_use
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -26,9 +26,9 @@ import pytest
 from perfbisect.config import parse_config
 from perfbisect.demo.target import make_demo_target
 from perfbisect.errors import ConfigError
-from perfbisect.locks import NODE_LOCK_NAME
+from perfbisect.runtime.locks import NODE_LOCK_NAME
 from perfbisect.settings import ExecutorConfig
-from perfbisect.slurm import DB_ENV, SCRIPT, idle_nodes, job_db_argument, sbatch_argv
+from perfbisect.cluster.slurm import DB_ENV, SCRIPT, idle_nodes, job_db_argument, sbatch_argv
 
 pytestmark = pytest.mark.slow
 
@@ -358,7 +358,7 @@ def test_executor_config_keys_are_checked(tmp_path):
 
 def test_a_store_password_reaches_the_job_through_its_environment_never_its_command_line(tmp_path, monkeypatch):
     from perfbisect.store import locate
-    from perfbisect import slurmjob
+    from perfbisect.cluster import slurmjob
 
     url = "postgresql+psycopg://perf:s3cr3t@db.internal:5432/results"
     arg, env = job_db_argument(locate(url))

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from perfbisect.calibration import detectable_lines
+from perfbisect.measure.calibration import detectable_lines
 from perfbisect.settings import StatsConfig
 from perfbisect.model import Verdict
-from perfbisect.stats import (
+from perfbisect.engine.stats import (
     NoiseModel,
     adjust,
     attribute,
@@ -152,7 +152,7 @@ def test_history_shift_reports_seven_percent_as_system_state():
 
 
 def test_spent_alpha_adds_up_to_alpha_over_every_look():
-    from perfbisect.stats import spent_alpha
+    from perfbisect.engine.stats import spent_alpha
 
     shares = [spent_alpha(0.01, k, 9) for k in range(1, 10)]
     assert sum(shares) == pytest.approx(0.01)
@@ -163,7 +163,7 @@ def test_spent_alpha_adds_up_to_alpha_over_every_look():
 def test_repeated_looks_on_aa_pairs_keep_the_false_verdict_rate_within_alpha():
     # The real stopping rule of `compare`: a look after every interleaved pair from 2+2 trials,
     # stop at the first verdict that is not inconclusive, at most 10 per side.
-    from perfbisect.stats import compare_sequential
+    from perfbisect.engine.stats import compare_sequential
 
     rng = np.random.default_rng(17)
     settings = StatsConfig()
@@ -185,7 +185,7 @@ def test_repeated_looks_on_aa_pairs_keep_the_false_verdict_rate_within_alpha():
 
 
 def test_mediators_are_shown_and_exogenous_state_adjusts():
-    from perfbisect.stats import covariate_notes
+    from perfbisect.engine.stats import covariate_notes
 
     rng = np.random.default_rng(18)
     builds = [0] * 8 + [1] * 8

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from perfbisect import sysstate
+from perfbisect.measure import sysstate
 from perfbisect.errors import ConfigError, MachineBusy
-from perfbisect.host import (
+from perfbisect.measure.host import (
     gpu_busy_processes,
     gpu_memory_released,
     gpu_memory_used_mib,
@@ -35,9 +35,9 @@ from perfbisect.host import (
     wait_until_idle,
 )
 from perfbisect.model import GpuSample, SystemSnapshot
-from perfbisect.render import format_snapshot
+from perfbisect.report.render import format_snapshot
 from perfbisect.store.samples import compact, expand_compact
-from perfbisect.versions import target_versions
+from perfbisect.measure.versions import target_versions
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 
@@ -539,7 +539,7 @@ def test_nvidia_smi_is_used_when_nvml_is_missing(fake_smi):
 
 def test_importing_sysstate_does_not_import_pynvml():
     code = (
-        "import sys, perfbisect.sysstate, perfbisect.host, perfbisect.versions, perfbisect.render; "
+        "import sys, perfbisect.measure.sysstate, perfbisect.measure.host, perfbisect.measure.versions, perfbisect.report.render; "
         "print('pynvml' in sys.modules, 'torch' in sys.modules)"
     )
     out = subprocess.run(

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.build import run_build
+from perfbisect.measure.build import run_build
 from perfbisect.config import load_config
-from perfbisect.gitrepo import TargetRepo
-from perfbisect.worktrees import WorktreePool
+from perfbisect.git.gitrepo import TargetRepo
+from perfbisect.git.worktrees import WorktreePool
 from perfbisect.init_template import render_sglang_config
-from perfbisect.server import ServerSession
+from perfbisect.measure.server import ServerSession
 from tests.repo_factory import RepoFactory
 
 IMPORT_SGLANG = "import sglang, sys; print(sglang.WHERE, sglang.__file__)"

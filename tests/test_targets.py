@@ -16,7 +16,7 @@ import pytest
 
 from perfbisect.config import load_config
 from perfbisect.errors import ConfigError
-from perfbisect.targets import active_filters, is_sglang_target
+from perfbisect.git.targets import active_filters, is_sglang_target
 from tests.repo_factory import RepoFactory
 from tests.test_cli import cli
 
@@ -114,7 +114,7 @@ def test_exit_125_makes_a_commit_untestable_never_blamed(tmp_path):
     text = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db))
     assert "first bad commit: one of these 2" in text.stdout and f"first bad commit: {shas[4][:10]}" not in text.stdout
     # What the hook sends: no culprit named, the set and its flag instead.
-    from perfbisect.notify import payload, summary_line
+    from perfbisect.hook.notify import payload, summary_line
 
     sent = {"verdict": "regressed", "culprit": None, "culprit_set": [shas[3], shas[4]], "culprit_is_set": True}
     body = payload(sent, summary_line(sent))

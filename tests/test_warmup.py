@@ -1,4 +1,4 @@
-"""Warm-up the fixed count did not cover (perfbisect/warmup.py): slow leading runs are counted as
+"""Warm-up the fixed count did not cover (perfbisect/measure/warmup.py): slow leading runs are counted as
 warm-up, stored flagged, and replaced, against real emulator sessions and through `perfbisect measure`."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from perfbisect.config import parse_config
 from perfbisect.model import RunResult
 from perfbisect.settings import WorkloadConfig
-from perfbisect.warmup import extra_runs_bound, leading_warmup
-from perfbisect.workload import run_workload
+from perfbisect.measure.warmup import extra_runs_bound, leading_warmup
+from perfbisect.measure.workload import run_workload
 
 
 def test_only_slow_leading_runs_are_warm_up():
@@ -95,7 +95,7 @@ def test_measure_stores_the_detected_warm_up_flagged_and_keeps_the_run_count(tmp
 
 def test_the_store_re_marks_detected_runs_only_while_the_trial_runs_and_the_log_counts_them(tmp_path):
     from perfbisect.errors import StoreError
-    from perfbisect.logdetail import bisection_detail
+    from perfbisect.report.logdetail import bisection_detail
     from perfbisect.model import NoiseKey, TrialIdentity, TrialStatus
     from perfbisect.store import open_store
 

@@ -13,14 +13,14 @@ import pytest
 from perfbisect.settings import WorkloadConfig
 from perfbisect.errors import ConfigError, ServerDied, WorkloadError
 from perfbisect.model import RunResult
-from perfbisect.workload import (
+from perfbisect.measure.workload import (
     DEFAULT_PROMPTS,
     avg_spec_accept_length,
     load_prompts,
     run_workload,
     server_info,
 )
-from perfbisect.external_workloads import run_command_workload
+from perfbisect.measure.external_workloads import run_command_workload
 
 from .conftest import free_port
 

@@ -9,7 +9,7 @@ after it:
 - the exact ``nvidia-smi --query-gpu`` / ``--query-compute-apps`` the fallback collector runs;
 - every NVML call the NVML collector makes, with its raw result (``nvml-readings.json``), so the
   tests can replay them through a fake pynvml;
-- a live :class:`perfbisect.sysstate.Sampler` run at 1 Hz during the load: its compact form, its
+- a live :class:`perfbisect.measure.sysstate.Sampler` run at 1 Hz during the load: its compact form, its
   summary and formatted lines (``sampler-live.json``);
 - the target versions read through this interpreter, and a check that ``torch.cuda.nccl.version()``
   creates no CUDA context (``target-versions.json``).
@@ -34,11 +34,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfbisect import sysstate  # noqa: E402
-from perfbisect.host import host_fingerprint  # noqa: E402
-from perfbisect.render import format_snapshot  # noqa: E402
+from perfbisect.measure import sysstate  # noqa: E402
+from perfbisect.measure.host import host_fingerprint  # noqa: E402
+from perfbisect.report.render import format_snapshot  # noqa: E402
 from perfbisect.store.samples import compact  # noqa: E402
-from perfbisect.versions import target_versions  # noqa: E402
+from perfbisect.measure.versions import target_versions  # noqa: E402
 
 # The constants the NVML collector passes as arguments: the replaying fake needs their values.
 NVML_CONSTANTS = (
@@ -154,7 +154,7 @@ class RecordingNvml:
 
     def dump(self) -> dict[str, Any]:
         return {
-            "what": "every NVML call perfbisect.sysstate.NvmlCollector made, with its raw result",
+            "what": "every NVML call perfbisect.measure.sysstate.NvmlCollector made, with its raw result",
             "nvml_module_version": getattr(self._nvml, "__version__", None),
             "constants": {c: getattr(self._nvml, c) for c in NVML_CONSTANTS if hasattr(self._nvml, c)},
             "setup": self.setup,
@@ -275,7 +275,7 @@ def main() -> int:
     (out / "nvidia-smi-query.json").write_text(
         json.dumps(
             {
-                "what": "exact nvidia-smi queries of perfbisect.sysstate.NvidiaSmiCollector and their output",
+                "what": "exact nvidia-smi queries of perfbisect.measure.sysstate.NvidiaSmiCollector and their output",
                 "gpu_command": smi.gpu_query_command(),
                 "apps_command": smi.apps_query_command(),
                 "samples": smi_samples,

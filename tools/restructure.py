@@ -15,16 +15,16 @@ What it does, discovered from the tree rather than from a list of lines:
 - rewrites the imports of every Python file in perfbisect/, tests/, benchmarks/, tools/ and db/, parsed
   with ``ast``: relative imports are resolved from the file's old place and written relative to its new
   one (``from .errors import X`` in ``git/gitrepo.py`` becomes ``from ..errors import X``), absolute ones
-  (``perfbisect.trials`` → ``perfbisect.measure.trials``) keep their form; ``from . import cost, slurm``
+  (``perfbisect.measure.trials`` → ``perfbisect.measure.trials``) keep their form; ``from . import cost, slurm``
   becomes one statement per package;
-- rewrites dotted names and paths in strings, comments and text files (``"perfbisect.check.X"`` in a
-  monkeypatch, ``python -m perfbisect.hookworker``, ``perfbisect/gitrepo.py`` in docs, pyproject.toml,
+- rewrites dotted names and paths in strings, comments and text files (``"perfbisect.hook.check.X"`` in a
+  monkeypatch, ``python -m perfbisect.hook.hookworker``, ``perfbisect/git/gitrepo.py`` in docs, pyproject.toml,
   .ci/ and hooks/); CHANGELOG.md keeps the names its entries were written with;
 - writes the package table of docs/architecture.md (between ``<!-- packages:begin -->`` and
   ``<!-- packages:end -->``) and prints what it moved and what is left at the top.
 
 Idempotent: a second run finds nothing at the top to move and only rewrites names that no longer exist
-(``perfbisect.trials`` when ``perfbisect/measure/trials.py`` is where it lives), e.g. in a branch merged
+(``perfbisect.measure.trials`` when ``perfbisect/measure/trials.py`` is where it lives), e.g. in a branch merged
 after the first run. A module no one placed (added after this table was written) stays at the top and
 is named in the summary, so that ``--place`` or an edit of ``PACKAGES`` can put it somewhere.
 
@@ -91,7 +91,7 @@ def package_of(name: str) -> str | None:
 
 
 def layer_of(module: str) -> str | None:
-    """The layer of a dotted module name in either layout (``perfbisect.trials`` and
+    """The layer of a dotted module name in either layout (``perfbisect.measure.trials`` and
     ``perfbisect.measure.trials`` are both ``measure``); None for the top-level modules."""
     for part in module.split(".")[1:]:
         if part in ORDER:
@@ -166,8 +166,8 @@ def _exists(root: Path, dotted: str) -> bool:
 
 
 def map_dotted(name: str, renames: dict[str, str]) -> str:
-    """``name`` with its longest renamed prefix replaced (``perfbisect.check.status`` →
-    ``perfbisect.hook.check.status``); unchanged when no prefix was renamed."""
+    """``name`` with its longest renamed prefix replaced (``perfbisect.hook.check.status`` →
+    ``perfbisect.hook.hook.check.status``); unchanged when no prefix was renamed."""
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
         prefix = ".".join(parts[:cut])
@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         (root / dest).write_text(text, encoding="utf-8")
     git(root, "add", "-A", ROOT_PACKAGE)
     if f"{ROOT_PACKAGE}.hookworker" in plan.renames:
-        print("note: git hooks installed before this embed `python -m perfbisect.hookworker`, which is gone now "
+        print("note: git hooks installed before this embed `python -m perfbisect.hook.hookworker`, which is gone now "
               "(and `perfbisect hook status` probes the new path, so it will not notice): users re-run "
               "`perfbisect hook install`; say so in CHANGELOG.md, or teach `hook status` to check the installed script")
     print("done: review with `git status` and `git diff --cached --stat`, run tests/test_layers.py, then commit")

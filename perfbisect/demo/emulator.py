@@ -64,7 +64,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..children import die_with_parent
+from ..runtime.children import die_with_parent
 
 EMULATOR_VERSION = "0.0.0+perfbisect.emulator"
 

@@ -418,7 +418,7 @@ class Store:
         # Whether the process that wrote an owner string still runs: /proc here, the owner lock when shared.
         self.owner_alive = shared.owner_checker(engine, self.owner) if self.shared else owner_alive
         self.recovered: tuple[list[int], list[int]] = ([], [])
-        # Set by a cluster job (perfbisect.slurmjob): every trial it begins records its job and node.
+        # Set by a cluster job (perfbisect.cluster.slurmjob): every trial it begins records its job and node.
         self.job_id: str | None = None
         self.node: str | None = None
 
@@ -696,7 +696,7 @@ class Store:
         with self.session(write=True) as s:
             return queries.set_bisection_running(s, bisection_id, self.owner, self.owner_alive)
 
-    # --- cluster jobs (perfbisect.slurm) -------------------------------------------------------
+    # --- cluster jobs (perfbisect.cluster.slurm) -------------------------------------------------------
 
     def add_job(self, bisection_id: int, slot: int, attempt: int, commit: str, executor: str, job_name: str) -> int:
         """Store a job about to be submitted (before sbatch, so a crash cannot lose track of it)."""

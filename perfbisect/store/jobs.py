@@ -1,4 +1,4 @@
-"""The jobs table: one row per observation submitted to a cluster (``perfbisect.slurm``).
+"""The jobs table: one row per observation submitted to a cluster (``perfbisect.cluster.slurm``).
 
 Two writers share a row and never overwrite each other's columns: the controller (submission, the
 state Slurm reports, the observation it became, "lost") and the job on its node (its result or its

@@ -210,7 +210,7 @@ class NoiseEstimateRow(Base):
 
 
 class JobRow(Base):
-    """One observation's trials submitted to a cluster as a job (``perfbisect.slurm``).
+    """One observation's trials submitted to a cluster as a job (``perfbisect.cluster.slurm``).
 
     The controller owns ``state`` ("submitted" while in flight, "observed" once its result is an
     observation, "lost" when the cluster ended it without a result), ``slurm_state`` and

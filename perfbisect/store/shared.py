@@ -8,7 +8,7 @@ stale after a crash.
 - ``OwnerLock``: every process holds a *shared* lock on its owner key (``host:pid:start``) for as
   long as its store is open. A trial or bisection whose owner key nobody holds is dead, whichever host
   ran it: ``owner_alive`` reads ``pg_locks``, never this host's /proc.
-- ``DatabaseNodeLock``: the GPU node lock of ``perfbisect.locks`` made visible to every user of the
+- ``DatabaseNodeLock``: the GPU node lock of ``perfbisect.runtime.locks`` made visible to every user of the
   store: an exclusive lock on the node's name, held on a dedicated connection whose
   ``application_name`` says who holds it (pid, host, command), so a refusal can name the holder.
 - ``MIGRATION_KEY``: a transaction lock that serializes processes upgrading the schema at once.
@@ -26,8 +26,8 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import InfrastructureError
-from ..locks import Holder, LockHeld, this_command
-from ..polling import poll_until
+from ..runtime.locks import Holder, LockHeld, this_command
+from ..runtime.polling import poll_until
 
 
 def lock_key(kind: str, name: str) -> int:
@@ -124,7 +124,7 @@ def describe_app(application_name: str, backend_pid: int) -> Holder:
 
 
 class DatabaseNodeLock:
-    """The GPU node's lock on a shared store; same interface as ``perfbisect.locks.FileLock``."""
+    """The GPU node's lock on a shared store; same interface as ``perfbisect.runtime.locks.FileLock``."""
 
     def __init__(self, engine: Engine, node: str | None = None, where: str = ""):
         self.engine = engine

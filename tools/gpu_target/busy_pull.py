@@ -20,9 +20,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from perfbisect import checkqueue, hook  # noqa: E402
+from perfbisect.hook import checkqueue, hook  # noqa: E402
 from perfbisect.config import load_config  # noqa: E402
-from perfbisect.host import gpu_busy_processes  # noqa: E402
+from perfbisect.measure.host import gpu_busy_processes  # noqa: E402
 from tests.hook_setup import git, make_pull_setup  # noqa: E402
 
 MATMUL = """

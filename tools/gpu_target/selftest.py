@@ -44,7 +44,7 @@ class FakeEngine:
 
 def main():
     from perfbisect.settings import WorkloadConfig
-    from perfbisect.workload import run_workload
+    from perfbisect.measure.workload import run_workload
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

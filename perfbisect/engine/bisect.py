@@ -1,0 +1,1008 @@
+"""The bisection policy: pure logic over observations (no git, no servers, no database).
+
+``SearchPolicy.next(observations)`` is a deterministic function of the constructor arguments and
+the observations, so a bisection resumed from the database replays to the same state.
+
+How it decides (DESIGN.md §5):
+
+1. Each endpoint is measured once; from then on every trial (endpoints, midpoints, repeats) feeds
+   one posterior over "no change", "the first change is at k" and "changes at k1 and k2"
+   (changepoint.py), in which the segment levels, the noise σ *and the machine's drift over the run
+   order* are integrated out. A commit is never confounded with when it was measured: trials far
+   apart in time count for less when the data show drift, contrasts of neighbouring trials keep
+   their weight.
+2. Every decision is a posterior threshold, so looking after every trial does not inflate its error
+   rate (the thresholds are checked by simulation in benchmarks/strategies.py):
+   - ``same`` when "no change ≥ min_effect" holds ``confidence`` of the posterior;
+   - ``improved`` (nothing to bisect) when the bad end is faster than the good one beyond the
+     minimum effect with probability ``confidence``;
+   - a change is named when its location holds ``confidence`` and "no change" is below
+     NO_CHANGE_DOUBT; a second change is searched for only while trials are expected to move the
+     answer (SECOND_CHANGE_DOUBT and MIN_GAIN_BITS), never until a budget runs out.
+3. The next commit is the one whose next trial is expected to remove the most uncertainty about
+   the answer (a one-step look-ahead over the posterior's predictive distributions, drift included:
+   lookahead.py). A located change and the endpoints' gap are sized in effects.py.
+4. The culprit is the first located change that is a *regression*; a located improvement is reported
+   as such, never as the first bad commit. The commits on each side of a named change carry at
+   least MIN_TRIALS_AT_CHANGE trials each, so a single wild session cannot carry a verdict.
+5. Trials flagged by the runner (throttled by an external cause, contended) are excluded and said so.
+   Only state the code cannot cause (external clock caps, other processes' load, the temperature a
+   trial started at) may adjust trial summaries; power, utilisation, the load's own clock and
+   temperature are mediators: shown, never adjusted for.
+6. Untestable commits (value None) are never measured again and never blamed: a change next to
+   them is reported as the set of skipped commits plus the first testable bad one.
+7. Several nodes (``next_batch``): up to k trials at once, picked greedily, each scored given the
+   results still in flight; when trials come from more than one node, each node's level offset is
+   a random effect (prior sd HOST_OFFSET_PRIOR_PCT) integrated out of the posterior, so a slow node
+   is never a slow commit. The noise σ stays one for the bisection (shared by its nodes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .changepoint import RHO_GRID, RHO_PRIOR, ChangePosterior, Evidence, outlier_scale, posterior
+from ..settings import StatsConfig
+from .effects import Step, endpoint_comparison, is_regression, located_step, ruled_out_pct, step_comparison
+from ..errors import UsageError
+from .lookahead import best_trial
+from ..metrics import level_text
+from ..model import BisectOutcome, Comparison, Verdict
+from .stats import (LOOK_ALPHA_SHARE, PRIOR_DOF_CAP, NoiseModel, covariate_notes, history_shift, log_of_pct, pct, t_cdf,
+                    t_quantile)
+
+# Prior probability that the range holds two changes rather than one.
+TWO_CHANGE_PRIOR = 0.1
+# Prior probability that nothing changed in the range (the endpoints differ by noise only).
+NO_CHANGE_PRIOR = 0.5
+# Posterior of "no change" below which a located change may be named.
+NO_CHANGE_DOUBT = 0.02
+# Posterior of a second change above which one change is not accepted yet, while trials can still
+# move it by at least MIN_GAIN_BITS each.
+SECOND_CHANGE_DOUBT = 0.04
+MIN_GAIN_BITS = 0.05
+# The commits on each side of a named change carry at least this many trials each.
+MIN_TRIALS_AT_CHANGE = 2
+# While locating, a search whose decisive commits are out of budget and whose best next trial is
+# expected to remove less than this stops: the remaining budget cannot change the answer.
+LOCATE_MIN_GAIN_BITS = 0.01
+# Before one change is accepted, each side of it must carry enough trials, split anywhere, to show a
+# second level step of SECOND_CHANGE_PCT at settings.second_change_z standard errors: a second change
+# hides where nothing was measured.
+SECOND_CHANGE_PCT = 5.0
+# ...or SECOND_CHANGE_SHARE of the located step, or this many noise σ, whichever is biggest: below
+# SECOND_CHANGE_SIGMAS·σ no affordable number of trials shows a step.
+SECOND_CHANGE_SHARE = 0.5
+SECOND_CHANGE_SIGMAS = 1.5
+# Once the posterior suspects a second change (p_two ≥ SECOND_CHANGE_DOUBT), each side must show a
+# step of the floor size at this many standard errors: the located step is overestimated when a second
+# change sits on its bad side, so a share of it would look weakest exactly there.
+SUSPECTED_CHANGE_Z = 3.5
+# Prior sd of one node's level offset (percent): how differently two nodes of one cluster may run the
+# same build. Modelled (a random effect integrated out of the change-point posterior) only when the
+# trials come from more than one node.
+HOST_OFFSET_PRIOR_PCT = 5.0
+# No verdict of any kind rests on fewer trials than this on each side: `same` and `improved` on each
+# endpoint, `regressed` on the culprit and on its parent (MIN_TRIALS_AT_CHANGE).
+MIN_TRIALS_PER_SIDE = 2
+# Trials before wild sessions are looked for (changepoint.outlier_scale): below it nothing is an outlier yet.
+ROBUST_MIN_TRIALS = 5
+# `same` by tolerance needs "no change" to be at least this likely: a regression the search can see is
+# located, not waved through because it is smaller than the tolerance.
+SAME_NO_CHANGE = 0.5
+# The share of alpha one look may spend on "no regression ≥ X%" and on "the bad end is faster": both are
+# checked after every trial, and a fixed-level bound checked that often crosses by chance (checked by
+# simulation at the tolerance's edge, benchmarks/strategies.py TE and TE-R, and on every A/A twin).
+SAME_ALPHA_SHARE = LOOK_ALPHA_SHARE
+# Layout re-check of a change smaller than stats.layout_check_pct: its commit and its parent each run
+# under at least LAYOUT_MIN_DISTINCT layouts, and with any one layout's trials left out the step keeps
+# LAYOUT_KEEP of its size; up to LAYOUT_EXTRA_TRIALS trials beyond MIN_TRIALS_AT_CHANGE each go to it.
+LAYOUT_MIN_DISTINCT = 2
+# A named change's own commit and its parent differ by at least this many standard errors on their own trials.
+LOCAL_Z = 2.0
+# Trials of a named change's commit and of its parent: enough that their own contrast would show the
+# step at CHANGE_TRIALS_Z standard errors (at least MIN_TRIALS_AT_CHANGE, at most MAX_TRIALS_AT_CHANGE).
+CHANGE_TRIALS_Z = 3.0
+MAX_TRIALS_AT_CHANGE = 8
+LAYOUT_KEEP = 0.5
+LAYOUT_EXTRA_TRIALS = 6
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One trial's summary for a commit (log scale), or None when the commit cannot be tested."""
+
+    commit: str
+    value: float | None  # None = untestable: patch conflict, build failure, server never ready
+    covariates: Mapping[str, float] = field(default_factory=dict)
+    seq: int = 0  # order in which the trials ran: the drift model's time axis
+    day: str = ""  # for history: the date it was measured ("11-28"); informs notes, never levels
+    at: float | None = None  # wall-clock time the trial started (unix seconds), when known
+    flag: str | None = None  # why this trial is excluded (throttled, contended); None = usable
+    host: str | None = None  # the node that measured it (host fingerprint); None = the one local host
+    layout: str | None = None  # the layout the trial ran under (env size, worktree path, hash seed); None = unrecorded
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What to do next: run one more trial of ``commit``; ``reason`` says why (for progress)."""
+
+    commit: str
+    reason: str
+    phase: str = "locating"  # endpoints | locating | second-change check | confirming
+    gain_bits: float = 0.0  # uncertainty about the answer this trial is expected to remove
+    best: str = ""  # the best answer so far (for progress), when the search has one
+    p: float | None = None  # its posterior probability
+    host: str | None = None  # the node to run it on (next_batch with ``hosts``); None = any node
+    vary_layout: bool = False  # run it under a layout its commit has not had yet, even when layouts are fixed
+
+
+@dataclass(frozen=True)
+class Done:
+    """The search is over."""
+
+    outcome: BisectOutcome
+
+
+@dataclass
+class _Data:
+    """Usable observations regrouped by commit index, with their run-order positions."""
+
+    values: list[list[float]]  # per commit, log summaries (adjusted for exogenous state where earned)
+    times: list[list[int]]  # per commit, run-order position of each value
+    untestable: set[int]
+    trials: int  # usable trials
+    spent: int  # every trial run, excluded ones included (the budget counts these)
+    excluded: list[str]  # "c0ffee1234: throttled: HwSlowdown" per excluded trial
+    notes: list[str]  # covariate sentences
+    hosts: list[list[str]] = field(default_factory=list)  # per commit, the node of each value ("" = unnamed)
+    pending: list[tuple[int, str | None]] = field(default_factory=list)  # trials in flight: (commit, node)
+    layouts: list[list[str | None]] = field(default_factory=list)  # per commit, the layout of each value
+
+    @property
+    def host_names(self) -> list[str]:
+        """Nodes of the usable trials, in order of first appearance by commit (a stable numbering)."""
+        seen: dict[str, int] = {}
+        for hs in self.hosts:
+            for h in hs:
+                seen.setdefault(h, len(seen))
+        return list(seen)
+
+    def host_index(self, host: str | None) -> int:
+        """Index of ``host`` in ``host_names``; -1 for a node that has no usable trial yet."""
+        names = self.host_names
+        return names.index(host) if host in names else -1
+
+    def count(self, i: int) -> int:
+        """Trials of commit ``i``: usable ones and those in flight."""
+        return len(self.values[i]) + sum(1 for j, _ in self.pending if j == i)
+
+    def count_on(self, i: int, host: str | None) -> int:
+        """Trials of commit ``i`` on ``host``: usable ones and those in flight."""
+        hs = self.hosts[i] if self.hosts else []
+        return sum(1 for h in hs if h == (host or "")) + sum(1 for j, h in self.pending if j == i and h == host)
+
+    def evidence(self, n: int) -> Evidence:
+        commit, time, value, host = [], [], [], []
+        names = {h: k for k, h in enumerate(self.host_names)}
+        for i, (vs, ts) in enumerate(zip(self.values, self.times)):
+            hs = self.hosts[i] if self.hosts else [""] * len(vs)
+            for v, t, h in zip(vs, ts, hs):
+                commit.append(i)
+                time.append(t)
+                value.append(v)
+                host.append(names[h])
+        nt = np.arange(n)
+        nxt = n - 1
+        for k in range(n - 1, -1, -1):
+            if k not in self.untestable:
+                nxt = k
+            nt[k] = nxt
+        order = np.argsort(np.asarray(time), kind="stable")
+        hosts = np.asarray(host, dtype=int)[order] if len(names) > 1 else None
+        return Evidence(
+            np.asarray(commit, dtype=int)[order], np.asarray(time, dtype=float)[order],
+            np.asarray(value, dtype=float)[order], n, nt, hosts,
+        )
+
+
+class SearchPolicy:
+    """Decide which commit to measure next, or stop with an outcome (see the module docstring)."""
+
+    def __init__(
+        self,
+        commits: Sequence[str],
+        settings: StatsConfig,
+        noise: NoiseModel,
+        history: Sequence[Observation] = (),
+        higher_is_better: bool = True,
+    ):
+        commits = list(commits)
+        if len(commits) < 2:
+            raise UsageError(
+                f"A bisection needs a good and a bad commit; got {len(commits)} candidate(s). "
+                f"Pass two different revisions, good first (e.g. `perfbisect run good=bba2fc4 bad=HEAD`)."
+            )
+        if len(set(commits)) != len(commits):
+            raise UsageError(
+                "The candidate commit list repeats a commit. Build it from the first-parent range "
+                "good..bad, oldest first, each commit once."
+            )
+        self.commits = commits
+        self.index = {c: i for i, c in enumerate(commits)}
+        self.settings = settings
+        self.noise = noise
+        self.history = tuple(history)
+        self.higher_is_better = higher_is_better
+        self.n = len(commits)
+
+    # ----------------------------------------------------------------------------------------
+    # public
+
+    def next_batch(
+        self,
+        observations: Sequence[Observation],
+        k: int,
+        pending: Sequence[str | Measure | tuple[str, str | None]] = (),
+        hosts: Sequence[str] | None = None,
+    ) -> list[Measure] | Done:
+        """Up to ``k`` trials to start now, given the trials in flight (``pending``).
+
+        ``pending``: one entry per trial started and not yet stored (a commit may repeat), as a
+        commit, a ``Measure`` (its ``host`` is read) or a (commit, host) pair. ``hosts``: the nodes
+        free now; each returned Measure is pinned to one of them (``Measure.host``), in their order,
+        and at most ``len(hosts)`` are returned. Without ``hosts`` the trials may run anywhere.
+
+        Greedy joint selection: slot by slot, each choice is ``next``'s decision with the pending
+        trials and the earlier choices of this batch counted as started — their commits count
+        towards the endpoints' interleaving, the trials each side of a change needs and the budget,
+        and the look-ahead scores a commit by what it is expected to tell *given* their results
+        (``lookahead.conditional_gain``) — so a batch spreads over distinct, useful commits (the
+        midpoints of several sub-ranges at once, as Pinpoint does), and each node measures the
+        endpoint it lacks while the endpoints are being compared, a reference for its own offset.
+
+        A pure function of the stored observations and the pending list: results may arrive in any
+        order (``seq`` = completion order). An empty list means "wait for a pending result". Done
+        comes only when nothing is pending: a verdict is stated on every trial that was started
+        (a result in flight could still move it; the controller waits for it rather than cancel it).
+        With ``k = 1``, nothing pending and no hosts this is exactly ``next``.
+        """
+        pend = [self._pending_item(p) for p in pending]
+        free: list[str | None] = list(hosts) if hosts is not None else [None] * max(k, 0)
+        out: list[Measure] = []
+        memo: dict = {}  # the regrouped data and the posterior: one per batch, whatever the slot
+        for slot in range(min(k, len(free))):
+            act = self._decide(observations, pend + [(m.commit, m.host) for m in out], free[slot], memo)
+            if isinstance(act, Done):
+                return act if not pend and not out else out
+            out.append(replace(act, host=free[slot]) if free[slot] is not None else act)
+        return out
+
+    def _pending_item(self, p) -> tuple[str, str | None]:
+        if isinstance(p, Measure):
+            commit, host = p.commit, p.host
+        elif isinstance(p, str):
+            commit, host = p, None
+        else:
+            commit, host = p
+        if commit not in self.index:
+            raise UsageError(
+                f"A pending trial names commit {str(commit)[:10]}, which is not in this bisection's range. "
+                f"Pass the commits of the trials in flight for this bisection only."
+            )
+        return commit, host
+
+    def next(self, observations: Sequence[Observation]) -> Measure | Done:
+        """The next trial to run, or Done with the outcome; a pure function of the observations."""
+        return self._decide(observations, (), None)
+
+    def _decide(self, observations: Sequence[Observation], pending: Sequence[tuple[str, str | None]],
+                host: str | None, memo: dict | None = None) -> Measure | Done:
+        """``next`` with trials in flight (``pending``: (commit, node)) counted as started, for ``host``.
+
+        ``memo`` carries the regrouped observations and their posterior from one slot of a batch to
+        the next (they depend on the stored observations only)."""
+        memo = {} if memo is None else memo
+        if "data" not in memo:
+            memo["data"] = self._regroup(observations)
+        data = replace(memo["data"], pending=[(self.index[c], h) for c, h in pending])
+        s = self.settings
+        good, bad = 0, self.n - 1
+        for end in (good, bad):
+            if end in data.untestable:
+                return self._done(
+                    Verdict.INCONCLUSIVE, data,
+                    explanation=(
+                        f"The {'good' if end == good else 'bad'} endpoint {self.commits[end][:10]} cannot be "
+                        f"tested (patch conflict, build failure or server never ready), so there is nothing "
+                        f"to bisect against. Pick an endpoint that builds and serves."
+                    ),
+                )
+        for end in (good, bad):
+            if not data.values[end] and not data.count(end):
+                if not self._budget_left(data, end):
+                    return self._exhausted(data, None, "the endpoints could not both be measured")
+                return Measure(self.commits[end], "measuring the endpoints first (good, then bad)", "endpoints")
+        if not data.values[good] or not data.values[bad]:
+            # both started, not both back: while several nodes wait, they measure the endpoints too
+            return self._measure_endpoint(data, None, None, None, host)
+
+        if "post" not in memo:
+            memo["post"] = self._posterior(data)
+        post = memo["post"]
+        counts = [len(v) for v in data.values]
+        ends, _ = endpoint_comparison(post, counts, self._level_prior_ratio(data), s, self.higher_is_better)
+        # What the endpoints rule out is looked at after every trial, so each look uses a stricter level
+        # (SAME_ALPHA_SHARE of alpha) for the claim "no regression ≥ X% at 1 − alpha" to hold over all looks.
+        # ...and with the degrees of freedom of this bisection's own trials, not the prior's pseudo-trials:
+        # a stored σ may be several times too small (issue #19), so it must not make the bound tight early.
+        seq, p_better_seq = endpoint_comparison(
+            post, counts, self._level_prior_ratio(data), replace(s, alpha=s.alpha * SAME_ALPHA_SHARE),
+            self.higher_is_better, dof=self._own_dof(post, data),
+        )
+        ruled_out = ruled_out_pct(seq, self.higher_is_better)
+        top_key, top_p = post.answer()
+
+        # No regression: "no change at all" holds the posterior, the bad end is faster, or a regression
+        # as big as the tolerance is ruled out while no change is the likelier story. Each rests on at
+        # least MIN_TRIALS_PER_SIDE trials of each endpoint: one session per side cannot carry a verdict.
+        ends_ok = min(counts[good], counts[bad]) >= MIN_TRIALS_PER_SIDE
+        tol = self._tolerance()
+        # With a tolerance, every `same` states that it is ruled out (the bound above, this bisection's own
+        # dof): "no change anywhere" from a posterior that a stored σ's pseudo-trials still lean on is not enough.
+        tol_ok = tol <= 0 or (ruled_out is not None and ruled_out < tol)
+        if ends_ok and tol_ok and post.p_none >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
+            return self._done(
+                Verdict.SAME, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
+                explanation=(
+                    f"No regression beyond noise: no change of {s.min_effect_pct:g}% or more anywhere in the "
+                    f"range holds {post.p_none:.3f} of the posterior after {data.trials} trials"
+                    + (f"; no regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided)" if ruled_out is not None else "")
+                    + f". Endpoints: {ends.explanation}"
+                ),
+            )
+        if ends_ok and p_better_seq >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
+            return self._done(
+                Verdict.IMPROVED, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
+                explanation=(
+                    f"The bad endpoint is faster than the good one (probability {p_better_seq:.3f} of a gain beyond "
+                    f"{s.min_effect_pct:g}%): no regression to bisect. {ends.explanation}"
+                ),
+            )
+        if (ends_ok and tol > 0 and ruled_out is not None and ruled_out < tol
+                and (post.p_none >= SAME_NO_CHANGE or not is_regression(log_of_pct(ends.effect_pct), self.higher_is_better))):
+            return self._done(
+                Verdict.SAME, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
+                explanation=(
+                    f"No regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided), inside the tolerance "
+                    f"of {tol:g}% (stats.tolerance_pct), after {data.trials} trials; "
+                    + (f"no change is the likelier story (posterior {post.p_none:.2f})" if post.p_none >= SAME_NO_CHANGE
+                       else "the bad end is, if anything, faster")
+                    + f". Endpoints: {ends.explanation}"
+                ),
+            )
+
+        if post.p_none >= 0.5 or (tol > 0 and not is_regression(log_of_pct(ends.effect_pct), self.higher_is_better)):
+            # No change is the likeliest story, or the bad end is if anything faster (no regression to
+            # locate: the question is whether one as big as the tolerance is ruled out): the endpoints
+            # settle it, interleaved.
+            return self._measure_endpoint(data, post, ends, ruled_out, host)
+
+        located = top_p >= s.confidence and post.p_none < NO_CHANGE_DOUBT
+        if not located:
+            return self._search_step(data, post, top_key, top_p, ends, ruled_out, phase="locating", host=host)
+
+        p_two = post.p_two
+        doubt = None
+        if len(top_key) == 1 and p_two >= SECOND_CHANGE_DOUBT:
+            step = self._search_step(data, post, top_key, top_p, ends, ruled_out, phase="second-change check",
+                                     host=host)
+            if isinstance(step, Done) or step.gain_bits >= MIN_GAIN_BITS:
+                return step
+            doubt = p_two
+
+        # Located: size each change under the posterior; the culprit is the first regression.
+        steps = [located_step(post, top_key, b, self._parent(b, data), counts) for b in top_key]
+        if len(top_key) == 1:
+            probe = self._second_change_probe(data, post, steps[0])
+            if probe is not None:
+                return Measure(
+                    self.commits[probe],
+                    f"second-change check: {self._describe_key(data, top_key)} holds {top_p:.3f} of the posterior; "
+                    f"measuring this side of it so a second level step would show",
+                    "second-change check",
+                    best=self._describe_key(data, top_key),
+                    p=top_p,
+                )
+        for st in steps:
+            p_dir = t_cdf(-abs(st.step) / st.se, st.dof) if st.se > 0 else 0.0
+            if p_dir > 1.0 - s.confidence:
+                move = self._confirm_step(data, st, "its direction is not certain yet")
+                if move is not None:
+                    return move
+        # One wild session must not carry a verdict alone: the commits on both sides of a change are
+        # each measured at least twice before it is named (heavy-tailed session effects did that).
+        for st in steps:
+            need = self._trials_at_change(post, st)
+            if min(data.count(st.parent), data.count(st.at)) < need:
+                move = self._confirm_step(
+                    data, st,
+                    "a second trial of each side, so no single session carries the verdict" if need <= MIN_TRIALS_AT_CHANGE
+                    else f"{need} trials of each side: at {pct(post.sigma_top):.1f}% noise per trial a "
+                         f"{abs(pct(st.step)):.1f}% step needs that many before sessions that fell on one side of "
+                         f"the noise cannot carry it")
+                if move is not None:
+                    return move
+        # The change must also show between its own commit and its parent, not only between the segments
+        # around it: sessions that happened to fall on the same side of the noise cannot carry it then.
+        for st in steps:
+            if LOCAL_Z > 0 and self._local_z(data, post, st) < LOCAL_Z:
+                move = self._confirm_step(data, st, f"the commit and its parent must differ by {LOCAL_Z:g} standard errors on their own trials")
+                if move is not None:
+                    return move
+        # Layout: a small change must hold under layouts its commits did not share (Mytkowicz et al.:
+        # env size and code placement alone move timings by several percent). Re-measure, then keep it
+        # only if every layout can be left out without the step vanishing.
+        layout_sensitive: list[Step] = []
+        for st in steps:
+            if abs(pct(st.step)) >= s.layout_check_pct:
+                continue
+            ok, again = self._layout_check(data, st)
+            if ok:
+                continue
+            extra = data.count(st.parent) + data.count(st.at) - 2 * MIN_TRIALS_AT_CHANGE
+            if again is not None and extra < LAYOUT_EXTRA_TRIALS and self._budget_left(data, again):
+                return Measure(
+                    self.commits[again],
+                    f"confirming the change at {self.commits[st.at][:10]} ({pct(st.step):+.1f}%) under another layout: "
+                    f"a change smaller than {s.layout_check_pct:g}% must survive a different environment size, "
+                    f"worktree path and hash seed before it is blamed",
+                    "confirming", vary_layout=True,
+                )
+            layout_sensitive.append(st)
+        steps = [st for st in steps if st not in layout_sensitive]
+        if layout_sensitive and not steps:
+            return self._done(
+                Verdict.INCONCLUSIVE, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out, top_key=top_key,
+                layout_sensitive=tuple(self.commits[st.at] for st in layout_sensitive), probability=top_p,
+                explanation=(
+                    f"Layout-sensitive, not blamed: the change located at {self._describe_steps(data, layout_sensitive)} "
+                    f"does not survive a change of layout — with the trials of one layout left out, the step "
+                    f"shrinks below half its size or turns around. Environment size, worktree path length and "
+                    f"hash seed move timings by several percent without any code change on the hot path "
+                    f"(Mytkowicz et al., ASPLOS 2009); measure this commit with its parent again, or raise "
+                    f"stats.layout_check_pct only if you know the benchmark is layout-proof."
+                ),
+            )
+        regressions = [st for st in steps if is_regression(st.step, self.higher_is_better)]
+        improvements = [st for st in steps if not is_regression(st.step, self.higher_is_better)]
+        if not regressions:
+            return self._done(
+                Verdict.IMPROVED, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out, top_key=top_key,
+                improvements=tuple(self.commits[st.at] for st in improvements),
+                explanation=(
+                    f"The only change located is an improvement: {self._describe_steps(data, improvements)}. "
+                    f"No regression to blame. Endpoints: {ends.explanation}"
+                ),
+            )
+        first = regressions[0]
+        cmp = step_comparison(first, Verdict.REGRESSED, s)
+        expl = (
+            f"First bad commit {self._describe_key(data, (first.at,))}: {cmp.effect_pct:+.1f}% "
+            f"({level_text(cmp.level_pct)} interval [{cmp.ci_low_pct:+.1f}%, {cmp.ci_high_pct:+.1f}%]) from the commits before it to the commits from it on "
+            f"({first.n_before} vs {first.n_after} trials, noise {pct(first.sigma):.1f}% per trial). Posterior "
+            f"probability of this answer {top_p:.3f} given that something changed; of no change at all "
+            f"{post.p_none:.1g}, after {data.trials} "
+            f"trials; the endpoints differ by {ends.effect_pct:+.1f}%."
+        )
+        if len(regressions) > 1:
+            expl += f" A further regression: {self._describe_steps(data, regressions[1:])}."
+        if improvements:
+            expl += f" An improvement was also located (not the culprit): {self._describe_steps(data, improvements)}."
+        if doubt is not None:
+            expl += (
+                f" A second, smaller change elsewhere keeps {doubt:.2f} of the whole posterior and further trials "
+                f"are not expected to settle it (each < {MIN_GAIN_BITS:g} bits): the first bad commit stands."
+            )
+        return self._done(
+            Verdict.REGRESSED, data, post=post, endpoint_cmp=ends, culprit_cmp=cmp, ruled_out=ruled_out,
+            top_key=top_key, culprit=first.at,
+            extra=tuple(self.commits[st.at] for st in regressions[1:]),
+            improvements=tuple(self.commits[st.at] for st in improvements),
+            probability=top_p, explanation=expl,
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # observations
+
+    def _regroup(self, observations: Sequence[Observation]) -> _Data:
+        ordered = sorted(enumerate(observations), key=lambda io: (io[1].seq, io[0]))
+        values: list[list[float]] = [[] for _ in range(self.n)]
+        times: list[list[int]] = [[] for _ in range(self.n)]
+        untestable: set[int] = set()
+        excluded: list[str] = []
+        rows = []
+        for pos, (_, o) in enumerate(ordered):
+            i = self.index.get(o.commit)
+            if i is None:
+                raise UsageError(
+                    f"Observation for commit {o.commit[:10]} which is not in this bisection's range. "
+                    f"Resume the bisection with the same good/bad revisions it was started with."
+                )
+            if o.value is None or not math.isfinite(o.value):
+                untestable.add(i)
+                continue
+            if o.flag:
+                excluded.append(f"{o.commit[:10]}: {o.flag}")
+                continue
+            rows.append((i, pos, float(o.value), o.covariates, o.host or "", o.layout))
+        # A commit that failed once is untestable: its earlier values (if any) are kept out too,
+        # since a build that sometimes fails is not one identity to compare.
+        rows = [r for r in rows if r[0] not in untestable]
+        adjusted, notes = covariate_notes(
+            [r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows], alpha=self.settings.alpha
+        )
+        hosts: list[list[str]] = [[] for _ in range(self.n)]
+        layouts: list[list[str | None]] = [[] for _ in range(self.n)]
+        for (i, pos, _, _, h, lay), v in zip(rows, adjusted):
+            values[i].append(v)
+            times[i].append(pos)
+            hosts[i].append(h)
+            layouts[i].append(lay)
+        return _Data(values, times, untestable, len(rows), len(rows) + len(excluded), excluded, notes, hosts,
+                     layouts=layouts)
+
+    def _budget_left(self, data: _Data, i: int) -> bool:
+        s = self.settings
+        cap = s.max_trials_per_commit or s.max_trials_total  # 0: no cap per commit, the look-ahead allocates
+        return data.spent + len(data.pending) < s.max_trials_total and data.count(i) < cap
+
+    def _noise_with(self, data: _Data) -> NoiseModel:
+        """The noise model sharpened by this bisection's own repeats of identical builds."""
+        return NoiseModel.from_groups([v for v in data.values if len(v) >= 2], prior=self.noise)
+
+    # ----------------------------------------------------------------------------------------
+    # posterior
+
+    def _level_prior_ratio(self, data: _Data) -> float:
+        """Prior variance of segment levels as a multiple of σ²: wide enough for the endpoints' gap."""
+        a, b = data.values[0], data.values[-1]
+        gap = abs(float(np.mean(b)) - float(np.mean(a))) if a and b else 0.0
+        return max(4.0, 2.0 * (gap / self.noise.sigma_b) ** 2)
+
+    def _tolerance(self) -> float:
+        """The regression `same` must rule out (percent): stats.tolerance_pct, or the older key's value."""
+        s = self.settings
+        return s.stop_when_ruled_out_pct or s.tolerance_pct
+
+    def _posterior(self, data: _Data) -> ChangePosterior:
+        """The change-point posterior, with wild sessions down-weighted once there are enough trials to see them."""
+        ev = data.evidence(self.n)
+        post = self._fit(ev, data)
+        if ev.trials >= ROBUST_MIN_TRIALS:
+            scale = outlier_scale(post)
+            if scale is not None:
+                post = self._fit(replace(ev, scale=scale), data)
+        return post
+
+    def _fit(self, ev: Evidence, data: _Data) -> ChangePosterior:
+        return posterior(
+            ev,
+            sigma0=self.noise.sigma_b,
+            dof0=min(self.noise.dof, PRIOR_DOF_CAP),
+            level_ratio=self._level_prior_ratio(data),
+            min_step=log_of_pct(self.settings.min_effect_pct),
+            no_change_prior=NO_CHANGE_PRIOR,
+            two_change_prior=TWO_CHANGE_PRIOR if self.n >= 3 else 0.0,
+            # drift_check = false: trials are i.i.d. given their commit (the model before drift).
+            rho_grid=RHO_GRID if self.settings.drift_check else (0.0,),
+            rho_prior=RHO_PRIOR if self.settings.drift_check else (1.0,),
+            host_ratio=(log_of_pct(HOST_OFFSET_PRIOR_PCT) / self.noise.sigma_b) ** 2,
+            extra_edges=tuple(sorted({i for i, _ in data.pending})),
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # endpoints
+
+    def _measure_endpoint(self, data: _Data, post: ChangePosterior | None, ends: Comparison | None,
+                          ruled_out: float | None, host: str | None = None) -> Measure | Done:
+        good, bad = 0, self.n - 1
+        m = data.count(good) + data.count(bad)
+        order = [good, bad, bad, good][m % 4]
+        if host is not None and self._several_hosts(data, host):
+            # each node measures the endpoint it has fewer trials of: a reference for its own offset
+            on_good, on_bad = data.count_on(good, host), data.count_on(bad, host)
+            if on_good != on_bad:
+                order = good if on_good < on_bad else bad
+        other = bad if order == good else good
+        for i in (order, other):
+            if self._budget_left(data, i):
+                if post is None:
+                    why = f"comparing the endpoints (interleaved good/bad, endpoint trial {m + 1}) while the first results are out"
+                else:
+                    story = (f"no change at all is likeliest (posterior {post.p_none:.2f})" if post.p_none >= 0.5
+                             else "the bad end is, if anything, faster: no regression to locate")
+                    why = (
+                        f"comparing the endpoints (interleaved good/bad, endpoint trial {m + 1}): so far {ends.effect_pct:+.1f}%, "
+                        f"{story}" + (f"; no regression ≥ {ruled_out:.1f}% already ruled out" if ruled_out is not None else "")
+                    )
+                return Measure(self.commits[i], why, "endpoints")
+        why = ("no change at all is likeliest but not certain" if post is None or post.p_none >= 0.5
+               else "the bad end looks faster, but a regression of the tolerance is not ruled out yet")
+        return self._exhausted(data, post, why, ends=ends, ruled_out=ruled_out)
+
+    @staticmethod
+    def _several_hosts(data: _Data, host: str | None) -> bool:
+        names = set(data.host_names) | {h or "" for _, h in data.pending} | {host or ""}
+        return len(names) > 1
+
+    # ----------------------------------------------------------------------------------------
+    # search
+
+    def _search_step(self, data: _Data, post: ChangePosterior, top_key, top_p, ends, ruled_out, phase: str,
+                     host: str | None = None) -> Measure | Done:
+        """Measure the commit whose next trial is expected to remove the most uncertainty about the answer."""
+        def eligible(js) -> list[int]:
+            return [j for j in js if j not in data.untestable and self._budget_left(data, j)]
+
+        # A long range: the look-ahead chooses among the posterior's bin edges (measured commits, quantiles
+        # of the change's location, a coarse grid), where its expected gains are exact; should none be
+        # left, among at most 256 evenly spread commits.
+        cand = eligible(post.edges.tolist()) if post.sparse else []
+        if not cand:
+            cand = eligible(range(self.n))
+            if post.sparse:
+                cand = cand[:: max(1, len(cand) // 256)]
+        if not cand:
+            return self._exhausted(data, post, f"the best answer holds {top_p:.2f}", top_key=top_key, top_p=top_p,
+                                   ends=ends, ruled_out=ruled_out)
+        if not data.pending and host is None:
+            j, bits = best_trial(post, cand, float(data.spent))
+        else:
+            hosts_on = post.host_ratio > 0.0
+            hid = data.host_index(host) if hosts_on and host is not None else None
+            inflight = [(i, float(data.spent + q), data.host_index(h) if hosts_on and h is not None else None)
+                        for q, (i, h) in enumerate(data.pending)]
+            j, bits = best_trial(post, cand, float(data.spent + len(data.pending)), host=hid, pending=inflight)
+        what = self._describe_key(data, top_key) or "no change"
+        decisive = [b for k in top_key for b in (k, self._parent(k, data))]
+        if phase == "locating" and bits < LOCATE_MIN_GAIN_BITS and decisive and not any(
+            self._budget_left(data, b) for b in decisive
+        ):
+            # The commits that would decide it (the best answer and its parent) are at their
+            # per-commit budget and nothing else can move the answer: stop instead of spending the rest.
+            return self._exhausted(
+                data, post,
+                f"the commits that decide it reached stats.max_trials_per_commit and no other trial can move "
+                f"the answer (the best would remove {max(bits, 0.0):.3f} bits)", top_key=top_key, top_p=top_p, ends=ends,
+                ruled_out=ruled_out,
+            )
+        return Measure(
+            self.commits[j],
+            f"{phase}: best answer so far {what} at p={top_p:.2f} (need {self.settings.confidence}); a trial of "
+            f"this commit is expected to remove {max(bits, 0.0):.2f} bits of uncertainty",
+            phase,
+            bits,
+            best=what,
+            p=top_p,
+        )
+
+    def _confirm_step(self, data: _Data, st: Step, why: str) -> Measure | None:
+        """Measure the side of the change (its parent or the commit) with fewer trials, budget allowing."""
+        first, second = (st.parent, st.at) if data.count(st.parent) <= data.count(st.at) else (st.at, st.parent)
+        for i in (first, second):
+            if self._budget_left(data, i):
+                return Measure(
+                    self.commits[i],
+                    f"confirming the change at {self.commits[st.at][:10]} against its parent directly "
+                    f"({pct(st.step):+.1f}% so far): {why}",
+                    "confirming",
+                )
+        return None
+
+    def _second_change_probe(self, data: _Data, post: ChangePosterior, st: Step) -> int | None:
+        """A commit to measure so that a second step on either side of the change could show, or None.
+
+        For every split point inside a side segment, the trials on its two sides give an effective
+        count n_a·n_b/(n_a + n_b); the weakest split must reach the count that shows the step at
+        ``settings.second_change_z`` standard errors under the current noise.
+        """
+        z = self.settings.second_change_z
+        if z <= 0:
+            return None
+        floor = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SIGMAS * post.sigma_top)
+        step = max(floor, SECOND_CHANGE_SHARE * abs(st.step))
+        if SUSPECTED_CHANGE_Z > 0 and post.p_two >= SECOND_CHANGE_DOUBT:
+            # a second change is suspected: look for one as small as the floor, with more power
+            z, step = max(z, SUSPECTED_CHANGE_Z), floor
+        need = (z * post.sigma_top / step) ** 2
+        cnt = np.array([data.count(i) for i in range(self.n)], dtype=float)
+        best: tuple[float, int] | None = None
+        for lo, hi in ((0, st.at), (st.at, self.n)):
+            idx = np.array([j for j in range(lo, hi) if j not in data.untestable])
+            if len(idx) < 2:
+                continue
+            c = cnt[idx]
+            worst = _weakest_split(c)
+            if worst >= need:
+                continue
+            lifted = _weakest_split_lifted(c)
+            ok = np.array([self._budget_left(data, int(j)) for j in idx])
+            if not ok.any():
+                continue
+            lifted = np.where(ok, lifted, -1.0)
+            k = int(np.argmax(lifted))
+            cand = (-(need - worst), int(idx[k]))
+            if best is None or cand < best:
+                best = cand
+        return None if best is None else best[1]
+
+    @staticmethod
+    def _trials_at_change(post: ChangePosterior, st: Step) -> int:
+        """Trials each of a named change's commit and parent carry: MIN_TRIALS_AT_CHANGE, more when the
+        step is small against the noise (each trial then tells little, and a few sessions that happened to
+        fall on one side of the noise can carry a posterior), at most MAX_TRIALS_AT_CHANGE."""
+        ratio = CHANGE_TRIALS_Z * post.sigma_top / max(abs(st.step), 1e-9)
+        return int(min(MAX_TRIALS_AT_CHANGE, max(MIN_TRIALS_AT_CHANGE, math.ceil(ratio * ratio))))
+
+    @staticmethod
+    def _local_z(data: _Data, post: ChangePosterior, st: Step) -> float:
+        """The step between the commit's own trials and its parent's, in standard errors (signed along the step)."""
+        vc, vp = data.values[st.at], data.values[st.parent]
+        if not vc or not vp:
+            return 0.0
+        d = float(np.mean(vc) - np.mean(vp))
+        se = post.sigma_top * math.sqrt(1.0 / len(vc) + 1.0 / len(vp))
+        return (d if st.step > 0 else -d) / se
+
+    def _layout_check(self, data: _Data, st: Step) -> tuple[bool, int | None]:
+        """Whether the step at ``st`` survives leaving out each layout, and which commit to re-measure if not.
+
+        Only trials that recorded a layout count. The culprit and its parent must each have run under
+        at least LAYOUT_MIN_DISTINCT layouts; then, for every layout, the culprit-minus-parent contrast of
+        the trials of the other layouts must keep the step's sign and at least LAYOUT_KEEP of its size.
+        Returns (True, None) when no trial recorded a layout (nothing to check).
+        """
+        lp, lc = data.layouts[st.parent], data.layouts[st.at]
+        if not any(x is not None for x in (*lp, *lc)):
+            return True, None
+        vp, vc = data.values[st.parent], data.values[st.at]
+        dp, dc = set(lp), set(lc)
+        fewer = st.parent if (len(dp), len(vp)) <= (len(dc), len(vc)) else st.at
+        if min(len(dp), len(dc)) < LAYOUT_MIN_DISTINCT:
+            return False, fewer
+        sign = 1.0 if st.step > 0 else -1.0
+        for left_out in dp | dc:
+            rp = [v for v, x in zip(vp, lp) if x != left_out]
+            rc = [v for v, x in zip(vc, lc) if x != left_out]
+            if not rp or not rc:
+                continue
+            d = float(np.mean(rc) - np.mean(rp))
+            if sign * d < LAYOUT_KEEP * abs(st.step):
+                return False, fewer
+        return True, None
+
+    def _parent(self, b: int, data: _Data) -> int:
+        p = b - 1
+        while p > 0 and p in data.untestable:
+            p -= 1
+        return p
+
+    # ----------------------------------------------------------------------------------------
+    # reporting
+
+    def _describe_key(self, data: _Data, key) -> str:
+        """"abc", "one of {a, b}" (skipped neighbours), or "two changes: at a and at b" (a pair is one answer)."""
+        parts = []
+        for b in key:
+            skipped = self._skipped_before(b, data)
+            if skipped:
+                parts.append("one of {" + ", ".join(self.commits[i][:10] for i in (*skipped, b)) + "}")
+            else:
+                parts.append(self.commits[b][:10])
+        if len(parts) == 2:
+            return f"two changes: at {parts[0]} and at {parts[1]}"
+        return " and ".join(parts)
+
+    def _describe_steps(self, data: _Data, steps: Sequence[Step]) -> str:
+        return ", ".join(f"{self._describe_key(data, (st.at,))} ({pct(st.step):+.1f}%)" for st in steps)
+
+    def _skipped_before(self, b: int, data: _Data) -> list[int]:
+        out = []
+        i = b - 1
+        while i > 0 and i in data.untestable:
+            out.append(i)
+            i -= 1
+        return sorted(out)
+
+    def _history_note(self, data: _Data, noise: NoiseModel) -> str | None:
+        notes = []
+        for c, i in sorted(self.index.items(), key=lambda kv: kv[1]):
+            earlier = [(o.day or "an earlier day", o.value) for o in self.history if o.commit == c and o.value is not None]
+            if earlier and data.values[i]:
+                note = history_shift(data.values[i], earlier, noise, build=c[:10], alpha=self.settings.alpha)
+                if note:
+                    notes.append(note)
+        return "; ".join(notes) if notes else None
+
+    def _drift(self, data: _Data, post: ChangePosterior) -> tuple[float | None, str | None]:
+        """Estimated drift of the machine over the bisection (percent, range of the fitted path) and a note."""
+        if post is None or not post.fits or post.rho_weights[0] >= 0.5:
+            return None, None
+        path = post.drift_path(post.evidence)
+        if path is None:
+            return None, None
+        span = pct(float(path.max() - path.min()))
+        note = (
+            f"The machine drifted during the bisection (a level path spanning about {span:.1f}% over "
+            f"{data.spent} trials, probability {1 - post.rho_weights[0]:.2f} that it moved at all): the model "
+            f"weighs trials far apart in time less and lets neighbouring trials carry the contrasts."
+        )
+        return span, note
+
+    def _exhausted(self, data: _Data, post: ChangePosterior | None, why: str, *, top_key=None, top_p=None,
+                   ends: Comparison | None = None, ruled_out: float | None = None) -> Done:
+        s = self.settings
+        best = self._describe_key(data, top_key) if top_key else "no change"
+        if data.spent + len(data.pending) >= s.max_trials_total:
+            limit = f"stats.max_trials_total = {s.max_trials_total}"
+        else:
+            limit = f"stats.max_trials_per_commit = {s.max_trials_per_commit} (reached by the commits that decide it)"
+        tol = self._tolerance()
+        more = self._trials_to_rule_out(data, post, ends, tol)
+        bound = (f" No regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided, from the endpoints)."
+                 if ruled_out is not None else "")
+        if more is not None and tol > 0:
+            advice = (f" Ruling out the tolerance of {tol:g}% would take about {more} more trials of the endpoints "
+                      f"(interleaved) at the noise measured so far; raise {limit.split(' =')[0]}, or set "
+                      f"stats.tolerance_pct to the regression that matters to you.")
+        elif top_key:
+            advice = f" Raise {limit.split(' =')[0]} or narrow the range around the best answer."
+        else:
+            advice = f" Raise {limit.split(' =')[0]}."
+        return self._done(
+            Verdict.INCONCLUSIVE, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out, top_key=top_key,
+            probability=top_p, budget_exhausted=True, best=top_key or (), stopped_by=limit, more_trials=more,
+            explanation=(
+                f"The trial budget ran out ({limit}; {data.spent} trials run) before the answer was clear: {why}. "
+                f"Best answer: {best}" + (f" (probability {top_p:.2f})" if top_p is not None else "") + "."
+                + bound + advice
+            ),
+        )
+
+    @staticmethod
+    def _own_dof(post: ChangePosterior, data: _Data) -> float:
+        """Degrees of freedom of this bisection's own trials (the endpoints' two levels spent), at most
+        the posterior's: what `same` and `improved` decide with, so a prior's pseudo-trials never count."""
+        return min(post.dof, max(data.trials - 2.0, 1.0))
+
+    def _trials_to_rule_out(self, data: _Data, post: ChangePosterior | None, ends: Comparison | None,
+                            tol: float) -> int | None:
+        """More endpoint trials (both ends, interleaved) after which the sequential bound would fall below
+        ``tol`` if the endpoints' difference and the noise stayed as measured; None when the endpoints
+        already point to a regression of the tolerance or more (more trials would confirm it instead)."""
+        if post is None or ends is None or tol <= 0 or not math.isfinite(ends.effect_pct):
+            return None
+        d = log_of_pct(ends.effect_pct) * (1.0 if self.higher_is_better else -1.0)  # < 0: a regression
+        room = log_of_pct(tol) + d
+        if room <= 0:
+            return None
+        z = t_quantile(1.0 - self.settings.alpha * SAME_ALPHA_SHARE, self._own_dof(post, data))
+        sigma = post.sigma_top
+        n_a, n_b = len(data.values[0]), len(data.values[-1])
+        for k in range(0, 100_000, 2):
+            a, b = n_a + k // 2, n_b + k // 2
+            if z * sigma * math.sqrt(1.0 / max(a, 1) + 1.0 / max(b, 1)) < room:
+                return k
+        return None
+
+    def _done(
+        self,
+        verdict: Verdict,
+        data: _Data,
+        *,
+        explanation: str,
+        post: ChangePosterior | None = None,
+        endpoint_cmp: Comparison | None = None,
+        culprit_cmp: Comparison | None = None,
+        ruled_out: float | None = None,
+        top_key: tuple[int, ...] | None = None,
+        culprit: int | None = None,
+        extra: tuple[str, ...] = (),
+        improvements: tuple[str, ...] = (),
+        probability: float | None = None,
+        budget_exhausted: bool = False,
+        best: tuple[int, ...] = (),
+        layout_sensitive: tuple[str, ...] = (),
+        stopped_by: str | None = None,
+        more_trials: int | None = None,
+    ) -> Done:
+        culprit_sha = None
+        culprit_set: tuple[str, ...] = ()
+        if culprit is not None:
+            culprit_sha = self.commits[culprit]
+            skipped = self._skipped_before(culprit, data)
+            if skipped:
+                culprit_set = tuple(self.commits[i] for i in (*skipped, culprit))
+        drift_pct, drift_note = self._drift(data, post) if post is not None else (None, None)
+        # History is judged against the noise this bisection measured (its posterior), not the prior it started from.
+        noise = (NoiseModel(post.sigma_top, post.dof, "this bisection's trials") if post is not None
+                 else self._noise_with(data))
+        notes = [x for x in (drift_note, self._history_note(data, noise)) if x]
+        if data.notes:
+            explanation += " System state: " + "; ".join(data.notes) + "."
+        if data.excluded:
+            explanation += (
+                f" Excluded {len(data.excluded)} trial(s) the runner flagged (like nvbench, a throttled or "
+                f"contended trial is re-run, not averaged in): " + "; ".join(data.excluded[:5])
+                + ("; …" if len(data.excluded) > 5 else "") + "."
+            )
+        sigma = noise_dof = None
+        if post is not None and data.trials > 2 + len(top_key or ()):
+            # What this bisection learned about the noise, for the next one on this host to start from.
+            sigma = pct(post.sigma_top)
+            noise_dof = float(data.trials - 1 - len(top_key or ()))
+        effect = culprit_cmp.effect_pct if culprit_cmp is not None else (endpoint_cmp.effect_pct if endpoint_cmp else None)
+        outcome = BisectOutcome(
+            verdict=verdict,
+            good=self.commits[0],
+            bad=self.commits[-1],
+            culprit=culprit_sha,
+            culprit_set=culprit_set,
+            effect_pct=effect,
+            endpoint_comparison=endpoint_cmp,
+            culprit_comparison=culprit_cmp,
+            extra_changes=extra,
+            improvements=improvements,
+            skipped=tuple(self.commits[i] for i in sorted(data.untestable)),
+            trials_used=data.spent,
+            drift_note="; ".join(notes) if notes else None,
+            explanation=explanation,
+            answer_probability=probability,
+            best_answer=tuple(self.commits[i] for i in best),
+            budget_exhausted=budget_exhausted,
+            ruled_out_pct=ruled_out,
+            excluded=tuple(data.excluded),
+            drift_pct=drift_pct,
+            noise_sigma_pct=sigma,
+            noise_dof=noise_dof,
+            layout_sensitive=layout_sensitive,
+            tolerance_pct=self._tolerance() or None,
+            stopped_by=stopped_by,
+            more_trials=more_trials,
+        )
+        return Done(outcome)
+
+
+def _weakest_split(c: np.ndarray) -> float:
+    """Smallest effective count n_a·n_b/(n_a + n_b) over the split points of a run of commits."""
+    left = np.cumsum(c)[:-1]
+    right = c.sum() - left
+    tot = np.maximum(left + right, 1e-9)
+    return float((left * right / tot).min())
+
+
+def _weakest_split_lifted(c: np.ndarray) -> np.ndarray:
+    """``_weakest_split(c + e_k)`` for every k at once, in O(len(c)) (the same numbers, bit for bit).
+
+    One more trial at k adds 1 to the left count of every split at or after k and to the right count of
+    every split before it, so the weakest split is the smaller of a prefix minimum and a suffix minimum.
+    """
+    left = np.cumsum(c)[:-1]
+    total = c.sum() + 1.0
+    tot = max(total, 1e-9)
+    before = left * (total - left) / tot  # splits s < k: the new trial is on their right
+    after = (left + 1.0) * (total - (left + 1.0)) / tot  # splits s ≥ k: on their left
+    m = len(c)
+    prefix = np.full(m, np.inf)
+    prefix[1:] = np.minimum.accumulate(before)
+    suffix = np.full(m, np.inf)
+    suffix[:-1] = np.minimum.accumulate(after[::-1])[::-1]
+    return np.minimum(prefix, suffix)
+
+
+__all__ = ["Done", "Measure", "Observation", "SearchPolicy"]

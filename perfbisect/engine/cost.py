@@ -1,0 +1,435 @@
+"""What a bisection costs: the estimate `plan` prints and `run` checks against `[cost] budget_gpu_hours`,
+and what a finished one spent.
+
+Trials: simulated. The REAL ``SearchPolicy`` (bisect.py) is run ``SIM_REPS`` times on synthetic
+observations — the candidate count `plan` found, the noise model `run` would start from (learned on this
+host, else A/A data, else ``stats.prior_sigma_pct``) as both the policy's prior and the simulated
+noise, one level step at positions spread evenly over the range — and the estimate is the median count
+with the 10th–90th percentile range. The step is the gap between the endpoints' stored trials on this
+host when both have some, else the one the user states (``plan --effect PCT``), else an assumed
+``DEFAULT_EFFECT_FACTOR`` × ``stats.min_effect_pct`` (a regression a few trials show clearly). What the
+search costs depends on that step relative to the noise, which is why both are printed with the
+estimate. Ranges longer than ``SIM_MAX_CANDIDATES`` are simulated at that length and extended by the
+fitted growth below; past ``SIM_BUDGET_S`` CPU seconds (a slow machine) the simulations stop and the
+fitted formula alone is used:
+
+    trials ≈ 2 (one per endpoint) + 2 (the two-trials-each-side confirmation) + 1.2 × log2(candidates − 1)^1.5
+
+(fitted to the demo and benchmarks/strategies.py; benchmarks/plan_estimate.py measures both against
+real runs). With several metric modes (``ratio:``), each step runs one trial per mode.
+
+Minutes per trial: the median duration of the trials stored on this host for the same mode and
+workload (``Workspace.noise_key``: start to finish, build and server start included), else
+``[cost] trial_minutes``, else unknown. GPU-hours = trial hours × ``[cost] gpus``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..model import median
+from ..settings import StatsConfig
+from .stats import NoiseModel, log_of_pct, pct
+
+ENDPOINT_TRIALS = 2
+CONFIRM_TRIALS = 2
+SEARCH_COEF = 1.2  # trials ≈ ... + SEARCH_COEF × log2(candidates − 1) ** SEARCH_POWER
+SEARCH_POWER = 1.5
+# Simulated bisections behind one estimate, and the wall-clock budget `plan` gives them.
+SIM_REPS = 11
+SIM_BUDGET_S = 4.0  # CPU seconds; the demo's 4 and 20 candidates take about 0.1–1 s
+NO_CHANGE_REPS = 5  # simulated bisections of a range with no change at all (the estimate's other outcome)
+SIM_MAX_CANDIDATES = 32  # longer ranges: simulated at this length, extended by the fitted growth
+# The regression assumed when neither stored endpoint trials nor the user say how big it is.
+DEFAULT_EFFECT_FACTOR = 5.0
+# A gap between two trials of one bisection longer than this (and than a median trial) is a pause
+# (interrupted, resumed later): `spent` does not count it as wall time.
+PAUSE_GAP_S = 300.0
+
+
+def hours_unit(config) -> tuple[int, str]:
+    """(factor, unit) of a target's hours: [cost] gpus and "GPU-hours" for a server target; 1 and
+    "machine-hours" for a `command` workload, which starts no server and is given no GPU."""
+    gpus = max(int(getattr(getattr(config, "cost", None), "gpus", 1) or 1), 1)
+    if getattr(getattr(config, "workload", None), "kind", "") == "command" and gpus == 1:
+        return 1, "machine-hours"  # unless [cost] gpus says its trials hold GPUs (a command driving a GPU job)
+    return gpus, "GPU-hours"
+
+
+def expected_trials(candidates: int, max_total: int | None = None) -> int:
+    """Trials a bisection over ``candidates`` measurable commits (endpoints included) is expected to take
+    by the fitted formula (no simulation)."""
+    out = int(round(_formula(candidates)))
+    return min(out, max_total) if max_total else out
+
+
+def _formula(candidates: int) -> float:
+    n = max(candidates, 2)
+    return ENDPOINT_TRIALS + CONFIRM_TRIALS + SEARCH_COEF * math.log2(n - 1) ** SEARCH_POWER
+
+
+def simulate_trials(
+    candidates: int,
+    settings: StatsConfig,
+    noise: NoiseModel,
+    step_log: float,
+    *,
+    reps: int = SIM_REPS,
+    budget_s: float = SIM_BUDGET_S,
+    seed: int = 0,
+) -> list[int]:
+    """Trials the real SearchPolicy spends on ``reps`` simulated bisections of ``candidates`` commits.
+
+    Each: i.i.d. normal trial noise, one level step of ``step_log`` at the k-th of ``reps`` positions
+    spread evenly over the range, the policy started from ``noise``. A measured or learned ``noise`` is
+    known to its degrees of freedom only, so each simulation draws its σ from that uncertainty
+    (σ_b·√(dof/χ²_dof)); a pure prior (nothing measured) is taken as it is stated. Deterministic for a
+    seed. Past ``budget_s`` seconds of CPU time the result is empty (the caller falls back to the
+    fitted formula): all simulations or none, so the answer does not depend on the machine's load.
+    """
+    from .bisect import Done, Observation, SearchPolicy  # the search itself (heavy: numpy/scipy posteriors)
+
+    n = max(int(candidates), 2)
+    commits = [f"{i:040x}" for i in range(n)]
+    deadline = time.process_time() + budget_s  # CPU seconds: a busy machine does not change the answer
+    counts: list[int] = []
+    for r in range(reps):
+        at = 1 + min(int((r + 0.5) / reps * (n - 1)), n - 2)  # the first commit with the new level
+        rng = np.random.default_rng([seed, r])
+        sigma = noise.sigma_b
+        if not noise.source.startswith("prior") and noise.dof > 0:
+            sigma *= math.sqrt(noise.dof / max(float(rng.chisquare(noise.dof)), 1e-9))
+        policy = SearchPolicy(commits, settings, noise)
+        obs: list = []
+        while True:
+            if time.process_time() > deadline:
+                return []  # all or none: a partial set would favour the short simulations
+            action = policy.next(obs)
+            if isinstance(action, Done):
+                counts.append(action.outcome.trials_used)
+                break
+            i = policy.index[action.commit]
+            value = (step_log if i >= at else 0.0) + float(rng.normal(0.0, sigma))
+            obs.append(Observation(commit=action.commit, value=value, seq=len(obs)))
+    return counts
+
+
+def _percentile(sorted_counts: Sequence[int], q: float) -> int:
+    """Nearest-rank percentile of sorted counts."""
+    k = max(1, math.ceil(q * len(sorted_counts)))
+    return int(sorted_counts[k - 1])
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Trials a bisection is expected to take: the median of simulated runs with its 10th–90th range."""
+
+    trials: int
+    low: int
+    high: int
+    method: str  # "simulated" | "simulated at N candidates, extended by the fitted growth" | "formula"
+    runs: tuple[int, ...]  # simulated counts (empty for the formula)
+    effect_pct: float  # the regression simulated (percent, worse direction)
+    effect_source: str
+    noise_pct: float
+    noise_source: str
+    elapsed_s: float  # wall seconds the forecast took
+    cpu_s: float  # CPU seconds (what the budget counts)
+    no_change: int | None = None  # median trials when nothing changed at all (simulated), None: not simulated
+
+
+def forecast_trials(
+    candidates: int,
+    settings: StatsConfig,
+    noise: NoiseModel,
+    effect_pct: float,
+    effect_source: str,
+    *,
+    higher_is_better: bool = True,
+    budget_s: float = SIM_BUDGET_S,
+    reps: int = SIM_REPS,
+) -> Forecast:
+    """Median and 10th–90th percentile of the trials the search spends (simulated; see the module doc)."""
+    t0, c0 = time.monotonic(), time.process_time()
+    n = max(int(candidates), 2)
+    cap = settings.max_trials_total
+    step = log_of_pct(-effect_pct if higher_is_better else effect_pct)
+    sim_n = min(n, SIM_MAX_CANDIDATES)
+    runs = simulate_trials(sim_n, settings, noise, step, reps=reps, budget_s=budget_s) if budget_s > 0 else []
+    if runs:
+        extra = _formula(n) - _formula(sim_n)
+        counts = sorted(min(cap, int(round(c + extra))) for c in runs)
+        method = (f"median of {len(runs)} simulated runs of the search" if sim_n == n else
+                  f"median of {len(runs)} simulated runs of the search at {sim_n} candidates, "
+                  f"+{extra:.1f} for the longer range by the fitted growth")
+        trials, low, high = int(round(median(counts))), _percentile(counts, 0.1), _percentile(counts, 0.9)
+    else:
+        trials = expected_trials(n, cap)
+        low = high = trials
+        counts = []
+        method = (f"fitted formula 2 + 2 + {SEARCH_COEF} × log2({n - 1})^{SEARCH_POWER} (no simulation "
+                  f"finished within {budget_s:g} CPU seconds)")
+    # The other outcome a range can have: no regression at all (the endpoints decide it, or the tolerance
+    # takes its trials to rule out). Simulated the same way, with no step, on what budget is left.
+    left = budget_s - (time.process_time() - c0)
+    flat = simulate_trials(sim_n, settings, noise, 0.0, reps=NO_CHANGE_REPS, budget_s=left) if left > 0 else []
+    no_change = min(cap, int(round(median(flat)))) if flat else None
+    return Forecast(
+        trials=trials, low=low, high=high, method=method, runs=tuple(counts), effect_pct=effect_pct,
+        effect_source=effect_source, noise_pct=pct(noise.sigma_b), noise_source=noise.source,
+        elapsed_s=time.monotonic() - t0, cpu_s=time.process_time() - c0, no_change=no_change,
+    )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    candidates: int
+    trials: int  # trial steps (each one trial per metric mode): the forecast's median
+    max_trials: int
+    modes: int  # trials per step (metric modes)
+    trial_s: float | None  # seconds per trial (one mode), None when unknown
+    source: str  # where trial_s comes from
+    gpus: int
+    low: int = 0  # 10th percentile of the simulated counts (= trials for the formula)
+    high: int = 0  # 90th percentile
+    forecast: Forecast | None = None
+    unit: str = "GPU-hours"  # "machine-hours" for a command target (cost.hours_unit)
+
+    def _hours(self, trials: int) -> float | None:
+        return None if self.trial_s is None else trials * self.modes * self.trial_s / 3600.0 * self.gpus
+
+    @property
+    def wall_s(self) -> float | None:
+        return None if self.trial_s is None else self.trials * self.modes * self.trial_s
+
+    @property
+    def gpu_hours(self) -> float | None:
+        return self._hours(self.trials)
+
+    @property
+    def max_gpu_hours(self) -> float | None:
+        return self._hours(self.max_trials)
+
+    def lines(self) -> list[str]:
+        """The estimate (trials, range, wall time, GPU-hours), then what it assumes."""
+        lo, hi = self.low or self.trials, self.high or self.trials
+        span = f" ({lo}–{hi} in 80% of simulated runs)" if hi > lo else ""
+        head = f"estimate: ~{self.trials} trials{span}" + (f" × {self.modes} modes" if self.modes > 1 else "")
+        head += f", at most {self.max_trials} (stats.max_trials_total)"
+        if self.trial_s is None:
+            head += "; time unknown: no trial stored on this host yet — set [cost] trial_minutes"
+        else:
+            wall = format_duration(self.wall_s)
+            hours = f"{self.gpu_hours:.2f}"
+            if hi > lo:
+                wall += f" ({format_duration(lo * self.modes * self.trial_s)}–{format_duration(hi * self.modes * self.trial_s)})"
+                hours += f" ({self._hours(lo):.2f}–{self._hours(hi):.2f})"
+            per = (f" × {self.gpus} GPU" + ("s" if self.gpus != 1 else "")) if self.unit == "GPU-hours" else ""
+            head += (
+                f"; {wall} wall, {hours} {self.unit} (at most {self.max_gpu_hours:.2f}) at "
+                f"{format_duration(self.trial_s)} per trial ({self.source}){per}"
+            )
+        out = [head]
+        f = self.forecast
+        if f is not None and not f.runs:
+            out.append(f"  how: {f.method}; it counts candidates only, not the regression or the noise")
+        elif f is not None:
+            out.append(
+                f"  how: {f.method}, each a {f.effect_pct:.1f}% regression ({f.effect_source}) under "
+                f"{f.noise_pct:.1f}% trial noise ({f.noise_source}); the cost grows as the regression nears the noise"
+            )
+        if f is not None and f.no_change is not None:
+            n = f.no_change
+            time_part = (f", {format_duration(n * self.modes * self.trial_s)} wall" if self.trial_s is not None else "")
+            out.append(f"  if nothing changed: ~{n} trial{'s' if n != 1 else ''}{time_part} (the search ends on "
+                       f"\"no regression\" once the endpoints rule it out)")
+        return out
+
+    def line(self) -> str:
+        return self.lines()[0]
+
+    def as_dict(self) -> dict:
+        f = self.forecast
+        return {
+            "candidates": self.candidates, "trials": self.trials, "trials_low": self.low or self.trials,
+            "trials_high": self.high or self.trials, "range": "10th-90th percentile of simulated runs",
+            "max_trials": self.max_trials, "modes": self.modes, "trial_s": self.trial_s, "trial_s_source": self.source,
+            "gpus": self.gpus, "hours_unit": self.unit, "wall_s": self.wall_s, "gpu_hours": self.gpu_hours, "max_gpu_hours": self.max_gpu_hours,
+            "gpu_hours_low": self._hours(self.low or self.trials), "gpu_hours_high": self._hours(self.high or self.trials),
+            "method": f.method if f else "formula", "simulated_trials": list(f.runs) if f else [],
+            "trials_if_no_change": f.no_change if f else None,
+            "effect_pct": f.effect_pct if f else None, "effect_source": f.effect_source if f else None,
+            "noise_pct": f.noise_pct if f else None, "noise_source": f.noise_source if f else None,
+            "seconds_to_estimate": f.elapsed_s if f else None, "cpu_seconds_to_estimate": f.cpu_s if f else None,
+        }
+
+
+def trial_seconds(ws, mode_names: Sequence[str]) -> tuple[float | None, str]:
+    """Seconds one trial takes here: stored trials of this host/mode/workload, else the config."""
+    durations: list[float] = []
+    for name in mode_names:
+        key = ws.noise_key(ws.config.mode(name))
+        durations += [
+            t.finished_at - t.started_at for t in ws.store.trials(noise_key=key, status=None)
+            if t.finished_at and t.started_at and t.finished_at > t.started_at
+        ]
+    if durations:
+        return median(durations), f"median of {len(durations)} stored trial{'s' if len(durations) != 1 else ''} on this host"
+    if ws.config.cost.trial_minutes > 0:
+        return ws.config.cost.trial_minutes * 60.0, "[cost] trial_minutes"
+    return None, "unknown"
+
+
+def default_effect(settings: StatsConfig) -> tuple[float, str]:
+    """The regression assumed when nothing says how big it is."""
+    return (
+        DEFAULT_EFFECT_FACTOR * settings.min_effect_pct,
+        f"assumed: {DEFAULT_EFFECT_FACTOR:g} × stats.min_effect_pct; `plan --effect PCT` if you know it",
+    )
+
+
+def estimate(
+    ws,
+    candidates: int,
+    noise: NoiseModel | None = None,
+    effect: tuple[float, str] | None = None,
+    *,
+    higher_is_better: bool = True,
+    budget_s: float = SIM_BUDGET_S,
+) -> Estimate:
+    """Trials, wall time and GPU-hours of a bisection over ``candidates`` commits on this host.
+
+    ``noise``: the model `run` would start from (``app.noise_model``), else the configured prior;
+    ``effect``: (percent, where it comes from), else ``default_effect``.
+    """
+    cfg = ws.config
+    modes = cfg.metric_modes
+    trial_s, source = trial_seconds(ws, modes)
+    cap = cfg.stats.max_trials_total
+    noise = noise or NoiseModel.prior(cfg.stats.prior_sigma_pct)
+    effect_pct, effect_source = effect or default_effect(cfg.stats)
+    f = forecast_trials(candidates, cfg.stats, noise, effect_pct, effect_source,
+                        higher_is_better=higher_is_better, budget_s=budget_s)
+    gpus, unit = hours_unit(cfg)
+    return Estimate(
+        candidates=candidates, trials=f.trials, max_trials=cap, modes=len(modes),
+        trial_s=trial_s, source=source, gpus=gpus, low=f.low, high=f.high, forecast=f, unit=unit,
+    )
+
+
+def more_trials_line(ws, trials: int, what: str) -> str:
+    """"about N more trials (X of wall time, Y GPU-hours at ...)": what an inconclusive answer would cost to settle."""
+    cfg = ws.config
+    modes = cfg.metric_modes
+    trial_s, source = trial_seconds(ws, modes)
+    n = trials * len(modes)
+    head = f"{what} would take about {n} more trial{'s' if n != 1 else ''}"
+    if trial_s is None:
+        return head + " at the noise measured so far (set [cost] trial_minutes to see the time it costs)"
+    hours = n * trial_s / 3600.0
+    gpus, unit = hours_unit(cfg)
+    per = f"; × {gpus} GPU{'s' if gpus != 1 else ''}, [cost] gpus" if unit == "GPU-hours" else ""
+    return (f"{head} at the noise measured so far: {format_duration(n * trial_s)} of the machine, "
+            f"{hours * gpus:.1f} {unit} ({format_duration(trial_s)} per trial, {source}{per})")
+
+
+def spent(trials, gpus: int, unit: str = "GPU-hours") -> dict:
+    """What a bisection spent: its trials, the wall time it ran (first start to last finish, less the
+    pauses: gaps between trials longer than ``PAUSE_GAP_S`` and than a median trial, as when it was
+    interrupted and resumed later), and GPU-hours (each trial's duration × gpus)."""
+    timed = sorted((t for t in trials if t.started_at and t.finished_at), key=lambda t: t.started_at)
+    busy = sum(max(t.finished_at - t.started_at, 0.0) for t in timed)
+    wall = paused = 0.0
+    if timed:
+        typical = median([max(t.finished_at - t.started_at, 0.0) for t in timed]) or 0.0
+        limit = max(PAUSE_GAP_S, typical)
+        seg_start, seg_end = timed[0].started_at, timed[0].finished_at
+        for t in timed[1:]:
+            if t.started_at - seg_end > limit:  # nothing ran in between: it was paused
+                wall += seg_end - seg_start
+                paused += t.started_at - seg_end
+                seg_start = t.started_at
+            seg_end = max(seg_end, t.finished_at)
+        wall += seg_end - seg_start
+    return {"trials": len(trials), "wall_s": wall, "paused_s": paused, "gpu_hours": busy / 3600.0 * gpus, "gpus": gpus,
+            "hours_unit": unit}
+
+
+def spent_line(s: dict, used: int | None = None) -> str:
+    """"spent: 17 trials for the search's 9 observations, 1m02s wall, 0.02 GPU-hours (…)"."""
+    n = s["trials"]
+    run = f"{n} trial{'s' if n != 1 else ''}"
+    if used is not None and used != n:  # a ratio metric's observation holds a trial per mode; re-runs add some
+        run += f" for the search's {used} observation{'s' if used != 1 else ''}"
+    unit = s.get("hours_unit", "GPU-hours")
+    per = (f" (trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)" if unit == "GPU-hours"
+           else " (trial time)")
+    return (
+        f"spent: {run}, {format_duration(s['wall_s'])} wall, {s['gpu_hours']:.2f} {unit}{per}"
+        + (f"; {format_duration(s['paused_s'])} paused, not counted" if s.get("paused_s") else "")
+    )
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = max(0, int(round(seconds)))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    if h:
+        return f"{h}h{m:02d}m"
+    if m:
+        return f"{m}m{s:02d}s"
+    return f"{s}s"
+
+
+@dataclass(frozen=True)
+class SearchStatus:
+    """Where a bisection stands before its next trial: what the progress display and heartbeat show."""
+
+    bisection_id: int
+    trial: int  # the trial about to run, 1-based
+    max_trials: int  # stats.max_trials_total
+    expected: int  # the estimate's trials
+    phase: str  # endpoints | locating | second-change check | confirming
+    commit: str  # short sha about to be measured
+    best: str  # best answer so far ("" before the search has one)
+    p: float | None
+    elapsed_s: float
+    trial_s: float | None  # seconds per trial step: this run's own so far, else the estimate's
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.trial_s is None:
+            return None
+        return max(self.expected - self.trial + 1, 1) * self.trial_s
+
+    @property
+    def eta_is_lower_bound(self) -> bool:
+        """Past the estimate's trial count, or in a phase that adds trials the estimate did not foresee
+        (confirming a change, checking for a second one): the ETA is at least this, not about this."""
+        return self.trial >= self.expected or self.phase in ("confirming", "second-change check")
+
+    def eta_text(self) -> str:
+        """"~4m10s", "≥ 12s" (a lower bound), or "?" before any trial time is known."""
+        if self.eta_s is None:
+            return "?"
+        return ("≥ " if self.eta_is_lower_bound else "~") + format_duration(self.eta_s)
+
+    def line(self) -> str:
+        best = f" · best: {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
+        return (
+            f"bisection #{self.bisection_id}: trial {self.trial} of at most {self.max_trials} (~{self.expected} expected)"
+            f" · {self.phase} · {self.commit}{best} · {format_duration(self.elapsed_s)} elapsed · ETA {self.eta_text()}"
+        )
+
+    def compact(self) -> str:
+        """The live line's short form, most telling first (a terminal of 80 columns cuts the tail)."""
+        best = f" · best {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
+        return (f"#{self.bisection_id} trial {self.trial}/~{self.expected} · {self.phase} · {self.commit} · "
+                f"ETA {self.eta_text()} · {format_duration(self.elapsed_s)}{best}")

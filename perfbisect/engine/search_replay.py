@@ -1,0 +1,285 @@
+"""The search's reasoning, replayed: what the policy believed after each step and why it chose the next commit.
+
+``bisect.SearchPolicy`` is a pure function of its settings, what it started from and the observations,
+so running it prefix by prefix over a bisection's stored observations shows its posterior over commits
+at every step. What it started from is stored with the bisection (``SearchStart``: the noise model,
+the endpoint history, the metric's direction) and each observation keeps the node the search was told
+measured it and the live decision that asked for it, so the replay is the search that ran and says so
+(``matches_live``). The report (``evidence.bisection_view``) shows it as a heat map and a table, with
+the levels and the drift the engine fitted (``engine_fit``); nothing is re-measured.
+
+The replay's budget is work, not time: each step costs about trials² · commits units and a report
+replays steps until ``REPLAY_WORK`` is spent (the last step, the outcome, is always replayed and not
+counted), so the same database renders the same report on an idle
+and on a busy machine. A CPU-time cap (``time.process_time``, far above what the work budget costs)
+only guards against a pathological case, and the report says when it cut the replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .bisect import Done, Measure, Observation, SearchPolicy
+from .changepoint import level_step
+from ..errors import PerfbisectError
+from ..settings import StatsConfig
+from .stats import NoiseModel, t_quantile
+
+# Replaying the search re-fits the posterior once per step; past this many steps, steps are sampled
+# evenly (the last one always kept) so a long bisection still renders in seconds.
+MAX_REPLAY_STEPS = 60
+# Work units a report's replay may spend: a step over k observations of n commits costs k²·n units (the
+# posterior's whitened design and prefix sums per drift scale) plus 10,000·n (the look-ahead over commits).
+# Measured here (64 commits, 50 to 600 observations): 5 to 15 M units per CPU second, so 5 M units is about
+# a CPU-second; the index spends a tenth per report.
+REPLAY_WORK = 5_000_000
+INDEX_REPLAY_WORK = REPLAY_WORK // 10
+# CPU seconds (time.process_time) after which a replay stops whatever work is left: a guard, never the rule.
+REPLAY_CPU_CAP_S = 30.0
+
+
+@dataclass(frozen=True)
+class SearchStart:
+    """What a bisection's search started from: the noise model, the endpoint history, the direction."""
+
+    noise: NoiseModel
+    history: tuple[Observation, ...] = ()
+    higher_is_better: bool = True
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain JSON values for ``bisections.search_start``."""
+        return {
+            "noise": dataclasses.asdict(self.noise),
+            "history": [{"commit": o.commit, "value": o.value, "day": o.day} for o in self.history],
+            "higher_is_better": bool(self.higher_is_better),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "SearchStart":
+        """The stored form back (fields this version lacks are dropped)."""
+        names = {f.name for f in dataclasses.fields(NoiseModel)}
+        noise = NoiseModel(**{k: v for k, v in dict(data["noise"]).items() if k in names})
+        history = tuple(Observation(commit=h["commit"], value=h["value"], day=h.get("day", ""))
+                        for h in data.get("history") or ())
+        return cls(noise, history, bool(data.get("higher_is_better", True)))
+
+
+def decision_json(action: Measure | Done) -> dict[str, Any]:
+    """A decision as stored with the observation it asked for, and as the replay compares it."""
+    if isinstance(action, Done):
+        out = action.outcome
+        return {"commit": out.culprit or "", "phase": "done", "reason": out.verdict.value}
+    return {"commit": action.commit, "phase": action.phase, "reason": action.reason}
+
+
+def stats_config(settings: Mapping[str, Any]) -> StatsConfig:
+    """The stats settings a bisection stored, as a StatsConfig (keys this version lacks are dropped)."""
+    names = {f.name for f in dataclasses.fields(StatsConfig)}
+    return StatsConfig(**{k: v for k, v in dict(settings or {}).items() if k in names})
+
+
+def stored_start(record: Any, higher_is_better: bool = True) -> tuple[SearchStart, str]:
+    """What the stored bisection started from, and a note when it is not stored (before migration 0006)."""
+    if getattr(record, "search_start", None):
+        return SearchStart.from_json(record.search_start), ""
+    settings = stats_config(record.settings)
+    note = ("this bisection was stored before its starting noise was (migration 0006): replayed from the "
+            f"configured {settings.prior_sigma_pct:g}% prior, so a replayed reason may quote another σ")
+    return SearchStart(NoiseModel.prior(settings.prior_sigma_pct), (), higher_is_better), note
+
+
+def observations_of(stored: Sequence[Any]) -> list[Observation]:
+    """Stored observations as the search saw them (node and layout included)."""
+    return [Observation(commit=o.commit, value=o.value, covariates=dict(o.covariates), seq=o.seq,
+                        at=o.recorded_at or None, flag=o.flag, host=getattr(o, "host", None), layout=o.layout)
+            for o in stored]
+
+
+def policy_for(record: Any, start: SearchStart) -> SearchPolicy:
+    """The search policy exactly as the bisection built it."""
+    return SearchPolicy(list(record.commits), stats_config(record.settings), start.noise, history=start.history,
+                        higher_is_better=start.higher_is_better)
+
+
+def step_work(k: int, n: int) -> int:
+    """Work units of replaying one step over ``k`` observations of ``n`` commits (see REPLAY_WORK)."""
+    return k * k * n + 10_000 * n
+
+
+def _coarse_to_fine(n: int, limit: int) -> list[int]:
+    """Step numbers 1..n in an order that covers the whole search early: the last, the middle, quarters..."""
+    order, seen = [], set()
+    parts = 1
+    while len(order) < min(n, limit):
+        for j in range(parts, 0, -1):
+            k = max(1, round(n * j / parts))
+            if k not in seen:
+                seen.add(k)
+                order.append(k)
+                if len(order) >= min(n, limit):
+                    break
+        if parts > 2 * n:
+            break
+        parts *= 2
+    return order
+
+
+def replay(record: Any, observations: Sequence[Any], higher_is_better: bool = True,
+           max_steps: int = MAX_REPLAY_STEPS, work: int = REPLAY_WORK,
+           cpu_cap_s: float = REPLAY_CPU_CAP_S) -> dict[str, Any]:
+    """Posterior over commits after each step, why each next commit was chosen, and whether that is what ran.
+
+    The policy starts from the stored ``SearchStart`` (``higher_is_better`` only for bisections stored
+    before it was). Each step re-fits the posterior, so a long search is replayed coarse to fine (last
+    step, middle, quarters...) until ``work`` units are spent; the report says how many steps it shows.
+    Every replayed decision is compared with the live one stored beside the observation it asked for.
+    ``_final`` is the posterior after the last step (not JSON: ``engine_fit`` reuses it, the caller drops it).
+    """
+    start, note = stored_start(record, higher_is_better)
+    policy = policy_for(record, start)
+    seen_post: list[Any] = []
+    fit = policy._posterior
+
+    def remembered(data: Any) -> Any:  # next() fits the full posterior first: keep it, don't fit twice
+        post = fit(data)
+        seen_post.append(post)
+        return post
+
+    policy._posterior = remembered  # type: ignore[method-assign]
+    obs = observations_of(observations)
+    n = len(obs)
+    spent, cpu0, capped = 0, time.process_time(), False
+    done: dict[int, tuple[Any, Any]] = {}
+    for k in _coarse_to_fine(n, max_steps):
+        cost = step_work(k, policy.n) if done else 0  # the last step (the outcome) is always shown
+        if spent + cost > work:
+            continue  # a cheaper (earlier) step may still fit
+        if done and time.process_time() - cpu0 > cpu_cap_s:
+            capped = True
+            break
+        spent += cost
+        prefix = obs[:k]
+        try:
+            seen_post.clear()
+            action = policy.next(prefix)
+            post = seen_post[0] if seen_post else fit(policy._regroup(prefix))
+        except (PerfbisectError, ValueError, FloatingPointError, np.linalg.LinAlgError):  # pragma: no cover
+            continue
+        done[k] = (post, action)
+    steps, cells = [], []
+    compared = mismatches = 0
+    for k in sorted(done):
+        post, action = done[k]
+        mass = post.change_mass()
+        for i, p in enumerate(mass):
+            if p >= 1e-3:
+                cells.append({"step": k, "commit": record.commits[i][:10], "p": round(p, 3)})
+        cells.append({"step": k, "commit": "no change", "p": round(post.p_none, 3)})
+        last = obs[k - 1]
+        nxt = {"commit": "", "phase": "done", "reason": "the search stopped: the outcome above"}
+        if not isinstance(action, Done):
+            nxt = {"commit": action.commit[:10], "phase": action.phase, "reason": action.reason}
+        live = observations[k].decision if k < n and getattr(observations[k], "decision", None) else None
+        agrees = None
+        if live is not None:
+            compared += 1
+            agrees = dict(live) == decision_json(action)
+            mismatches += 0 if agrees else 1
+        top = max(range(policy.n), key=lambda i: mass[i])
+        steps.append({
+            "step": k, "measured": last.commit[:10], "value": math.exp(last.value) if last.value is not None else None,
+            "flag": last.flag or "", "host": last.host or "",
+            "p_none": post.p_none, "top": record.commits[top][:10], "top_p": mass[top], "live_agrees": agrees,
+            "live_commit": (live or {}).get("commit", "")[:10], "live_reason": (live or {}).get("reason", ""),
+            **{"next_" + a: b for a, b in nxt.items()},
+        })
+    first = policy.next([]) if n else None
+    opening = first.reason if first is not None and not isinstance(first, Done) else ""
+    if not compared and any(getattr(o, "host", None) for o in observations) and not note:
+        note = ("this search ran as batches of jobs on several nodes: the replay shows what the search, one trial "
+                "at a time, decides after each result (the batches' own picks also counted the jobs in flight)")
+    final = done[n][0] if n in done else None
+    return {"steps": steps, "cells": cells, "sampled": len(done) < n, "shown": len(done), "total": n, "_final": final,
+            "noise": start.noise.describe(), "opening": opening, "note": note, "work": spent,
+            "cpu_capped": capped, "compared": compared, "mismatches": mismatches,
+            "history": len(start.history)}
+
+
+def engine_fit(record: Any, observations: Sequence[Any], outcome: Any, higher_is_better: bool = True,
+               post: Any = None) -> dict[str, Any]:
+    """The levels and drift the engine fitted on every stored observation (log scale converted to units).
+
+    ``segments``: per segment of the answer's hypothesis (the culprit's and any further change; none for
+    `same`), its commit range, level, 1−2α interval and ±1σ per-trial band; ``steps``: each change's step
+    from ``changepoint.level_step`` as the verdict sized it. ``drift``: when the engine's own test says
+    the machine drifted (the drift-scale posterior puts ≥ 0.5 off ρ = 0, as ``bisect`` reports it), the
+    fitted path at each usable observation's seq, and each segment's level plus drift there. ``post``:
+    the posterior on every observation when the caller has it (``replay``'s ``_final``), else fitted here.
+    """
+    start, _ = stored_start(record, higher_is_better)
+    policy = policy_for(record, start)
+    obs = observations_of(observations)
+    data = policy._regroup(obs)
+    if not data.values[0] or not data.values[-1]:
+        return {"segments": [], "steps": [], "drift": None}
+    post = post if post is not None else policy._posterior(data)
+    commits = list(record.commits)
+    key: tuple[int, ...] = ()
+    if outcome is not None and outcome.culprit in commits:
+        key, _ = post.answer()
+        if commits.index(outcome.culprit) not in key:
+            key = (commits.index(outcome.culprit),)
+    elif outcome is not None and outcome.best_answer and all(s in commits for s in outcome.best_answer):
+        key = tuple(commits.index(s) for s in outcome.best_answer)
+    # (a long range's sparse posterior finds the hypotheses whose bins hold the answer itself: post.top)
+    if not getattr(post, "sparse", False) and not any(k == key for k in post.keys):
+        key = ()
+    h = post.top(key)
+    settings = stats_config(record.settings)
+    tq = t_quantile(1.0 - settings.alpha, post.dof)
+    sigma = math.sqrt(float(post.s2[h]))
+    bounds = [0, int(post.b1[h]), int(post.b2[h]), post.n]
+    segments = []
+    for s in range(3):
+        lo, hi = bounds[s], bounds[s + 1]
+        if lo >= hi:
+            continue
+        level = float(post.beta[h][s])
+        se = math.sqrt(float(post.s2[h]) * max(float(post.cov[h][s, s]), 0.0))
+        segments.append({"index": s, "from": commits[lo], "to": commits[hi - 1], "value": math.exp(level),
+                         "low": math.exp(level - tq * se), "high": math.exp(level + tq * se),
+                         "band_low": math.exp(level - sigma), "band_high": math.exp(level + sigma),
+                         "n": sum(len(data.values[i]) for i in range(lo, hi)), "log": level})
+    steps = []
+    for a, b in zip(segments, segments[1:]):
+        d, se = (float(x) for x in level_step(post.beta[h], post.cov[h].T, post.s2[h], a["index"], b["index"]))
+        steps.append({"at": b["from"], "step_pct": 100 * math.expm1(d), "se": se})
+    drift = None
+    if post.fits and post.rho_weights[0] < 0.5 and post.evidence is not None:
+        path = post.drift_path(post.evidence)
+        if path is not None:
+            ordered = sorted(enumerate(obs), key=lambda io: (io[1].seq, io[0]))
+            ht = post.top()
+            top_bounds = np.asarray([int(post.b1[ht]), int(post.b2[ht])])
+            rows = []
+            for pos, d in zip(post.evidence.time, path):
+                o = ordered[int(pos)][1]
+                rows.append({"seq": o.seq, "commit": o.commit, "drift_pct": 100 * math.expm1(float(d)),
+                             "levels": [math.exp(float(post.beta[ht][s]) + float(d)) for s in range(3)]})
+            tb = [0, *[int(b) for b in top_bounds], post.n]
+            drift = {"rows": rows, "span_pct": 100 * math.expm1(float(path.max() - path.min())),
+                     "segments": [{"index": s, "from": commits[tb[s]], "to": commits[tb[s + 1] - 1]}
+                                  for s in range(3) if tb[s] < tb[s + 1]],
+                     "p_drift": 1.0 - float(post.rho_weights[0])}
+    return {"segments": segments, "steps": steps, "drift": drift, "sigma_pct": 100 * math.expm1(sigma),
+            "level_pct": 100 * (1 - 2 * settings.alpha)}
+
+
+__all__ = ["INDEX_REPLAY_WORK", "MAX_REPLAY_STEPS", "REPLAY_CPU_CAP_S", "REPLAY_WORK", "SearchStart", "decision_json",
+           "engine_fit", "observations_of", "policy_for", "replay", "stats_config", "step_work", "stored_start"]

@@ -1,0 +1,3 @@
+"""One trial: build, its environment, server, workload, system state, host checks, versions, calibration, run allocation, the workspace a command opens.
+
+Importing the package imports none of its modules."""

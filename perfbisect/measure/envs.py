@@ -1,0 +1,333 @@
+"""One Python environment per pin set, content-addressed and cached beside the build cache.
+
+A commit's pinned compiled dependencies (``perfbisect.git.pins``) must be installed for its server to
+start, but the user's interpreter must never change. So each pin set gets its own venv under
+``<cache_dir>/envs/<key>``, made like this:
+
+- ``python -m venv --without-pip`` with the target interpreter (``target.python``): the same Python
+  version and standard library;
+- a ``.pth`` file that adds the target interpreter's site directories *behind* the venv's own (their
+  ``.pth`` files processed too, so editable installs and ``sitecustomize`` still work): torch,
+  transformers and everything else the user installed is seen as it is, without a copy — this is
+  ``--system-site-packages`` for whatever the target interpreter is (a venv, conda, the system);
+- the pinned requirements installed into the venv alone, ``--no-deps`` (exactly the pinned wheels;
+  a dependency a new pin needs is itself a package to pin), from ``[build] wheel_dir``
+  (``--find-links``; with ``--no-index`` unless ``index_url`` is set) and/or ``[build] index_url``;
+  with pip when the target interpreter has it (pip installs into the venv and leaves what lies
+  outside it alone: "Not uninstalling ..., outside environment"), else uv (``$UV`` or on PATH),
+  else a pip the venv gets from ``ensurepip``;
+- the installed versions checked through the venv's interpreter, then ``env.json`` written last: a
+  directory without it is a half-built environment and is built again.
+
+The key is the hash of the pins, the target interpreter (its real path, version, site directories)
+and where wheels come from; the same key is the same environment, so a second run builds nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..runtime.children import own_group, signal_group
+from ..errors import ConfigError, EnvironmentBuildError, InfrastructureError
+from ..runtime.logtail import log_tail
+from ..model import content_hash
+from ..git.pins import PinSet, wheel_problem
+
+_KEY_VERSION = "pinned-env-v1"  # bump when the recipe changes, so old environments stop matching
+_MARKER = "env.json"
+_BASE_PTH = "_perfbisect_base.pth"
+INSTALL_TIMEOUT_S = 3600.0
+# pip settings in the caller's environment that would send an install elsewhere than the venv.
+_MACHINE_FAULTS = ("No space left on device", "Disk quota exceeded", "Read-only file system")
+_REDIRECTING = ("PIP_USER", "PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_EDITABLE")
+
+_PROBE = r"""
+import json, os, site, sys
+dirs = [p for p in sys.path if p and os.path.isdir(p) and os.path.basename(p) in ("site-packages", "dist-packages")]
+try:
+    import pip  # noqa: F401
+    has_pip = True
+except Exception:
+    has_pip = False
+print(json.dumps({"executable": os.path.realpath(sys.executable), "version": sys.version.split()[0],
+                  "site_dirs": list(dict.fromkeys(dirs)), "has_pip": has_pip}))
+"""
+
+_VERSIONS = r"""
+import json, sys
+from importlib import metadata
+out = {}
+for name in sys.argv[1:]:
+    try:
+        out[name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        out[name] = None
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class BaseInterpreter:
+    """The target interpreter a pinned environment layers on."""
+
+    python: str
+    executable: str
+    version: str
+    site_dirs: tuple[str, ...]
+    has_pip: bool
+
+
+@dataclass(frozen=True)
+class PinnedEnv:
+    """A built environment: where it is, what it pins, and whether this call built it."""
+
+    key: str
+    path: Path
+    pins: PinSet
+    cached: bool
+    installer: str = ""
+    seconds: float = 0.0
+    versions: dict | None = None
+
+    @property
+    def python(self) -> str:
+        return str(self.path / "bin" / "python")
+
+
+def probe_interpreter(python: str) -> BaseInterpreter:
+    """What ``python`` is and where its packages are; ConfigError when it cannot run."""
+    try:
+        done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(
+            f"target.python {python!r} cannot be run ({exc}); pinned environments are built from it. "
+            f"Set target.python to the interpreter your server runs under."
+        ) from None
+    if done.returncode != 0:
+        raise ConfigError(f"target.python {python!r} failed to start: {done.stderr.strip()[-300:]}. Fix target.python.")
+    data = json.loads(done.stdout.strip().splitlines()[-1])
+    return BaseInterpreter(python, data["executable"], data["version"], tuple(data["site_dirs"]), bool(data["has_pip"]))
+
+
+class EnvCache:
+    """Pinned environments by key under ``dir``; a failed build is remembered for this process."""
+
+    def __init__(self, dir: Path | str, python: str, wheel_dir: Path | None = None, index_url: str | None = None,
+                 log_dir: Path | str | None = None):
+        self.dir = Path(dir).expanduser()
+        self.python = python
+        self.wheel_dir = Path(wheel_dir) if wheel_dir else None
+        self.index_url = index_url or None
+        self.log_dir = Path(log_dir) if log_dir else self.dir / "logs"
+        self._base: BaseInterpreter | None = None
+        self._failed: dict[str, str] = {}
+
+    @property
+    def base(self) -> BaseInterpreter:
+        if self._base is None:
+            self._base = probe_interpreter(self.python)
+        return self._base
+
+    def key(self, pin_set: PinSet) -> str:
+        base = self.base
+        return content_hash(_KEY_VERSION, pin_set.key, base.executable, base.version, list(base.site_dirs),
+                            str(self.wheel_dir or ""), self.index_url or "")
+
+    def path(self, pin_set: PinSet) -> Path:
+        return self.dir / self.key(pin_set)
+
+    def lookup(self, pin_set: PinSet) -> PinnedEnv | None:
+        """The built environment of ``pin_set``, or None."""
+        key = self.key(pin_set)
+        marker = self.dir / key / _MARKER
+        try:
+            data = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            return None
+        return PinnedEnv(key, self.dir / key, pin_set, True, data.get("installer", ""), 0.0, data.get("versions"))
+
+    def failed(self, pin_set: PinSet) -> str | None:
+        """Why building ``pin_set`` failed earlier in this process, or None."""
+        return self._failed.get(self.key(pin_set))
+
+    def ensure(self, pin_set: PinSet) -> PinnedEnv:
+        """The environment of ``pin_set``, built unless cached; EnvironmentBuildError when it cannot be."""
+        found = self.lookup(pin_set)
+        if found is not None:
+            return found
+        key = self.key(pin_set)
+        if key in self._failed:
+            raise EnvironmentBuildError(self._failed[key])
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # Cluster jobs may share the cache directory: one builds a set while the others wait for it.
+        with open(self.dir / f".{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            found = self.lookup(pin_set)
+            return found if found is not None else self._build_locked(pin_set, key)
+
+    def _build_locked(self, pin_set: PinSet, key: str) -> PinnedEnv:
+        start = time.perf_counter()
+        path = self.dir / key
+        log_path = self.log_dir / f"{key}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(path, ignore_errors=True)  # a half-built one (no env.json) is built again
+        try:
+            installer, versions = self._build(pin_set, path, log_path)
+        except EnvironmentBuildError as exc:
+            shutil.rmtree(path, ignore_errors=True)
+            self._failed[key] = str(exc)
+            raise
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        seconds = time.perf_counter() - start
+        (path / _MARKER).write_text(json.dumps({
+            "key": key, "pins": pin_set.as_dict(), "requirements": pin_set.requirements, "python": self.python,
+            "base": self.base.executable, "installer": installer, "versions": versions, "seconds": seconds,
+            "built_at": time.time(),
+        }, indent=1))
+        return PinnedEnv(key, path, pin_set, False, installer, seconds, versions)
+
+    def _build(self, pin_set: PinSet, path: Path, log_path: Path) -> tuple[str, dict]:
+        base = self.base
+        what = f"the environment for {pin_set.describe()}"
+        with log_path.open("w") as log:
+            self._run([base.python, "-m", "venv", "--without-pip", str(path)], log, what, log_path)
+            env_python = str(path / "bin" / "python")
+            purelib = self._output([env_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   log, what, log_path).strip()
+            line = "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in base.site_dirs)
+            Path(purelib, _BASE_PTH).write_text(line + "\n")
+            installer, argv = self._installer(env_python, log, what, log_path)
+            self._run([*argv, *self._sources(), *pin_set.requirements], log, what, log_path, timeout_s=INSTALL_TIMEOUT_S)
+            versions = json.loads(self._output([env_python, "-c", _VERSIONS, *(p.name for p in pin_set.pins)],
+                                               log, what, log_path).strip().splitlines()[-1])
+        wrong = [f"{p.name} {versions.get(p.name)!s} (pinned {p.spec})" for p in pin_set.pins
+                 if not p.marker and p.exact_version is not None and versions.get(p.name) != p.exact_version]
+        if wrong:
+            raise EnvironmentBuildError(
+                f"{what} was installed, but its interpreter sees {', '.join(wrong)}: the commits of this pin set "
+                f"are skipped, never blamed. Read the log {log_path}."
+            )
+        return installer, versions
+
+    def installer(self) -> str:
+        """Which installer a new environment would use, in words (doctor)."""
+        if self.base.has_pip:
+            return f"pip of target.python ({self.python})"
+        uv = _uv()
+        return f"uv ({uv})" if uv else "a pip each environment gets from ensurepip (target.python has no pip, no uv found)"
+
+    def _installer(self, env_python: str, log, what: str, log_path: Path) -> tuple[str, list[str]]:
+        """pip (the target's, seen through the .pth), else uv, else a pip from ensurepip — into the venv."""
+        pip = [env_python, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--no-input"]
+        if self.base.has_pip:
+            return "pip", pip
+        uv = _uv()
+        if uv:
+            return "uv", [uv, "pip", "install", "--python", env_python, "--no-deps"]
+        self._run([env_python, "-m", "ensurepip", "--default-pip"], log, what, log_path)
+        return "pip (ensurepip)", pip
+
+    def _sources(self) -> list[str]:
+        out: list[str] = []
+        if self.index_url:
+            out += ["--index-url", self.index_url]
+        elif self.wheel_dir is not None:
+            out += ["--no-index"]
+        if self.wheel_dir is not None:
+            out += ["--find-links", str(self.wheel_dir)]
+        return out
+
+    def _run(self, argv: list[str], log, what: str, log_path: Path, timeout_s: float = 600.0) -> None:
+        self._output(argv, log, what, log_path, timeout_s)
+
+    def _output(self, argv: list[str], log, what: str, log_path: Path, timeout_s: float = 600.0) -> str:
+        log.write(f"$ {argv!r}\n")
+        log.flush()
+        env = {k: v for k, v in os.environ.items() if k not in _REDIRECTING}
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
+                                    env=env, **own_group())
+        except OSError as exc:
+            raise EnvironmentBuildError(
+                f"Cannot build {what}: {argv[0]!r} cannot be started ({exc.strerror or exc}). The commits of this "
+                f"pin set are skipped, never blamed. Log: {log_path}"
+            ) from None
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            signal_group(proc.pid, signal.SIGKILL, proc)
+            proc.wait()
+            raise EnvironmentBuildError(f"Building {what} ran past {timeout_s:g} s and was stopped. Log: {log_path}") from None
+        except BaseException:
+            signal_group(proc.pid, signal.SIGKILL, proc)
+            proc.wait()
+            raise
+        log.write(out)
+        log.flush()
+        if proc.returncode != 0:
+            tail = log_tail(log_path, 12)
+            fault = next((f for f in _MACHINE_FAULTS if f in tail), None)
+            if fault:  # the machine failed the install, not the commit's pins: stop, do not skip
+                raise InfrastructureError(
+                    f"Building {what} failed because of the machine, not the pins ({fault}). Free space under "
+                    f"{self.dir} (`perfbisect gc --build-cache` removes the environments) and run again: "
+                    f"`perfbisect resume` continues a bisection. Log: {log_path}"
+                )
+            raise EnvironmentBuildError(
+                f"Cannot build {what}: {Path(argv[0]).name} {' '.join(argv[1:3])} exited with status {proc.returncode}. "
+                f"The commits of this pin set are skipped, never blamed. Fix: put the pinned wheels in [build] "
+                f"wheel_dir{f' ({self.wheel_dir})' if self.wheel_dir else ''} or set [build] index_url. Log: "
+                f"{log_path}\n{tail}"
+            )
+        return out
+
+    def entries(self) -> list[Path]:
+        """Built environments (directories with their marker)."""
+        if not self.dir.is_dir():
+            return []
+        return sorted(p for p in self.dir.iterdir() if (p / _MARKER).is_file())
+
+    def total_bytes(self) -> int:
+        return sum(f.stat().st_size for p in self.entries() for f in p.rglob("*") if f.is_file() and not f.is_symlink())
+
+    def clear(self) -> None:
+        """Remove every environment (``perfbisect gc --build-cache``)."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _uv() -> str | None:
+    """uv's executable: the one running us (``$UV``, set by ``uv run``), else the first on PATH."""
+    uv = os.environ.get("UV")
+    return uv if uv and Path(uv).is_file() else shutil.which("uv")
+
+
+def pin_groups(commits, pins, envs: EnvCache, wheel_dir: Path | None, index_url: str | None) -> list:
+    """The commits grouped by pin set, each with where its environment is kept, whether it is built,
+    and why it cannot be built (``pins.wheel_problem``, or a target interpreter that cannot run)."""
+    from ..git.pins import PinGroup, group_by_pins
+
+    out = []
+    for pin_set, members in group_by_pins(commits, pins):
+        env, built, problem = None, False, None
+        if pin_set:
+            try:
+                env = str(envs.path(pin_set))
+                built = envs.lookup(pin_set) is not None
+            except ConfigError as exc:
+                problem = str(exc)
+            if not built and problem is None:
+                problem = envs.failed(pin_set) or wheel_problem(pin_set, wheel_dir, index_url)
+        out.append(PinGroup(pin_set.key, pin_set.as_dict(), tuple(pin_set.requirements),
+                            tuple(c.sha for c in members), env, built, problem))
+    return out

@@ -1,0 +1,83 @@
+"""Versions of the packages the *target's* interpreter imports, and the GPU driver's.
+
+The probe, :file:`versions_probe.py` beside this module, runs in the target's Python (an argument
+list, ``[python, probe]``): importing torch here would initialise CUDA in the measuring process and
+perturb the very thing being measured. The driver comes from the GPU collector (NVML/nvidia-smi).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..errors import ConfigError
+from .sysstate import CollectorSet
+
+# A real file, shipped inside the package (the wheel takes every file under perfbisect/).
+PROBE = Path(__file__).with_name("versions_probe.py")
+
+
+def target_versions(
+    python: str,
+    cwd: Path | None = None,
+    collectors: Sequence[Any] | None = None,
+    timeout_s: float = 180.0,
+    extra_env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """torch, CUDA, NCCL, sglang, sgl-kernel, flashinfer, transformers and python versions of the
+    target's interpreter, plus the driver from NVML/nvidia-smi; a missing package has no entry.
+
+    ``extra_env`` is what the server gets (PYTHONPATH to the checkout): the versions are those the
+    server imports."""
+    env = dict(os.environ, **(extra_env or {}), CUDA_VISIBLE_DEVICES="")
+    try:
+        proc = subprocess.run(
+            [python, str(PROBE)],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        raise ConfigError(
+            f"The target interpreter {python!r} cannot be run ({exc.strerror or exc}). Set "
+            "[target] python in perfbisect.toml to the Python that runs SGLang, e.g. "
+            "/path/to/venv/bin/python."
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise ConfigError(
+            f"The target interpreter {python!r} did not report its package versions within "
+            f"{timeout_s:.0f} s. Check that `{python} -c 'import torch'` works quickly, or set "
+            "[target] python to the right interpreter."
+        ) from None
+    line = next(
+        (ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("PERFBISECT_VERSIONS ")),
+        None,
+    )
+    if proc.returncode != 0 or line is None:
+        tail = (proc.stderr or proc.stdout).strip()[-400:]
+        raise ConfigError(
+            f"The target interpreter {python!r} could not report its package versions (exit "
+            f"{proc.returncode}): {tail}. Set [target] python in perfbisect.toml to a Python 3 "
+            "interpreter that runs SGLang."
+        )
+    found = json.loads(line.split(" ", 1)[1])
+    versions = {str(k): str(v) for k, v in found.items() if v is not None}
+    cset = CollectorSet(collectors)
+    try:
+        driver = cset.driver_version()
+        if driver:
+            versions["driver"] = driver
+        cuda_driver = getattr(cset.gpu, "cuda_driver_version", None)
+        if cuda_driver is not None:
+            value = cuda_driver()
+            if value:
+                versions["cuda_driver"] = value
+    finally:
+        cset.close()
+    return versions

@@ -1,0 +1,178 @@
+"""What every command opens once, and the checks it makes before it touches a worktree or a GPU.
+
+``Workspace`` holds the config, the target repository, the results store, the patch stack and the
+caches; ``Progress`` is where long work reports what it is doing; ``preflight`` and ``exclusive``
+fail fast (a missing server executable, a busy port) and hold the repository's and the GPU node's
+locks. Nothing here runs a trial (``perfbisect.measure.trials``) or decides anything (``perfbisect.app``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..runtime import locks
+from .build import BuildCache
+from .envs import EnvCache
+from ..placeholders import expand
+from ..settings import Config, ModeConfig
+from ..errors import ConfigError
+from ..git.gitrepo import TargetRepo
+from .host import host_fingerprint
+from ..git.pathfilter import PathFilter
+from ..git.patches import PatchStack
+from ..git.pins import PinReader
+from ..git.worktrees import WorktreePool
+from ..model import NoiseKey
+from .server import port_holders, port_in_use
+from ..store import Store, StoreLocation, locate, open_store
+from ..git.targets import active_filters
+
+
+class Progress:
+    """Where long work reports what it is doing. The default sink drops everything."""
+
+    def info(self, message: str) -> None:  # a step of the work
+        pass
+
+    def detail(self, message: str) -> None:  # a finer step (a run, a readiness poll)
+        pass
+
+    def warn(self, message: str) -> None:  # something the user should know and may act on
+        pass
+
+    def search(self, status) -> None:  # where a bisection stands (a cost.SearchStatus), before each trial
+        pass
+
+    def done(self) -> None:  # the long work is over (stop any live display or heartbeat)
+        pass
+
+
+@dataclass
+class Workspace:
+    """Everything one command needs opened once: config, repository, store, patch stack, caches."""
+
+    config: Config
+    repo: TargetRepo
+    store: Store
+    db_path: StoreLocation  # prints as the file path, or the server URL with its password masked
+    stack: PatchStack | None
+    build_cache: BuildCache
+    host: str
+    filters: PathFilter
+    envs: EnvCache | None = None  # pinned environments (<cache_dir>/envs), when [build] pinned_packages is set
+    pins: PinReader | None = None  # each commit's pins of [build] pinned_packages
+    _pool: WorktreePool | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, config: Config, db_path: Path | str | None = None, *, recover: bool = True) -> "Workspace":
+        repo = TargetRepo(config.target.repo)
+        db = locate(db_path or config.results_db)
+        cache = config.cache_dir
+        check_cache_dir(config)
+        stack = PatchStack.load(config.patches, repo) if (config.patches.dir or config.patches.branch) else None
+        store = open_store(db, recover=recover)  # a cluster job leaves recovery to its controller
+        build = config.build
+        return cls(
+            config=config,
+            repo=repo,
+            store=store,
+            db_path=db,
+            stack=stack,
+            build_cache=BuildCache(cache / "build-cache", int(config.build.cache_max_gb * 1024**3)),
+            host=host_fingerprint(),
+            filters=active_filters(config).path_filter(),
+            envs=EnvCache(cache / "envs", config.target.python, build.wheel_dir, build.index_url,
+                          log_dir=cache / "logs" / "envs") if build.pinned_packages else None,
+            pins=PinReader(repo, build.pin_files, build.pinned_packages) if build.pinned_packages else None,
+        )
+
+    @property
+    def pool(self) -> WorktreePool:
+        """perfbisect's worktrees of the target, opened on first use: opening one recovers from a
+        crash (stale worktree metadata and index locks), which only a command holding the
+        repository's lock (``exclusive``) may do, never one that merely reads (plan, doctor)."""
+        if self._pool is None:
+            layout = self.config.layout
+            # One slot per path length a trial's layout may draw (perfbisect/layout.py); a fixed
+            # layout always uses slot 0, the one worktree perfbisect has always kept.
+            slots = layout.path_slots if layout.randomize else 1
+            self._pool = WorktreePool(self.repo, self.config.cache_dir, size=slots)
+        return self._pool
+
+    def noise_key(self, mode: ModeConfig) -> NoiseKey:
+        """The key trials of ``mode`` on this host with this workload share their noise under."""
+        return NoiseKey(self.host, mode.name, mode.config_hash(self.config.server), self.config.workload.config_hash())
+
+    def close(self) -> None:
+        try:
+            self.store.close()
+        finally:
+            if self.stack is not None:
+                self.stack.cleanup()  # a branch stack's temp dir is owned here
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_cache_dir(config: Config) -> None:
+    """The cache directory (worktrees, builds, logs, locks) must be a writable directory."""
+    cache = config.cache_dir
+    key = "target.cache_dir" if config.target.cache_dir else "target.cache_dir (default <repo>/.git/perfbisect)"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        probe = cache / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"{config.path}: {key} is {cache}, which cannot be used: {exc.strerror or exc}. perfbisect keeps "
+            f"its worktrees, build cache, logs and locks there: set target.cache_dir to a writable directory."
+        ) from None
+
+
+def preflight(ws: Workspace) -> None:
+    """Fail fast on what would break every trial: a server command that does not exist, a busy fixed port."""
+    cfg = ws.config
+    if cfg.workload.kind == "command":
+        argv = expand(cfg.workload.command, python=cfg.target.python, worktree=str(cfg.target.repo))
+        what = "workload.command"
+    else:
+        argv = expand(cfg.server.command, python=cfg.target.python, port="0", worktree=str(cfg.target.repo), host=cfg.server.host)
+        what = "server.command"
+    exe = argv[0]
+    if not (shutil.which(exe) or (os.sep in exe and os.access(exe, os.X_OK))):
+        raise ConfigError(
+            f"{cfg.path}: {what} starts with '{exe}', which is not an executable on PATH or a path to one. "
+            f"Fix {what} (for SGLang: [\"{{python}}\", \"-m\", \"sglang.launch_server\", ...]) or target.python."
+        )
+    if cfg.workload.kind != "command" and cfg.server.port and port_in_use(cfg.server.host, cfg.server.port):
+        holders = port_holders(cfg.server.port)
+        who = f" (held by pid {', '.join(map(str, holders))})" if holders else ""
+        raise ConfigError(
+            f"Port {cfg.server.port} on {cfg.server.host} is already in use{who}, so no trial could start its server. "
+            f"Stop the process holding it, or set server.port = 0 in {cfg.path} to pick a free port per trial."
+        )
+
+
+def exclusive(ws: Workspace, progress: Progress | None = None, *, wait: bool = False, gpu: bool = True):
+    """Hold the repository's lock (and the GPU node's) while a command uses worktrees and servers.
+    With a shared store the node is locked in the database too, where every user of it sees the holder."""
+    progress = progress or Progress()
+    cfg = ws.config
+    gpu = gpu and cfg.workload.kind != "command"  # no server, no GPU: its repository's lock is all it needs
+    shared_lock = ws.store.node_lock() if gpu else None
+    return locks.exclusive(
+        cfg.cache_dir,
+        repo=str(cfg.target.repo),
+        gpu=gpu,
+        gpus=locks.gpus_of([cfg.server.env, *(m.env for m in cfg.modes.values())]),
+        wait=wait,
+        on_wait=lambda what, holder: progress.info(f"waiting for {holder.describe()} to release the {what} ..."),
+        node_locks=(shared_lock,) if shared_lock is not None else (),
+    )

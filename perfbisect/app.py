@@ -731,7 +731,7 @@ def stored_results(db: Path | str | None, config: Config | None) -> Store:
             "where perfbisect.toml is (or with -c CONFIG) to use its database."
         )
     location = locate(path)
-    if not location.exists():
+    if not location.exists() and not (location.path is not None and location.path.exists()):
         raise UsageError(f"No results database at {location}: pass --db PATH, or run `perfbisect run` first.")
     return open_store(location, recover=False, read_only=True)
 

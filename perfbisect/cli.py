@@ -872,8 +872,10 @@ def log(
     # The store directly, not ``app.log``: importing the use cases would load the engine (scipy) too.
     from .store import locate, open_store
 
-    if not locate(path).exists():  # listing never creates a database where --db names none
-        raise UsageError(f"No results database at {locate(path)}: pass --db PATH, or run `perfbisect run` first.")
+    where = locate(path)
+    if not where.exists() and not (where.path is not None and where.path.exists()):  # listing never creates one;
+        # a directory or other non-file goes on to open_store, which says what it is
+        raise UsageError(f"No results database at {where}: pass --db PATH, or run `perfbisect run` first.")
     try:
         store = open_store(path)  # writable: what dead processes left running is marked first
     except StoreError as exc:

@@ -298,10 +298,10 @@ def test_ci_commands_compare_fails_on_regression_doctor_and_log_speak_json(tmp_p
 
 
 def test_demo_variants_keep_their_folders_and_log_finds_them(tmp_path, private_node_lock):
-    first = cli("demo", "--commits", "10", "--json", cwd=tmp_path)
+    first = cli("demo", "--commits", "10", "--seeded", "--json", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     planted = json.loads(first.stdout)
-    drift = cli("demo", "--commits", "10", "--drift-only", "--json", cwd=tmp_path)
+    drift = cli("demo", "--commits", "10", "--seeded", "--drift-only", "--json", cwd=tmp_path)
     assert drift.returncode in (0, 3), drift.stderr
     second = json.loads(drift.stdout)
     assert Path(planted["demo_dir"]) == tmp_path / ".perfbisect" / "demo"

@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from perfbisect.engine.bisect import Done, Observation, SearchPolicy  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
 from perfbisect.engine.stats import NoiseModel  # noqa: E402
+from tests.repo_factory import fast_history  # noqa: E402
 
 BENCH = """\
 import json, pathlib, random
@@ -62,34 +63,11 @@ def planted_index(n: int) -> int:
 
 
 def write_repo(repo: Path, n: int, planted: int) -> list[str]:
-    """A first-parent history of ``n`` commits written with one fast-import stream; their shas, oldest first."""
+    """A first-parent history of ``n`` commits written with one fast-import stream (tests.repo_factory's
+    ``fast_history``); the first commit writes ``cost.txt`` = 1.0, the planted one STEP. Shas, oldest first."""
     if repo.exists():
         shutil.rmtree(repo)
-    repo.mkdir(parents=True)
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True, env=env)
-    chunks: list[bytes] = []
-
-    def data(text: str) -> None:
-        raw = text.encode()
-        chunks.append(b"data %d\n" % len(raw) + raw + b"\n")
-
-    for i in range(n):
-        chunks.append(b"commit refs/heads/main\nmark :%d\n" % (i + 1))
-        chunks.append(b"committer Bench <bench@example.invalid> %d +0000\n" % (1_700_000_000 + 60 * i))
-        data(f"c{i}: {'slow down the hot loop' if i == planted else 'edit module ' + str(i % 20)}\n")
-        if i:
-            chunks.append(b"from :%d\n" % i)
-        chunks.append(b"M 100644 inline src/mod_%02d.py\n" % (i % 20))
-        data(f"VERSION = {i}\n")
-        if i in (0, planted):
-            chunks.append(b"M 100644 inline cost.txt\n")
-            data(f"{STEP if i == planted else 1.0}\n")
-    chunks.append(b"done\n")
-    subprocess.run(["git", "fast-import", "--quiet", "--done"], cwd=repo, input=b"".join(chunks), check=True, env=env)
-    subprocess.run(["git", "checkout", "-q", "main"], cwd=repo, check=True, env=env)
-    out = subprocess.run(["git", "rev-list", "--first-parent", "--reverse", "main"], cwd=repo, check=True,
-                         capture_output=True, text=True, env=env).stdout.split()
+    out = fast_history(repo, n, extra={0: {"cost.txt": "1.0\n"}, planted: {"cost.txt": f"{STEP}\n"}})
     assert len(out) == n, (len(out), n)
     return out
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PerfbisectError
+from ..runtime.locks import GPU_WAIT_FILE
 from .notify import one_line, summary_line
 
 if TYPE_CHECKING:
@@ -282,9 +283,9 @@ def status(config: Config, limit: int = 5) -> dict[str, Any]:
 def _gpu_wait(cache_dir: Path) -> dict[str, Any] | None:
     """A command (``run``, ``measure``, ...) of this cache directory waiting for GPUs others hold.
     The file is looked for first, so that `perfbisect status` imports the trial layer only then."""
-    if not (Path(cache_dir) / "gpu-wait.json").exists():
+    if not (Path(cache_dir) / GPU_WAIT_FILE).exists():
         return None
-    from ..measure.trials import gpu_wait  # its GPU_WAIT_FILE is the name looked for above
+    from ..measure.trials import gpu_wait
 
     return gpu_wait(cache_dir)
 

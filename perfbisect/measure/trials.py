@@ -27,6 +27,7 @@ from .build import run_build
 from ..placeholders import expand
 from ..settings import Config, ModeConfig, WorkloadConfig
 from .run_allocation import runs_advice
+from ..runtime.locks import GPU_WAIT_FILE
 from ..errors import BuildError, EnvironmentBuildError, MachineBusy, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
 from ..layout import HASH_SEED_VAR, Layout, choose, joined
 from ..model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus, content_hash
@@ -108,9 +109,6 @@ def reap_leftover_servers(cache_dir: Path, progress: Progress) -> list[int]:
                 pass
         pf.path.unlink(missing_ok=True)
     return killed
-
-
-GPU_WAIT_FILE = "gpu-wait.json"
 
 
 def write_gpu_wait(cache_dir: Path, who: str, waited: float, bound: float) -> None:

@@ -135,6 +135,17 @@ WaitOpt = Annotated[
     bool,
     typer.Option("--wait", help="When another perfbisect holds this repository or the GPU node, wait for it instead of refusing."),
 ]
+# The options several commands share, defined once (one spelling, one help text, one check).
+RevArgs = Annotated[Optional[list[str]], typer.Argument(help="good=REV bad=REV", show_default=False)]
+GoodOpt = Annotated[Optional[str], typer.Option("--good", help="Last commit known to be fast.")]
+BadOpt = Annotated[Optional[str], typer.Option("--bad", help="A later commit known (or feared) to be slow.")]
+FailOnRegressionOpt = Annotated[
+    bool, typer.Option("--fail-on-regression", help="Exit 1 when a regression is found (for hooks and CI).")
+]
+ModesOpt = Annotated[Optional[list[str]], typer.Option("--mode", "-m", help="Mode(s) to measure (repeatable; default: every mode).")]
+ModeOpt = Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode (default: the metric's mode).")]
+SessionsOpt = Annotated[int, typer.Option("--trials", "-n", callback=_number, min=1, help="Server sessions per build (A and B each).")]
+LimitOpt = Annotated[int, typer.Option("--limit", callback=_number, min=1, help="How many to show.")]
 
 
 def _config_path(config: Path | None) -> Path:
@@ -313,18 +324,16 @@ def _reading_config(config: Path | None, db: str | None):
 
 @cli.command()
 def run(
-    revs: Annotated[Optional[list[str]], typer.Argument(help="good=REV bad=REV", show_default=False)] = None,
-    good: Annotated[Optional[str], typer.Option("--good", help="Last commit known to be fast.")] = None,
-    bad: Annotated[Optional[str], typer.Option("--bad", help="A later commit known (or feared) to be slow.")] = None,
+    revs: RevArgs = None,
+    good: GoodOpt = None,
+    bad: BadOpt = None,
     config: ConfigOpt = None,
     db: DbOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
     wait: WaitOpt = False,
-    fail_on_regression: Annotated[
-        bool, typer.Option("--fail-on-regression", help="Exit 1 when a regression is found (for hooks and CI).")
-    ] = False,
+    fail_on_regression: FailOnRegressionOpt = False,
     yes: YesOpt = False,
     fmt: FormatOpt = "text",
 ) -> None:
@@ -360,7 +369,7 @@ def resume(
     quiet: QuietOpt = False,
     wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
     wait: WaitOpt = False,
-    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 on a regression.")] = False,
+    fail_on_regression: FailOnRegressionOpt = False,
 ) -> None:
     """Continue an interrupted bisection without repeating any stored trial.
 
@@ -460,11 +469,6 @@ def demo(
     raise typer.Exit(code=_exit_for(result.outcome.verdict, False))
 
 
-RevArgs = Annotated[Optional[list[str]], typer.Argument(help="good=REV bad=REV", show_default=False)]
-GoodOpt = Annotated[Optional[str], typer.Option("--good", help="Last commit known to be fast.")]
-BadOpt = Annotated[Optional[str], typer.Option("--bad", help="A later commit known (or feared) to be slow.")]
-
-
 @cli.command()
 def plan(
     revs: RevArgs = None,
@@ -521,15 +525,11 @@ def patches_check(
     print_lines(format_patch_checks(checks))
 
 
-ModeOpt = Annotated[Optional[list[str]], typer.Option("--mode", "-m", help="Mode(s) to measure (repeatable; default: every mode).")]
-TrialsOpt = Annotated[int, typer.Option("--trials", "-n", callback=_number, min=1, help="Server sessions per mode.")]
-
-
 @cli.command()
 def measure(
     rev: Annotated[str, typer.Argument(help="The commit to measure.")] = "HEAD",
-    mode: ModeOpt = None,
-    trials: TrialsOpt = 1,
+    mode: ModesOpt = None,
+    trials: Annotated[int, typer.Option("--trials", "-n", callback=_number, min=1, help="Server sessions per mode.")] = 1,
     config: ConfigOpt = None,
     db: DbOpt = None,
     json_out: JsonOpt = False,
@@ -570,7 +570,7 @@ def measure(
 def compare_cmd(
     a: Annotated[str, typer.Argument(help="Reference commit (A).")],
     b: Annotated[str, typer.Argument(help="Commit to judge against A (B).")],
-    mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode to compare (default: the metric's mode).")] = None,
+    mode: ModeOpt = None,
     trials: Annotated[Optional[int], typer.Option("--max-trials", callback=_number, min=2, help="Most trials per side (default: stats.max_trials_per_commit, or half of stats.max_trials_total when that is 0).")] = None,
     config: ConfigOpt = None,
     db: DbOpt = None,
@@ -579,9 +579,7 @@ def compare_cmd(
     wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
     wait: WaitOpt = False,
     fmt: FormatOpt = "text",
-    fail_on_regression: Annotated[
-        bool, typer.Option("--fail-on-regression", help="Exit 1 when B is slower than A beyond noise (for CI).")
-    ] = False,
+    fail_on_regression: FailOnRegressionOpt = False,
 ) -> None:
     """Compare two commits with interleaved trials (A B B A …) until the verdict is clear.
 
@@ -620,8 +618,8 @@ def compare_cmd(
 @cli.command()
 def calibrate(
     rev: Annotated[str, typer.Argument(help="The build to measure (A).")] = "HEAD",
-    mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode (default: the metric's mode).")] = None,
-    trials: Annotated[int, typer.Option("--trials", "-n", callback=_number, min=1, help="Server sessions per build (A and B each).")] = 5,
+    mode: ModeOpt = None,
+    trials: SessionsOpt = 5,
     against: Annotated[Optional[str], typer.Option(
         "--against", metavar="REV2", help="The second build (B) whose sessions interleave with REV's (default: REV's first parent).",
     )] = None,
@@ -835,7 +833,7 @@ def log(
     bisection: Annotated[Optional[str], typer.Argument(help="A bisection id: show that one in detail.")] = None,
     config: ConfigOpt = None,
     db: DbOpt = None,
-    limit: Annotated[int, typer.Option("--limit", callback=_number, min=1, help="How many of each to show.")] = 20,
+    limit: LimitOpt = 20,
     json_out: JsonOpt = False,
 ) -> None:
     """List past bisections and comparisons with their verdicts; `log ID` shows one bisection in detail.
@@ -968,7 +966,7 @@ def check_cmd(
     action: Annotated[Optional[str], typer.Option("--action", help="check (answer only) or bisect (then find the culprit); default \\[hook] action.")] = None,
     enqueue: Annotated[bool, typer.Option("--enqueue", help="Queue OLD NEW for the background worker, as the hook does, and return.")] = False,
     drain: Annotated[bool, typer.Option("--drain", help="Be the background worker: check every queued pull, coalesced (the hook runs this).")] = False,
-    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when a mode regressed.")] = False,
+    fail_on_regression: FailOnRegressionOpt = False,
     fmt: FormatOpt = "text",
 ) -> None:
     """Did OLD..NEW make any configured mode slower beyond noise? Then (action bisect) find the commit.
@@ -1012,7 +1010,7 @@ def check_cmd(
 
 @cli.command("status")
 def status_cmd(config: ConfigOpt = None, json_out: JsonOpt = False,
-               limit: Annotated[int, typer.Option("--limit", callback=_number, min=1, help="How many past checks to show.")] = 5) -> None:
+               limit: LimitOpt = 5) -> None:
     """The hook's checks: running, waiting (and why), queued, and the last results with their reports.
 
     Example:  perfbisect status --json

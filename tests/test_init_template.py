@@ -17,7 +17,7 @@ import pytest
 from perfbisect.config import load_config
 from perfbisect.measure.external_workloads import bench_serving_argv, parse_bench_serving
 from perfbisect.init_template import (
-    nccl_settings, parse_sitecustomize, remote_code, render_sglang_config, render_template, site_dirs_of,
+    nccl_settings, parse_sitecustomize, remote_code, render_sglang_config, site_dirs_of,
 )
 from perfbisect.metrics import BENCH_SERVING_DEFAULT
 from perfbisect.settings import WorkloadConfig

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.demo.results import make_results
-from perfbisect.report.evidence import commit_url
+from perfbisect.report.views import commit_url
 from perfbisect.report.report import inert
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)

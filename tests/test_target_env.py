@@ -14,7 +14,6 @@ import sys
 import venv
 from pathlib import Path
 
-import pytest
 
 from perfbisect.measure.build import run_build
 from perfbisect.config import load_config

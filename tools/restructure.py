@@ -53,7 +53,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "engine": ("stats", "changepoint", "effects", "lookahead", "bisect", "search_replay", "cost", "regressed_path"),
     "measure": ("build", "envs", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",
                 "versions_probe", "calibration", "run_allocation", "workspace", "trials"),
-    "report": ("render", "console", "markdown", "trial_tables", "evidence", "logdetail", "report"),
+    "report": ("render", "console", "markdown", "trial_tables", "views", "logdetail", "report"),
     "cluster": ("slurm", "slurmjob", "slurm_job.sh"),
     "hook": ("notify", "checkqueue", "hook", "check", "hookworker"),
 }
@@ -410,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(plus {len(plan.moves)} moved); {len(plan.renames)} old dotted names rewritten wherever found")
     print(f"top level after: {len(top_after)} modules ({', '.join(top_after)})")
     if len(top_after) > 15:
-        print(f"warning: more than 15 modules at the top; place some with --place NAME=PKG", file=sys.stderr)
+        print("warning: more than 15 modules at the top; place some with --place NAME=PKG", file=sys.stderr)
     if unplaced:
         print(f"not placed by this script (added since it was written?): {', '.join(unplaced)}", file=sys.stderr)
     if plan.missing:

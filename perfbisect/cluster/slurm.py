@@ -30,7 +30,7 @@ from ..engine.bisect import Done, Observation, SearchPolicy
 from ..errors import InfrastructureError, UsageError
 from ..settings import ExecutorConfig
 from ..store.location import StoreLocation
-from ..store.jobs import LOST, OBSERVED, RESULT, SUBMITTED, JobRecord
+from ..store.jobs import OBSERVED, RESULT, SUBMITTED, JobRecord
 from ..measure.workspace import Progress, Workspace
 
 SCRIPT = Path(__file__).with_name("slurm_job.sh")

@@ -5,7 +5,7 @@ so running it prefix by prefix over a bisection's stored observations shows its 
 at every step. What it started from is stored with the bisection (``SearchStart``: the noise model,
 the endpoint history, the metric's direction) and each observation keeps the node the search was told
 measured it and the live decision that asked for it, so the replay is the search that ran and says so
-(``matches_live``). The report (``evidence.bisection_view``) shows it as a heat map and a table, with
+(``matches_live``). The report (``views.bisection_view``) shows it as a heat map and a table, with
 the levels and the drift the engine fitted (``engine_fit``); nothing is re-measured.
 
 The replay's budget is work, not time: each step costs about trials² · commits units and a report

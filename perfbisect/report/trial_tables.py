@@ -1,7 +1,7 @@
 """Trials as rows for a report's charts and tables: per trial, system-state samples, environment, failures.
 
 Plain values read from ``TrialResult`` records (and, for the state timeline, the samples the store
-keeps per trial); ``evidence`` assembles them into a report's view.
+keeps per trial); ``views`` assembles them into a report's view.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import re
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..runtime.logtail import log_tail
 from ..layout import FIXED
 from ..model import TrialResult, TrialStatus, median
 from .render import speculative_health, trial_row
@@ -27,16 +28,8 @@ def iso_time(t: float | None) -> str | None:
 
 
 def _log_tail(path: str | None, lines: int = LOG_TAIL_LINES) -> str | None:
-    if not path:
-        return None
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - 16384))
-            text = fh.read().decode(errors="replace")
-    except OSError:
-        return None
-    return "\n".join(text.splitlines()[-lines:])
+    """The end of a trial's server log, or None when there is none to show (read as every log tail is)."""
+    return (log_tail(path, lines, max_bytes=16384) or None) if path else None
 
 
 def trial_point(t: TrialResult, commits: Mapping[str, dict], excluded: Mapping[int, str]) -> dict[str, Any]:

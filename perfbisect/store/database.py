@@ -36,7 +36,7 @@ from ..model import (
     TrialStatus,
     content_hash,
 )
-from . import jobs, queries
+from . import jobs
 from .jobs import JobRecord
 from . import queries, shared
 from .location import StoreLocation, locate, mask

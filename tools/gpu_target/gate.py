@@ -7,7 +7,6 @@ slower than --min-tok-s (a host-bound server would hide the planted GPU slowdown
 """
 
 import argparse
-import json
 import os
 import signal
 import socket

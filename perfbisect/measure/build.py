@@ -325,7 +325,7 @@ def run_build(
                     f"it declares (in {worktree}). Fix build.steps[].artifacts (paths relative to the "
                     f"worktree) or the build command. Log: {log_path}",
                     log_path=str(log_path),
-                    log_tail=log_tail(log_path),
+                    log_tail=log_tail(log_path, LOG_TAIL_LINES),
                 ) from None
         results.append(StepResult(step.name, key, False, step.python_only, time.perf_counter() - start, str(log_path), stored))
     return BuildResult(content_hash(_KEY_VERSION, [[r.name, r.key] for r in results]), tuple(results))
@@ -362,13 +362,13 @@ def _run_step(step: BuildStep, worktree: Path, python: str, log_path: Path, comm
         raise BuildError(
             f"Build step '{step.name}' at {short} ran past its timeout of {step.timeout_s:g} s and was "
             f"stopped; the commit is skipped. Fix: raise build.steps[].timeout_s. Log: {log_path}\n"
-            f"{log_tail(log_path)}",
+            f"{log_tail(log_path, LOG_TAIL_LINES)}",
             log_path=str(log_path),
-            log_tail=log_tail(log_path),
+            log_tail=log_tail(log_path, LOG_TAIL_LINES),
         )
     status = run.returncode
     if status != 0:
-        tail = log_tail(log_path)
+        tail = log_tail(log_path, LOG_TAIL_LINES)
         _refuse_machine_fault(step, short, worktree, log_path, tail)
         raise BuildError(
             f"Build step '{step.name}' failed at {short} (exit status {status}); the commit is skipped, "

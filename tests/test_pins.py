@@ -142,3 +142,42 @@ def test_a_pin_that_cannot_be_installed_is_an_error_naming_it_and_is_not_retried
     assert cache.failed(missing) == text
     with pytest.raises(EnvironmentBuildError):
         cache.ensure(missing)  # remembered: a pin set that failed is not installed again in this process
+
+
+def test_a_patch_stack_that_bumps_a_pin_is_read_grouped_and_built_with_the_bumped_version(tmp_path):
+    """The user's stack edits python/pyproject.toml (tiny-kernel 1.0 → 3.0): the pins are read from the
+    file as the stack patches it, so the environment is the one the patched worktree declares."""
+    from perfbisect.git.patches import PatchStack
+    from perfbisect.settings import PatchesConfig
+
+    r, shas = _repo_with_a_pin_bump(tmp_path)
+    patches = tmp_path / "patches"
+    r.make_patch(shas[0], {"python/pyproject.toml": PYPROJECT.format(v="3.0")}, patches, "bump tiny-kernel locally")
+    r.make_patch(shas[0], {"python/y.py": "b = 1\n"}, patches, "an unrelated patch")
+    r.make_patch(shas[0], {"python/y.py": "b = 1\n"}, tmp_path / "other", "an unrelated patch")
+    repo = TargetRepo(r.path)
+    stack = PatchStack.load(PatchesConfig(dir=patches), repo)
+    reader = PinReader(repo, ("python/pyproject.toml",), ("tiny-kernel",), stack)
+    commits = repo.first_parent_range(shas[0], shas[-1])
+    # Where the stack applies (before the upstream bump) the patched pin; where it conflicts with the
+    # upstream bump (1.0 → 2.0 against the patch's 1.0 → 3.0) the upstream one, and the commit is
+    # untestable for the conflict, as before.
+    assert [reader(c).requirements for c in commits] == [["tiny-kernel==3.0"]] * 2 + [["tiny-kernel==2.0"]] * 2
+    assert [check.ok for check in stack.check_range(commits)] == [True, True, False, False]
+    # Without the stack (or with a stack that touches no pin file) the upstream pins, as committed.
+    assert PinReader(repo, ("python/pyproject.toml",), ("tiny-kernel",))(shas[0]).requirements == ["tiny-kernel==1.0"]
+    unrelated = PatchStack.load(PatchesConfig(dir=tmp_path / "other"), repo)
+    assert PinReader(repo, ("python/pyproject.toml",), ("tiny-kernel",), unrelated).stack is None
+    wheels = tmp_path / "wheels"
+    for version in ("1.0", "3.0"):
+        write_wheel(wheels, "tiny-kernel", version)
+    cache = EnvCache(tmp_path / "envs", sys.executable, wheels, None, log_dir=tmp_path / "logs")
+    groups = pin_groups(commits, reader, cache, wheels, None)
+    assert [(g.requirements, g.commits) for g in groups] == [(("tiny-kernel==3.0",), tuple(shas[:2])),
+                                                             (("tiny-kernel==2.0",), tuple(shas[2:]))]
+    assert groups[0].problem is None
+    env = cache.ensure(reader(commits[0]))
+    assert env.versions == {"tiny-kernel": "3.0"}
+    seen = subprocess.run([env.python, "-c", "import tiny_kernel; print(tiny_kernel.__version__)"],
+                          capture_output=True, text=True)
+    assert seen.returncode == 0 and seen.stdout.strip() == "3.0", seen.stderr

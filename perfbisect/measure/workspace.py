@@ -86,7 +86,7 @@ class Workspace:
             filters=active_filters(config).path_filter(),
             envs=EnvCache(cache / "envs", config.target.python, build.wheel_dir, build.index_url,
                           log_dir=cache / "logs" / "envs") if build.pinned_packages else None,
-            pins=PinReader(repo, build.pin_files, build.pinned_packages) if build.pinned_packages else None,
+            pins=PinReader(repo, build.pin_files, build.pinned_packages, stack) if build.pinned_packages else None,
         )
 
     @property

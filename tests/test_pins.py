@@ -181,3 +181,41 @@ def test_a_patch_stack_that_bumps_a_pin_is_read_grouped_and_built_with_the_bumpe
     seen = subprocess.run([env.python, "-c", "import tiny_kernel; print(tiny_kernel.__version__)"],
                           capture_output=True, text=True)
     assert seen.returncode == 0 and seen.stdout.strip() == "3.0", seen.stderr
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_a_wheel_rebuilt_in_place_under_the_same_version_is_a_new_environment(tmp_path, installer):
+    """The key hashes the bytes of the wheels it installs: the same file name with other bytes (a
+    kernel rebuilt with a fix, same version) builds a new environment that has the new code (uv's
+    cache, which knows a wheel by its name, is told to look again)."""
+    python = _interpreter_with_pip() if installer == "pip" else sys.executable
+    if python is None:
+        pytest.skip("no interpreter with pip here")
+    if installer == "uv" and subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+        pytest.skip("this interpreter has pip, which is used before uv")
+    if installer == "uv" and not (os.environ.get("UV") or shutil.which("uv")):
+        pytest.skip("uv is not installed here")
+    wheels = tmp_path / "wheels"
+    write_wheel(wheels, "tiny-kernel", "1.0")
+    write_wheel(wheels, "other-kernel", "1.0")  # not pinned here: its bytes are no part of the key
+    cache = EnvCache(tmp_path / "envs", python, wheels, None, log_dir=tmp_path / "logs")
+    pins = read_pins({"requirements.txt": "tiny-kernel==1.0\n"}, ["tiny-kernel"])
+    first = cache.ensure(pins)
+    assert first.installer == installer
+    assert [name for name, _ in json.loads((first.path / "env.json").read_text())["wheels"]] == \
+        ["tiny_kernel-1.0-py3-none-any.whl"]
+    write_wheel(wheels, "other-kernel", "1.0", {"other_kernel/__init__.py": "changed = True\n"})
+    assert cache.key(pins) == first.key and cache.ensure(pins).cached
+    rebuilt = write_wheel(wheels, "tiny-kernel", "1.0", {"tiny_kernel/__init__.py": '__version__ = "1.0"\nREBUILT = "yes"\n'})
+    assert rebuilt.name == "tiny_kernel-1.0-py3-none-any.whl"  # the same name, other bytes
+    second = cache.ensure(pins)
+    assert second.key != first.key and not second.cached and second.path != first.path
+    seen = subprocess.run([second.python, "-c", "import tiny_kernel; print(tiny_kernel.REBUILT)"], capture_output=True, text=True)
+    assert seen.returncode == 0 and seen.stdout.strip() == "yes", seen.stderr
+    # A new process (no remembered digests) finds the rebuilt wheel's environment in the cache.
+    again = subprocess.run([sys.executable, "-c", (
+        "import sys\nfrom perfbisect.measure.envs import EnvCache\nfrom perfbisect.git.pins import read_pins\n"
+        "c = EnvCache(sys.argv[1], sys.argv[3], sys.argv[2], None)\n"
+        "print(c.key(read_pins({'r.txt': 'tiny-kernel==1.0'}, ['tiny-kernel'])))"),
+        str(tmp_path / "envs"), str(wheels), python], capture_output=True, text=True)
+    assert again.returncode == 0 and again.stdout.strip() == second.key, again.stderr

@@ -241,6 +241,23 @@ def wheel_problem(pin_set: PinSet, wheel_dir: Path | None, index_url: str | None
             f"put the wheels there (pip wheel PACKAGE==VERSION -w {wheel_dir}) or set index_url")
 
 
+def wheel_files(pin_set: PinSet, wheel_dir: Path | None) -> list[Path]:
+    """The files of ``wheel_dir`` an installer could pick for ``pin_set``: each pin's wheels and sdists
+    (of its exact version for an ``==`` pin; every version otherwise), sorted by name."""
+    if wheel_dir is None or not Path(wheel_dir).is_dir():
+        return []
+    out = []
+    for f in Path(wheel_dir).iterdir():
+        if not f.name.endswith((".whl", ".tar.gz", ".zip")) or not f.is_file():
+            continue
+        for pin in pin_set.pins:
+            version = _dist_version(f.name, pin.name)
+            if version is not None and (pin.exact_version is None or version == pin.exact_version):
+                out.append(f)
+                break
+    return sorted(out, key=lambda f: f.name)
+
+
 def _dist_version(filename: str, name: str) -> str | None:
     """The version of a wheel or sdist file of package ``name`` (normalized), else None."""
     stem = filename

@@ -19,13 +19,18 @@ start, but the user's interpreter must never change. So each pin set gets its ow
 - the installed versions checked through the venv's interpreter, then ``env.json`` written last: a
   directory without it is a half-built environment and is built again.
 
-The key is the hash of the pins, the target interpreter (its real path, version, site directories)
-and where wheels come from; the same key is the same environment, so a second run builds nothing.
+The key is the hash of the pins, the target interpreter (its real path, version, site directories),
+where wheels come from, and the bytes of the wheels it would install from ``wheel_dir`` (their
+sha256, each file hashed once per process while its size, mtime, ctime and inode stay the same): a
+wheel rebuilt in place under the same version is a new environment, never the stale one. From an
+index only the URL and the pinned versions are known, so a wheel re-uploaded under the same version
+is not noticed there. The same key is the same environment, so a second run builds nothing.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -39,9 +44,9 @@ from ..runtime.children import own_group, signal_group
 from ..errors import ConfigError, EnvironmentBuildError, InfrastructureError
 from ..runtime.logtail import log_tail
 from ..model import content_hash
-from ..git.pins import PinSet, wheel_problem
+from ..git.pins import PinSet, wheel_files, wheel_problem
 
-_KEY_VERSION = "pinned-env-v1"  # bump when the recipe changes, so old environments stop matching
+_KEY_VERSION = "pinned-env-v2"  # bump when the recipe changes, so old environments stop matching
 _MARKER = "env.json"
 _BASE_PTH = "_perfbisect_base.pth"
 INSTALL_TIMEOUT_S = 3600.0
@@ -140,7 +145,11 @@ class EnvCache:
     def key(self, pin_set: PinSet) -> str:
         base = self.base
         return content_hash(_KEY_VERSION, pin_set.key, base.executable, base.version, list(base.site_dirs),
-                            str(self.wheel_dir or ""), self.index_url or "")
+                            str(self.wheel_dir or ""), self.index_url or "", self.wheel_digests(pin_set))
+
+    def wheel_digests(self, pin_set: PinSet) -> list[list[str]]:
+        """[file name, sha256] of each ``wheel_dir`` file the installer could pick for ``pin_set``."""
+        return [[f.name, _file_sha256(f)] for f in wheel_files(pin_set, self.wheel_dir)]
 
     def path(self, pin_set: PinSet) -> Path:
         return self.dir / self.key(pin_set)
@@ -193,6 +202,7 @@ class EnvCache:
         (path / _MARKER).write_text(json.dumps({
             "key": key, "pins": pin_set.as_dict(), "requirements": pin_set.requirements, "python": self.python,
             "base": self.base.executable, "installer": installer, "versions": versions, "seconds": seconds,
+            "wheels": self.wheel_digests(pin_set),
             "built_at": time.time(),
         }, indent=1))
         return PinnedEnv(key, path, pin_set, False, installer, seconds, versions)
@@ -207,7 +217,7 @@ class EnvCache:
                                    log, what, log_path).strip()
             line = "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in base.site_dirs)
             Path(purelib, _BASE_PTH).write_text(line + "\n")
-            installer, argv = self._installer(env_python, log, what, log_path)
+            installer, argv = self._installer(pin_set, env_python, log, what, log_path)
             self._run([*argv, *self._sources(), *pin_set.requirements], log, what, log_path, timeout_s=INSTALL_TIMEOUT_S)
             versions = json.loads(self._output([env_python, "-c", _VERSIONS, *(p.name for p in pin_set.pins)],
                                                log, what, log_path).strip().splitlines()[-1])
@@ -227,14 +237,17 @@ class EnvCache:
         uv = _uv()
         return f"uv ({uv})" if uv else "a pip each environment gets from ensurepip (target.python has no pip, no uv found)"
 
-    def _installer(self, env_python: str, log, what: str, log_path: Path) -> tuple[str, list[str]]:
+    def _installer(self, pin_set: PinSet, env_python: str, log, what: str, log_path: Path) -> tuple[str, list[str]]:
         """pip (the target's, seen through the .pth), else uv, else a pip from ensurepip — into the venv."""
         pip = [env_python, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--no-input"]
         if self.base.has_pip:
             return "pip", pip
         uv = _uv()
         if uv:
-            return "uv", [uv, "pip", "install", "--python", env_python, "--no-deps"]
+            # uv's cache knows a wheel by its name: a wheel rebuilt in place under the same version
+            # would be served from it, stale. Revalidate the pinned packages (the key has their bytes).
+            refresh = [a for name in sorted({p.name for p in pin_set.pins}) for a in ("--refresh-package", name)]
+            return "uv", [uv, "pip", "install", "--python", env_python, "--no-deps", *refresh]
         self._run([env_python, "-m", "ensurepip", "--default-pip"], log, what, log_path)
         return "pip (ensurepip)", pip
 
@@ -304,6 +317,23 @@ class EnvCache:
     def clear(self) -> None:
         """Remove every environment (``perfbisect gc --build-cache``)."""
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_DIGESTS: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> sha256: a wheel is read once per process
+
+
+def _file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, remembered while its size, mtime, ctime and inode stay the same
+    (a file replaced or rewritten in place changes its ctime, which no copy tool can set back)."""
+    st = path.stat()
+    stamp = (str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    if stamp not in _DIGESTS:
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        _DIGESTS[stamp] = digest.hexdigest()
+    return _DIGESTS[stamp]
 
 
 def _uv() -> str | None:

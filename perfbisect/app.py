@@ -689,10 +689,12 @@ def gc(ws: Workspace, build_cache: bool = False) -> list[str]:
         size = ws.build_cache.total_bytes()
         ws.build_cache.clear()
         removed.append(f"build cache ({size / 1e6:.1f} MB)")
-        if ws.envs is not None and ws.envs.entries():
-            count, size = len(ws.envs.entries()), ws.envs.total_bytes()
-            ws.envs.clear()
-            removed.append(f"{count} pinned environment{'s' if count != 1 else ''} ({size / 1e6:.1f} MB)")
+        if ws.envs is not None and ws.envs.lru_entries():
+            count, before = len(ws.envs.lru_entries()), ws.envs.total_bytes()
+            kept = ws.envs.clear()
+            count, size = count - len(kept), before - ws.envs.total_bytes()
+            removed.append(f"{count} pinned environment{'s' if count != 1 else ''} ({size / 1e6:.1f} MB"
+                           f"{f'; {len(kept)} in use by a running command kept' if kept else ''})")
     return removed
 
 

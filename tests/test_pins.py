@@ -219,3 +219,69 @@ def test_a_wheel_rebuilt_in_place_under_the_same_version_is_a_new_environment(tm
         "print(c.key(read_pins({'r.txt': 'tiny-kernel==1.0'}, ['tiny-kernel'])))"),
         str(tmp_path / "envs"), str(wheels), python], capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout.strip() == second.key, again.stderr
+
+
+_HOLDER = """
+import sys
+from perfbisect.measure.envs import EnvCache
+from perfbisect.git.pins import read_pins
+cache = EnvCache(sys.argv[1], sys.argv[2], sys.argv[3], None)
+env = cache.ensure(read_pins({"r.txt": "tiny-kernel==" + sys.argv[4]}, ["tiny-kernel"]))
+print(env.key, flush=True)
+sys.stdin.read()  # a running bisection: it holds the environment until it ends
+"""
+
+
+def test_environments_count_toward_cache_max_gb_and_are_evicted_lru_but_never_while_in_use(tmp_path):
+    from perfbisect.measure.build import BuildCache
+
+    wheels = tmp_path / "wheels"
+    for version in ("1.0", "2.0", "3.0"):
+        write_wheel(wheels, "tiny-kernel", version, {"tiny_kernel/__init__.py": f'__version__ = "{version}"\n' + "#" * 20000 + "\n"})
+    envs_dir = tmp_path / "envs"
+    pins = {v: read_pins({"requirements.txt": f"tiny-kernel=={v}\n"}, ["tiny-kernel"]) for v in ("1.0", "2.0", "3.0")}
+
+    def caches(max_bytes: int) -> tuple[BuildCache, EnvCache]:
+        build = BuildCache(tmp_path / "build-cache", max_bytes)
+        envs = EnvCache(envs_dir, sys.executable, wheels, None, log_dir=tmp_path / "logs")
+        build.share(envs)
+        return build, envs
+
+    # Measure one environment with no bound to speak of, then remove it.
+    build, envs = caches(1 << 40)
+    one = envs.ensure(pins["1.0"])
+    size = envs.total_bytes()
+    assert size > 20000 and json.loads((one.path / "env.json").read_text())["bytes"] == size
+    envs.close()
+    assert envs.remove(one.path) and envs.lru_entries() == []
+
+    # A bound of about one and a half environments: a build artefact and environments share it.
+    worktree = tmp_path / "wt"
+    (worktree / "out").mkdir(parents=True)
+    (worktree / "out" / "kernel.so").write_bytes(b"\0" * (size // 2))
+    build, envs = caches(size * 3 // 2)
+    artefact = build.put("k" * 16, worktree, ["out/kernel.so"], None, {})
+    # Another process holds the 1.0 environment, as a running bisection does.
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(envs_dir), sys.executable, str(wheels), "1.0"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        held_key = holder.stdout.readline().strip()
+        assert held_key == envs.key(pins["1.0"])
+        # 2.0 is built: over the bound, the artefact (least recently used) goes; 1.0 is in use and stays.
+        two = envs.ensure(pins["2.0"])
+        assert not artefact.path.exists()
+        assert envs.lookup(pins["1.0"]) is not None and envs.lookup(pins["2.0"]) is not None
+        envs.close()  # this process is done with 2.0
+        # 3.0 is built: 2.0 is the least recently used one no process holds: it goes; 1.0 still stays.
+        three = envs.ensure(pins["3.0"])
+        assert envs.lookup(pins["2.0"]) is None and not two.path.exists()
+        assert envs.lookup(pins["1.0"]) is not None and three.path.exists()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    # The bisection ended: the next eviction may remove 1.0 (the least recently used), never 3.0, in use here.
+    assert build.evict() == [held_key]
+    assert envs.lookup(pins["1.0"]) is None and envs.lookup(pins["3.0"]) is not None
+    assert build.total_bytes() + envs.total_bytes() <= size * 3 // 2
+    # A new process finds 3.0 in the cache (nothing half-removed is mistaken for built).
+    assert EnvCache(envs_dir, sys.executable, wheels, None).ensure(pins["3.0"]).cached

@@ -35,10 +35,12 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..runtime.children import own_group, signal_group
 from ..errors import ConfigError, EnvironmentBuildError, InfrastructureError
@@ -48,6 +50,7 @@ from ..git.pins import PinSet, wheel_files, wheel_problem
 
 _KEY_VERSION = "pinned-env-v2"  # bump when the recipe changes, so old environments stop matching
 _MARKER = "env.json"
+_USED = "used"  # last use stamp (ns), for least-recently-used eviction under [build] cache_max_gb
 _BASE_PTH = "_perfbisect_base.pth"
 INSTALL_TIMEOUT_S = 3600.0
 # pip settings in the caller's environment that would send an install elsewhere than the venv.
@@ -135,6 +138,13 @@ class EnvCache:
         self.log_dir = Path(log_dir) if log_dir else self.dir / "logs"
         self._base: BaseInterpreter | None = None
         self._failed: dict[str, str] = {}
+        # Environments this process uses, each held by a shared lock on ``.<key>.use`` until close():
+        # eviction (any process's) takes that lock exclusively, so it never removes one in use.
+        self._held: dict[str, object] = {}
+        self._clock = 0  # the last use stamp given out (see _mark_used)
+        # Called with the key of a newly built environment: the build cache's bound ([build]
+        # cache_max_gb) then evicts least recently used entries of both (Workspace wires it).
+        self.on_grow: Callable[[str], object] | None = None
 
     @property
     def base(self) -> BaseInterpreter:
@@ -169,19 +179,83 @@ class EnvCache:
         return self._failed.get(self.key(pin_set))
 
     def ensure(self, pin_set: PinSet) -> PinnedEnv:
-        """The environment of ``pin_set``, built unless cached; EnvironmentBuildError when it cannot be."""
-        found = self.lookup(pin_set)
-        if found is not None:
-            return found
+        """The environment of ``pin_set``, built unless cached; EnvironmentBuildError when it cannot be.
+
+        The environment is held in use (never evicted) until ``close()``, and marked as just used."""
         key = self.key(pin_set)
         if key in self._failed:
             raise EnvironmentBuildError(self._failed[key])
         self.dir.mkdir(parents=True, exist_ok=True)
-        # Cluster jobs may share the cache directory: one builds a set while the others wait for it.
-        with open(self.dir / f".{key}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            found = self.lookup(pin_set)
-            return found if found is not None else self._build_locked(pin_set, key)
+        self._hold(key)
+        found = self.lookup(pin_set)
+        if found is None:
+            # Cluster jobs may share the cache directory: one builds a set while the others wait for it.
+            with open(self.dir / f".{key}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                found = self.lookup(pin_set)
+                if found is None:
+                    found = self._build_locked(pin_set, key)
+        self._mark_used(found.path)
+        if not found.cached and self.on_grow is not None:
+            self.on_grow(key)
+        return found
+
+    def _hold(self, key: str) -> None:
+        """Take the shared in-use lock of ``key`` (waits while an eviction removes it)."""
+        if key not in self._held:
+            handle = open(self.dir / f".{key}.use", "a")
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            self._held[key] = handle
+
+    def close(self) -> None:
+        """Release the environments this process held in use: eviction may remove them now."""
+        for handle in self._held.values():
+            handle.close()  # type: ignore[attr-defined]
+        self._held.clear()
+
+    def _mark_used(self, path: Path) -> None:
+        """Stamp a use of the environment at ``path`` for LRU eviction: nanoseconds since the epoch in
+        its ``used`` file, always larger than the last stamp this cache gave (as the build cache does)."""
+        self._clock = max(time.time_ns(), self._clock + 1)
+        try:
+            (path / _USED).write_text(str(self._clock))
+        except OSError:
+            pass  # a stamp is a hint for eviction, never a reason to fail a trial
+
+    def lru_entries(self) -> list[tuple[int, int, Path]]:
+        """(last use stamp, bytes, path) of every environment directory, built or half-built."""
+        if not self.dir.is_dir():
+            return []
+        out = []
+        for path in self.dir.iterdir():
+            if not path.is_dir() or path.name.startswith(".") or path == self.log_dir:
+                continue
+            try:
+                size = int(json.loads((path / _MARKER).read_text())["bytes"])
+            except (OSError, ValueError, KeyError, TypeError):
+                size = _tree_bytes(path)  # half-built, or built by an older perfbisect
+            try:
+                used = int((path / _USED).read_text().strip())
+            except (OSError, ValueError):
+                try:
+                    used = path.stat().st_mtime_ns
+                except OSError:
+                    continue
+            out.append((used, size, path))
+        return sorted(out)
+
+    def remove(self, path: Path) -> bool:
+        """Remove the environment at ``path`` unless a process holds it in use; True when removed."""
+        path = Path(path)
+        with open(self.dir / f".{path.name}.use", "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # a trial's server or build runs with it right now
+            (path / _MARKER).unlink(missing_ok=True)  # first: a partly removed one reads as half-built
+            shutil.rmtree(path, ignore_errors=True)
+            (self.dir / f".{path.name}.lock").unlink(missing_ok=True)
+        return True
 
     def _build_locked(self, pin_set: PinSet, key: str) -> PinnedEnv:
         start = time.perf_counter()
@@ -200,6 +274,7 @@ class EnvCache:
             raise
         seconds = time.perf_counter() - start
         (path / _MARKER).write_text(json.dumps({
+            "bytes": _tree_bytes(path),
             "key": key, "pins": pin_set.as_dict(), "requirements": pin_set.requirements, "python": self.python,
             "base": self.base.executable, "installer": installer, "versions": versions, "seconds": seconds,
             "wheels": self.wheel_digests(pin_set),
@@ -312,11 +387,29 @@ class EnvCache:
         return sorted(p for p in self.dir.iterdir() if (p / _MARKER).is_file())
 
     def total_bytes(self) -> int:
-        return sum(f.stat().st_size for p in self.entries() for f in p.rglob("*") if f.is_file() and not f.is_symlink())
+        """Bytes of the environments held (as counted toward ``[build] cache_max_gb``)."""
+        return sum(size for _, size, _ in self.lru_entries())
 
-    def clear(self) -> None:
-        """Remove every environment (``perfbisect gc --build-cache``)."""
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def clear(self) -> list[Path]:
+        """Remove every environment no process holds in use (``perfbisect gc --build-cache``), and
+        the build logs; the ones in use are returned, left in place."""
+        kept = [path for _, _, path in self.lru_entries() if not self.remove(path)]
+        shutil.rmtree(self.log_dir, ignore_errors=True)
+        return kept
+
+
+def _tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (symlinks not followed: a venv's ``bin/python`` is one)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if not stat.S_ISLNK(st.st_mode):
+                total += st.st_size
+    return total
 
 
 _DIGESTS: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> sha256: a wheel is read once per process

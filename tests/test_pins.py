@@ -285,3 +285,31 @@ def test_environments_count_toward_cache_max_gb_and_are_evicted_lru_but_never_wh
     assert build.total_bytes() + envs.total_bytes() <= size * 3 // 2
     # A new process finds 3.0 in the cache (nothing half-removed is mistaken for built).
     assert EnvCache(envs_dir, sys.executable, wheels, None).ensure(pins["3.0"]).cached
+
+
+def test_gc_build_cache_removes_the_environments_but_keeps_one_a_running_command_holds(tmp_path):
+    from perfbisect.demo.target import make_demo_target
+
+    target = make_demo_target(tmp_path / "demo", commits=4)
+    envs_dir = target.root / "envs"  # the demo's cache_dir is its root
+    pins = {v: read_pins({"requirements.txt": f"demo-kernel=={v}\n"}, ["demo-kernel"]) for v in ("0.1.0", "0.2.0")}
+    cache = EnvCache(envs_dir, sys.executable, target.wheels, None)
+    for p in pins.values():
+        cache.ensure(p)
+    cache.close()
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER.replace("tiny-kernel", "demo-kernel"), str(envs_dir),
+                               sys.executable, str(target.wheels), "0.2.0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == cache.key(pins["0.2.0"])
+        gc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "gc", "--build-cache", "-c", str(target.config)],
+                            capture_output=True, text=True, timeout=300)
+        assert gc.returncode == 0, gc.stderr
+        assert "removed 1 pinned environment (" in gc.stdout and "1 in use by a running command kept" in gc.stdout, gc.stdout
+        assert cache.lookup(pins["0.1.0"]) is None and cache.lookup(pins["0.2.0"]) is not None
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    gc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "gc", "--build-cache", "-c", str(target.config)],
+                        capture_output=True, text=True, timeout=300)
+    assert gc.returncode == 0 and "removed 1 pinned environment (" in gc.stdout and "kept" not in gc.stdout, gc.stdout
+    assert cache.lru_entries() == []

@@ -33,6 +33,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -50,6 +51,7 @@ from ..git.pins import PinSet, wheel_files, wheel_problem
 
 _KEY_VERSION = "pinned-env-v2"  # bump when the recipe changes, so old environments stop matching
 _MARKER = "env.json"
+_KEY_NAME = re.compile(r"[0-9a-f]{16}")  # an environment's directory: its key (model.content_hash)
 _USED = "used"  # last use stamp (ns), for least-recently-used eviction under [build] cache_max_gb
 _BASE_PTH = "_perfbisect_base.pth"
 INSTALL_TIMEOUT_S = 3600.0
@@ -228,8 +230,8 @@ class EnvCache:
             return []
         out = []
         for path in self.dir.iterdir():
-            if not path.is_dir() or path.name.startswith(".") or path == self.log_dir:
-                continue
+            if not _KEY_NAME.fullmatch(path.name) or not path.is_dir():
+                continue  # not an environment (the default log directory, lock files)
             try:
                 size = int(json.loads((path / _MARKER).read_text())["bytes"])
             except (OSError, ValueError, KeyError, TypeError):

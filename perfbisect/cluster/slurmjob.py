@@ -1,5 +1,8 @@
 """One Slurm job of a bisection, on its node: ``python -m perfbisect.cluster.slurmjob --config C --db D --row N``.
 
+A which-path job (``--pair BEFORE CULPRIT --target N --mode M ...``, from ``slurm.measure_modes``) measures
+those modes at both commits instead (``trials.measure_modes``) and stores the trials it ran on the row.
+
 Started by ``slurm_job.sh`` (submitted by ``perfbisect.cluster.slurm``). It opens the config and the results
 database exactly as the controller named them, takes this node's locks (a per-node cache directory
 under the config's cache_dir, and the GPU node lock), measures the row's commit once with the

@@ -164,8 +164,10 @@ def test_a_patch_stack_that_bumps_a_pin_is_read_grouped_and_built_with_the_bumpe
     # untestable for the conflict, as before.
     assert [reader(c).requirements for c in commits] == [["tiny-kernel==3.0"]] * 2 + [["tiny-kernel==2.0"]] * 2
     assert [check.ok for check in stack.check_range(commits)] == [True, True, False, False]
-    # Without the stack (or with a stack that touches no pin file) the upstream pins, as committed.
+    # Without the stack (or with a stack that touches no pin file) the upstream pins, as committed; and
+    # as the checkout has them (`doctor --launch` starts the checkout as it is, unpatched).
     assert PinReader(repo, ("python/pyproject.toml",), ("tiny-kernel",))(shas[0]).requirements == ["tiny-kernel==1.0"]
+    assert reader.upstream(shas[0]).requirements == ["tiny-kernel==1.0"]
     unrelated = PatchStack.load(PatchesConfig(dir=tmp_path / "other"), repo)
     assert PinReader(repo, ("python/pyproject.toml",), ("tiny-kernel",), unrelated).stack is None
     wheels = tmp_path / "wheels"

@@ -177,6 +177,10 @@ class PinReader:
     def enabled(self) -> bool:
         return bool(self.packages)
 
+    def upstream(self, commit: Commit | str) -> PinSet:
+        """The pins as ``commit`` has them, the patch stack not applied (a checkout used as it is)."""
+        return commit_pins(self.repo, commit, self.pin_files, self.packages)
+
     def __call__(self, commit: Commit | str) -> PinSet:
         sha = commit.sha if isinstance(commit, Commit) else str(commit)
         if sha not in self._seen:

@@ -151,7 +151,7 @@ def launch_check(ws: Workspace, mode: ModeConfig) -> tuple[float, tuple[EnvCheck
     log.parent.mkdir(parents=True, exist_ok=True)
     python = cfg.target.python
     if ws.envs is not None and ws.pins is not None:  # the checkout's pins: its server would refuse another version
-        pin_set = ws.pins(ws.repo.resolve("HEAD"))
+        pin_set = ws.pins.upstream(ws.repo.resolve("HEAD"))  # the checkout as it is: no patch stack applied
         if pin_set:
             python = ws.envs.ensure(pin_set).python
     with ServerSession(cfg.server, mode, cfg.target.repo, python, log) as session:

@@ -3,6 +3,7 @@ pip or uv from real wheels, cached, and the user's interpreter left exactly as i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -208,19 +209,31 @@ def test_a_wheel_rebuilt_in_place_under_the_same_version_is_a_new_environment(tm
         ["tiny_kernel-1.0-py3-none-any.whl"]
     write_wheel(wheels, "other-kernel", "1.0", {"other_kernel/__init__.py": "changed = True\n"})
     assert cache.key(pins) == first.key and cache.ensure(pins).cached
+
+    def key_in_a_new_process() -> str:  # no digest remembered in memory: the stored one, if still valid
+        done = subprocess.run([sys.executable, "-c", (
+            "import sys\nfrom perfbisect.measure.envs import EnvCache\nfrom perfbisect.git.pins import read_pins\n"
+            "c = EnvCache(sys.argv[1], sys.argv[3], sys.argv[2], None)\n"
+            "print(c.key(read_pins({'r.txt': 'tiny-kernel==1.0'}, ['tiny-kernel'])))"),
+            str(tmp_path / "envs"), str(wheels), python], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert key_in_a_new_process() == first.key
     rebuilt = write_wheel(wheels, "tiny-kernel", "1.0", {"tiny_kernel/__init__.py": '__version__ = "1.0"\nREBUILT = "yes"\n'})
     assert rebuilt.name == "tiny_kernel-1.0-py3-none-any.whl"  # the same name, other bytes
     second = cache.ensure(pins)
     assert second.key != first.key and not second.cached and second.path != first.path
     seen = subprocess.run([second.python, "-c", "import tiny_kernel; print(tiny_kernel.REBUILT)"], capture_output=True, text=True)
     assert seen.returncode == 0 and seen.stdout.strip() == "yes", seen.stderr
-    # A new process (no remembered digests) finds the rebuilt wheel's environment in the cache.
-    again = subprocess.run([sys.executable, "-c", (
-        "import sys\nfrom perfbisect.measure.envs import EnvCache\nfrom perfbisect.git.pins import read_pins\n"
-        "c = EnvCache(sys.argv[1], sys.argv[3], sys.argv[2], None)\n"
-        "print(c.key(read_pins({'r.txt': 'tiny-kernel==1.0'}, ['tiny-kernel'])))"),
-        str(tmp_path / "envs"), str(wheels), python], capture_output=True, text=True)
-    assert again.returncode == 0 and again.stdout.strip() == second.key, again.stderr
+    # A new process finds the rebuilt wheel's environment (the stored digest of the old bytes is not used),
+    # and the stored digest is the sha256 of the file as it is now.
+    assert key_in_a_new_process() == second.key
+    stored = json.loads((tmp_path / "envs" / ".wheel-digests.json").read_text())[str(rebuilt.resolve())]
+    assert stored["sha256"] == hashlib.sha256(rebuilt.read_bytes()).hexdigest()
+    # A damaged digest file only costs a read of the wheel.
+    (tmp_path / "envs" / ".wheel-digests.json").write_text("not json")
+    assert key_in_a_new_process() == second.key
 
 
 _HOLDER = """

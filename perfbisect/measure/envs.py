@@ -21,7 +21,7 @@ start, but the user's interpreter must never change. So each pin set gets its ow
 
 The key is the hash of the pins, the target interpreter (its real path, version, site directories),
 where wheels come from, and the bytes of the wheels it would install from ``wheel_dir`` (their
-sha256, each file hashed once per process while its size, mtime, ctime and inode stay the same): a
+sha256, each file read once while its size, mtime, ctime and inode stay the same): a
 wheel rebuilt in place under the same version is a new environment, never the stale one. From an
 index only the URL and the pinned versions are known, so a wheel re-uploaded under the same version
 is not noticed there. The same key is the same environment, so a second run builds nothing.
@@ -52,6 +52,7 @@ from ..git.pins import PinSet, wheel_files, wheel_problem
 _KEY_VERSION = "pinned-env-v2"  # bump when the recipe changes, so old environments stop matching
 _MARKER = "env.json"
 _KEY_NAME = re.compile(r"[0-9a-f]{16}")  # an environment's directory: its key (model.content_hash)
+_DIGEST_FILE = ".wheel-digests.json"  # wheel path -> its stat stamp and sha256 (EnvCache._sha256)
 _USED = "used"  # last use stamp (ns), for least-recently-used eviction under [build] cache_max_gb
 _BASE_PTH = "_perfbisect_base.pth"
 INSTALL_TIMEOUT_S = 3600.0
@@ -161,7 +162,38 @@ class EnvCache:
 
     def wheel_digests(self, pin_set: PinSet) -> list[list[str]]:
         """[file name, sha256] of each ``wheel_dir`` file the installer could pick for ``pin_set``."""
-        return [[f.name, _file_sha256(f)] for f in wheel_files(pin_set, self.wheel_dir)]
+        return [[f.name, self._sha256(f)] for f in wheel_files(pin_set, self.wheel_dir)]
+
+    def _sha256(self, path: Path) -> str:
+        """sha256 of a wheel's bytes, read once while its size, mtime, ctime and inode stay the same (a
+        file replaced or rewritten in place changes its ctime, which no copy tool can set back): kept
+        in this process and in ``<dir>/.wheel-digests.json``, so the next command (``plan``, a Slurm
+        job) does not read a gigabyte of torch again."""
+        st = path.stat()
+        name, stamp = str(path.resolve()), f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+        if (name, stamp) in _DIGESTS:
+            return _DIGESTS[name, stamp]
+        store = self.dir / _DIGEST_FILE
+        try:
+            known = json.loads(store.read_text())
+        except (OSError, ValueError):
+            known = {}
+        entry = known.get(name) if isinstance(known, dict) else None
+        if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
+            digest = entry["sha256"]
+        else:
+            digest = _hash_file(path)
+            known = known if isinstance(known, dict) else {}
+            known[name] = {"stamp": stamp, "sha256": digest}
+            try:  # written whole and renamed into place: a reader never sees half a file
+                self.dir.mkdir(parents=True, exist_ok=True)
+                tmp = self.dir / f"{_DIGEST_FILE}.{os.getpid()}"
+                tmp.write_text(json.dumps(known))
+                os.replace(tmp, store)
+            except OSError:
+                pass  # a hint for the next command; this one has the digest
+        _DIGESTS[name, stamp] = digest
+        return digest
 
     def path(self, pin_set: PinSet) -> Path:
         return self.dir / self.key(pin_set)
@@ -414,21 +446,15 @@ def _tree_bytes(path: Path) -> int:
     return total
 
 
-_DIGESTS: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> sha256: a wheel is read once per process
+_DIGESTS: dict[tuple[str, str], str] = {}  # (path, "size:mtime:ctime:inode") -> sha256, for this process
 
 
-def _file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes, remembered while its size, mtime, ctime and inode stay the same
-    (a file replaced or rewritten in place changes its ctime, which no copy tool can set back)."""
-    st = path.stat()
-    stamp = (str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-    if stamp not in _DIGESTS:
-        digest = hashlib.sha256()
-        with path.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-        _DIGESTS[stamp] = digest.hexdigest()
-    return _DIGESTS[stamp]
+def _hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _uv() -> str | None:

@@ -386,7 +386,7 @@ def is_modes_job(job: JobRecord) -> bool:
 
 def modes_arguments(pair: Sequence[Commit], modes: Sequence[str], target: int) -> list[str]:
     """The arguments a which-path job gets after ``--row`` (``perfbisect.cluster.slurmjob``)."""
-    return ["--pair", pair[0].sha, pair[1].sha, "--target", str(target), *(a for m in modes for a in ("--mode", m))]
+    return ["--pair", pair[0].sha, pair[1].sha, "--target", str(target), *(f"--mode={m}" for m in modes)]
 
 
 def measure_modes(ws: Workspace, bisection_id: int, pair: Sequence[Commit], modes: Sequence[str], target: int,
@@ -403,7 +403,8 @@ def measure_modes(ws: Workspace, bisection_id: int, pair: Sequence[Commit], mode
         executor.reattach(modes=extra)
         if not executor.in_flight:
             job = executor.submit(pair[1].sha, extra=extra)
-            progress.info(f"job {job.job_id}: which path regressed, {', '.join(modes)} at {pair[0].short} and {pair[1].short}")
+            progress.info(f"job {job.job_id} measures {', '.join(modes)} at {pair[0].short} and {pair[1].short} "
+                          f"(which path regressed)")
         while executor.in_flight:
             for job in executor.collect():
                 ran += int((job.result or {}).get("ran", 0))

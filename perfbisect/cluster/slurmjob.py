@@ -1,6 +1,6 @@
 """One Slurm job of a bisection, on its node: ``python -m perfbisect.cluster.slurmjob --config C --db D --row N``.
 
-A which-path job (``--pair BEFORE CULPRIT --target N --mode M ...``, from ``slurm.measure_modes``) measures
+A which-path job (``--pair BEFORE CULPRIT --target N --mode=M ...``, from ``slurm.measure_modes``) measures
 those modes at both commits instead (``trials.measure_modes``) and stores the trials it ran on the row.
 
 Started by ``slurm_job.sh`` (submitted by ``perfbisect.cluster.slurm``). It opens the config and the results

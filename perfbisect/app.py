@@ -41,7 +41,7 @@ from .report.render import attribution_line, history_line, state_lines
 from .engine.stats import NoiseModel, compare, compare_sequential, log_of_pct, pct
 from .engine.regressed_path import decide as decide_path
 from .store import Store, StoreLocation, locate, open_store
-from .measure.trials import TrialRunner, interleaved, observe
+from .measure.trials import TrialRunner, interleaved, measure_modes, measured_trials, observe
 from .measure.workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
 
 def measured_nothing(ws: Workspace, bisection_id: int) -> str | None:
@@ -249,8 +249,7 @@ def run_bisection(
         else:
             outcome = _search_here(ws, policy, observations, bisection_id, by_sha, noise, progress, wait_idle_s).outcome
         outcome = _expand_merge_culprit(ws, outcome, by_sha)
-        if cfg.executor.kind == "local":  # on a cluster the other modes would need jobs of their own
-            outcome = which_path(ws, outcome, shas, bisection_id, noise, progress, wait_idle_s)
+        outcome = which_path(ws, outcome, shas, bisection_id, noise, progress, wait_idle_s)
     finally:
         progress.done()
     store.finish_bisection(bisection_id, outcome)
@@ -339,7 +338,7 @@ def which_path(ws: Workspace, outcome: BisectOutcome, shas: Sequence[str], bisec
     stored = ws.store.trials(bisection_id=bisection_id)
 
     def have(sha: str, mode: str) -> int:
-        return sum(1 for t in stored if t.identity.commit == sha and t.identity.mode == mode and t.summary is not None)
+        return measured_trials(stored, sha, mode)
 
     # The parent: the last candidate before the culprit that the search measured (an untestable
     # neighbour has nothing to compare with).
@@ -361,19 +360,12 @@ def which_path(ws: Workspace, outcome: BisectOutcome, shas: Sequence[str], bisec
                 f"which path regressed: measuring {', '.join(missing)} at {pair[0].short} (before the culprit) and "
                 f"{pair[1].short} (the culprit), up to {target} trials each, interleaved (stats.mode_trials)"
             )
-            runner = runner or TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
-            for round_ in range(2 * target):  # up to `target` failed attempts each before giving up on one
-                order = pair if round_ % 2 == 0 else pair[::-1]  # A B B A: drift hits both sides alike
-                ran = False
-                for commit in order:
-                    for mode in missing:
-                        if have(commit.sha, mode) >= target:  # one trial a round each: interleaved
-                            continue
-                        stored.append(runner.trial(commit, mode, purpose="modes", bisection_id=bisection_id))
-                        measured += 1
-                        ran = True
-                if not ran:
-                    break
+            if cfg.executor.kind == "slurm":  # one job on one node measures them all, interleaved there
+                measured += slurm.measure_modes(ws, bisection_id, pair, missing, target, progress)
+                stored = ws.store.trials(bisection_id=bisection_id)
+            else:
+                runner = runner or TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
+                measured += len(measure_modes(runner, pair, missing, target, bisection_id, stored))
         trials = [t for t in stored if t.identity.commit in (parent, culprit)]
         verdict = decide_path(trials, spec_mode=spec, modes=modes, before=parent, after=culprit, noise=stats_noise,
                               settings=cfg.stats, higher_is_better=metric.higher_is_better,
@@ -689,10 +681,12 @@ def gc(ws: Workspace, build_cache: bool = False) -> list[str]:
         size = ws.build_cache.total_bytes()
         ws.build_cache.clear()
         removed.append(f"build cache ({size / 1e6:.1f} MB)")
-        if ws.envs is not None and ws.envs.entries():
-            count, size = len(ws.envs.entries()), ws.envs.total_bytes()
-            ws.envs.clear()
-            removed.append(f"{count} pinned environment{'s' if count != 1 else ''} ({size / 1e6:.1f} MB)")
+        if ws.envs is not None and ws.envs.lru_entries():
+            count, before = len(ws.envs.lru_entries()), ws.envs.total_bytes()
+            kept = ws.envs.clear()
+            count, size = count - len(kept), before - ws.envs.total_bytes()
+            removed.append(f"{count} pinned environment{'s' if count != 1 else ''} ({size / 1e6:.1f} MB"
+                           f"{f'; {len(kept)} in use by a running command kept' if kept else ''})")
     return removed
 
 

@@ -3,6 +3,7 @@ pip or uv from real wheels, cached, and the user's interpreter left exactly as i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -142,3 +143,188 @@ def test_a_pin_that_cannot_be_installed_is_an_error_naming_it_and_is_not_retried
     assert cache.failed(missing) == text
     with pytest.raises(EnvironmentBuildError):
         cache.ensure(missing)  # remembered: a pin set that failed is not installed again in this process
+
+
+def test_a_patch_stack_that_bumps_a_pin_is_read_grouped_and_built_with_the_bumped_version(tmp_path):
+    """The user's stack edits python/pyproject.toml (tiny-kernel 1.0 → 3.0): the pins are read from the
+    file as the stack patches it, so the environment is the one the patched worktree declares."""
+    from perfbisect.git.patches import PatchStack
+    from perfbisect.settings import PatchesConfig
+
+    r, shas = _repo_with_a_pin_bump(tmp_path)
+    patches = tmp_path / "patches"
+    r.make_patch(shas[0], {"python/pyproject.toml": PYPROJECT.format(v="3.0")}, patches, "bump tiny-kernel locally")
+    r.make_patch(shas[0], {"python/y.py": "b = 1\n"}, patches, "an unrelated patch")
+    r.make_patch(shas[0], {"python/y.py": "b = 1\n"}, tmp_path / "other", "an unrelated patch")
+    repo = TargetRepo(r.path)
+    stack = PatchStack.load(PatchesConfig(dir=patches), repo)
+    reader = PinReader(repo, ("python/pyproject.toml",), ("tiny-kernel",), stack)
+    commits = repo.first_parent_range(shas[0], shas[-1])
+    # Where the stack applies (before the upstream bump) the patched pin; where it conflicts with the
+    # upstream bump (1.0 → 2.0 against the patch's 1.0 → 3.0) the upstream one, and the commit is
+    # untestable for the conflict, as before.
+    assert [reader(c).requirements for c in commits] == [["tiny-kernel==3.0"]] * 2 + [["tiny-kernel==2.0"]] * 2
+    assert [check.ok for check in stack.check_range(commits)] == [True, True, False, False]
+    # Without the stack (or with a stack that touches no pin file) the upstream pins, as committed; and
+    # as the checkout has them (`doctor --launch` starts the checkout as it is, unpatched).
+    assert PinReader(repo, ("python/pyproject.toml",), ("tiny-kernel",))(shas[0]).requirements == ["tiny-kernel==1.0"]
+    assert reader.upstream(shas[0]).requirements == ["tiny-kernel==1.0"]
+    unrelated = PatchStack.load(PatchesConfig(dir=tmp_path / "other"), repo)
+    assert PinReader(repo, ("python/pyproject.toml",), ("tiny-kernel",), unrelated).stack is None
+    wheels = tmp_path / "wheels"
+    for version in ("1.0", "3.0"):
+        write_wheel(wheels, "tiny-kernel", version)
+    cache = EnvCache(tmp_path / "envs", sys.executable, wheels, None, log_dir=tmp_path / "logs")
+    groups = pin_groups(commits, reader, cache, wheels, None)
+    assert [(g.requirements, g.commits) for g in groups] == [(("tiny-kernel==3.0",), tuple(shas[:2])),
+                                                             (("tiny-kernel==2.0",), tuple(shas[2:]))]
+    assert groups[0].problem is None
+    env = cache.ensure(reader(commits[0]))
+    assert env.versions == {"tiny-kernel": "3.0"}
+    seen = subprocess.run([env.python, "-c", "import tiny_kernel; print(tiny_kernel.__version__)"],
+                          capture_output=True, text=True)
+    assert seen.returncode == 0 and seen.stdout.strip() == "3.0", seen.stderr
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_a_wheel_rebuilt_in_place_under_the_same_version_is_a_new_environment(tmp_path, installer):
+    """The key hashes the bytes of the wheels it installs: the same file name with other bytes (a
+    kernel rebuilt with a fix, same version) builds a new environment that has the new code (uv's
+    cache, which knows a wheel by its name, is told to look again)."""
+    python = _interpreter_with_pip() if installer == "pip" else sys.executable
+    if python is None:
+        pytest.skip("no interpreter with pip here")
+    if installer == "uv" and subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+        pytest.skip("this interpreter has pip, which is used before uv")
+    if installer == "uv" and not (os.environ.get("UV") or shutil.which("uv")):
+        pytest.skip("uv is not installed here")
+    wheels = tmp_path / "wheels"
+    write_wheel(wheels, "tiny-kernel", "1.0")
+    write_wheel(wheels, "other-kernel", "1.0")  # not pinned here: its bytes are no part of the key
+    cache = EnvCache(tmp_path / "envs", python, wheels, None, log_dir=tmp_path / "logs")
+    pins = read_pins({"requirements.txt": "tiny-kernel==1.0\n"}, ["tiny-kernel"])
+    first = cache.ensure(pins)
+    assert first.installer == installer
+    assert [name for name, _ in json.loads((first.path / "env.json").read_text())["wheels"]] == \
+        ["tiny_kernel-1.0-py3-none-any.whl"]
+    write_wheel(wheels, "other-kernel", "1.0", {"other_kernel/__init__.py": "changed = True\n"})
+    assert cache.key(pins) == first.key and cache.ensure(pins).cached
+
+    def key_in_a_new_process() -> str:  # no digest remembered in memory: the stored one, if still valid
+        done = subprocess.run([sys.executable, "-c", (
+            "import sys\nfrom perfbisect.measure.envs import EnvCache\nfrom perfbisect.git.pins import read_pins\n"
+            "c = EnvCache(sys.argv[1], sys.argv[3], sys.argv[2], None)\n"
+            "print(c.key(read_pins({'r.txt': 'tiny-kernel==1.0'}, ['tiny-kernel'])))"),
+            str(tmp_path / "envs"), str(wheels), python], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert key_in_a_new_process() == first.key
+    rebuilt = write_wheel(wheels, "tiny-kernel", "1.0", {"tiny_kernel/__init__.py": '__version__ = "1.0"\nREBUILT = "yes"\n'})
+    assert rebuilt.name == "tiny_kernel-1.0-py3-none-any.whl"  # the same name, other bytes
+    second = cache.ensure(pins)
+    assert second.key != first.key and not second.cached and second.path != first.path
+    seen = subprocess.run([second.python, "-c", "import tiny_kernel; print(tiny_kernel.REBUILT)"], capture_output=True, text=True)
+    assert seen.returncode == 0 and seen.stdout.strip() == "yes", seen.stderr
+    # A new process finds the rebuilt wheel's environment (the stored digest of the old bytes is not used),
+    # and the stored digest is the sha256 of the file as it is now.
+    assert key_in_a_new_process() == second.key
+    stored = json.loads((tmp_path / "envs" / ".wheel-digests.json").read_text())[str(rebuilt.resolve())]
+    assert stored["sha256"] == hashlib.sha256(rebuilt.read_bytes()).hexdigest()
+    # A damaged digest file only costs a read of the wheel.
+    (tmp_path / "envs" / ".wheel-digests.json").write_text("not json")
+    assert key_in_a_new_process() == second.key
+
+
+_HOLDER = """
+import sys
+from perfbisect.measure.envs import EnvCache
+from perfbisect.git.pins import read_pins
+cache = EnvCache(sys.argv[1], sys.argv[2], sys.argv[3], None)
+env = cache.ensure(read_pins({"r.txt": "tiny-kernel==" + sys.argv[4]}, ["tiny-kernel"]))
+print(env.key, flush=True)
+sys.stdin.read()  # a running bisection: it holds the environment until it ends
+"""
+
+
+def test_environments_count_toward_cache_max_gb_and_are_evicted_lru_but_never_while_in_use(tmp_path):
+    from perfbisect.measure.build import BuildCache
+
+    wheels = tmp_path / "wheels"
+    for version in ("1.0", "2.0", "3.0"):
+        write_wheel(wheels, "tiny-kernel", version, {"tiny_kernel/__init__.py": f'__version__ = "{version}"\n' + "#" * 20000 + "\n"})
+    envs_dir = tmp_path / "envs"
+    pins = {v: read_pins({"requirements.txt": f"tiny-kernel=={v}\n"}, ["tiny-kernel"]) for v in ("1.0", "2.0", "3.0")}
+
+    def caches(max_bytes: int) -> tuple[BuildCache, EnvCache]:
+        build = BuildCache(tmp_path / "build-cache", max_bytes)
+        envs = EnvCache(envs_dir, sys.executable, wheels, None, log_dir=tmp_path / "logs")
+        build.share(envs)
+        return build, envs
+
+    # Measure one environment with no bound to speak of, then remove it.
+    build, envs = caches(1 << 40)
+    one = envs.ensure(pins["1.0"])
+    size = envs.total_bytes()
+    assert size > 20000 and json.loads((one.path / "env.json").read_text())["bytes"] == size
+    envs.close()
+    assert envs.remove(one.path) and envs.lru_entries() == []
+
+    # A bound of about one and a half environments: a build artefact and environments share it.
+    worktree = tmp_path / "wt"
+    (worktree / "out").mkdir(parents=True)
+    (worktree / "out" / "kernel.so").write_bytes(b"\0" * (size // 2))
+    build, envs = caches(size * 3 // 2)
+    artefact = build.put("k" * 16, worktree, ["out/kernel.so"], None, {})
+    # Another process holds the 1.0 environment, as a running bisection does.
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(envs_dir), sys.executable, str(wheels), "1.0"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        held_key = holder.stdout.readline().strip()
+        assert held_key == envs.key(pins["1.0"])
+        # 2.0 is built: over the bound, the artefact (least recently used) goes; 1.0 is in use and stays.
+        two = envs.ensure(pins["2.0"])
+        assert not artefact.path.exists()
+        assert envs.lookup(pins["1.0"]) is not None and envs.lookup(pins["2.0"]) is not None
+        envs.close()  # this process is done with 2.0
+        # 3.0 is built: 2.0 is the least recently used one no process holds: it goes; 1.0 still stays.
+        three = envs.ensure(pins["3.0"])
+        assert envs.lookup(pins["2.0"]) is None and not two.path.exists()
+        assert envs.lookup(pins["1.0"]) is not None and three.path.exists()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    # The bisection ended: the next eviction may remove 1.0 (the least recently used), never 3.0, in use here.
+    assert build.evict() == [held_key]
+    assert envs.lookup(pins["1.0"]) is None and envs.lookup(pins["3.0"]) is not None
+    assert build.total_bytes() + envs.total_bytes() <= size * 3 // 2
+    # A new process finds 3.0 in the cache (nothing half-removed is mistaken for built).
+    assert EnvCache(envs_dir, sys.executable, wheels, None).ensure(pins["3.0"]).cached
+
+
+def test_gc_build_cache_removes_the_environments_but_keeps_one_a_running_command_holds(tmp_path):
+    from perfbisect.demo.target import make_demo_target
+
+    target = make_demo_target(tmp_path / "demo", commits=4)
+    envs_dir = target.root / "envs"  # the demo's cache_dir is its root
+    pins = {v: read_pins({"requirements.txt": f"demo-kernel=={v}\n"}, ["demo-kernel"]) for v in ("0.1.0", "0.2.0")}
+    cache = EnvCache(envs_dir, sys.executable, target.wheels, None)
+    for p in pins.values():
+        cache.ensure(p)
+    cache.close()
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER.replace("tiny-kernel", "demo-kernel"), str(envs_dir),
+                               sys.executable, str(target.wheels), "0.2.0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == cache.key(pins["0.2.0"])
+        gc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "gc", "--build-cache", "-c", str(target.config)],
+                            capture_output=True, text=True, timeout=300)
+        assert gc.returncode == 0, gc.stderr
+        assert "removed 1 pinned environment (" in gc.stdout and "1 in use by a running command kept" in gc.stdout, gc.stdout
+        assert cache.lookup(pins["0.1.0"]) is None and cache.lookup(pins["0.2.0"]) is not None
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    gc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "gc", "--build-cache", "-c", str(target.config)],
+                        capture_output=True, text=True, timeout=300)
+    assert gc.returncode == 0 and "removed 1 pinned environment (" in gc.stdout and "kept" not in gc.stdout, gc.stdout
+    assert cache.lru_entries() == []

@@ -375,6 +375,30 @@ def test_the_demo_bisects_across_a_pin_bump_with_one_environment_per_pin_set(tmp
     assert _interpreter_state(sys.executable) == before
 
 
+def test_a_patch_in_the_stack_that_bumps_the_pin_gets_an_environment_of_the_bumped_version(tmp_path):
+    """The user's stack bumps demo-kernel 0.1.0 → 0.2.0 in python/pyproject.toml: the patched worktree's
+    server refuses 0.1.0, so the commits before the upstream bump need the 0.2.0 environment."""
+    target = make_demo_target(tmp_path / "demo", commits=10)
+    scratch = tmp_path / "scratch"
+    git(target.repo, "worktree", "add", "-q", "--detach", str(scratch), target.good)
+    pyproject = scratch / "python" / "pyproject.toml"
+    assert "demo-kernel==0.1.0" in pyproject.read_text()
+    pyproject.write_text(pyproject.read_text().replace("demo-kernel==0.1.0", "demo-kernel==0.2.0"))
+    git(scratch, "commit", "-qam", "local: bump demo-kernel")
+    (target.patches / "0099-local-bump-demo-kernel.patch").write_text(git(scratch, "format-patch", "-1", "--stdout", "HEAD") + "\n")
+    git(target.repo, "worktree", "remove", "--force", str(scratch))
+    before_bump = git(target.repo, "rev-parse", f"{target.pin_bump}^")
+    planned = json.loads(cli("plan", f"good={target.good}", f"bad={before_bump}", "-c", str(target.config), "--json").stdout)
+    assert [g["pins"] for g in planned["pin_groups"]] == [{"demo-kernel": "==0.2.0"}]  # as patched, for every commit
+    db = tmp_path / "r.sqlite"
+    proc = cli("measure", target.good, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(db))
+    assert proc.returncode == 0, proc.stderr
+    assert db_rows(db, "select status from trials") == [("ok",)], db_rows(db, "select status, error from trials")
+    envs = list((target.root / "envs").glob("*/env.json"))
+    assert [json.loads(p.read_text())["versions"] for p in envs] == [{"demo-kernel": "0.2.0"}]
+    assert "for demo-kernel==0.2.0" in proc.stderr
+
+
 def test_a_pin_set_without_its_wheel_is_untestable_with_that_reason(tmp_path):
     target = make_demo_target(tmp_path / "demo", commits=10)
     (target.wheels / "demo_kernel-0.2.0-py3-none-any.whl").unlink()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import json
 import os
 import re
 import signal
@@ -151,7 +152,10 @@ def scenario(slurm_cluster, tmp_path_factory) -> Scenario:
     locks.mkdir()
     env = {**slurm_cluster.env, "PERFBISECT_LOCK_DIR": str(locks)}
     config = demo.config
-    base = config.read_text()
+    # The which-path step has its own test (test_the_which_path_step_runs_as_one_slurm_job): this
+    # scenario is about the search's jobs, and stays within its event timeouts without those trials.
+    base = config.read_text().replace("[stats]\n", "[stats]\nmode_trials = 0\n", 1)
+    assert "mode_trials = 0" in base
     # Trials run until cancelled (a workload of a million runs) until the config is rewritten: every
     # job reads the config when it starts, and then finds the ordinary demo workload.
     config.write_text(_config(base, 1_000_000, poll_s=0.2))
@@ -309,6 +313,31 @@ def test_sigterm_cancels_the_jobs_in_flight_and_says_how_to_resume(scenario):
     assert "JobState=CANCELLED" in s.cluster.run("scontrol", "show", "job", "-o", s.terminated_job).stdout
     trials = rows(s.db, "select status, error from trials where job_id = ?", s.terminated_job)
     assert trials and all(status == "failed" for status, _ in trials), trials
+
+
+def test_the_which_path_step_runs_as_one_slurm_job(slurm_cluster, tmp_path):
+    """EAGLE-3 bisected on the cluster: the baseline (and EAGLE-3 again) at the culprit and the commit
+    before it are measured by one job on one node, interleaved, and the verdict says which path."""
+    demo = make_demo_target(tmp_path / "demo", commits=6, seeded=True)
+    demo.config.write_text(_config(demo.config.read_text(), 5, poll_s=0.2))
+    db = tmp_path / "r.sqlite"
+    run = Cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--db", str(db), "--yes", "--json",
+              env={**slurm_cluster.env, "PERFBISECT_LOCK_DIR": str(tmp_path)})
+    assert run.finish() in (0, 1), run.stderr
+    result = json.loads(run.out)
+    assert result["culprit"] == demo.planted, run.stderr
+    rp = result["regressed_path"]
+    assert rp is not None and rp["after"] == demo.planted and rp["baseline"] == "baseline"
+    assert result["regressed"] in ("speculative", "unclear") and result["regressed"] == rp["path"]
+    assert "which path: " in run.said
+    # One job, named as a which-path job, ran every modes trial; it is no observation of the search.
+    (job_id, name, state, node), = rows(db, "select job_id, job_name, state, node from jobs where job_name like '%-modes'")
+    assert state == "result" and node == slurm_cluster.node
+    modes = rows(db, "select mode, commit_sha, job_id from trials where purpose = 'modes'")
+    assert {m for m, _, _ in modes} == {"baseline", "eagle3"} and {j for _, _, j in modes} == {job_id}
+    assert {c for _, c, _ in modes} == {rp["before"], rp["after"]} and rp["trials"] == len(modes)
+    assert rows(db, "select count(*) from observations") == rows(db, "select count(*) from jobs where state = 'observed'")
+    assert "JobState=COMPLETED" in slurm_cluster.run("scontrol", "show", "job", "-o", job_id).stdout
 
 
 def test_sbatch_refusing_the_job_is_a_clear_error(slurm_cluster, tmp_path):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..engine.bisect import Done, Observation, SearchPolicy
+from ..model import Commit
 from ..errors import InfrastructureError, UsageError
 from ..settings import ExecutorConfig
 from ..store.location import StoreLocation
@@ -39,6 +40,7 @@ DB_ENV = "PERFBISECT_JOB_DB"  # the store URL with its password, for the job (ne
 COMMAND_TIMEOUT_S = 120.0
 CANCEL_WAIT_S = 120.0  # scancel: SIGTERM, then SIGKILL after the cluster's KillWait (30 s by default)
 MAX_UNANSWERED_POLLS = 30  # a controller restart is survived; a dead one ends the run (resume continues)
+MODES_SUFFIX = "-modes"  # the name's end of a which-path job (measure_modes): never one of the search's
 
 # Job states in which Slurm may still run the job (squeue(1) "JOB STATE CODES"); any other state is
 # an end. A preempted job that Slurm requeues goes back to PENDING and stays watched.
@@ -213,6 +215,7 @@ class SlurmExecutor:
         self.shown: dict[int, str] = {}  # row id -> the state last reported
         self.pins: dict[int, str] = {}  # slot -> the node the policy asked for
         self.unanswered = 0  # polls in a row that Slurm did not answer
+        self.extra: dict[int, list[str]] = {}  # slot -> the job's own arguments (a which-path job's pair and modes)
         self.out_dir = ws.config.cache_dir / "slurm"
         self._tag = hashlib.sha256(str(ws.db_path).encode()).hexdigest()[:8]
         jobs = ws.store.jobs(bisection_id)
@@ -227,18 +230,23 @@ class SlurmExecutor:
         return self.out_dir / f"{job.job_name}-{job.job_id}.out"
 
     # -- submission -------------------------------------------------------------------------------
-    def submit(self, commit: str, *, slot: int | None = None, attempt: int = 1, host: str | None = None) -> JobRecord:
-        """Store the job, then sbatch it; the row exists first so that a crash cannot lose it."""
+    def submit(self, commit: str, *, slot: int | None = None, attempt: int = 1, host: str | None = None,
+               extra: Sequence[str] | None = None) -> JobRecord:
+        """Store the job, then sbatch it; the row exists first so that a crash cannot lose it.
+        ``extra``: the job's own arguments (a which-path job's, kept for its resubmissions)."""
         store = self.ws.store
         if slot is None:
             slot, self.next_slot = self.next_slot, self.next_slot + 1
         if host:
             self.pins[slot] = host
-        name = f"perfbisect-{self._tag}-b{self.bisection_id}-s{slot}-a{attempt}"
+        if extra is not None:
+            self.extra[slot] = list(extra)
+        extra = self.extra.get(slot, [])
+        name = f"perfbisect-{self._tag}-b{self.bisection_id}-s{slot}-a{attempt}" + (MODES_SUFFIX if extra else "")
         row_id = store.add_job(self.bisection_id, slot, attempt, commit, "slurm", name)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         db, env = job_db_argument(self.ws.db_path)
-        args = [sys.executable, "--config", str(self.ws.config.path), "--db", db, "--row", str(row_id)]
+        args = [sys.executable, "--config", str(self.ws.config.path), "--db", db, "--row", str(row_id), *extra]
         argv = sbatch_argv(self.cfg, name=name, output=self.out_dir / f"{name}-%j.out", script=SCRIPT, args=args,
                            nodelist=host)
         try:
@@ -254,10 +262,19 @@ class SlurmExecutor:
         self.progress.info(f"job {job_id} submitted: {commit[:10]} (slot {slot}{again}{pinned})")
         return job
 
-    def reattach(self) -> None:
-        """After a restart: watch the jobs still queued or running, read the results that landed."""
+    def reattach(self, modes: Sequence[str] | None = None) -> None:
+        """After a restart: watch the jobs still queued or running, read the results that landed.
+
+        The search's jobs, or with ``modes`` (the which-path job's arguments) the which-path job still
+        in flight; a which-path job's result is read by the step that asked for it, never an observation."""
         store = self.ws.store
         for job in store.jobs(self.bisection_id, (SUBMITTED, RESULT)):
+            if is_modes_job(job) != (modes is not None):
+                continue
+            if modes is not None:
+                if job.state == RESULT:
+                    continue  # its trials are stored: the step counts them
+                self.extra[job.slot] = list(modes)
             if job.state == RESULT:
                 self.in_flight[job.id] = job
                 self.progress.info(f"job {job.job_id} finished while perfbisect was stopped: {job.commit[:10]} on {job.node}")
@@ -360,6 +377,45 @@ class SlurmExecutor:
                 self.ws.store.job_lost(job.id, why)
             self.in_flight.clear()
         return ids
+
+
+def is_modes_job(job: JobRecord) -> bool:
+    """A which-path job (``measure_modes``), as its name says; the others are the search's."""
+    return job.job_name.endswith(MODES_SUFFIX)
+
+
+def modes_arguments(pair: Sequence[Commit], modes: Sequence[str], target: int) -> list[str]:
+    """The arguments a which-path job gets after ``--row`` (``perfbisect.cluster.slurmjob``)."""
+    return ["--pair", pair[0].sha, pair[1].sha, "--target", str(target), *(f"--mode={m}" for m in modes)]
+
+
+def measure_modes(ws: Workspace, bisection_id: int, pair: Sequence[Commit], modes: Sequence[str], target: int,
+                  progress: Progress) -> int:
+    """The which-path step's trials as one Slurm job: ``modes`` at the commit before the culprit and
+    the culprit, up to ``target`` measured trials each, interleaved on one node (a level offset
+    between nodes cannot then pass for the path that regressed). Waits for it (a job the cluster
+    loses is resubmitted, as the search's are; one still in flight after a restart is re-attached)
+    and returns how many trials it ran; the caller reads them from the store."""
+    executor = SlurmExecutor(ws, bisection_id, progress)
+    extra = modes_arguments(pair, modes, target)
+    ran = 0
+    try:
+        executor.reattach(modes=extra)
+        if not executor.in_flight:
+            job = executor.submit(pair[1].sha, extra=extra)
+            progress.info(f"job {job.job_id} measures {', '.join(modes)} at {pair[0].short} and {pair[1].short} "
+                          f"(which path regressed)")
+        while executor.in_flight:
+            for job in executor.collect():
+                ran += int((job.result or {}).get("ran", 0))
+            if executor.in_flight:
+                time.sleep(ws.config.executor.poll_s)
+    except KeyboardInterrupt:
+        ids = executor.cancel_all("cancelled: perfbisect was interrupted")
+        if ids:
+            progress.warn(f"cancelled the which-path job ({', '.join(ids)}) with scancel; `perfbisect resume` measures it again")
+        raise
+    return ran
 
 
 def search(ws: Workspace, policy: SearchPolicy, observations: list[Observation], bisection_id: int,

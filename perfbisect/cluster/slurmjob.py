@@ -1,5 +1,8 @@
 """One Slurm job of a bisection, on its node: ``python -m perfbisect.cluster.slurmjob --config C --db D --row N``.
 
+A which-path job (``--pair BEFORE CULPRIT --target N --mode=M ...``, from ``slurm.measure_modes``) measures
+those modes at both commits instead (``trials.measure_modes``) and stores the trials it ran on the row.
+
 Started by ``slurm_job.sh`` (submitted by ``perfbisect.cluster.slurm``). It opens the config and the results
 database exactly as the controller named them, takes this node's locks (a per-node cache directory
 under the config's cache_dir, and the GPU node lock), measures the row's commit once with the
@@ -24,7 +27,7 @@ from ..config import load_config
 from ..report.console import ConsoleProgress
 from ..errors import PerfbisectError, UsageError
 from ..interrupts import install_signal_handlers, signal_name
-from ..measure.trials import TrialRunner, observe
+from ..measure.trials import TrialRunner, measure_modes, observe
 from ..measure.workspace import Workspace, exclusive
 
 
@@ -38,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the perfbisect.toml of the bisection")
     parser.add_argument("--db", required=True, help="the results database, as the controller named it")
     parser.add_argument("--row", required=True, type=int, help="the jobs row this job measures")
+    # A which-path job (perfbisect.cluster.slurm.measure_modes): the modes at the pair, not an observation.
+    parser.add_argument("--pair", nargs=2, metavar=("BEFORE", "CULPRIT"), help="the commit before the culprit and the culprit")
+    parser.add_argument("--mode", action="append", default=[], help="a mode to measure at both (repeated)")
+    parser.add_argument("--target", type=int, default=0, help="measured trials wanted of each mode at each commit")
     args = parser.parse_args(argv)
     install_signal_handlers()
     try:
@@ -72,6 +79,14 @@ def _run(args: argparse.Namespace) -> int:
         progress.info(f"job {job_id} on {node}: {job.commit[:10]} for bisection #{job.bisection_id} (slot {job.slot})")
         try:
             with exclusive(ws, progress, wait=True):
+                if args.pair:  # the which-path step: every mode at the pair, interleaved on this node
+                    pair = [ws.repo.resolve(sha) for sha in args.pair]
+                    runner = TrialRunner(ws, progress)  # as the step runs them locally (perfbisect.app.which_path)
+                    new = measure_modes(runner, pair, args.mode, args.target, job.bisection_id,
+                                        store.trials(bisection_id=job.bisection_id))
+                    result = {"trial_ids": [t.id for t in new], "ran": len(new), "modes": list(args.mode),
+                              "pair": list(args.pair), "node": node, "job_id": job_id}
+                    return _store_result(store, job, result, progress)
                 commit = ws.repo.resolve(job.commit)
                 runner = TrialRunner(ws, progress, client_rev=store.bisection(job.bisection_id).good if job.bisection_id else None)
                 obs, trial_ids = observe(runner, commit, job.bisection_id, seq=job.slot)
@@ -88,9 +103,13 @@ def _run(args: argparse.Namespace) -> int:
             "value": obs.value, "trial_ids": trial_ids, "covariates": dict(obs.covariates),
             "flag": obs.flag, "at": obs.at, "node": node, "job_id": job_id, "layout": obs.layout,
         }
-        if not store.job_result(job.id, result):
-            progress.warn(f"row #{job.id} was given up by its controller meanwhile: the result is kept in its trials only")
-        progress.info(f"stored the result of {job.commit[:10]}: trials {', '.join(map(str, trial_ids))}")
+        return _store_result(store, job, result, progress)
+
+
+def _store_result(store, job, result: dict, progress) -> int:
+    if not store.job_result(job.id, result):
+        progress.warn(f"row #{job.id} was given up by its controller meanwhile: the result is kept in its trials only")
+    progress.info(f"stored the result of {job.commit[:10]}: trials {', '.join(map(str, result['trial_ids']))}")
     return 0
 
 

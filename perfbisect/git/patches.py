@@ -129,6 +129,7 @@ class PatchStack:
         self.patches = tuple(patches)
         self.source = source
         self._workdir = workdir  # temp dir holding patches exported from a branch: this stack owns it
+        self._patched_memo: dict[tuple, dict[str, str | None] | None] = {}  # patched_files by blob state
         # Removed by cleanup() (or leaving a ``with`` block); should an owner forget, when the
         # stack is garbage-collected or the interpreter exits, so a command never leaks it.
         self._remove_workdir = (
@@ -348,6 +349,31 @@ class PatchStack:
                 results.append(PatchCheck(c, applied, conflict, True))
         return results
 
+    def patched_files(self, commit: Commit | str, paths: Sequence[str]) -> dict[str, str | None] | None:
+        """The text of ``paths`` at ``commit`` with the stack applied, or None where it does not apply.
+
+        Read from a small temporary index (the touched files and ``paths``, no checkout) into which the
+        whole stack is applied as a trial would (``git apply --cached --3way``, variants in order); a
+        path the patched tree lacks is None. Memoized by the blobs of those files: commits whose
+        touched files are the same cost nothing more. A stack that does not apply answers None: the
+        commit is untestable for that reason (``check_range``, the trial), whatever its files say.
+        """
+        sha = commit.sha if isinstance(commit, Commit) else self.repo.resolve(commit).sha
+        wanted = tuple(dict.fromkeys(paths))
+        state = self._blobs_at(sha, sorted(self.touched_paths | set(wanted)))
+        key = (wanted, tuple(sorted((p, e) for p, e in state.items() if e is not None)))
+        memo = self._patched_memo
+        if key not in memo:
+            with tempfile.TemporaryDirectory(prefix="perfbisect-index-") as tmp:
+                target = _SmallIndexTarget(self.repo, Path(tmp) / "index", key[1])
+                try:
+                    self._apply_all(target, sha)
+                except PatchConflictError:
+                    memo[key] = None
+                else:
+                    memo[key] = {path: target.read(path) for path in wanted}
+        return memo[key]
+
     def _blobs_at(self, sha: str, paths: Sequence[str]) -> dict[str, tuple[str, str] | None]:
         state: dict[str, tuple[str, str] | None] = {p: None for p in paths}
         if not paths:
@@ -483,6 +509,11 @@ class _IndexTarget(_ApplyTarget):
 
     def check_hunks(self, patch: Path) -> str:
         return self.repo.run("apply", "--cached", "--check", str(patch), env=self.env)[2]
+
+    def read(self, path: str) -> str | None:
+        """The text of ``path`` in this index (as patched so far), or None where it has no such entry."""
+        status, out, _ = self.repo.run("show", f":{path}", env=self.env)
+        return out if status == 0 else None
 
 
 class _SmallIndexTarget(_IndexTarget):

@@ -8,7 +8,10 @@ requirements at a commit (``[build] pin_files``: ``pyproject.toml`` dependency l
 included, or ``requirements*.txt`` lines) from git objects, without a checkout, so ``plan`` and a
 trial read the same pins. Commits with the same pins share one environment (``perfbisect.measure.envs``).
 
-The files are read as the commit has them upstream: edits the patch stack makes to them are not read.
+With a patch stack that edits a pin file (a local patch bumping ``sgl-kernel``), the pins are read
+from the files as patched: the stack is applied to them in a small temporary index
+(``PatchStack.patched_files``), so the environment matches what the patched worktree declares. Where
+the stack does not apply, the commit is untestable for that reason, and its upstream pins are shown.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from .gitrepo import TargetRepo
 from ..model import Commit, content_hash
+
+if TYPE_CHECKING:
+    from .patches import PatchStack
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -139,34 +145,50 @@ def read_pins(files: Mapping[str, str | None], packages: Iterable[str]) -> PinSe
     ))
 
 
-def commit_pins(repo: TargetRepo, commit: Commit | str, pin_files: Sequence[str], packages: Sequence[str]) -> PinSet:
-    """The pins of ``packages`` at ``commit``, read from its ``pin_files`` in git (no checkout)."""
+def commit_pins(repo: TargetRepo, commit: Commit | str, pin_files: Sequence[str], packages: Sequence[str],
+                stack: "PatchStack | None" = None) -> PinSet:
+    """The pins of ``packages`` at ``commit``, read from its ``pin_files`` in git (no checkout); with a
+    ``stack`` that edits a pin file, from the files as the stack patches them (upstream where it does
+    not apply: the commit is untestable then, for the patch conflict)."""
     if not packages:
         return PinSet()
+    if stack is not None and stack.touched_paths & set(pin_files):
+        patched = stack.patched_files(commit, pin_files)
+        if patched is not None:
+            return read_pins(patched, packages)
     return read_pins({path: repo.file_at(commit, path) for path in pin_files}, packages)
 
 
 class PinReader:
-    """``commit_pins`` with the ``[build]`` settings bound and each commit read once."""
+    """``commit_pins`` with the ``[build]`` settings and the patch stack bound, each commit read once."""
 
-    def __init__(self, repo: TargetRepo, pin_files: Sequence[str], packages: Sequence[str]):
+    def __init__(self, repo: TargetRepo, pin_files: Sequence[str], packages: Sequence[str],
+                 stack: "PatchStack | None" = None):
         self.repo = repo
         self.pin_files = tuple(pin_files)
         self.packages = tuple(packages)
+        # Only a stack that edits a pin file changes what is read; it is then re-read at commits
+        # changing any file the stack touches (what decides whether and how it applies).
+        self.stack = stack if stack is not None and stack.touched_paths & set(self.pin_files) else None
+        self._watched = set(self.pin_files) | (set(self.stack.touched_paths) if self.stack is not None else set())
         self._seen: dict[str, PinSet] = {}
 
     @property
     def enabled(self) -> bool:
         return bool(self.packages)
 
+    def upstream(self, commit: Commit | str) -> PinSet:
+        """The pins as ``commit`` has them, the patch stack not applied (a checkout used as it is)."""
+        return commit_pins(self.repo, commit, self.pin_files, self.packages)
+
     def __call__(self, commit: Commit | str) -> PinSet:
         sha = commit.sha if isinstance(commit, Commit) else str(commit)
         if sha not in self._seen:
             parent = commit.parents[0] if isinstance(commit, Commit) and commit.parents else None
-            if parent in self._seen and not set(self.repo.changed_paths(commit)) & set(self.pin_files):
+            if parent in self._seen and not set(self.repo.changed_paths(commit)) & self._watched:
                 self._seen[sha] = self._seen[parent]  # no pin file changed: its parent's pins (one git call less per file)
             else:
-                self._seen[sha] = commit_pins(self.repo, sha, self.pin_files, self.packages)
+                self._seen[sha] = commit_pins(self.repo, sha, self.pin_files, self.packages, self.stack)
         return self._seen[sha]
 
 
@@ -221,6 +243,23 @@ def wheel_problem(pin_set: PinSet, wheel_dir: Path | None, index_url: str | None
         return None
     return (f"no wheel for {', '.join(missing)} in [build] wheel_dir {wheel_dir} and no [build] index_url: "
             f"put the wheels there (pip wheel PACKAGE==VERSION -w {wheel_dir}) or set index_url")
+
+
+def wheel_files(pin_set: PinSet, wheel_dir: Path | None) -> list[Path]:
+    """The files of ``wheel_dir`` an installer could pick for ``pin_set``: each pin's wheels and sdists
+    (of its exact version for an ``==`` pin; every version otherwise), sorted by name."""
+    if wheel_dir is None or not Path(wheel_dir).is_dir():
+        return []
+    out = []
+    for f in Path(wheel_dir).iterdir():
+        if not f.name.endswith((".whl", ".tar.gz", ".zip")) or not f.is_file():
+            continue
+        for pin in pin_set.pins:
+            version = _dist_version(f.name, pin.name)
+            if version is not None and (pin.exact_version is None or version == pin.exact_version):
+                out.append(f)
+                break
+    return sorted(out, key=lambda f: f.name)
 
 
 def _dist_version(filename: str, name: str) -> str | None:

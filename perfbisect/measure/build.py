@@ -97,6 +97,14 @@ class BuildCache:
             shutil.rmtree(leftover, ignore_errors=True)
         # The last use stamp given out: the next one is larger, also when the clock has not moved.
         self._clock = max((used for used, _, _ in self._entries()), default=0)
+        self._tenants: list = []  # other caches under the same bound (the pinned environments)
+
+    def share(self, tenant) -> None:
+        """Count ``tenant`` (``perfbisect.measure.envs.EnvCache``) toward ``max_bytes`` and evict its
+        entries with these, least recently used first: it lists ``lru_entries()`` ((stamp, bytes,
+        path)), removes one with ``remove(path)`` (False: in use, kept), and calls back after it grows."""
+        self._tenants.append(tenant)
+        tenant.on_grow = lambda key: self.evict(keep=tenant.dir / key)
 
     def get(self, key: str) -> CacheEntry | None:
         """The entry for ``key`` (marked as just used), or None."""
@@ -180,28 +188,40 @@ class BuildCache:
         return sorted(out)
 
     def total_bytes(self) -> int:
-        """Bytes of artefacts held."""
+        """Bytes of artefacts held (the shared environments not counted: see ``evict``)."""
         return sum(size for _, size, _ in self._entries())
 
-    def evict(self, keep: str | None = None) -> list[str]:
-        """Drop least-recently-used entries until the cache fits ``max_bytes``; return dropped keys."""
-        entries = self._entries()
-        total = sum(size for _, size, _ in entries)
+    def evict(self, keep: str | Path | None = None) -> list[str]:
+        """Drop least-recently-used entries until the cache and the caches it shares its bound with
+        (``share``) fit ``max_bytes`` together; an environment in use is never dropped, nor ``keep``
+        (a key of this cache or an entry's path). Return the dropped entries' names."""
+        if isinstance(keep, str):
+            keep = self.entries_dir / keep
+        entries = [(used, size, path, _remove_tree) for used, size, path in self._entries()]
+        for tenant in self._tenants:
+            entries += [(used, size, path, tenant.remove) for used, size, path in tenant.lru_entries()]
+        entries.sort(key=lambda e: (e[0], str(e[2])))
+        total = sum(size for _, size, _, _ in entries)
         dropped = []
-        for _, size, path in entries:
+        for _, size, path, remove in entries:
             if total <= self.max_bytes:
                 break
-            if path.name == keep:
+            if keep is not None and path == keep:
                 continue
-            shutil.rmtree(path, ignore_errors=True)
-            total -= size
-            dropped.append(path.name)
+            if remove(path):
+                total -= size
+                dropped.append(path.name)
         return dropped
 
     def clear(self) -> None:
         """Remove every entry (``perfbisect gc --build-cache``)."""
         shutil.rmtree(self.entries_dir, ignore_errors=True)
         self.entries_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _remove_tree(path: Path) -> bool:
+    shutil.rmtree(path, ignore_errors=True)  # artefacts are copied into a worktree, never used in place
+    return True
 
 
 def _used_stamp(used: Path) -> int:

@@ -19,30 +19,41 @@ start, but the user's interpreter must never change. So each pin set gets its ow
 - the installed versions checked through the venv's interpreter, then ``env.json`` written last: a
   directory without it is a half-built environment and is built again.
 
-The key is the hash of the pins, the target interpreter (its real path, version, site directories)
-and where wheels come from; the same key is the same environment, so a second run builds nothing.
+The key is the hash of the pins, the target interpreter (its real path, version, site directories),
+where wheels come from, and the bytes of the wheels it would install from ``wheel_dir`` (their
+sha256, each file read once while its size, mtime, ctime and inode stay the same): a
+wheel rebuilt in place under the same version is a new environment, never the stale one. From an
+index only the URL and the pinned versions are known, so a wheel re-uploaded under the same version
+is not noticed there. The same key is the same environment, so a second run builds nothing.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..runtime.children import own_group, signal_group
 from ..errors import ConfigError, EnvironmentBuildError, InfrastructureError
 from ..runtime.logtail import log_tail
 from ..model import content_hash
-from ..git.pins import PinSet, wheel_problem
+from ..git.pins import PinSet, wheel_files, wheel_problem
 
-_KEY_VERSION = "pinned-env-v1"  # bump when the recipe changes, so old environments stop matching
+_KEY_VERSION = "pinned-env-v2"  # bump when the recipe changes, so old environments stop matching
 _MARKER = "env.json"
+_KEY_NAME = re.compile(r"[0-9a-f]{16}")  # an environment's directory: its key (model.content_hash)
+_DIGEST_FILE = ".wheel-digests.json"  # wheel path -> its stat stamp and sha256 (EnvCache._sha256)
+_USED = "used"  # last use stamp (ns), for least-recently-used eviction under [build] cache_max_gb
 _BASE_PTH = "_perfbisect_base.pth"
 INSTALL_TIMEOUT_S = 3600.0
 # pip settings in the caller's environment that would send an install elsewhere than the venv.
@@ -130,6 +141,13 @@ class EnvCache:
         self.log_dir = Path(log_dir) if log_dir else self.dir / "logs"
         self._base: BaseInterpreter | None = None
         self._failed: dict[str, str] = {}
+        # Environments this process uses, each held by a shared lock on ``.<key>.use`` until close():
+        # eviction (any process's) takes that lock exclusively, so it never removes one in use.
+        self._held: dict[str, object] = {}
+        self._clock = 0  # the last use stamp given out (see _mark_used)
+        # Called with the key of a newly built environment: the build cache's bound ([build]
+        # cache_max_gb) then evicts least recently used entries of both (Workspace wires it).
+        self.on_grow: Callable[[str], object] | None = None
 
     @property
     def base(self) -> BaseInterpreter:
@@ -140,7 +158,42 @@ class EnvCache:
     def key(self, pin_set: PinSet) -> str:
         base = self.base
         return content_hash(_KEY_VERSION, pin_set.key, base.executable, base.version, list(base.site_dirs),
-                            str(self.wheel_dir or ""), self.index_url or "")
+                            str(self.wheel_dir or ""), self.index_url or "", self.wheel_digests(pin_set))
+
+    def wheel_digests(self, pin_set: PinSet) -> list[list[str]]:
+        """[file name, sha256] of each ``wheel_dir`` file the installer could pick for ``pin_set``."""
+        return [[f.name, self._sha256(f)] for f in wheel_files(pin_set, self.wheel_dir)]
+
+    def _sha256(self, path: Path) -> str:
+        """sha256 of a wheel's bytes, read once while its size, mtime, ctime and inode stay the same (a
+        file replaced or rewritten in place changes its ctime, which no copy tool can set back): kept
+        in this process and in ``<dir>/.wheel-digests.json``, so the next command (``plan``, a Slurm
+        job) does not read a gigabyte of torch again."""
+        st = path.stat()
+        name, stamp = str(path.resolve()), f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+        if (name, stamp) in _DIGESTS:
+            return _DIGESTS[name, stamp]
+        store = self.dir / _DIGEST_FILE
+        try:
+            known = json.loads(store.read_text())
+        except (OSError, ValueError):
+            known = {}
+        entry = known.get(name) if isinstance(known, dict) else None
+        if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
+            digest = entry["sha256"]
+        else:
+            digest = _hash_file(path)
+            known = known if isinstance(known, dict) else {}
+            known[name] = {"stamp": stamp, "sha256": digest}
+            try:  # written whole and renamed into place: a reader never sees half a file
+                self.dir.mkdir(parents=True, exist_ok=True)
+                tmp = self.dir / f"{_DIGEST_FILE}.{os.getpid()}"
+                tmp.write_text(json.dumps(known))
+                os.replace(tmp, store)
+            except OSError:
+                pass  # a hint for the next command; this one has the digest
+        _DIGESTS[name, stamp] = digest
+        return digest
 
     def path(self, pin_set: PinSet) -> Path:
         return self.dir / self.key(pin_set)
@@ -160,19 +213,83 @@ class EnvCache:
         return self._failed.get(self.key(pin_set))
 
     def ensure(self, pin_set: PinSet) -> PinnedEnv:
-        """The environment of ``pin_set``, built unless cached; EnvironmentBuildError when it cannot be."""
-        found = self.lookup(pin_set)
-        if found is not None:
-            return found
+        """The environment of ``pin_set``, built unless cached; EnvironmentBuildError when it cannot be.
+
+        The environment is held in use (never evicted) until ``close()``, and marked as just used."""
         key = self.key(pin_set)
         if key in self._failed:
             raise EnvironmentBuildError(self._failed[key])
         self.dir.mkdir(parents=True, exist_ok=True)
-        # Cluster jobs may share the cache directory: one builds a set while the others wait for it.
-        with open(self.dir / f".{key}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            found = self.lookup(pin_set)
-            return found if found is not None else self._build_locked(pin_set, key)
+        self._hold(key)
+        found = self.lookup(pin_set)
+        if found is None:
+            # Cluster jobs may share the cache directory: one builds a set while the others wait for it.
+            with open(self.dir / f".{key}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                found = self.lookup(pin_set)
+                if found is None:
+                    found = self._build_locked(pin_set, key)
+        self._mark_used(found.path)
+        if not found.cached and self.on_grow is not None:
+            self.on_grow(key)
+        return found
+
+    def _hold(self, key: str) -> None:
+        """Take the shared in-use lock of ``key`` (waits while an eviction removes it)."""
+        if key not in self._held:
+            handle = open(self.dir / f".{key}.use", "a")
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            self._held[key] = handle
+
+    def close(self) -> None:
+        """Release the environments this process held in use: eviction may remove them now."""
+        for handle in self._held.values():
+            handle.close()  # type: ignore[attr-defined]
+        self._held.clear()
+
+    def _mark_used(self, path: Path) -> None:
+        """Stamp a use of the environment at ``path`` for LRU eviction: nanoseconds since the epoch in
+        its ``used`` file, always larger than the last stamp this cache gave (as the build cache does)."""
+        self._clock = max(time.time_ns(), self._clock + 1)
+        try:
+            (path / _USED).write_text(str(self._clock))
+        except OSError:
+            pass  # a stamp is a hint for eviction, never a reason to fail a trial
+
+    def lru_entries(self) -> list[tuple[int, int, Path]]:
+        """(last use stamp, bytes, path) of every environment directory, built or half-built."""
+        if not self.dir.is_dir():
+            return []
+        out = []
+        for path in self.dir.iterdir():
+            if not _KEY_NAME.fullmatch(path.name) or not path.is_dir():
+                continue  # not an environment (the default log directory, lock files)
+            try:
+                size = int(json.loads((path / _MARKER).read_text())["bytes"])
+            except (OSError, ValueError, KeyError, TypeError):
+                size = _tree_bytes(path)  # half-built, or built by an older perfbisect
+            try:
+                used = int((path / _USED).read_text().strip())
+            except (OSError, ValueError):
+                try:
+                    used = path.stat().st_mtime_ns
+                except OSError:
+                    continue
+            out.append((used, size, path))
+        return sorted(out)
+
+    def remove(self, path: Path) -> bool:
+        """Remove the environment at ``path`` unless a process holds it in use; True when removed."""
+        path = Path(path)
+        with open(self.dir / f".{path.name}.use", "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # a trial's server or build runs with it right now
+            (path / _MARKER).unlink(missing_ok=True)  # first: a partly removed one reads as half-built
+            shutil.rmtree(path, ignore_errors=True)
+            (self.dir / f".{path.name}.lock").unlink(missing_ok=True)
+        return True
 
     def _build_locked(self, pin_set: PinSet, key: str) -> PinnedEnv:
         start = time.perf_counter()
@@ -191,8 +308,10 @@ class EnvCache:
             raise
         seconds = time.perf_counter() - start
         (path / _MARKER).write_text(json.dumps({
+            "bytes": _tree_bytes(path),
             "key": key, "pins": pin_set.as_dict(), "requirements": pin_set.requirements, "python": self.python,
             "base": self.base.executable, "installer": installer, "versions": versions, "seconds": seconds,
+            "wheels": self.wheel_digests(pin_set),
             "built_at": time.time(),
         }, indent=1))
         return PinnedEnv(key, path, pin_set, False, installer, seconds, versions)
@@ -207,7 +326,7 @@ class EnvCache:
                                    log, what, log_path).strip()
             line = "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in base.site_dirs)
             Path(purelib, _BASE_PTH).write_text(line + "\n")
-            installer, argv = self._installer(env_python, log, what, log_path)
+            installer, argv = self._installer(pin_set, env_python, log, what, log_path)
             self._run([*argv, *self._sources(), *pin_set.requirements], log, what, log_path, timeout_s=INSTALL_TIMEOUT_S)
             versions = json.loads(self._output([env_python, "-c", _VERSIONS, *(p.name for p in pin_set.pins)],
                                                log, what, log_path).strip().splitlines()[-1])
@@ -227,14 +346,17 @@ class EnvCache:
         uv = _uv()
         return f"uv ({uv})" if uv else "a pip each environment gets from ensurepip (target.python has no pip, no uv found)"
 
-    def _installer(self, env_python: str, log, what: str, log_path: Path) -> tuple[str, list[str]]:
+    def _installer(self, pin_set: PinSet, env_python: str, log, what: str, log_path: Path) -> tuple[str, list[str]]:
         """pip (the target's, seen through the .pth), else uv, else a pip from ensurepip — into the venv."""
         pip = [env_python, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--no-input"]
         if self.base.has_pip:
             return "pip", pip
         uv = _uv()
         if uv:
-            return "uv", [uv, "pip", "install", "--python", env_python, "--no-deps"]
+            # uv's cache knows a wheel by its name: a wheel rebuilt in place under the same version
+            # would be served from it, stale. Revalidate the pinned packages (the key has their bytes).
+            refresh = [a for name in sorted({p.name for p in pin_set.pins}) for a in ("--refresh-package", name)]
+            return "uv", [uv, "pip", "install", "--python", env_python, "--no-deps", *refresh]
         self._run([env_python, "-m", "ensurepip", "--default-pip"], log, what, log_path)
         return "pip (ensurepip)", pip
 
@@ -299,11 +421,40 @@ class EnvCache:
         return sorted(p for p in self.dir.iterdir() if (p / _MARKER).is_file())
 
     def total_bytes(self) -> int:
-        return sum(f.stat().st_size for p in self.entries() for f in p.rglob("*") if f.is_file() and not f.is_symlink())
+        """Bytes of the environments held (as counted toward ``[build] cache_max_gb``)."""
+        return sum(size for _, size, _ in self.lru_entries())
 
-    def clear(self) -> None:
-        """Remove every environment (``perfbisect gc --build-cache``)."""
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def clear(self) -> list[Path]:
+        """Remove every environment no process holds in use (``perfbisect gc --build-cache``), and
+        the build logs; the ones in use are returned, left in place."""
+        kept = [path for _, _, path in self.lru_entries() if not self.remove(path)]
+        shutil.rmtree(self.log_dir, ignore_errors=True)
+        return kept
+
+
+def _tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (symlinks not followed: a venv's ``bin/python`` is one)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if not stat.S_ISLNK(st.st_mode):
+                total += st.st_size
+    return total
+
+
+_DIGESTS: dict[tuple[str, str], str] = {}  # (path, "size:mtime:ctime:inode") -> sha256, for this process
+
+
+def _hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _uv() -> str | None:

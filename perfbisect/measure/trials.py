@@ -151,7 +151,7 @@ def launch_check(ws: Workspace, mode: ModeConfig) -> tuple[float, tuple[EnvCheck
     log.parent.mkdir(parents=True, exist_ok=True)
     python = cfg.target.python
     if ws.envs is not None and ws.pins is not None:  # the checkout's pins: its server would refuse another version
-        pin_set = ws.pins(ws.repo.resolve("HEAD"))
+        pin_set = ws.pins.upstream(ws.repo.resolve("HEAD"))  # the checkout as it is: no patch stack applied
         if pin_set:
             python = ws.envs.ensure(pin_set).python
     with ServerSession(cfg.server, mode, cfg.target.repo, python, log) as session:
@@ -634,6 +634,34 @@ def with_start_state(system: SystemSummary, snapshots: Sequence) -> SystemSummar
         start_temperature_c=(sum(temps) / len(temps)) if temps else None,
         start_load_avg=first.load_avg_1m,
     )
+
+
+def measured_trials(stored: Iterable[TrialResult], sha: str, mode: str) -> int:
+    """How many of ``stored`` measured ``mode`` at ``sha`` (a summary: not skipped, failed or flagged out)."""
+    return sum(1 for t in stored if t.identity.commit == sha and t.identity.mode == mode and t.summary is not None)
+
+
+def measure_modes(runner: TrialRunner, pair: Sequence[Commit], modes: Sequence[str], target: int,
+                  bisection_id: int, stored: list[TrialResult]) -> list[TrialResult]:
+    """Trials of ``modes`` at both commits of ``pair`` until each (commit, mode) has ``target``
+    measured ones in ``stored`` (purpose "modes": the which-path step), one trial a round each,
+    rounds in A B B A order so drift hits both sides alike, up to ``target`` failed attempts each
+    before giving up on one. New trials are appended to ``stored`` and returned. The same loop
+    runs here (``[executor] kind = "local"``) and in a Slurm job on its node."""
+    new: list[TrialResult] = []
+    for round_ in range(2 * target):
+        ran = False
+        for commit in interleaved(pair, round_):
+            for mode in modes:
+                if measured_trials(stored, commit.sha, mode) >= target:  # one trial a round each: interleaved
+                    continue
+                trial = runner.trial(commit, mode, purpose="modes", bisection_id=bisection_id)
+                stored.append(trial)
+                new.append(trial)
+                ran = True
+        if not ran:
+            break
+    return new
 
 
 def interleaved(items: Sequence, round_index: int) -> list:

@@ -75,18 +75,22 @@ class Workspace:
         stack = PatchStack.load(config.patches, repo) if (config.patches.dir or config.patches.branch) else None
         store = open_store(db, recover=recover)  # a cluster job leaves recovery to its controller
         build = config.build
+        build_cache = BuildCache(cache / "build-cache", int(config.build.cache_max_gb * 1024**3))
+        envs = EnvCache(cache / "envs", config.target.python, build.wheel_dir, build.index_url,
+                        log_dir=cache / "logs" / "envs") if build.pinned_packages else None
+        if envs is not None:
+            build_cache.share(envs)  # environments count toward cache_max_gb, evicted LRU with the artefacts
         return cls(
             config=config,
             repo=repo,
             store=store,
             db_path=db,
             stack=stack,
-            build_cache=BuildCache(cache / "build-cache", int(config.build.cache_max_gb * 1024**3)),
+            build_cache=build_cache,
             host=host_fingerprint(),
             filters=active_filters(config).path_filter(),
-            envs=EnvCache(cache / "envs", config.target.python, build.wheel_dir, build.index_url,
-                          log_dir=cache / "logs" / "envs") if build.pinned_packages else None,
-            pins=PinReader(repo, build.pin_files, build.pinned_packages) if build.pinned_packages else None,
+            envs=envs,
+            pins=PinReader(repo, build.pin_files, build.pinned_packages, stack) if build.pinned_packages else None,
         )
 
     @property
@@ -110,6 +114,8 @@ class Workspace:
         try:
             self.store.close()
         finally:
+            if self.envs is not None:
+                self.envs.close()  # the environments this command used may be evicted now
             if self.stack is not None:
                 self.stack.cleanup()  # a branch stack's temp dir is owned here
 

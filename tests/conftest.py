@@ -8,6 +8,7 @@ launches ``python -m perfbisect.demo.emulator`` in its own process group on a fr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -73,22 +74,55 @@ class DemoRun:
     result: dict
 
 
+def _once_per_run(tmp_path_factory, name: str, compute: Callable[[Path], dict]) -> tuple[Path, dict]:
+    """``compute(directory)`` run once for the whole test run, however many pytest-xdist workers ask:
+    the first takes a lock in the run's shared temporary directory, computes, and writes the JSON-able
+    result beside its directory; the others wait on the lock and read it. Without xdist: computed here."""
+    import fcntl
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        directory = tmp_path_factory.mktemp(name)
+        return directory, compute(directory)
+    root = tmp_path_factory.getbasetemp().parent  # shared by the run's workers
+    directory, record = root / name, root / f"{name}.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not record.exists():
+            directory.mkdir()
+            record.write_text(json.dumps(compute(directory)))
+    return directory, json.loads(record.read_text())
+
+
+def _completed(data: dict) -> subprocess.CompletedProcess:
+    return subprocess.CompletedProcess(data["args"], data["returncode"], data["stdout"], data["stderr"])
+
+
+def _ran(proc: subprocess.CompletedProcess) -> dict:
+    return {"args": [str(a) for a in proc.args], "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory, private_node_lock_for_the_session) -> DemoRun:
     """One real `perfbisect demo --seeded` (36 commits, planted slowdown) shared by the tests that read
     what it leaves: its JSON and progress, its database, report and directory. Tests must not add to its
-    database (copy it first, as test_pipeline does): others count its bisections.
+    database (copy it first, as test_pipeline does): others count its bisections. One for the whole
+    run, whichever xdist worker gets there first (``_once_per_run``).
 
     Seeded (perfbisect/demo/seeded.py: each trial's speed computed from the code, with seeded noise),
     so it names the planted commit on a busy machine too; timing the emulator under CPU contention
     once ended it inconclusive and failed every test that reads it."""
-    directory = tmp_path_factory.mktemp("demo-run") / "demo"
-    proc = subprocess.run(
-        [sys.executable, "-m", "perfbisect.cli", "demo", "--json", "--seeded", "--dir", str(directory)],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
-    )
+
+    def compute(base: Path) -> dict:
+        proc = subprocess.run(
+            [sys.executable, "-m", "perfbisect.cli", "demo", "--json", "--seeded", "--dir", str(base / "demo")],
+            capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
+        )
+        return _ran(proc)
+
+    base, data = _once_per_run(tmp_path_factory, "demo-run", compute)
+    proc = _completed(data)
     assert proc.returncode == 0, proc.stderr
-    return DemoRun(directory, proc, json.loads(proc.stdout))
+    return DemoRun(base / "demo", proc, json.loads(proc.stdout))
 
 
 @dataclass(frozen=True)
@@ -113,20 +147,28 @@ class Compared:
 @pytest.fixture(scope="session")
 def compared_demo(tmp_path_factory, private_node_lock_for_the_session) -> Compared:
     """One real comparison across the demo's planted commit, shared by test_pipeline and test_report
-    (each adds to its own copy of the database). Seeded measurement: its verdict does not depend on
-    the machine's load."""
+    (each adds to its own copy of the database), once per run (``_once_per_run``). Seeded
+    measurement: its verdict does not depend on the machine's load."""
     from perfbisect.demo.target import make_demo_target
 
-    base = tmp_path_factory.mktemp("compared")
-    target = make_demo_target(base / "demo", commits=10, seeded=True)
-    db = base / "r.sqlite"
-    proc = subprocess.run(
-        [sys.executable, "-m", "perfbisect.cli", "compare", target.good, target.planted, "--max-trials", "6",
-         "-c", str(target.config), "--db", str(db), "--json"],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
-    )
+    def compute(base: Path) -> dict:
+        target = make_demo_target(base / "demo", commits=10, seeded=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "perfbisect.cli", "compare", target.good, target.planted, "--max-trials", "6",
+             "-c", str(target.config), "--db", str(base / "r.sqlite"), "--json"],
+            capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
+        )
+        return {"proc": _ran(proc), "target": {k: str(v) if isinstance(v, Path) else v
+                                                for k, v in dataclasses.asdict(target).items()}}
+
+    base, data = _once_per_run(tmp_path_factory, "compared", compute)
+    proc = _completed(data["proc"])
     assert proc.returncode == 0, proc.stderr
-    return Compared(target, db, proc, json.loads(proc.stdout))
+    from perfbisect.demo.target import DemoTarget
+
+    paths = {f.name for f in dataclasses.fields(DemoTarget) if "Path" in str(f.type)}
+    target = DemoTarget(**{k: Path(v) if k in paths and v is not None else v for k, v in data["target"].items()})
+    return Compared(target, base / "r.sqlite", proc, json.loads(proc.stdout))
 
 
 def free_port() -> int:
@@ -244,3 +286,21 @@ def pg_cluster():
 def pg_url(pg_cluster) -> str:
     """A fresh, empty database on the session's PostgreSQL server (its URL, with a password)."""
     return pg_cluster.create_database()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Spread tests over pytest-xdist workers (``--dist loadgroup``) without computing a shared fixture
+    twice: a test that uses a module-scoped fixture stays with its module's others, every test on the
+    sandbox Slurm cluster (session-scoped, one per worker otherwise) in one group; the rest go wherever
+    a worker is free."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if "slurm_cluster" in info.names_closure:
+            group = "slurm-cluster"
+        elif any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
+            group = item.module.__name__
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -33,6 +33,13 @@ from pathlib import Path
 from .emulator import read_code_speed
 
 
+def token_gap_ms(worktree: Path, speculative: bool) -> float:
+    """The emulator's noiseless slowest gap between streamed tokens (what its ITL p99 reads): one
+    decode step, or one verify cycle (its accepted tokens arrive together)."""
+    speed = read_code_speed(worktree)
+    return speed.verify_cycle_ms if speculative else speed.decode_step_ms
+
+
 def tokens_per_second(worktree: Path, speculative: bool) -> float:
     """The emulator's noiseless decode speed for this code: one token per decode step, or the mean
     accept length per verify cycle."""
@@ -67,9 +74,11 @@ def main() -> int:
     rng = random.Random(f"{key}:{count}")
     drift = float(env.get("PERFBISECT_SEEDED_DRIFT", "0"))
     invocation = next_count(Path(state), "every invocation") if drift else 0
-    value = (tokens_per_second(worktree, speculative=mode != "baseline") * math.exp(rng.gauss(0.0, sigma))
-             * (1.0 + drift) ** invocation)
-    print(json.dumps({"tok_s": value, "commit": commit, "mode": mode, "count": count}))
+    factor = math.exp(rng.gauss(0.0, sigma)) * (1.0 + drift) ** invocation  # > 1: this session ran faster
+    speculative = mode != "baseline"
+    value = tokens_per_second(worktree, speculative) * factor
+    print(json.dumps({"tok_s": value, "itl_p99_ms": token_gap_ms(worktree, speculative) / factor,
+                      "commit": commit, "mode": mode, "count": count}))
     return 0
 
 

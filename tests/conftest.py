@@ -9,6 +9,7 @@ launches ``python -m perfbisect.demo.emulator`` in its own process group on a fr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -288,19 +289,31 @@ def pg_url(pg_cluster) -> str:
     return pg_cluster.create_database()
 
 
-def pytest_collection_modifyitems(config, items):
-    """Spread tests over pytest-xdist workers (``--dist loadgroup``) without computing a shared fixture
-    twice: a test that uses a module-scoped fixture stays with its module's others, every test on the
-    sandbox Slurm cluster (session-scoped, one per worker otherwise) in one group; the rest go wherever
-    a worker is free."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None:
-            continue
-        if "slurm_cluster" in info.names_closure:
-            group = "slurm-cluster"
-        elif any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
-            group = item.module.__name__
-        else:
-            continue
-        item.add_marker(pytest.mark.xdist_group(group))
+@functools.lru_cache(maxsize=None)
+def _keeps_together(path: Path) -> bool:
+    """A test file whose tests share a module-scoped fixture, or the sandbox Slurm cluster (one per
+    worker otherwise), runs on one worker."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return False
+    return 'scope="module"' in text or "slurm_cluster" in text
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` for this suite: every test goes to whichever worker is free, except the tests
+    of a file that shares a module fixture or the Slurm sandbox (``_keeps_together``), which go to one
+    worker as one unit, so nothing shared is computed twice. Done here, on the controller, because xdist's
+    own ``xdist_group`` marks stopped grouping on pytest 9.2 (pytest-dev/pytest-xdist#1386)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class SharedFixtureScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if _keeps_together(Path(config.rootpath) / path):
+                return path
+            return super()._split_scope(nodeid)
+
+    return SharedFixtureScheduling(config, log)

@@ -24,7 +24,9 @@ How it decides (DESIGN.md §5):
    lookahead.py). A located change and the endpoints' gap are sized in effects.py.
 4. The culprit is the first located change that is a *regression*; a located improvement is reported
    as such, never as the first bad commit. The commits on each side of a named change carry at
-   least MIN_TRIALS_AT_CHANGE trials each, so a single wild session cannot carry a verdict.
+   least MIN_TRIALS_AT_CHANGE trials each, so a single wild session cannot carry a verdict; they must
+   differ on their own trials beyond the spread of repeated trials of one build (PURE_ALPHA), and a
+   step under SMALL_STEP_SIGMAS·σ carries SMALL_STEP_TRIALS a side and ENDS_BEFORE_NAMING per endpoint.
 5. Trials flagged by the runner (throttled by an external cause, contended) are excluded and said so.
    Only state the code cannot cause (external clock caps, other processes' load, the temperature a
    trial started at) may adjust trial summaries; power, utilisation, the load's own clock and

@@ -183,3 +183,105 @@ def test_a_real_step_survives_the_layout_check(seed):
     assert outcome.verdict is Verdict.REGRESSED and outcome.culprit == cs[5]
     for c in (cs[4], cs[5]):
         assert len({o.layout for o in obs if o.commit == c}) >= 2
+
+
+# --- issue #19, round 2: naming rules that lumpy noise cannot slip through ------------------------
+
+
+def _obs(cs, per_commit: dict[int, list[float]]) -> list[Observation]:
+    """Observations in an interleaved run order: round k takes the k-th value of every commit."""
+    out: list[Observation] = []
+    for k in range(max(len(v) for v in per_commit.values())):
+        for j, vals in sorted(per_commit.items()):
+            if k < len(vals):
+                out.append(Observation(cs[j], LOG82 + math.log1p(vals[k] / 100), seq=len(out)))
+    return out
+
+
+def test_pure_error_is_the_spread_of_repeats_of_one_build():
+    cs = commits(5)
+    pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    # two commits repeated: logs ±d around their own means; single trials add nothing
+    d = math.log1p(0.04)
+    data = pol._regroup([Observation(cs[0], LOG82 + d, seq=0), Observation(cs[0], LOG82 - d, seq=1),
+                         Observation(cs[2], LOG82, seq=2), Observation(cs[4], LOG82 - 0.2 + d, seq=3),
+                         Observation(cs[4], LOG82 - 0.2 - d, seq=4)])
+    sd, dof = pol._pure_error(data)
+    assert dof == 2.0
+    assert sd == pytest.approx(math.sqrt(4 * d * d / 2))
+
+
+def test_a_step_the_repeats_spread_does_not_support_is_confirmed_not_named(monkeypatch):
+    from perfbisect.engine import bisect as B
+
+    cs = commits(9)
+    pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    # parent c4 and culprit c5 look 12% apart on three tight trials each and the singletons fit that
+    # step, but repeats of the endpoints (one build each) spread ±5%: the commit-and-parent contrast is
+    # under the one-sided t quantile at PURE_ALPHA of that spread, so the pair is measured again
+    vals = {0: [5.0, -5.0, 5.0, -5.0], 8: [-7.0, -17.0, -7.0, -17.0], 1: [0.5], 2: [-0.5], 3: [0.0],
+            4: [0.5, -0.5, 0.0], 5: [-12.0, -12.5, -12.2], 6: [-11.5], 7: [-12.0]}
+    data = pol._regroup(_obs(cs, vals))
+    sd, dof = pol._pure_error(data)
+    assert dof == 10 and sd > math.log1p(0.045)
+    act = pol.next(_obs(cs, vals))
+    assert isinstance(act, Measure)
+    assert act.commit in (cs[4], cs[5]) and act.phase == "confirming"
+    assert "spread of repeated trials of one build" in act.reason
+    # the same data without the rule: the posterior alone names c5 (the rule is what holds it back)
+    monkeypatch.setattr(B, "PURE_ALPHA", 0.0)
+    done = pol.next(_obs(cs, vals))
+    assert isinstance(done, Done) and done.outcome.culprit == cs[5]
+
+
+def test_a_small_step_needs_three_trials_a_side_and_two_per_endpoint():
+    cs = commits(9)
+    pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    # an 8% step (< 4 × the 5% prior σ) on very clean trials: located at once, but two sessions a side
+    # could be a lumpy noise lining up, so c4/c5 get a third trial and the one-trial endpoint a second
+    vals = {0: [0.0], 8: [-8.0, -8.1], 1: [0.1], 2: [-0.1], 3: [0.0], 4: [0.1, -0.1], 5: [-8.0, -7.9],
+            6: [-8.1], 7: [-8.0]}
+    asked = set()
+    obs = _obs(cs, vals)
+    for _ in range(6):
+        act = pol.next(obs)
+        if isinstance(act, Done):
+            break
+        asked.add(cs.index(act.commit))
+        j = cs.index(act.commit)
+        obs.append(Observation(act.commit, LOG82 + math.log1p((0.0 if j < 5 else -8.0) / 100), seq=len(obs)))
+    assert isinstance(act, Done) and act.outcome.verdict is Verdict.REGRESSED and act.outcome.culprit == cs[5]
+    counts = {j: sum(o.commit == cs[j] for o in obs) for j in (0, 4, 5, 8)}
+    assert counts[4] >= 3 and counts[5] >= 3 and counts[0] >= 2 and counts[8] >= 2
+    assert 0 in asked
+
+
+def test_a_big_step_is_named_without_the_small_step_trials():
+    cs = commits(9)
+    pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    # a 30% step (> 4 × 5%): two trials a side suffice, the one-trial good endpoint is not re-measured
+    vals = {0: [0.0], 8: [-30.0, -30.1], 1: [0.1], 2: [-0.1], 3: [0.0], 4: [0.1, -0.1], 5: [-30.0, -29.9],
+            6: [-30.1], 7: [-30.0]}
+    act = pol.next(_obs(cs, vals))
+    assert isinstance(act, Done) and act.outcome.verdict is Verdict.REGRESSED and act.outcome.culprit == cs[5]
+
+
+def test_an_endpoint_off_the_level_next_to_the_change_makes_the_probe_look_harder():
+    from perfbisect.engine import bisect as B
+    from perfbisect.engine.effects import located_step
+
+    cs = commits(17)
+    pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(3.0))
+    # −10% at c4, and the bad end a further 6% down (a second change somewhere in c5..c16)
+    vals = {0: [0.0, 0.5, -0.5], 3: [0.2, -0.2], 4: [-10.0, -10.3, -9.7], 9: [-10.0], 16: [-16.0, -15.5, -16.5]}
+    data = pol._regroup(_obs(cs, vals))
+    post = pol._posterior(data)
+    st = located_step(post, (4,), 4, 3, [len(v) for v in data.values])
+    gap = pol._residual_gap(data, post, st)
+    assert gap >= B.RESIDUAL_GAP_Z
+    # the same data with the bad end on the culprit's level: no gap
+    flat = {**vals, 16: [-10.0, -9.5, -10.5]}
+    d2 = pol._regroup(_obs(cs, flat))
+    p2 = pol._posterior(d2)
+    st2 = located_step(p2, (4,), 4, 3, [len(v) for v in d2.values])
+    assert pol._residual_gap(d2, p2, st2) < 1.0

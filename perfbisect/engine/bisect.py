@@ -24,7 +24,9 @@ How it decides (DESIGN.md §5):
    lookahead.py). A located change and the endpoints' gap are sized in effects.py.
 4. The culprit is the first located change that is a *regression*; a located improvement is reported
    as such, never as the first bad commit. The commits on each side of a named change carry at
-   least MIN_TRIALS_AT_CHANGE trials each, so a single wild session cannot carry a verdict.
+   least MIN_TRIALS_AT_CHANGE trials each, so a single wild session cannot carry a verdict; they must
+   differ on their own trials beyond the spread of repeated trials of one build (PURE_ALPHA), and a
+   step under SMALL_STEP_SIGMAS·σ carries SMALL_STEP_TRIALS a side and ENDS_BEFORE_NAMING per endpoint.
 5. Trials flagged by the runner (throttled by an external cause, contended) are excluded and said so.
    Only state the code cannot cause (external clock caps, other processes' load, the temperature a
    trial started at) may adjust trial summaries; power, utilisation, the load's own clock and
@@ -82,6 +84,13 @@ SECOND_CHANGE_SIGMAS = 1.5
 # step of the floor size at this many standard errors: the located step is overestimated when a second
 # change sits on its bad side, so a share of it would look weakest exactly there.
 SUSPECTED_CHANGE_Z = 3.5
+# A second change is suspected too when, on either side of the located change, the endpoint and the commit
+# next to the change differ by RESIDUAL_GAP_Z standard errors or more: one step would leave each side flat
+# (S5: the endpoints differ by ~16% while the located step is ~10%; what is left over is the second
+# change). Then each side must show a step of the usual size at RESIDUAL_PROBE_Z standard errors (the
+# floor stays: looking for a floor-sized step at this z is what cost S1 ~17 trials).
+RESIDUAL_GAP_Z = 1.0
+RESIDUAL_PROBE_Z = 4.0
 # Prior sd of one node's level offset (percent): how differently two nodes of one cluster may run the
 # same build. Modelled (a random effect integrated out of the change-point posterior) only when the
 # trials come from more than one node.
@@ -110,6 +119,17 @@ CHANGE_TRIALS_Z = 3.0
 MAX_TRIALS_AT_CHANGE = 8
 LAYOUT_KEEP = 0.5
 LAYOUT_EXTRA_TRIALS = 6
+# A named change's commit and parent must also differ on their own trials by a one-sided t test at this
+# level, with σ from the spread *within* commits (repeats of one build: it does not depend on where the change
+# is put, so a split that happens to line up with a few lucky sessions cannot shrink it) and its own dof.
+PURE_ALPHA = 0.003
+# A named change smaller than this many σ (the larger of that spread and the stated σ: a few repeats of a
+# lumpy noise look tight by chance) carries at least SMALL_STEP_TRIALS trials on each side and
+# ENDS_BEFORE_NAMING on each endpoint: two sessions a side of a few-valued noise (R1 replays 4 sessions)
+# line up with a wrong split too often.
+SMALL_STEP_SIGMAS = 4.0
+SMALL_STEP_TRIALS = 3
+ENDS_BEFORE_NAMING = 2
 
 
 @dataclass(frozen=True)
@@ -424,10 +444,21 @@ class SearchPolicy:
                 move = self._confirm_step(data, st, "its direction is not certain yet")
                 if move is not None:
                     return move
+        sd_small = max(self._pure_error(data)[0], self.noise.sigma_b)
+        small = [st for st in steps if SMALL_STEP_SIGMAS > 0 and abs(st.step) < SMALL_STEP_SIGMAS * sd_small]
+        for end in (0, self.n - 1) if small else ():
+            if data.count(end) < ENDS_BEFORE_NAMING and self._budget_left(data, end):
+                return Measure(
+                    self.commits[end],
+                    f"confirming the change at {self._describe_key(data, top_key)}: the {'good' if end == 0 else 'bad'} "
+                    f"endpoint carries {data.count(end)} trial(s); no verdict rests on fewer than "
+                    f"{ENDS_BEFORE_NAMING} on each side of the range", "confirming")
         # One wild session must not carry a verdict alone: the commits on both sides of a change are
         # each measured at least twice before it is named (heavy-tailed session effects did that).
         for st in steps:
             need = self._trials_at_change(post, st)
+            if st in small:
+                need = max(need, SMALL_STEP_TRIALS)
             if min(data.count(st.parent), data.count(st.at)) < need:
                 move = self._confirm_step(
                     data, st,
@@ -444,6 +475,14 @@ class SearchPolicy:
                 move = self._confirm_step(data, st, f"the commit and its parent must differ by {LOCAL_Z:g} standard errors on their own trials")
                 if move is not None:
                     return move
+            if PURE_ALPHA > 0:
+                t_own, dof_own = self._pure_t(data, st)
+                if dof_own < 1 or t_own < t_quantile(1.0 - PURE_ALPHA, dof_own):
+                    move = self._confirm_step(
+                        data, st, "the commit and its parent must differ on their own trials beyond the spread of "
+                                  "repeated trials of one build")
+                    if move is not None:
+                        return move
         # Layout: a small change must hold under layouts its commits did not share (Mytkowicz et al.:
         # env size and code placement alone move timings by several percent). Re-measure, then keep it
         # only if every layout can be left out without the step vanishing.
@@ -716,6 +755,9 @@ class SearchPolicy:
             return None
         floor = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SIGMAS * post.sigma_top)
         step = max(floor, SECOND_CHANGE_SHARE * abs(st.step))
+        if RESIDUAL_GAP_Z > 0 and self._residual_gap(data, post, st) >= RESIDUAL_GAP_Z:
+            # an endpoint differs from the commit next to the change on its side: look harder, same size
+            z = max(z, RESIDUAL_PROBE_Z)
         if SUSPECTED_CHANGE_Z > 0 and post.p_two >= SECOND_CHANGE_DOUBT:
             # a second change is suspected: look for one as small as the floor, with more power
             z, step = max(z, SUSPECTED_CHANGE_Z), floor
@@ -742,6 +784,19 @@ class SearchPolicy:
         return None if best is None else best[1]
 
     @staticmethod
+    def _residual_gap(data: _Data, post: ChangePosterior, st: Step) -> float:
+        """The larger |difference| in standard errors between each endpoint and the commit on its side of the
+        located change (good endpoint vs the parent, culprit vs the bad endpoint): 0 when a side is one commit."""
+        z = 0.0
+        for a, b in ((0, st.parent), (st.at, len(data.values) - 1)):
+            va, vb = data.values[a], data.values[b]
+            if a == b or not va or not vb:
+                continue
+            se = post.sigma_top * math.sqrt(1.0 / len(va) + 1.0 / len(vb))
+            z = max(z, abs(float(np.mean(va) - np.mean(vb))) / max(se, 1e-12))
+        return z
+
+    @staticmethod
     def _trials_at_change(post: ChangePosterior, st: Step) -> int:
         """Trials each of a named change's commit and parent carry: MIN_TRIALS_AT_CHANGE, more when the
         step is small against the noise (each trial then tells little, and a few sessions that happened to
@@ -758,6 +813,29 @@ class SearchPolicy:
         d = float(np.mean(vc) - np.mean(vp))
         se = post.sigma_top * math.sqrt(1.0 / len(vc) + 1.0 / len(vp))
         return (d if st.step > 0 else -d) / se
+
+    @staticmethod
+    def _pure_error(data: _Data) -> tuple[float, float]:
+        """Pooled sd of trials of one build around their own commit's mean (log), and its dof: the noise
+        as repeated trials show it, whatever the change hypothesis."""
+        ss, dof = 0.0, 0
+        for v in data.values:
+            if len(v) >= 2:
+                a = np.asarray(v)
+                ss += float(((a - a.mean()) ** 2).sum())
+                dof += len(v) - 1
+        return (math.sqrt(ss / dof) if dof else 0.0), float(dof)
+
+    def _pure_t(self, data: _Data, st: Step) -> tuple[float, float]:
+        """The step between the commit's own trials and its parent's, in pure-error standard errors (signed
+        along the step), and the dof of that σ."""
+        vc, vp = data.values[st.at], data.values[st.parent]
+        sd, dof = self._pure_error(data)
+        if not vc or not vp or dof < 1:
+            return 0.0, dof
+        d = float(np.mean(vc) - np.mean(vp))
+        se = max(sd, 1e-12) * math.sqrt(1.0 / len(vc) + 1.0 / len(vp))
+        return (d if st.step > 0 else -d) / se, dof
 
     def _layout_check(self, data: _Data, st: Step) -> tuple[bool, int | None]:
         """Whether the step at ``st`` survives leaving out each layout, and which commit to re-measure if not.

@@ -89,7 +89,7 @@ SUSPECTED_CHANGE_Z = 3.5
 # (S5: the endpoints differ by ~16% while the located step is ~10%; what is left over is the second
 # change). Then each side must show a step of the usual size at RESIDUAL_PROBE_Z standard errors (the
 # floor stays: looking for a floor-sized step at this z is what cost S1 ~17 trials).
-RESIDUAL_GAP_Z = 1.0
+RESIDUAL_GAP_Z = 2.0  # at 1.0: S5 88%, S2 31.2 trials; at 2.0: S5 79%, S2 25.5 (docs/benchmarks.md)
 RESIDUAL_PROBE_Z = 4.0
 # Prior sd of one node's level offset (percent): how differently two nodes of one cluster may run the
 # same build. Modelled (a random effect integrated out of the change-point posterior) only when the

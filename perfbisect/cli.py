@@ -71,7 +71,9 @@ def _flag_type(display_type_rich):
     return shown
 
 
-typer.core.TyperOption.display_type_rich = _flag_type(typer.core.TyperOption.display_type_rich)
+# Only where this Typer has the hook (0.12 … 0.27 do not: their help keeps the type; nothing else changes).
+if hasattr(typer.core.TyperOption, "display_type_rich"):
+    typer.core.TyperOption.display_type_rich = _flag_type(typer.core.TyperOption.display_type_rich)
 
 EPILOG_EXIT = (
     "Exit codes: 0 finished · 1 regression found (with --fail-on-regression) · "

@@ -71,7 +71,7 @@ def _flag_type(display_type_rich):
     return shown
 
 
-# Only where this Typer has the hook (0.12 … 0.27 do not: their help keeps the type; nothing else changes).
+# Only where this Typer has the hook (0.27, on the GPU node, has not: its help keeps the type; nothing else changes).
 if hasattr(typer.core.TyperOption, "display_type_rich"):
     typer.core.TyperOption.display_type_rich = _flag_type(typer.core.TyperOption.display_type_rich)
 

@@ -697,7 +697,7 @@ class SearchPolicy:
             if post.sparse:
                 cand = cand[:: max(1, len(cand) // 256)]
         if not cand:
-            return self._exhausted(data, post, f"the best answer holds {top_p:.2f}", top_key=top_key, top_p=top_p,
+            return self._exhausted(data, post, f"the best answer holds {_short_of(top_p)}", top_key=top_key, top_p=top_p,
                                    ends=ends, ruled_out=ruled_out)
         if not data.pending and host is None:
             j, bits = best_trial(post, cand, float(data.spent))
@@ -947,7 +947,7 @@ class SearchPolicy:
             probability=top_p, budget_exhausted=True, best=top_key or (), stopped_by=limit, more_trials=more,
             explanation=(
                 f"The trial budget ran out ({limit}; {data.spent} trials run) before the answer was clear: {why}. "
-                f"Best answer: {best}" + (f" (probability {top_p:.2f})" if top_p is not None else "") + "."
+                f"Best answer: {best}" + (f" (probability {_short_of(top_p)})" if top_p is not None else "") + "."
                 + bound + advice
             ),
         )
@@ -1054,6 +1054,12 @@ class SearchPolicy:
             more_trials=more_trials,
         )
         return Done(outcome)
+
+
+def _short_of(p: float) -> str:
+    """A probability that fell short of a threshold, rounded down to 3 places: 0.985 against a needed
+    0.99 must not print as "0.99" (a budget run out on the H200 said "the best answer holds 0.99")."""
+    return f"{math.floor(p * 1000) / 1000:.3f}"
 
 
 def _weakest_split(c: np.ndarray) -> float:

@@ -189,6 +189,13 @@ def level_text(level_pct: float | None) -> str:
     return f"{math.floor(level_pct):.0f}%"
 
 
+def short_probability(p: float, places: int = 2) -> str:
+    """A probability that fell short of a threshold, rounded down: 0.985 against a needed 0.99 must not
+    read "0.99" (an H200 bisection ran out of budget saying its best answer "holds 0.99")."""
+    scale = 10 ** places
+    return f"{math.floor(p * scale + 1e-9) / scale:.{places}f}"
+
+
 def signed(value: float, unit: str = "") -> str:
     """A difference with its sign in four significant digits and its unit ("-25.31 ops/s", "+1.900e-05" never)."""
     text = ("+" if value >= 0 else "-") + Metric("", "").number(abs(value))

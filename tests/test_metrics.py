@@ -240,3 +240,11 @@ def test_output_throughput_at_a_concurrency_with_the_built_in_client(tmp_path):
     assert runs and all(out == req == 4 * 96 for out, req, _, _ in runs)  # four requests of 96 tokens per run
     assert all(value == pytest.approx(e2e) for _, _, e2e, value in runs)  # the run's value is its output throughput
     assert trial["value"] > 0
+
+
+def test_a_probability_short_of_its_threshold_never_reads_as_reaching_it():
+    from perfbisect.metrics import short_probability
+
+    assert short_probability(0.985) == "0.98" and short_probability(0.9849, 3) == "0.984"
+    assert short_probability(0.29) == "0.29" and short_probability(0.2) == "0.20"  # no float fuzz downwards
+    assert short_probability(0.999999) == "0.99" and short_probability(1.0) == "1.00"

@@ -52,7 +52,7 @@ from ..settings import StatsConfig
 from .effects import Step, endpoint_comparison, is_regression, located_step, ruled_out_pct, step_comparison
 from ..errors import UsageError
 from .lookahead import best_trial
-from ..metrics import level_text
+from ..metrics import level_text, short_probability
 from ..model import BisectOutcome, Comparison, Verdict
 from .stats import (LOOK_ALPHA_SHARE, PRIOR_DOF_CAP, NoiseModel, covariate_notes, history_shift, log_of_pct, pct, t_cdf,
                     t_quantile)
@@ -697,7 +697,7 @@ class SearchPolicy:
             if post.sparse:
                 cand = cand[:: max(1, len(cand) // 256)]
         if not cand:
-            return self._exhausted(data, post, f"the best answer holds {_short_of(top_p)}", top_key=top_key, top_p=top_p,
+            return self._exhausted(data, post, f"the best answer holds {short_probability(top_p, 3)}", top_key=top_key, top_p=top_p,
                                    ends=ends, ruled_out=ruled_out)
         if not data.pending and host is None:
             j, bits = best_trial(post, cand, float(data.spent))
@@ -947,7 +947,7 @@ class SearchPolicy:
             probability=top_p, budget_exhausted=True, best=top_key or (), stopped_by=limit, more_trials=more,
             explanation=(
                 f"The trial budget ran out ({limit}; {data.spent} trials run) before the answer was clear: {why}. "
-                f"Best answer: {best}" + (f" (probability {_short_of(top_p)})" if top_p is not None else "") + "."
+                f"Best answer: {best}" + (f" (probability {short_probability(top_p, 3)})" if top_p is not None else "") + "."
                 + bound + advice
             ),
         )
@@ -1054,12 +1054,6 @@ class SearchPolicy:
             more_trials=more_trials,
         )
         return Done(outcome)
-
-
-def _short_of(p: float) -> str:
-    """A probability that fell short of a threshold, rounded down to 3 places: 0.985 against a needed
-    0.99 must not print as "0.99" (a budget run out on the H200 said "the best answer holds 0.99")."""
-    return f"{math.floor(p * 1000) / 1000:.3f}"
 
 
 def _weakest_split(c: np.ndarray) -> float:

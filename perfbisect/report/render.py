@@ -13,7 +13,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..metrics import DECODE, Metric, describe_workload, level_text, pct_text
+from ..metrics import DECODE, Metric, describe_workload, level_text, pct_text, short_probability
 from ..model import BisectOutcome, Comparison, SystemSnapshot, TrialResult, Verdict, median
 from ..store.codec import encode
 from ..measure.sysstate import throttle_reason_names
@@ -90,7 +90,7 @@ def format_outcome(result: Any) -> list[str]:
         best = (" and at ".join(describe(s) for s in out.best_answer) if out.best_answer else "no change")
         if len(out.best_answer) == 2:
             best = f"two changes: at {best}"
-        prob = (f" (probability {out.answer_probability:.2f}, given that something changed)"
+        prob = (f" (probability {short_probability(out.answer_probability)}, given that something changed)"
                 if out.answer_probability is not None and out.best_answer else "")
         stop = f" ({out.stopped_by})" if out.stopped_by else ""
         lines.append(f"budget exhausted{stop}: best answer {best}{prob}")

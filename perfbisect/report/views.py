@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..metrics import DECODE, Metric, describe_workload, level_text, pct_text, signed, stored_or_described
+from ..metrics import DECODE, Metric, describe_workload, level_text, pct_text, short_probability, signed, stored_or_described
 from ..measure.build import NO_BUILD_STEPS_HASH
 from ..errors import PerfbisectError, UsageError
 from ..model import BisectOutcome, Comparison, TrialResult, TrialStatus, Verdict, median
@@ -263,7 +263,7 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
         return {"cls": "regressed", "headline": "REGRESSION", "sentence": sentence}
     if out.verdict is Verdict.INCONCLUSIVE:
         best = best_answer_text(out.best_answer)
-        prob = (f" (probability {out.answer_probability:.2f}, given that something changed)"
+        prob = (f" (probability {short_probability(out.answer_probability)}, given that something changed)"
                 if out.answer_probability is not None and out.best_answer else "")
         why = "the trial budget ran out" if out.budget_exhausted else "the evidence did not settle it"
         bound = f" No regression ≥ {out.ruled_out_pct:.1f}% is ruled out." if out.ruled_out_pct is not None else ""

@@ -54,8 +54,8 @@ from ..errors import UsageError
 from .lookahead import best_trial
 from ..metrics import level_text, short_probability
 from ..model import BisectOutcome, Comparison, Verdict
-from .stats import (LOOK_ALPHA_SHARE, PRIOR_DOF_CAP, NoiseModel, covariate_notes, history_shift, log_of_pct, pct, t_cdf,
-                    t_quantile)
+from .stats import (LOOK_ALPHA_SHARE, PRIOR_DOF_CAP, NoiseModel, covariate_notes, history_shift, log_of_pct, pct,
+                    pooled_squares, t_cdf, t_quantile)
 
 # Prior probability that the range holds two changes rather than one.
 TWO_CHANGE_PRIOR = 0.1
@@ -792,8 +792,7 @@ class SearchPolicy:
             va, vb = data.values[a], data.values[b]
             if a == b or not va or not vb:
                 continue
-            se = post.sigma_top * math.sqrt(1.0 / len(va) + 1.0 / len(vb))
-            z = max(z, abs(float(np.mean(va) - np.mean(vb))) / max(se, 1e-12))
+            z = max(z, abs(_z_between(va, vb, post.sigma_top)))
         return z
 
     @staticmethod
@@ -810,20 +809,14 @@ class SearchPolicy:
         vc, vp = data.values[st.at], data.values[st.parent]
         if not vc or not vp:
             return 0.0
-        d = float(np.mean(vc) - np.mean(vp))
-        se = post.sigma_top * math.sqrt(1.0 / len(vc) + 1.0 / len(vp))
-        return (d if st.step > 0 else -d) / se
+        z = _z_between(vc, vp, post.sigma_top)
+        return z if st.step > 0 else -z
 
     @staticmethod
     def _pure_error(data: _Data) -> tuple[float, float]:
         """Pooled sd of trials of one build around their own commit's mean (log), and its dof: the noise
         as repeated trials show it, whatever the change hypothesis."""
-        ss, dof = 0.0, 0
-        for v in data.values:
-            if len(v) >= 2:
-                a = np.asarray(v)
-                ss += float(((a - a.mean()) ** 2).sum())
-                dof += len(v) - 1
+        ss, dof = pooled_squares(data.values)
         return (math.sqrt(ss / dof) if dof else 0.0), float(dof)
 
     def _pure_t(self, data: _Data, st: Step) -> tuple[float, float]:
@@ -833,9 +826,8 @@ class SearchPolicy:
         sd, dof = self._pure_error(data)
         if not vc or not vp or dof < 1:
             return 0.0, dof
-        d = float(np.mean(vc) - np.mean(vp))
-        se = max(sd, 1e-12) * math.sqrt(1.0 / len(vc) + 1.0 / len(vp))
-        return (d if st.step > 0 else -d) / se, dof
+        z = _z_between(vc, vp, sd)
+        return (z if st.step > 0 else -z), dof
 
     def _layout_check(self, data: _Data, st: Step) -> tuple[bool, int | None]:
         """Whether the step at ``st`` survives leaving out each layout, and which commit to re-measure if not.
@@ -1054,6 +1046,12 @@ class SearchPolicy:
             more_trials=more_trials,
         )
         return Done(outcome)
+
+
+def _z_between(a: Sequence[float], b: Sequence[float], sigma: float) -> float:
+    """mean(a) − mean(b) in standard errors, at ``sigma`` per trial."""
+    se = sigma * math.sqrt(1.0 / len(a) + 1.0 / len(b))
+    return float(np.mean(a) - np.mean(b)) / max(se, 1e-12)
 
 
 def _weakest_split(c: np.ndarray) -> float:

@@ -72,6 +72,18 @@ def normal_cdf(x: np.ndarray) -> np.ndarray:
 # Noise model
 
 
+def pooled_squares(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """Squared deviations of each group's values around the group's own mean, summed over the groups
+    of two or more, and their degrees of freedom: the pooled variance is ``ss / dof``."""
+    ss, dof = 0.0, 0
+    for g in groups:
+        values = np.asarray(g, dtype=float)
+        if len(values) >= 2:
+            ss += float(((values - values.mean()) ** 2).sum())
+            dof += len(values) - 1
+    return ss, dof
+
+
 @dataclass(frozen=True)
 class NoiseModel:
     """Between-trial noise σ_b (log scale) with its degrees of freedom and where it came from."""
@@ -107,25 +119,13 @@ class NoiseModel:
         ``prior.dof`` degrees of freedom, so a couple of A/A trials move σ_b only part of the way.
         """
         prior = prior or cls.prior(StatsConfig().prior_sigma_pct)
-        ss = 0.0
-        dof = 0
-        n_trials = 0
-        n_builds = 0
-        for g in groups:
-            values = np.asarray([v for v in g if v is not None and math.isfinite(v)], dtype=float)
-            n_trials += len(values)
-            if len(values) >= 2:
-                ss += float(((values - values.mean()) ** 2).sum())
-                dof += len(values) - 1
-                n_builds += 1
+        finite = [[v for v in g if v is not None and math.isfinite(v)] for g in groups]
+        n_trials = sum(len(g) for g in finite)
+        n_builds = sum(1 for g in finite if len(g) >= 2)
+        ss, dof = pooled_squares(finite)
         sigma_w = prior.sigma_w
         if within:
-            wss, wdof = 0.0, 0
-            for runs in within:
-                r = np.asarray(runs, dtype=float)
-                if len(r) >= 2:
-                    wss += float(((r - r.mean()) ** 2).sum())
-                    wdof += len(r) - 1
+            wss, wdof = pooled_squares(within)
             if wdof:
                 sigma_w = math.sqrt(wss / wdof)
         if dof == 0:

@@ -321,10 +321,15 @@ def recover_interrupted(
     start). Returns (trial ids, bisection ids) recovered.
     """
     trial_ids: list[int] = []
+    # FOR UPDATE (PostgreSQL; a SQLite write transaction holds the whole file already): a writer that
+    # finishes a trial between this read and the liveness check below would otherwise have its `ok`
+    # overwritten with "interrupted" once it exits — a lost update seen under load. Its finish now
+    # waits for this transaction, and it stays alive (its owner lock held) until then.
     running = session.scalars(
         select(TrialRow)
         .options(selectinload(TrialRow.runs))
         .where(TrialRow.status == TRIAL_RUNNING)
+        .with_for_update(of=TrialRow)
     )
     for row in running:
         # A cluster job's trial runs on another node: its job's state, not a local pid, says whether
@@ -338,7 +343,7 @@ def recover_interrupted(
         trial_ids.append(row.id)
     bisection_ids: list[int] = []
     for row in session.scalars(
-        select(BisectionRow).where(BisectionRow.status == BISECTION_RUNNING)
+        select(BisectionRow).where(BisectionRow.status == BISECTION_RUNNING).with_for_update(of=BisectionRow)
     ):
         if owner_alive(row.owner):
             continue

@@ -234,6 +234,32 @@ def test_a_step_the_repeats_spread_does_not_support_is_confirmed_not_named(monke
     assert isinstance(done, Done) and done.outcome.culprit == cs[5]
 
 
+def test_a_pair_measured_many_times_is_held_to_a_stricter_look(monkeypatch):
+    from perfbisect.engine import bisect as B
+
+    cs = commits(9)
+    pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    # −9% at c5 under ±5% repeats, eight trials each of c4 and c5 (four elsewhere): their own contrast is
+    # t = 3.6 on 35 dof — past the first look's quantile (2.9 at 0.3%), short of the 13th look's (3.9 at
+    # 0.3%/13): a pair re-measured that often is held to the stricter level and measured again
+    pat = [1, -1] * 4
+    vals = {j: [(0.0 if j < 5 else -9.0) + 5.0 * pat[k] for k in range(8 if j in (4, 5) else 4)] for j in range(9)}
+    data = pol._regroup(_obs(cs, vals))
+    assert pol._pure_error(data)[1] == 35
+    from perfbisect.engine.effects import located_step
+
+    post = pol._posterior(data)
+    st = located_step(post, (5,), 5, 4, [len(v) for v in data.values])
+    assert pol._pure_alpha(data, st) == pytest.approx(B.PURE_ALPHA / 13)
+    act = pol.next(_obs(cs, vals))
+    assert isinstance(act, Measure) and act.commit in (cs[4], cs[5])
+    assert "spread of repeated trials of one build" in act.reason
+    # looked at once (no spending over looks), the same trials name c5
+    monkeypatch.setattr(B, "PURE_LOOK_POWER", 0.0)
+    done = pol.next(_obs(cs, vals))
+    assert isinstance(done, Done) and done.outcome.culprit == cs[5]
+
+
 def test_a_small_step_needs_three_trials_a_side_and_two_per_endpoint():
     cs = commits(9)
     pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))

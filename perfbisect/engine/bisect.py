@@ -130,6 +130,11 @@ PURE_ALPHA = 0.003
 SMALL_STEP_SIGMAS = 4.0
 SMALL_STEP_TRIALS = 3
 ENDS_BEFORE_NAMING = 2
+# The t test above is looked at again after every further trial of the pair: look k (k = trials of the pair
+# beyond 2·MIN_TRIALS_AT_CHANGE, plus one) is at PURE_ALPHA / k**PURE_LOOK_POWER, so a pair measured many
+# times cannot cross it through a lucky run of sessions (R2's and TE-R's late wrong names came after 18–70
+# trials; at power 1, 300 seeds: false R2 2.7 → 1.0%, TE-R 2.7 → 0.7%, R1 1.0 → 0.3%, S1 11.1 → 11.4 trials).
+PURE_LOOK_POWER = 1.0
 
 
 @dataclass(frozen=True)
@@ -477,7 +482,7 @@ class SearchPolicy:
                     return move
             if PURE_ALPHA > 0:
                 t_own, dof_own = self._pure_t(data, st)
-                if dof_own < 1 or t_own < t_quantile(1.0 - PURE_ALPHA, dof_own):
+                if dof_own < 1 or t_own < t_quantile(1.0 - self._pure_alpha(data, st), dof_own):
                     move = self._confirm_step(
                         data, st, "the commit and its parent must differ on their own trials beyond the spread of "
                                   "repeated trials of one build")
@@ -818,6 +823,12 @@ class SearchPolicy:
         as repeated trials show it, whatever the change hypothesis."""
         ss, dof = pooled_squares(data.values)
         return (math.sqrt(ss / dof) if dof else 0.0), float(dof)
+
+    @staticmethod
+    def _pure_alpha(data: _Data, st: Step) -> float:
+        """PURE_ALPHA spent over the looks at this pair: look k = trials of the pair beyond 2·MIN_TRIALS_AT_CHANGE, plus one."""
+        k = max(1, data.count(st.at) + data.count(st.parent) - 2 * MIN_TRIALS_AT_CHANGE + 1)
+        return PURE_ALPHA / k ** PURE_LOOK_POWER
 
     def _pure_t(self, data: _Data, st: Step) -> tuple[float, float]:
         """The step between the commit's own trials and its parent's, in pure-error standard errors (signed

@@ -23,7 +23,8 @@
 #
 # Environment: PYTHON (default python3), PBGPU_PERFBISECT (tree holding perfbisect/ and db/;
 # default this checkout), PBGPU_WORK (/tmp/pbgpu), PBGPU_MODEL (model dir), PBGPU_NO_WHEELS=1
-# (deps already importable), PBGPU_SERVER_SCRIPT (serve with another entry point; tests only).
+# (deps already importable), PBGPU_SERVER_SCRIPT (serve with another entry point; tests only),
+# PBGPU_MAX_TRIALS (the targets' stats.max_trials_total, default 30).
 # Needs the repo's .whl/ (tools/gpu_target/fetch_wheels.sh; name ".whl" in the run call's carry).
 set -u -o pipefail
 stage=${1:?usage: run_on_device.sh all|planted|aa|smoke|setup [OUTDIR]}
@@ -93,7 +94,7 @@ $py "$here/build_model.py" --out "$model" 2>&1 | grep -v "Writing model shards" 
 # -- 3. the targets (deterministic history: the same shas on every machine)
 for name in planted aa; do
     if [ ! -f "$work/$name.json" ]; then
-        flags=""; [ $name = aa ] && flags=--no-plant
+        flags="--max-trials-total ${PBGPU_MAX_TRIALS:-30}"; [ $name = aa ] && flags="$flags --no-plant"
         [ -n "${PBGPU_SERVER_SCRIPT:-}" ] && flags="$flags --server-script $PBGPU_SERVER_SCRIPT"
         $py "$here/make_target.py" --root "$work/$name" --model-dir "$model" --python "$(command -v $py)" $flags >"$work/$name.json" || exit 4
     fi

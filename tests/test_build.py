@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -257,3 +258,22 @@ def test_artefacts_follow_a_commit_into_worktree_slots_of_other_path_lengths(set
     back = run_build(steps, pool.checkout(shas["c0"], slot=0), shas["c0"], "s", cache, sys.executable, logs)
     assert back.steps[1].cached and _runs(embed_runs) == 2
     assert (slot0 / "sgl-kernel/build/paths.txt").read_text() == f"{slot0}\n"
+
+
+def test_an_entry_of_an_older_perfbisect_is_ordered_by_its_stamp_files_mtime(tmp_path):
+    # Older perfbisects left `used` empty and kept the last use in its mtime: such an entry is evicted
+    # in that order among entries that carry a stamp, not first nor never.
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    cache = BuildCache(tmp_path / "builds", max_bytes=10_000)
+    for key in ("old", "new"):
+        (wt / "lib.so").write_bytes(key[0].encode() * 500)
+        cache.put(key, wt, ["lib.so"], None, {})
+    old = cache.entries_dir / "old"
+    (old / "used").write_text("")
+    new_stamp = int((cache.entries_dir / "new" / "used").read_text())
+    os.utime(old / "used", ns=(new_stamp + 10**9, new_stamp + 10**9))  # used a second after 'new'
+    reopened = BuildCache(tmp_path / "builds", max_bytes=1200)  # room for two of the three
+    (wt / "lib.so").write_bytes(b"x" * 500)
+    reopened.put("third", wt, ["lib.so"], None, {})
+    assert reopened.get("new") is None and reopened.get("old") is not None

@@ -28,6 +28,7 @@ from ..errors import BuildError, InfrastructureError
 from ..git.gitrepo import worktree_tree_hash
 from ..runtime.logtail import log_tail
 from ..model import Commit, content_hash
+from .usestamp import UseClock, last_use
 
 LOG_TAIL_LINES = 30
 _KEY_VERSION = "build-step-v1"  # bump when the key recipe changes, so old entries stop matching
@@ -96,7 +97,7 @@ class BuildCache:
         for leftover in self.tmp_dir.iterdir():
             shutil.rmtree(leftover, ignore_errors=True)
         # The last use stamp given out: the next one is larger, also when the clock has not moved.
-        self._clock = max((used for used, _, _ in self._entries()), default=0)
+        self._clock = UseClock(max((used for used, _, _ in self._entries()), default=0))
         self._tenants: list = []  # other caches under the same bound (the pinned environments)
 
     def share(self, tenant) -> None:
@@ -166,14 +167,9 @@ class BuildCache:
         return list(entry.files)
 
     def _mark_used(self, path: Path) -> None:
-        """Record a use of the entry at ``path``, for LRU eviction.
-
-        The stamp (nanoseconds since the epoch) is the content of ``used``, not its mtime, which
-        some filesystems keep to the second or two; and it is always larger than the last one this
-        cache gave (or found on disk when it opened), so two uses in one clock tick keep their order.
-        """
-        self._clock = max(time.time_ns(), self._clock + 1)
-        (path / "used").write_text(str(self._clock))
+        """Record a use of the entry at ``path``, for LRU eviction (``usestamp``: ordered within one clock tick,
+        and after every stamp found on disk when the cache opened)."""
+        self._clock.mark(path)
 
     def _entries(self) -> list[tuple[int, int, Path]]:
         """(last use stamp, bytes, path) of every entry, least recently used first."""
@@ -181,7 +177,7 @@ class BuildCache:
         for path in self.entries_dir.iterdir():
             try:
                 size = int(json.loads((path / "meta.json").read_text()).get("bytes", 0))
-                used = _used_stamp(path / "used")
+                used = last_use(path)
             except (OSError, ValueError):
                 size, used = 0, 0
             out.append((used, size, path))
@@ -222,12 +218,6 @@ class BuildCache:
 def _remove_tree(path: Path) -> bool:
     shutil.rmtree(path, ignore_errors=True)  # artefacts are copied into a worktree, never used in place
     return True
-
-
-def _used_stamp(used: Path) -> int:
-    text = used.read_text().strip()
-    # An empty file is an entry of an older perfbisect, which kept the last use in the mtime.
-    return int(text) if text else used.stat().st_mtime_ns
 
 
 class UnsafeRestore(Exception):

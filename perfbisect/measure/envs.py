@@ -47,13 +47,13 @@ from ..runtime.children import own_group, signal_group
 from ..errors import ConfigError, EnvironmentBuildError, InfrastructureError
 from ..runtime.logtail import log_tail
 from ..model import content_hash
+from .usestamp import UseClock, last_use
 from ..git.pins import PinSet, wheel_files, wheel_problem
 
 _KEY_VERSION = "pinned-env-v2"  # bump when the recipe changes, so old environments stop matching
 _MARKER = "env.json"
 _KEY_NAME = re.compile(r"[0-9a-f]{16}")  # an environment's directory: its key (model.content_hash)
 _DIGEST_FILE = ".wheel-digests.json"  # wheel path -> its stat stamp and sha256 (EnvCache._sha256)
-_USED = "used"  # last use stamp (ns), for least-recently-used eviction under [build] cache_max_gb
 _BASE_PTH = "_perfbisect_base.pth"
 INSTALL_TIMEOUT_S = 3600.0
 # pip settings in the caller's environment that would send an install elsewhere than the venv.
@@ -144,7 +144,7 @@ class EnvCache:
         # Environments this process uses, each held by a shared lock on ``.<key>.use`` until close():
         # eviction (any process's) takes that lock exclusively, so it never removes one in use.
         self._held: dict[str, object] = {}
-        self._clock = 0  # the last use stamp given out (see _mark_used)
+        self._clock = UseClock()  # the last use stamp given out (see _mark_used)
         # Called with the key of a newly built environment: the build cache's bound ([build]
         # cache_max_gb) then evicts least recently used entries of both (Workspace wires it).
         self.on_grow: Callable[[str], object] | None = None
@@ -250,9 +250,8 @@ class EnvCache:
     def _mark_used(self, path: Path) -> None:
         """Stamp a use of the environment at ``path`` for LRU eviction: nanoseconds since the epoch in
         its ``used`` file, always larger than the last stamp this cache gave (as the build cache does)."""
-        self._clock = max(time.time_ns(), self._clock + 1)
         try:
-            (path / _USED).write_text(str(self._clock))
+            self._clock.mark(path)
         except OSError:
             pass  # a stamp is a hint for eviction, never a reason to fail a trial
 
@@ -269,7 +268,7 @@ class EnvCache:
             except (OSError, ValueError, KeyError, TypeError):
                 size = _tree_bytes(path)  # half-built, or built by an older perfbisect
             try:
-                used = int((path / _USED).read_text().strip())
+                used = last_use(path)
             except (OSError, ValueError):
                 try:
                     used = path.stat().st_mtime_ns

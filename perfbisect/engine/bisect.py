@@ -449,7 +449,8 @@ class SearchPolicy:
                 move = self._confirm_step(data, st, "its direction is not certain yet")
                 if move is not None:
                     return move
-        sd_small = max(self._pure_error(data)[0], self.noise.sigma_b)
+        pure = self._pure_error(data)
+        sd_small = max(pure[0], self.noise.sigma_b)
         small = [st for st in steps if SMALL_STEP_SIGMAS > 0 and abs(st.step) < SMALL_STEP_SIGMAS * sd_small]
         for end in (0, self.n - 1) if small else ():
             if data.count(end) < ENDS_BEFORE_NAMING and self._budget_left(data, end):
@@ -476,13 +477,13 @@ class SearchPolicy:
         # The change must also show between its own commit and its parent, not only between the segments
         # around it: sessions that happened to fall on the same side of the noise cannot carry it then.
         for st in steps:
-            if LOCAL_Z > 0 and self._local_z(data, post, st) < LOCAL_Z:
+            if LOCAL_Z > 0 and self._step_z(data, st, post.sigma_top) < LOCAL_Z:
                 move = self._confirm_step(data, st, f"the commit and its parent must differ by {LOCAL_Z:g} standard errors on their own trials")
                 if move is not None:
                     return move
             if PURE_ALPHA > 0:
-                t_own, dof_own = self._pure_t(data, st)
-                if dof_own < 1 or t_own < t_quantile(1.0 - self._pure_alpha(data, st), dof_own):
+                sd_own, dof_own = pure
+                if dof_own < 1 or self._step_z(data, st, sd_own) < t_quantile(1.0 - self._pure_alpha(data, st), dof_own):
                     move = self._confirm_step(
                         data, st, "the commit and its parent must differ on their own trials beyond the spread of "
                                   "repeated trials of one build")
@@ -809,12 +810,13 @@ class SearchPolicy:
         return int(min(MAX_TRIALS_AT_CHANGE, max(MIN_TRIALS_AT_CHANGE, math.ceil(ratio * ratio))))
 
     @staticmethod
-    def _local_z(data: _Data, post: ChangePosterior, st: Step) -> float:
-        """The step between the commit's own trials and its parent's, in standard errors (signed along the step)."""
+    def _step_z(data: _Data, st: Step, sigma: float) -> float:
+        """The step between the commit's own trials and its parent's in standard errors at ``sigma`` per
+        trial, signed along the step (0 when either has no trial)."""
         vc, vp = data.values[st.at], data.values[st.parent]
         if not vc or not vp:
             return 0.0
-        z = _z_between(vc, vp, post.sigma_top)
+        z = _z_between(vc, vp, sigma)
         return z if st.step > 0 else -z
 
     @staticmethod
@@ -829,16 +831,6 @@ class SearchPolicy:
         """PURE_ALPHA spent over the looks at this pair: look k = trials of the pair beyond 2·MIN_TRIALS_AT_CHANGE, plus one."""
         k = max(1, data.count(st.at) + data.count(st.parent) - 2 * MIN_TRIALS_AT_CHANGE + 1)
         return PURE_ALPHA / k ** PURE_LOOK_POWER
-
-    def _pure_t(self, data: _Data, st: Step) -> tuple[float, float]:
-        """The step between the commit's own trials and its parent's, in pure-error standard errors (signed
-        along the step), and the dof of that σ."""
-        vc, vp = data.values[st.at], data.values[st.parent]
-        sd, dof = self._pure_error(data)
-        if not vc or not vp or dof < 1:
-            return 0.0, dof
-        z = _z_between(vc, vp, sd)
-        return (z if st.step > 0 else -z), dof
 
     def _layout_check(self, data: _Data, st: Step) -> tuple[bool, int | None]:
         """Whether the step at ``st`` survives leaving out each layout, and which commit to re-measure if not.

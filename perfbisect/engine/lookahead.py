@@ -59,8 +59,7 @@ def best_trial(post: ChangePosterior, candidates: Sequence[int], t_new: float, h
         return int(J[best]), float(gain[best] / math.log(2))
     nu = post.dof
     y = _grid(loc, scale)  # (J, G)
-    z = (y[None, :, :] - loc[:, :, None]) / scale[:, :, None]
-    logf = -0.5 * (nu + 1.0) * np.log1p(z * z / nu) - np.log(scale)[:, :, None]
+    logf = _t_logpdf(y[None, :, :], loc[:, :, None], scale[:, :, None], nu)
     f = np.exp(logf - logf.max())
     joint = w[:, None, None] * f  # (H, J, G)
     marg = joint.sum(axis=0)  # (J, G)

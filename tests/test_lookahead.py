@@ -44,3 +44,37 @@ def test_the_heavily_measured_commit_is_not_the_next_trial():
     j, _ = best_trial(post, list(range(9)), t)
     # what is left to learn is on the bad side (the bad end reads lower than c4) or between c4 and c8
     assert j != 4 and j >= 5
+
+
+def test_the_gain_is_the_expected_drop_in_answer_entropy_written_out_point_by_point():
+    # the fast path sums each answer's hypotheses row by row; here the definition, one grid point at a time:
+    # the posterior over hypotheses after that outcome, its answer entropy, weighted by the outcome's probability
+    import numpy as np
+
+    from perfbisect.engine import lookahead as la
+
+    post, t = _posterior()
+    order = np.argsort(-post.w, kind="stable")
+    keep = order[:40]
+    w = post.w[keep] / post.w[keep].sum()
+    cand = np.arange(9)
+    loc, scale = post.predict(keep, cand, t)
+    onehots = la.answer_groups(post, keep)
+    fast = la._gain(post.dof, w, loc, scale, onehots)
+    y = la._grid(loc, scale)
+
+    def entropy(p):
+        total = 0.0
+        for oh in onehots:
+            g = p @ oh
+            total -= sum(x * math.log(x) for x in g if x > 0)
+        return total
+
+    h0 = entropy(w)
+    for j in cand:
+        dens = np.exp(la._t_logpdf(y[j][None, :], loc[:, j][:, None], scale[:, j][:, None], post.dof))  # (H, G)
+        joint = w[:, None] * dens
+        py = joint.sum(axis=0)
+        expected = sum(py[g] * entropy(joint[:, g] / py[g]) for g in range(len(py))) / py.sum()
+        assert fast[j] == pytest.approx(h0 - expected, abs=1e-9)
+    assert fast.max() > 0.05  # the fixture leaves something to learn

@@ -7,7 +7,7 @@ clock advances by those costs, so every trial has a run position (``seq``) and a
 
 A trial summary = level(commit) + session effect + median of 5 runs of N(0, σ_w). The session effect
 comes from the scenario's noise process, evaluated at the trial's position in run order:
-  iid     N(0, σ_b) (S0–S6)
+  iid     N(0, σ_b) (S0–S6; in HS σ_b differs before and from the first change: a host-bound fast side)
   ar1     AR(1) drift over trial order (phi, stationary sd) plus an iid N(0, σ_b) part
   shift   iid N(0, σ_b) plus one ±shift of the whole machine from a trial drawn in a window onwards
   t3      Student-t, 3 dof, scaled so its sd is σ_b (heavy tails)
@@ -116,6 +116,10 @@ class Scenario:
     layout_shifted: int = 2
     # the regression a `same` verdict would wrongly wave through (tolerance-edge scenarios)
     edge: bool = False
+    # heteroscedastic sessions: from the first change on (a random commit in an A/A twin) the session sd is
+    # this instead of sigma_b_pct (the H200 host: host-bound and spread 10.9% before the planted slowdown,
+    # GPU-bound at 0.8% after it)
+    sigma_b_after_pct: float | None = None
 
 
 def _aa(s: Scenario) -> Scenario:
@@ -162,6 +166,8 @@ _WITH_TWINS += [
              64, 4.0, 1.0, (-8.0,), stored_sigma_ratio=(2.0, 4.0)),
     Scenario("LY", "32 commits, −8%; 2 commits shift the level ±7% through code layout at 2 of 8 layouts, σ_b 2%, σ_w 1%",
              32, 2.0, 1.0, (-8.0,), layout_commits=2),
+    Scenario("HS", "16 commits, −13%; sessions spread 10% before the change and 1% from it on (the H200 host, round 3), σ_w 1%",
+             16, 10.0, 1.0, (-13.0,), sigma_b_after_pct=1.0),
 ]
 _EDGE = [
     Scenario("TE", "tolerance edge: 9 commits, a −5% step (= stats.tolerance_pct), σ_b 3%, σ_w 1%; `same` would be false",
@@ -284,6 +290,7 @@ class Target:
     layout_rng: np.random.Generator | None = None
     randomize_layout: bool = True
     vary_layout: bool = False  # the next trial was asked to run under another layout (Measure.vary_layout)
+    noise_switch: int = 0  # heteroscedastic scenarios: the first commit whose sessions use sigma_b_after_pct
 
     def __post_init__(self):
         self.built = set()
@@ -301,7 +308,8 @@ class Target:
         self.trials += 1
         self.clock += TRIAL_MIN * 60
         if scn.noise == "iid":  # S0–S6's exact random stream
-            z, cov, known = float(rng.normal(0.0, math.log1p(scn.sigma_b_pct / 100))), {}, 0.0
+            sd = scn.sigma_b_pct if scn.sigma_b_after_pct is None or j < self.noise_switch else scn.sigma_b_after_pct
+            z, cov, known = float(rng.normal(0.0, math.log1p(sd / 100))), {}, 0.0
         else:
             z, cov, known = self.noise.draw(k)
             cov = dict(cov)
@@ -390,6 +398,8 @@ def make_target(scn: Scenario, seed: int) -> Target:
         untestable.update(rng.choice(rest, size=max(count - len(untestable), 0), replace=False).tolist())
     noise = SessionNoise(scn, np.random.default_rng([seed, 3]))
     t = Target(scn, levels, changes, frozenset(untestable), np.random.default_rng([seed, 2]), noise)
+    if scn.sigma_b_after_pct is not None:
+        t.noise_switch = changes[0] if changes else int(np.random.default_rng([seed, 6]).integers(1, n))
     if scn.layout_commits:
         lrng = np.random.default_rng([seed, 4])
         pool = [j for j in range(1, n) if j not in changes]

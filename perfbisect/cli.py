@@ -354,7 +354,7 @@ def run(
         _confirm_budget(ws, g, b, yes)
         # Slurm jobs take their own node's lock; the controller holds only the repository's.
         gpu = cfg.executor.kind == "local"
-        with app.exclusive(ws, progress, wait=wait, gpu=gpu), interruptible(ws, resumable=True, options=resume_options(config, db)):
+        with app.exclusive(ws, progress, wait=wait, gpu=gpu), interruptible(ws, resumable=True, options=resume_options(config, db), json_out=json_out):
             result = app.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
             broken = app.measured_nothing(ws, result.bisection_id)
             report = _bisection_report(ws, result, progress)
@@ -383,7 +383,7 @@ def resume(
     progress = ConsoleProgress(quiet)
     with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait, gpu=cfg.executor.kind == "local"):
         bid = bisection if bisection is not None else app.latest_unfinished(ws)
-        with interruptible(ws, resume_id=bid, resumable=True, options=resume_options(config, db)):
+        with interruptible(ws, resume_id=bid, resumable=True, options=resume_options(config, db), json_out=json_out):
             result = app.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
         broken = app.measured_nothing(ws, result.bisection_id)
         report = _bisection_report(ws, result, progress)
@@ -552,7 +552,7 @@ def measure(
     cfg = _load(config)
     modes = mode or list(cfg.modes)
     progress = ConsoleProgress(quiet)
-    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws):
+    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
         result = app.measure(ws, rev, modes, trials, progress, wait_idle_s=wait_idle)
     if json_out:
         from .metrics import describe_workload
@@ -598,7 +598,7 @@ def compare_cmd(
     fmt = _format(fmt, json_out)
     cfg = _load(config)
     progress = ConsoleProgress(quiet)
-    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws):
+    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
         result = app.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], progress, max_trials=trials, wait_idle_s=wait_idle)
         report = app.report_quietly(progress, lambda: app.report(ws.store, f"c{result.comparison_id}", config=cfg)[0])
     if json_out:
@@ -653,7 +653,7 @@ def calibrate(
     """
     cfg = _load(config)
     progress = ConsoleProgress(quiet)
-    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws):
+    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
         result = app.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, progress, against=against,
                                spread_minutes=spread_minutes, wait_idle_s=wait_idle)
         report = app.report_quietly(progress, lambda: app.calibration_report(ws, result))
@@ -996,7 +996,7 @@ def check_cmd(
         print_lines([f"queued {old[:10]}..{new[:10]}; progress in {log}, `perfbisect status` shows it"])
         raise typer.Exit(code=EXIT_OK)
     progress = ConsoleProgress(quiet)
-    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws):
+    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
         result = check.run_check(ws, words[0], words[1], progress, action=action, wait_idle_s=wait_idle)
     line = check.finish(cfg, CheckQueue(hook_dir(cfg.cache_dir)), result, app.Progress())
     if json_out:

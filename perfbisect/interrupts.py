@@ -1,6 +1,7 @@
 """How perfbisect stops on Ctrl-C and SIGTERM: every ``with`` unwinds (servers torn down, the trial
 stored as interrupted), then one line says what was kept and how to go on, and the exit status is
-128 + the signal's number (130, 143).
+128 + the signal's number (130, 143). With ``--json`` the same is one JSON object on stdout, shaped like
+every other failure's (``error``, ``exit_code``, ``kind``) plus the bisection and its resume command.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from .report.console import err_console, show
+from .report.console import err_console, print_json, show
 from .errors import Interrupted, PerfbisectError
 
 
@@ -21,9 +22,11 @@ def signal_name(signum: int) -> str:
 
 
 @contextmanager
-def interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, options: str = ""):
+def interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, options: str = "",
+                  json_out: bool = False):
     """Turn Ctrl-C / SIGTERM (after every ``with`` inside has torn its server down) into one line
-    saying what was kept and how to go on, and exit 128 + the signal's number."""
+    saying what was kept and how to go on, and exit 128 + the signal's number. ``json_out``: also one
+    JSON object on stdout, so a script reading ``--json`` learns it was cut short and how to resume."""
     try:
         yield
     except KeyboardInterrupt as exc:
@@ -42,6 +45,11 @@ def interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, 
             what = "the bisection had not started yet: nothing to resume; run the same command again"
         else:
             what = "the trials finished so far are stored (see `perfbisect log`)"
+        message = f"Interrupted by {signal_name(signum)}: the server was stopped; {what}."
+        if json_out:
+            resume = f"perfbisect resume {bid}{options}" if resumable and bid is not None else None
+            print_json({"error": message, "exit_code": 128 + signum, "kind": "Interrupted",
+                        "bisection": bid if resumable else None, "resume": resume})
         err_console.print(f"Interrupted by {signal_name(signum)}: the server was stopped; {show(what)}.")
         raise typer.Exit(code=128 + signum) from None
 

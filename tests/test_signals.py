@@ -129,6 +129,23 @@ def test_signal_tears_the_server_down_and_says_how_to_resume(demo, tmp_path, sig
     assert status == "failed" and error.startswith("interrupted"), (status, error)
 
 
+def test_an_interrupted_run_with_json_says_so_in_json(demo, tmp_path):
+    # a script reading --json (CI, the GPU validation) got an empty stdout when the run was cut short
+    import json
+
+    db = tmp_path / "r.sqlite"
+    run = Cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--db", str(db), "--json")
+    run.wait_for("server ready in")
+    run.proc.send_signal(signal.SIGINT)
+    assert run.finish() == 130, run.stderr
+    assert run.proc.stdout is not None
+    doc = json.loads(run.proc.stdout.read())
+    bid = rows(db, "select id from bisections")[0][0]
+    assert doc["kind"] == "Interrupted" and doc["exit_code"] == 130 and doc["bisection"] == bid
+    assert doc["resume"].startswith(f"perfbisect resume {bid} ") and "--db" in doc["resume"]
+    assert "SIGINT" in doc["error"] and "Traceback" not in run.stderr
+
+
 def _command_config(demo, tmp_path: Path, script: str) -> Path:
     bench = tmp_path / "bench.py"
     bench.write_text(script)

@@ -138,6 +138,8 @@ try:
     r = json.load(open(path))
 except Exception as exc:
     print(f"{name}: no JSON result ({exc})"); sys.exit()
+if r.get("kind") == "Interrupted":
+    print(f"{name}: interrupted, not finished: {r.get('resume')} (this script's next call does it)"); sys.exit()
 culprit = r.get("culprit")
 print(f"{name}: verdict {r.get('verdict')}, culprit {culprit}, effect {r.get('effect_pct')}, trials {r.get('trials_used')}")
 if name == "planted":

@@ -311,3 +311,49 @@ def test_an_endpoint_off_the_level_next_to_the_change_makes_the_probe_look_harde
     p2 = pol._posterior(d2)
     st2 = located_step(p2, (4,), 4, 3, [len(v) for v in d2.values])
     assert pol._residual_gap(d2, p2, st2) < 1.0
+
+
+# --- a host whose sessions spread differently on the two sides of a change ------------------------------
+
+
+def test_segments_whose_repeats_spread_differently_are_weighed_by_their_own_spread():
+    cs = commits(9)
+    pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    # ±8% repeats before a −14% step at c5, ±0.3% from it on (the H200 host: host-bound on the fast side)
+    noisy = {0: [8.0, -8.0, 8.0], 4: [8.0, -8.0, 8.0, -8.0]}
+    quiet = {j: [-14.3, -13.7, -14.3] for j in (5, 6, 8)}
+    vals = {**noisy, **quiet, 2: [0.0]}
+    data = pol._regroup(_obs(cs, vals))
+    ev = data.evidence(9)
+    post = pol._fit(ev, data)
+    assert post.answer()[0] == (5,)
+    scale = SearchPolicy._side_scale(data, ev, post)
+    assert scale is not None
+    before, after = scale[ev.commit < 5], scale[ev.commit >= 5]
+    assert after.min() == 1.0 and after.max() == 1.0 and before.min() > 100  # (8 / 0.3)² ≈ 700, capped at 400
+    # the same spread on both sides: nothing to scale
+    even = {j: [v + 0.3 * s for v, s in zip(vs, [1, -1, 1, -1])] for j, vs in
+            {0: [0.0] * 3, 4: [0.0] * 4, 5: [-14.0] * 3, 6: [-14.0] * 3, 8: [-14.0] * 3}.items()}
+    data = pol._regroup(_obs(cs, even))
+    ev = data.evidence(9)
+    assert SearchPolicy._side_scale(data, ev, pol._fit(ev, data)) is None
+
+
+@pytest.mark.parametrize("seed, without", [(41, Verdict.IMPROVED), (1, None), (2, None)])
+def test_a_noisy_half_of_an_aa_range_is_not_called_a_change(monkeypatch, seed, without):
+    from perfbisect.engine import bisect as B
+
+    cs = commits(16)
+
+    def go():
+        rng = np.random.default_rng(seed)
+        pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+        # no change anywhere; sessions spread 10% on c0..c7 and 1% on c8..c15
+        return drive_with(pol, cs, lambda j, seq, commit: Observation(
+            commit, LOG82 + float(rng.normal(0.0, 0.10 if j < 8 else 0.01)), seq=seq), limit=200)[0]
+
+    out = go()
+    assert out.culprit is None and not out.improvements and out.verdict in (Verdict.SAME, Verdict.INCONCLUSIVE)
+    if without is not None:  # seed 41: one σ for the range read the quiet half's level as a gain
+        monkeypatch.setattr(B, "SIDE_SCALE_ALPHA", 0.0)
+        assert go().verdict is without

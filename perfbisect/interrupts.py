@@ -50,7 +50,7 @@ def interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, 
             resume = f"perfbisect resume {bid}{options}" if resumable and bid is not None else None
             print_json({"error": message, "exit_code": 128 + signum, "kind": "Interrupted",
                         "bisection": bid if resumable else None, "resume": resume})
-        err_console.print(f"Interrupted by {signal_name(signum)}: the server was stopped; {show(what)}.")
+        err_console.print(show(message))
         raise typer.Exit(code=128 + signum) from None
 
 

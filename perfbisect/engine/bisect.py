@@ -138,10 +138,10 @@ PURE_LOOK_POWER = 1.0
 # One σ served the whole range: on a host whose sessions spread far more on one side of a change than on
 # the other (the H200 of the validation runs: 10.9% host-bound before its planted slowdown, 0.8% after), the
 # noisy side's wobble was named as a change (benchmarks/strategies.py HS: 2.7% of runs, its twin 1.0%). When
-# the repeats' spreads of the best answer's segments differ beyond chance (the two-sided F test of
-# the noisiest against the quietest at this level), each
-# trial's variance is scaled by its segment's spread over the quietest one's and the posterior refitted
-# (HS 0.7%, twin 0.3%, at ~5 more trials; seeded cells without it unchanged at 100 seeds).
+# the repeats' spreads of the best answer's segments differ beyond chance (the two-sided F test of the
+# noisiest against the quietest at this level), each trial's variance is scaled by its segment's spread over
+# the quietest one's and the posterior refitted (HS 0.7%, twin 0.3%, at ~5 more trials; 21 cells with one
+# spread as before).
 SIDE_SCALE_ALPHA = 0.02
 # Largest variance ratio a noisy segment's trials are given (20× the quietest segment's σ).
 SIDE_SCALE_MAX = 400.0

@@ -66,7 +66,7 @@ def _gain(nu: float, w: np.ndarray, loc: np.ndarray, scale: np.ndarray, onehots:
     """Expected information gain (nats) of one trial of each candidate: H(answer) − E_y H(answer | y).
 
     With A_k(y) = Σ_{h in answer k} w_h f_h(y) and m(y) = Σ_k A_k(y), E_y H(answer | y) on the grid is
-    Σ_y [m log m − Σ_k A_k log A_k] / Σ_y m: each answer's mass is a segment sum over its hypotheses, not an
+    Σ_y [m log m − Σ_k A_k log A_k] / Σ_y m: each answer's mass is a sum of its hypotheses' rows, not an
     einsum over a (H, J, G) posterior, and no per-point posterior is divided out.
     """
     H, Jn = loc.shape
@@ -83,11 +83,7 @@ def _gain(nu: float, w: np.ndarray, loc: np.ndarray, scale: np.ndarray, onehots:
         ent += mlogm - (a * np.log(np.maximum(a, 1e-300))).sum(axis=0)
     m = marg.reshape(Jn, G)
     expected = ent.reshape(Jn, G).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-300)
-    h0 = 0.0
-    for oh in onehots:
-        wg = w @ oh
-        h0 += float(-(wg * np.log(np.maximum(wg, 1e-300))).sum())
-    return h0 - expected
+    return float(_entropy(w, onehots)) - expected
 
 
 def _grid(loc: np.ndarray, scale: np.ndarray) -> np.ndarray:

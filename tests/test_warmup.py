@@ -49,17 +49,25 @@ def test_the_default_workload_hash_is_unchanged_by_the_new_setting():
 
 
 def test_a_slow_first_run_is_counted_as_warm_up_and_replaced(emulator_worktree, start_emulator):
-    """The emulator's first request of a session is 4× slower and there is no fixed warm-up."""
-    emu = start_emulator(emulator_worktree(DECODE_STEP_MS=1.0, COLD_REQUESTS=1, COLD_SLOWDOWN=4.0))
+    """The emulator's first request of a session is 4× slower and there is no fixed warm-up. Runs of 200 ms
+    (5 ms steps): at 1 ms steps a client starved on a busy machine read 40 tokens in one burst
+    (44,689 tok/s), and that run's spread hid the slow first one."""
+    emu = start_emulator(emulator_worktree(DECODE_STEP_MS=5.0, COLD_REQUESTS=1, COLD_SLOWDOWN=4.0))
     cfg = WorkloadConfig(max_tokens=40, warmup=0, runs=5, request_timeout_s=30.0)
     landed: list[RunResult] = []
     detected: list[list[RunResult]] = []
     runs = run_workload(emu.base_url, cfg, on_run=landed.append, on_warmup_detected=detected.append)
-    assert [r.index for r in detected[0]] == [0] and len(detected) == 1
+    assert [r.index for r in detected[0]] == [0]
     assert runs[0].warmup and runs[0].detected_warmup and not landed[0].warmup  # stored as measured, then re-marked
-    assert [r.index for r in runs if r.usable] == [1, 2, 3, 4, 5]  # the run count kept: one more run measured
+    # The runs that replace it are looked at again: on a busy machine a client-timed run after run 0 can
+    # itself lag the rest beyond their spread and be counted too (CI saw it once). Whatever was counted
+    # is a leading block, and one more run is measured per run counted while the extra-run bound (2 for
+    # five runs) lasts: five measured runs kept, or four once a third is counted (runs 0-6 in all).
+    flagged = [r.index for batch in detected for r in batch]
+    assert flagged == list(range(len(flagged))) and [r.index for r in runs if r.detected_warmup] == flagged
+    assert [r.index for r in runs if r.usable] == list(range(len(flagged), min(len(flagged) + 5, 7)))
     # Without detection the slow run stays in the trial.
-    emu2 = start_emulator(emulator_worktree("wt2", DECODE_STEP_MS=1.0, COLD_REQUESTS=1, COLD_SLOWDOWN=4.0))
+    emu2 = start_emulator(emulator_worktree("wt2", DECODE_STEP_MS=5.0, COLD_REQUESTS=1, COLD_SLOWDOWN=4.0))
     plain = run_workload(emu2.base_url, WorkloadConfig(max_tokens=40, warmup=0, runs=5, request_timeout_s=30.0,
                                                        detect_warmup=False))
     assert [r.index for r in plain if r.usable] == [0, 1, 2, 3, 4] and not any(r.detected_warmup for r in plain)

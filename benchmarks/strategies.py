@@ -374,6 +374,18 @@ class Target:
         sw = math.log1p(self.scn.sigma_w_pct / 100)
         return math.sqrt(sb * sb + 1.4338 * sw * sw / RUNS)
 
+    def trial_sd(self, j: int) -> float:
+        """sd of a trial summary of commit j as it is drawn: ``sigma_total`` with this commit's own session sd
+        (a heteroscedastic scenario's quiet side) and, where each trial draws its layout, the spread of
+        this commit's level over the layouts — the known-σ equivalence test must know what its trials carry."""
+        var = self.sigma_total ** 2
+        if self.scn.sigma_b_after_pct is not None and j >= self.noise_switch:
+            sb_before = math.log1p(self.scn.sigma_b_pct / 100)
+            var += math.log1p(self.scn.sigma_b_after_pct / 100) ** 2 - sb_before ** 2
+        if self.layout_offsets is not None and self.randomize_layout:
+            var += float(np.var(self.layout_offsets[self.epoch[j]]))
+        return math.sqrt(var)
+
 
 def make_target(scn: Scenario, seed: int) -> Target:
     rng = np.random.default_rng([seed, 1])
@@ -521,14 +533,15 @@ def equivalence_trials(t: Target, settings: StatsConfig | None = None) -> int:
     """Trials (both endpoints) the fixed-sample known-σ test of "no regression ≥ tolerance" needs.
 
     One-sided at alpha, 90% power when nothing changed, the same claim `same` makes; at least
-    bisect.MIN_TRIALS_PER_SIDE per side (no verdict rests on fewer). σ is the scenario's true sd of a
-    trial summary (what the oracle knows).
+    bisect.MIN_TRIALS_PER_SIDE per side (no verdict rests on fewer). σ is each endpoint's true sd of a
+    trial summary (``Target.trial_sd``: what the oracle knows, and the layout spread a randomised layout adds).
     """
     from perfbisect.engine.bisect import MIN_TRIALS_PER_SIDE
 
     settings = settings or StatsConfig()
     tol = math.log1p(settings.tolerance_pct / 100)
-    per_side = 2.0 * ((_Z_ALPHA + _Z_POWER) * t.sigma_total / tol) ** 2
+    var = t.trial_sd(0) ** 2 + t.trial_sd(t.scn.n - 1) ** 2
+    per_side = var * ((_Z_ALPHA + _Z_POWER) / tol) ** 2
     return 2 * max(MIN_TRIALS_PER_SIDE, math.ceil(per_side))
 
 
@@ -542,7 +555,8 @@ def run_known_sigma_equivalence(t: Target) -> dict:
         for side in ((0, t.scn.n - 1) if k % 2 == 0 else (t.scn.n - 1, 0)):
             (g if side == 0 else b).append(t.measure(side).value)
     d = float(np.mean(b) - np.mean(g))
-    bound = -d + _Z_ALPHA * t.sigma_total * math.sqrt(2.0 / len(g))  # regression (log) ruled out above this
+    se = math.sqrt(t.trial_sd(0) ** 2 / len(g) + t.trial_sd(t.scn.n - 1) ** 2 / len(b))
+    bound = -d + _Z_ALPHA * se  # regression (log) ruled out above this
     verdict = "same" if bound < math.log1p(settings.tolerance_pct / 100) else "inconclusive"
     return {"changes": (), "set": (), "verdict": verdict}
 

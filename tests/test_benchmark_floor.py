@@ -1,0 +1,53 @@
+"""The A/A floor of benchmarks/strategies.py (the known-σ equivalence test perfbisect's `same` is measured
+against) knows the sd each endpoint's trials are really drawn with (no git, no servers, seeded)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import strategies as S  # noqa: E402
+
+
+def _drawn_sd(t: S.Target, j: int, n: int = 4000) -> float:
+    return float(np.std([t.raw_trial(j).value for _ in range(n)], ddof=1))
+
+
+def test_one_noise_for_the_range_keeps_the_floor_it_had():
+    t = S.make_target(S.SCENARIOS["S0"], 3)
+    assert t.trial_sd(0) == t.trial_sd(t.scn.n - 1) == t.sigma_total
+    tol = math.log1p(5.0 / 100)
+    per_side = 2.0 * ((S._Z_ALPHA + S._Z_POWER) * t.sigma_total / tol) ** 2  # the formula before per-end sds
+    assert S.equivalence_trials(t) == 2 * max(2, math.ceil(per_side)) == 20
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_a_randomised_layout_adds_its_spread_to_the_trials_after_a_layout_commit(seed):
+    t = S.make_target(S.SCENARIOS["LY-AA"], seed)
+    last = t.scn.n - 1
+    assert t.trial_sd(0) == pytest.approx(t.sigma_total)  # before any layout commit: the plain noise
+    spread = float(np.var(t.layout_offsets[t.epoch[last]]))
+    assert t.trial_sd(last) ** 2 == pytest.approx(t.sigma_total ** 2 + spread)
+    assert t.trial_sd(last) > 1.5 * t.sigma_total  # ±7% at 2 of 8 layouts dominates 2% sessions
+    # ...and it is what the simulator draws (4,000 seeded trials: the sd's own error is ~1.1%)
+    assert _drawn_sd(t, last) == pytest.approx(t.trial_sd(last), rel=0.06)
+    assert S.equivalence_trials(t) > 2 * 5  # 10 trials was the floor that ignored the layout
+
+
+def test_a_heteroscedastic_twin_charges_each_side_its_own_session_sd():
+    t = S.make_target(S.SCENARIOS["HS-AA"], 4)
+    last = t.scn.n - 1
+    assert t.noise_switch <= last
+    quiet = math.sqrt(math.log1p(0.01) ** 2 + t.sigma_total ** 2 - math.log1p(0.10) ** 2)
+    assert t.trial_sd(last) == pytest.approx(quiet) and t.trial_sd(0) == pytest.approx(t.sigma_total)
+    assert _drawn_sd(t, last) == pytest.approx(quiet, rel=0.06)
+    assert _drawn_sd(t, 0) == pytest.approx(t.sigma_total, rel=0.06)
+    tol = math.log1p(5.0 / 100)
+    z2 = ((S._Z_ALPHA + S._Z_POWER) / tol) ** 2
+    assert S.equivalence_trials(t) == 2 * math.ceil((t.trial_sd(0) ** 2 + quiet ** 2) * z2)
+    assert S.equivalence_trials(t) < 0.6 * 2 * math.ceil(2 * t.sigma_total ** 2 * z2)  # both sides at 10%: ~twice as many

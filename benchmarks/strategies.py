@@ -308,8 +308,7 @@ class Target:
         self.trials += 1
         self.clock += TRIAL_MIN * 60
         if scn.noise == "iid":  # S0–S6's exact random stream
-            sd = scn.sigma_b_pct if scn.sigma_b_after_pct is None or j < self.noise_switch else scn.sigma_b_after_pct
-            z, cov, known = float(rng.normal(0.0, math.log1p(sd / 100))), {}, 0.0
+            z, cov, known = float(rng.normal(0.0, math.log1p(self.session_sd_pct(j) / 100))), {}, 0.0
         else:
             z, cov, known = self.noise.draw(k)
             cov = dict(cov)
@@ -374,14 +373,18 @@ class Target:
         sw = math.log1p(self.scn.sigma_w_pct / 100)
         return math.sqrt(sb * sb + 1.4338 * sw * sw / RUNS)
 
+    def session_sd_pct(self, j: int) -> float:
+        """The sd of commit j's iid session effects: sigma_b_pct, or sigma_b_after_pct from the switch on."""
+        scn = self.scn
+        return scn.sigma_b_pct if scn.sigma_b_after_pct is None or j < self.noise_switch else scn.sigma_b_after_pct
+
     def trial_sd(self, j: int) -> float:
         """sd of a trial summary of commit j as it is drawn: ``sigma_total`` with this commit's own session sd
         (a heteroscedastic scenario's quiet side) and, where each trial draws its layout, the spread of
         this commit's level over the layouts — the known-σ equivalence test must know what its trials carry."""
         var = self.sigma_total ** 2
-        if self.scn.sigma_b_after_pct is not None and j >= self.noise_switch:
-            sb_before = math.log1p(self.scn.sigma_b_pct / 100)
-            var += math.log1p(self.scn.sigma_b_after_pct / 100) ** 2 - sb_before ** 2
+        if self.session_sd_pct(j) != self.scn.sigma_b_pct:
+            var += math.log1p(self.session_sd_pct(j) / 100) ** 2 - math.log1p(self.scn.sigma_b_pct / 100) ** 2
         if self.layout_offsets is not None and self.randomize_layout:
             var += float(np.var(self.layout_offsets[self.epoch[j]]))
         return math.sqrt(var)

@@ -36,18 +36,15 @@ def interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, 
         except PerfbisectError:
             bisections = []
         bid = resume_id if resume_id is not None else (max(bisections) if bisections else None)
-        if resumable and bid is not None:
-            what = (
-                f"bisection #{bid} is saved with every finished trial; run `perfbisect resume {bid}{options}` "
-                f"to continue it"
-            )
+        resume = f"perfbisect resume {bid}{options}" if resumable and bid is not None else None
+        if resume is not None:
+            what = f"bisection #{bid} is saved with every finished trial; run `{resume}` to continue it"
         elif resumable:
             what = "the bisection had not started yet: nothing to resume; run the same command again"
         else:
             what = "the trials finished so far are stored (see `perfbisect log`)"
         message = f"Interrupted by {signal_name(signum)}: the server was stopped; {what}."
         if json_out:
-            resume = f"perfbisect resume {bid}{options}" if resumable and bid is not None else None
             print_json({"error": message, "exit_code": 128 + signum, "kind": "Interrupted",
                         "bisection": bid if resumable else None, "resume": resume})
         err_console.print(show(message))

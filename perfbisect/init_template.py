@@ -108,7 +108,7 @@ min_effect_pct = 3.0             # smaller changes are not located or blamed
 tolerance_pct = 5.0              # `same` = "no regression of this size or more" (99%, one-sided)
 alpha = 0.01
 prior_sigma_pct = 5.0            # between-session noise assumed until it is measured (a prior, never a licence)
-max_trials_total = 80            # the budget; no cap per commit (max_trials_per_commit = 0): trials go where they tell most
+max_trials_total = 120           # the budget; no cap per commit (max_trials_per_commit = 0): trials go where they tell most
 
 [filters]
 use_defaults = true              # docs/, **/*.md, test/, .github/, benchmark/, examples/, sgl-model-gateway/ ...
@@ -162,7 +162,7 @@ min_effect_pct = 3.0             # smaller changes are not located or blamed
 tolerance_pct = 5.0              # `same` = "no regression of this size or more" (99%, one-sided); noisy benchmarks need more
 alpha = 0.01
 prior_sigma_pct = 5.0            # noise between trials assumed until it is measured (a prior, never a licence)
-max_trials_total = 80            # the budget; no cap per commit: trials go where they tell most
+max_trials_total = 120           # the budget; no cap per commit: trials go where they tell most
 
 [filters]
 # No default path filters apply (they are SGLang's); list paths whose changes cannot affect the metric.
@@ -230,7 +230,7 @@ min_effect_pct = 3.0             # smaller changes are not located or blamed
 tolerance_pct = 5.0              # `same` = "no regression of this size or more" (99%, one-sided)
 alpha = 0.01
 prior_sigma_pct = 5.0
-max_trials_total = 80            # the budget; no cap per commit: trials go where they tell most
+max_trials_total = 120           # the budget; no cap per commit: trials go where they tell most
 
 [filters]
 # No default path filters apply (they are SGLang's); list paths whose changes cannot affect speed.

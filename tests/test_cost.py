@@ -80,7 +80,7 @@ def test_plan_estimates_from_config_and_counts_agree_with_rows(demo, tmp_path):
     e = json.loads(j.stdout)["estimate"]
     runs = e["simulated_trials"]
     assert runs == sorted(runs) and runs and e["method"].startswith(f"median of {len(runs)} simulated runs")
-    assert e["trials_low"] <= e["trials"] <= e["trials_high"] <= e["max_trials"] == 80
+    assert e["trials_low"] <= e["trials"] <= e["trials_high"] <= e["max_trials"] == StatsConfig().max_trials_total
     assert min(runs) <= e["trials_low"] and e["trials_high"] <= max(runs)
     assert abs(e["trials"] - statistics.median(runs)) <= 0.5
     assert e["gpu_hours"] == pytest.approx(e["trials"] * 8.4 / 60 * 8)

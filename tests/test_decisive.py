@@ -240,8 +240,8 @@ def test_a_pair_measured_many_times_is_held_to_a_stricter_look(monkeypatch):
     cs = commits(9)
     pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
     # −9% at c5 under ±5% repeats, eight trials each of c4 and c5 (four elsewhere): their own contrast is
-    # t = 3.6 on 35 dof — past the first look's quantile (2.9 at 0.3%), short of the 13th look's (3.9 at
-    # 0.3%/13): a pair re-measured that often is held to the stricter level and measured again
+    # t = 3.6 on 35 dof — past the first look's quantile (2.9 at 0.3%), short of the 13th look's (4.0 at
+    # 0.3%/16.9, past the knee of ten looks): a pair re-measured that often is held to the stricter level
     pat = [1, -1] * 4
     vals = {j: [(0.0 if j < 5 else -9.0) + 5.0 * pat[k] for k in range(8 if j in (4, 5) else 4)] for j in range(9)}
     data = pol._regroup(_obs(cs, vals))
@@ -250,7 +250,7 @@ def test_a_pair_measured_many_times_is_held_to_a_stricter_look(monkeypatch):
 
     post = pol._posterior(data)
     st = located_step(post, (5,), 5, 4, [len(v) for v in data.values])
-    assert pol._pure_alpha(data, st) == pytest.approx(B.PURE_ALPHA / 13)
+    assert pol._pure_alpha(data, st) == pytest.approx(B.PURE_ALPHA / (13 * 13 / B.PURE_LOOK_KNEE))
     act = pol.next(_obs(cs, vals))
     assert isinstance(act, Measure) and act.commit in (cs[4], cs[5])
     assert "spread of repeated trials of one build" in act.reason
@@ -258,6 +258,33 @@ def test_a_pair_measured_many_times_is_held_to_a_stricter_look(monkeypatch):
     monkeypatch.setattr(B, "PURE_LOOK_POWER", 0.0)
     done = pol.next(_obs(cs, vals))
     assert isinstance(done, Done) and done.outcome.culprit == cs[5]
+
+
+def test_the_pure_test_spends_its_level_harmonically_up_to_the_knee_then_as_one_over_k_squared():
+    """Look k at a pair: PURE_ALPHA / k for the first PURE_LOOK_KNEE looks (pairs measured up to 13 times are
+    judged as before), PURE_ALPHA · knee / k² after; the level spent over any number of looks stays below
+    4 · PURE_ALPHA (at 1/k alone it grows like log k: ~5.2 · PURE_ALPHA over 100 looks)."""
+    from perfbisect.engine import bisect as B
+    from perfbisect.engine.effects import located_step
+
+    cs = commits(9)
+    pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+
+    def level(pair_trials: int) -> float:
+        half = pair_trials // 2
+        vals = {j: [(0.0 if j < 5 else -9.0) + (1.0 if k % 2 else -1.0) for k in range(half if j in (4, 5) else 2)]
+                for j in range(9)}
+        vals[5] += [-9.0] * (pair_trials - 2 * half)
+        data = pol._regroup(_obs(cs, vals))
+        post = pol._posterior(data)
+        return pol._pure_alpha(data, located_step(post, (5,), 5, 4, [len(v) for v in data.values]))
+
+    knee = int(B.PURE_LOOK_KNEE)
+    assert level(4) == pytest.approx(B.PURE_ALPHA)  # look 1: the pair's first four trials
+    assert level(4 + knee - 1) == pytest.approx(B.PURE_ALPHA / knee)  # look `knee`: harmonic as before
+    assert level(4 + 2 * knee - 1) == pytest.approx(B.PURE_ALPHA / (2 * knee * 2))  # look 2·knee: ·knee / k²
+    spent = sum(B.PURE_ALPHA / (k * max(1.0, k / B.PURE_LOOK_KNEE)) for k in range(1, 100_000))
+    assert spent < 4 * B.PURE_ALPHA < sum(B.PURE_ALPHA / k for k in range(1, 101))
 
 
 def test_a_small_step_needs_three_trials_a_side_and_two_per_endpoint():

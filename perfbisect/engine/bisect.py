@@ -131,10 +131,17 @@ SMALL_STEP_SIGMAS = 4.0
 SMALL_STEP_TRIALS = 3
 ENDS_BEFORE_NAMING = 2
 # The t test above is looked at again after every further trial of the pair: look k (k = trials of the pair
-# beyond 2·MIN_TRIALS_AT_CHANGE, plus one) is at PURE_ALPHA / k**PURE_LOOK_POWER, so a pair measured many
-# times cannot cross it through a lucky run of sessions (R2's and TE-R's late wrong names came after 18–70
-# trials; at power 1, 300 seeds: false R2 2.7 → 1.0%, TE-R 2.7 → 0.7%, R1 1.0 → 0.3%, S1 11.1 → 11.4 trials).
+# beyond 2·MIN_TRIALS_AT_CHANGE, plus one) is at PURE_ALPHA / k for the first PURE_LOOK_KNEE looks, so a pair
+# measured many times cannot cross it through a lucky run of sessions (R2's and TE-R's late wrong names came
+# after 18–70 trials; at 1/k, 300 seeds: false R2 2.7 → 1.0%, TE-R 2.7 → 0.7%, R1 1.0 → 0.3%, S1 11.1 → 11.4
+# trials). Past the knee the level falls as 1/k² (PURE_ALPHA·KNEE / k²; the whole divisor is raised to
+# PURE_LOOK_POWER, 0 = one look): at 1/k alone the level
+# spent grows like log k without bound, and with the budget at 120 trials TE-R's pairs were looked at up to
+# ~90 times (false names 1.0 → 1.3%); with the knee the sum over any number of looks stays under 4·PURE_ALPHA
+# and no pair of at most 13 trials (k ≤ 10) is judged differently from before (TE-R 1.0%,
+# R1 56.4 → 61.6 trials, R2 43.5 → 46.7; 300 seeds each, docs/benchmarks.md round 6).
 PURE_LOOK_POWER = 1.0
+PURE_LOOK_KNEE = 10.0
 # One σ served the whole range: on a host whose sessions spread far more on one side of a change than on
 # the other (the H200 of the validation runs: 10.9% host-bound before its planted slowdown, 0.8% after), the
 # noisy side's wobble was named as a change (benchmarks/strategies.py HS: 2.7% of runs, its twin 1.0%). When
@@ -866,9 +873,10 @@ class SearchPolicy:
 
     @staticmethod
     def _pure_alpha(data: _Data, st: Step) -> float:
-        """PURE_ALPHA spent over the looks at this pair: look k = trials of the pair beyond 2·MIN_TRIALS_AT_CHANGE, plus one."""
+        """PURE_ALPHA spent over the looks at this pair: look k = trials of the pair beyond 2·MIN_TRIALS_AT_CHANGE, plus
+        one, is at PURE_ALPHA / k up to PURE_LOOK_KNEE and PURE_ALPHA · knee / k² after it (at PURE_LOOK_POWER 1)."""
         k = max(1, data.count(st.at) + data.count(st.parent) - 2 * MIN_TRIALS_AT_CHANGE + 1)
-        return PURE_ALPHA / k ** PURE_LOOK_POWER
+        return PURE_ALPHA / (k * max(1.0, k / PURE_LOOK_KNEE)) ** PURE_LOOK_POWER
 
     def _layout_check(self, data: _Data, st: Step) -> tuple[bool, int | None]:
         """Whether the step at ``st`` survives leaving out each layout, and which commit to re-measure if not.

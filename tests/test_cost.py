@@ -88,11 +88,11 @@ def test_plan_estimates_from_config_and_counts_agree_with_rows(demo, tmp_path):
     assert e["effect_pct"] == pytest.approx(15.0) and e["noise_pct"] == pytest.approx(5.0)
     assert e["seconds_to_estimate"] >= 0 and e["cpu_seconds_to_estimate"] >= 0
     if "fitted formula" in how:  # the text run's simulations hit the CPU budget (a very slow machine)
-        assert est.startswith(f"estimate: ~{cost.expected_trials(e['candidates'], 80)} trials, at most 80")
+        assert est.startswith(f"estimate: ~{cost.expected_trials(e['candidates'], e['max_trials'])} trials, at most {e['max_trials']}")
     elif e["trials_high"] > e["trials_low"]:
         assert est.startswith(f"estimate: ~{e['trials']} trials ({e['trials_low']}–{e['trials_high']} in 80% of simulated runs)")
     else:
-        assert est.startswith(f"estimate: ~{e['trials']} trials, at most 80")
+        assert est.startswith(f"estimate: ~{e['trials']} trials, at most {e['max_trials']}")
     told = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", db, "--json", "--effect", "40")
     assert told.returncode == 0, told.stderr
     told_est = json.loads(told.stdout)["estimate"]
@@ -150,7 +150,7 @@ def test_run_over_budget_without_a_terminal_refuses_with_exit_2(demo, tmp_path):
 def test_run_with_yes_heartbeat_and_spent(finished):
     _cfg, _db, proc = finished
     assert "still working: bisection #1: trial " in proc.stderr  # -q keeps a heartbeat
-    assert re.search(r"of at most 80 \(~\d+ expected\) · (endpoints|locating|second-change check|confirming)", proc.stderr)
+    assert re.search(rf"of at most {StatsConfig().max_trials_total} \(~\d+ expected\) · (endpoints|locating|second-change check|confirming)", proc.stderr)
     spent = next(line for line in proc.stdout.splitlines() if line.startswith("spent: "))
     used = int(re.search(r"observations used by the search: (\d+)", proc.stdout).group(1))
     run = int(re.search(r"^spent: (\d+) trials", spent).group(1))

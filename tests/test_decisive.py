@@ -366,6 +366,33 @@ def test_segments_whose_repeats_spread_differently_are_weighed_by_their_own_spre
     assert SearchPolicy._side_scale(data, ev, pol._fit(ev, data)) is None
 
 
+@pytest.mark.parametrize("seed, told_apart", [(1, True), (2, False), (3, True)])
+def test_a_culprit_between_a_noisy_and_a_quiet_side_reports_both_noises_and_stores_the_host_s(seed, told_apart):
+    """The H200 of round 6: sessions spread ~8% before its planted slowdown and ~0.2% after. The verdict says
+    both sides' noise (not the quieter side's alone, which the posterior's σ is), and the noise kept for the
+    next bisection on this host and for the which-path trials is the spread of repeats over the whole range.
+    Seed 2's 18 trials do not tell the sides' spreads apart (F test): one noise figure, the posterior's."""
+    from perfbisect.engine.stats import pooled_squares
+
+    cs = commits(16)
+    rng = np.random.default_rng(seed)
+    pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    out, obs = drive_with(pol, cs, lambda j, seq, commit: Observation(
+        commit, LOG82 + (0.0 if j < 8 else math.log(0.81)) + float(rng.normal(0.0, 0.08 if j < 8 else 0.002)),
+        seq=seq), limit=200)
+    assert out.verdict is Verdict.REGRESSED and out.culprit == cs[8]
+    both = "per trial before it and" in out.explanation and "from it on, each side weighed by its own" in out.explanation
+    assert both is told_apart
+    by = [[o.value for o in obs if o.commit == c] for c in cs]
+    ss, dof = pooled_squares(by)
+    if told_apart:
+        assert out.noise_dof == dof
+        assert out.noise_sigma_pct == pytest.approx(100 * math.expm1(math.sqrt(ss / dof)))
+        assert out.noise_sigma_pct > 3.0  # the host's noise, not the quiet side's 0.2%
+    else:
+        assert out.noise_dof == len(obs) - 2 and "% per trial)" in out.explanation
+
+
 @pytest.mark.parametrize("seed, without", [(41, Verdict.IMPROVED), (1, None), (2, None)])
 def test_a_noisy_half_of_an_aa_range_is_not_called_a_change(monkeypatch, seed, without):
     from perfbisect.engine import bisect as B
@@ -384,3 +411,67 @@ def test_a_noisy_half_of_an_aa_range_is_not_called_a_change(monkeypatch, seed, w
     if without is not None:  # seed 41: one σ for the range read the quiet half's level as a gain
         monkeypatch.setattr(B, "SIDE_SCALE_ALPHA", 0.0)
         assert go().verdict is without
+
+
+# --- futility: a host too noisy for the tolerance is told so early, with the price ----------------------
+
+
+@pytest.mark.parametrize("seed", [2, 3, 4])
+def test_an_aa_range_on_a_host_too_noisy_for_the_tolerance_stops_early_with_its_price(seed):
+    """16% a trial (R2-AA's dev machine): ruling out 5% takes ~800 trials with σ known. The search stops
+    `inconclusive` once each endpoint has FUTILITY_MIN_PER_END trials and even a hopeful reading needs more
+    than the budget has left — and says what it would take — instead of spending the budget to its end."""
+    from perfbisect.engine import bisect as B
+
+    cs = commits(9)
+    rng = np.random.default_rng(seed)
+    settings = StatsConfig()
+    out, obs = drive_with(SearchPolicy(cs, settings, NoiseModel.prior(5.0)), cs, lambda j, seq, commit: Observation(
+        commit, LOG82 + float(rng.normal(0.0, 0.16)), seq=seq), limit=300)
+    assert out.verdict is Verdict.INCONCLUSIVE and out.culprit is None and not out.budget_exhausted
+    assert out.stopped_by.startswith("futility: the tolerance needs")
+    assert "Stopped early, inconclusive" in out.explanation and "stats.tolerance_pct" in out.explanation
+    ends = [sum(o.commit == c for o in obs) for c in (cs[0], cs[-1])]
+    assert min(ends) >= B.FUTILITY_MIN_PER_END and len(obs) < settings.max_trials_total // 2
+    # at the noise and difference as measured (None: beyond 100,000 trials, as the explanation says)
+    assert out.more_trials is None or out.more_trials > settings.max_trials_total - len(obs)
+    assert ("beyond 100,000 more trials" in out.explanation) is (out.more_trials is None)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_an_aa_range_the_budget_can_settle_is_not_stopped_for_futility(seed):
+    """6% a trial (the H200 replay's noise): ~80 trials rule out 5%, inside the budget of 120 — it goes on."""
+    cs = commits(9)
+    rng = np.random.default_rng(seed)
+    out, obs = drive_with(SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0)), cs, lambda j, seq, commit: Observation(
+        commit, LOG82 + float(rng.normal(0.0, 0.06)), seq=seq), limit=300)
+    assert out.culprit is None and not (out.stopped_by or "").startswith("futility")
+    assert out.verdict in (Verdict.SAME, Verdict.INCONCLUSIVE)
+
+
+def test_the_hopeful_count_is_what_no_difference_at_the_low_end_of_the_noise_would_need():
+    """Known answer: with the difference taken as no worse than none and σ at its lower 10% bound, the count
+    is at most the smallest k with z·σ_lo·√(2/(n + k/2)) < log 1.05 (z the normal quantile at alpha/10);
+    and never more than the plain count at the noise and difference as measured."""
+    from scipy import stats as sst
+
+    from perfbisect.engine import bisect as B
+    from perfbisect.engine.effects import endpoint_comparison
+
+    cs = commits(9)
+    pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    alt = [1, -1] * 5
+    for shift in (0.0, -4.0, +3.0):  # the bad end measured as-is, 4% slower, 3% faster
+        data = pol._regroup(_obs(cs, {0: [12.0 * a for a in alt], 8: [shift + 12.0 * a for a in alt]}))
+        post = pol._posterior(data)
+        ends, _ = endpoint_comparison(post, [len(v) for v in data.values], pol._level_prior_ratio(data),
+                                      pol.settings, True)
+        plain = pol._trials_to_rule_out(data, post, ends, 5.0)
+        hopeful = pol._trials_to_rule_out(data, post, ends, 5.0, hopeful=True)
+        dof = pol._own_dof(post, data)
+        sigma_lo = post.sigma_top * math.sqrt(dof / sst.chi2.ppf(1 - B.FUTILITY_SIGMA_Q, dof))
+        z = sst.norm.ppf(1 - pol.settings.alpha * B.SAME_ALPHA_SHARE)
+        at_none = next(k for k in range(0, 10_000, 2) if z * sigma_lo * math.sqrt(2 / (10 + k / 2)) < math.log(1.05))
+        assert hopeful is not None and hopeful <= at_none and (plain is None or hopeful <= plain)
+        if shift < 0:
+            assert plain is not None and plain > 10 * hopeful  # as measured, a 4% slower end is far from ruling out 5%

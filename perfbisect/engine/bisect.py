@@ -54,8 +54,8 @@ from ..errors import UsageError
 from .lookahead import best_trial
 from ..metrics import level_text, short_probability
 from ..model import BisectOutcome, Comparison, Verdict
-from .stats import (LOOK_ALPHA_SHARE, PRIOR_DOF_CAP, NoiseModel, covariate_notes, history_shift, log_of_pct, pct,
-                    pooled_squares, t_cdf, t_quantile, variance_ratio_test)
+from .stats import (LOOK_ALPHA_SHARE, PRIOR_DOF_CAP, NoiseModel, chi2_quantile, covariate_notes, history_shift,
+                    log_of_pct, normal_quantile, pct, pooled_squares, t_cdf, t_quantile, variance_ratio_test)
 
 # Prior probability that the range holds two changes rather than one.
 TWO_CHANGE_PRIOR = 0.1
@@ -152,6 +152,18 @@ PURE_LOOK_KNEE = 10.0
 SIDE_SCALE_ALPHA = 0.02
 # Largest variance ratio a noisy segment's trials are given (20× the quietest segment's σ).
 SIDE_SCALE_MAX = 400.0
+# Futility: while the endpoints are what is left to settle ("no change" likeliest, or the bad end faster) and
+# each has at least FUTILITY_MIN_PER_END trials, the search stops `inconclusive` at once when ruling out the
+# tolerance would need more trials than the budget has left even on a hopeful reading of what was measured:
+# the noise at the lower FUTILITY_SIGMA_Q bound of its estimate, the endpoints' difference one standard error
+# better than measured, and the normal quantile (as if the noise were known). On a shared dev machine (R2-AA:
+# ~16% a trial, the known-σ test needs ~800) the budget was spent to its end for a 13% chance of `same`; now
+# the answer comes with the price after ~20 trials. The hopeful reading takes the true difference as no worse
+# than none, so a regression measured so far never makes the count larger (R1's −8% and TE-R's −5% sit in
+# this branch while "no change" is likelier: their noise, not their difference, decides); and never while the
+# endpoints point to a regression of the tolerance or more: that is a range to locate, not to rule out.
+FUTILITY_MIN_PER_END = 8
+FUTILITY_SIGMA_Q = 0.1
 
 
 @dataclass(frozen=True)
@@ -431,7 +443,11 @@ class SearchPolicy:
         if post.p_none >= 0.5 or (tol > 0 and not is_regression(log_of_pct(ends.effect_pct), self.higher_is_better)):
             # No change is the likeliest story, or the bad end is if anything faster (no regression to
             # locate: the question is whether one as big as the tolerance is ruled out): the endpoints
-            # settle it, interleaved.
+            # settle it, interleaved — unless even a hopeful reading says the budget cannot.
+            if ends_ok:
+                futile = self._futile(data, post, ends, ruled_out, tol)
+                if futile is not None:
+                    return futile
             return self._measure_endpoint(data, post, ends, ruled_out, host)
 
         located = top_p >= s.confidence and post.p_none < NO_CHANGE_DOUBT
@@ -553,10 +569,17 @@ class SearchPolicy:
             )
         first = regressions[0]
         cmp = step_comparison(first, Verdict.REGRESSED, s)
+        sides = self._side_spreads(data, top_key) if len(top_key) == 1 else None
+        if sides is not None and all(v is not None for v in sides):
+            # the sides' repeats spread differently and each is weighed by its own: say both, not the quieter one
+            noise_text = (f"noise {pct(math.sqrt(sides[0][0])):.1f}% per trial before it and "
+                          f"{pct(math.sqrt(sides[1][0])):.1f}% from it on, each side weighed by its own")
+        else:
+            noise_text = f"noise {pct(first.sigma):.1f}% per trial"
         expl = (
             f"First bad commit {self._describe_key(data, (first.at,))}: {cmp.effect_pct:+.1f}% "
             f"({level_text(cmp.level_pct)} interval [{cmp.ci_low_pct:+.1f}%, {cmp.ci_high_pct:+.1f}%]) from the commits before it to the commits from it on "
-            f"({first.n_before} vs {first.n_after} trials, noise {pct(first.sigma):.1f}% per trial). Posterior "
+            f"({first.n_before} vs {first.n_after} trials, {noise_text}). Posterior "
             f"probability of this answer {top_p:.3f} given that something changed; of no change at all "
             f"{post.p_none:.1g}, after {data.trials} "
             f"trials; the endpoints differ by {ends.effect_pct:+.1f}%."
@@ -657,14 +680,14 @@ class SearchPolicy:
         return post
 
     @staticmethod
-    def _side_scale(data: _Data, ev: Evidence, post: ChangePosterior) -> np.ndarray | None:
-        """Per trial, its segment's repeat variance over the quietest segment's (under the best answer), when
-        the segments' repeat spreads differ beyond chance (two-sided F test at SIDE_SCALE_ALPHA); else None."""
-        key, _ = post.answer()
+    def _side_spreads(data: _Data, key) -> list[tuple[float, float] | None] | None:
+        """Per segment of the answer ``key``, its repeat variance and dof (None: fewer than 2 dof), when the
+        segments' repeat spreads differ beyond chance (two-sided F test of the noisiest against the quietest
+        at SIDE_SCALE_ALPHA); else None: one spread serves the whole range."""
         if not key:
             return None
         bounds = [0, *sorted(key), len(data.values)]
-        var = []
+        var: list[tuple[float, float] | None] = []
         for a, b in zip(bounds, bounds[1:]):
             ss, dof = pooled_squares(data.values[a:b])
             var.append((ss / dof, dof) if dof >= 2 and ss > 0 else None)
@@ -674,8 +697,21 @@ class SearchPolicy:
         hi, lo = max(known), min(known)
         if variance_ratio_test(math.sqrt(hi[0]), hi[1], math.sqrt(lo[0]), lo[1])[1] >= SIDE_SCALE_ALPHA:
             return None
+        return var
+
+    @classmethod
+    def _side_scale(cls, data: _Data, ev: Evidence, post: ChangePosterior) -> np.ndarray | None:
+        """Per trial, its segment's repeat variance over the quietest segment's (under the best answer), when
+        the segments' repeat spreads differ beyond chance (``_side_spreads``); else None."""
+        key, _ = post.answer()
+        var = cls._side_spreads(data, key)
+        if var is None:
+            return None
+        known = [v for v in var if v is not None]
+        lo = min(known)
         pooled = sum(v * d for v, d in known) / sum(d for _, d in known)
         mult = np.array([(v[0] if v is not None else pooled) for v in var]) / lo[0]
+        bounds = [0, *sorted(key), len(data.values)]
         seg = np.searchsorted(np.asarray(bounds[1:-1]), ev.commit, side="right")
         return np.clip(mult[seg], 1.0, SIDE_SCALE_MAX)
 
@@ -993,6 +1029,44 @@ class SearchPolicy:
             ),
         )
 
+    def _futile(self, data: _Data, post: ChangePosterior, ends: Comparison, ruled_out: float | None,
+                tol: float) -> Done | None:
+        """`inconclusive` now, with its price, when the tolerance cannot be ruled out inside the budget even on a
+        hopeful reading of the measurements (FUTILITY_* above); None while it still can."""
+        s = self.settings
+        if tol <= 0 or FUTILITY_MIN_PER_END <= 0 or not math.isfinite(ends.effect_pct):
+            return None
+        if min(data.count(0), data.count(self.n - 1)) < FUTILITY_MIN_PER_END:
+            return None
+        d = log_of_pct(ends.effect_pct) * (1.0 if self.higher_is_better else -1.0)  # < 0: a regression
+        if log_of_pct(tol) + d <= 0:  # the endpoints point to a regression of the tolerance or more
+            return None
+        left = s.max_trials_total - data.spent - len(data.pending)
+        hopeful = self._trials_to_rule_out(data, post, ends, tol, hopeful=True)
+        if hopeful is not None and hopeful <= left:
+            return None
+        more = self._trials_to_rule_out(data, post, ends, tol)
+        limit = f"stats.max_trials_total = {s.max_trials_total}"
+        need = ("more than any number of trials can reach" if hopeful is None else
+                f"{hopeful} more even on a hopeful reading of the noise, against {left} left")
+        bound = (f" No regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided, from the endpoints)."
+                 if ruled_out is not None else "")
+        return self._done(
+            Verdict.INCONCLUSIVE, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out, probability=None,
+            stopped_by=f"futility: the tolerance needs {need} ({limit})", more_trials=more,
+            explanation=(
+                f"Stopped early, inconclusive: no change is the likelier story, but ruling out a regression of "
+                f"{tol:g}% (stats.tolerance_pct) would take {need} of the budget ({limit}; {data.spent} trials "
+                f"run) — at {pct(post.sigma_top):.1f}% noise per trial the endpoints differ by {ends.effect_pct:+.1f}%."
+                + bound
+                + (f" At the noise and difference measured so far it would take about {more} more trials of the endpoints."
+                   if more else " At the noise and difference measured so far it would take beyond 100,000 more trials.")
+                + f" Spending the rest of the budget would not change that: set stats.tolerance_pct to the "
+                  f"regression that matters to you (what this host can afford), quiet the benchmark, or raise "
+                  f"{limit.split(' =')[0]}."
+            ),
+        )
+
     @staticmethod
     def _own_dof(post: ChangePosterior, data: _Data) -> float:
         """Degrees of freedom of this bisection's own trials (the endpoints' two levels spent), at most
@@ -1000,18 +1074,28 @@ class SearchPolicy:
         return min(post.dof, max(data.trials - 2.0, 1.0))
 
     def _trials_to_rule_out(self, data: _Data, post: ChangePosterior | None, ends: Comparison | None,
-                            tol: float) -> int | None:
+                            tol: float, hopeful: bool = False) -> int | None:
         """More endpoint trials (both ends, interleaved) after which the sequential bound would fall below
         ``tol`` if the endpoints' difference and the noise stayed as measured; None when the endpoints
-        already point to a regression of the tolerance or more (more trials would confirm it instead)."""
+        already point to a regression of the tolerance or more (more trials would confirm it instead).
+        ``hopeful``: the noise at the lower FUTILITY_SIGMA_Q bound of its estimate, the difference one standard
+        error better than measured and never worse than none, the normal quantile — a count the search cannot
+        hope to beat (on a range that does hold a regression, it is what a host this noisy needs to rule
+        out the tolerance at all, whatever the endpoints showed so far)."""
         if post is None or ends is None or tol <= 0 or not math.isfinite(ends.effect_pct):
             return None
         d = log_of_pct(ends.effect_pct) * (1.0 if self.higher_is_better else -1.0)  # < 0: a regression
+        dof = self._own_dof(post, data)
+        sigma = post.sigma_top
+        if hopeful:  # the true difference no worse than none (a regression measured so far may be noise) ...
+            se = sigma * math.sqrt(1.0 / max(len(data.values[0]), 1) + 1.0 / max(len(data.values[-1]), 1))
+            d = max(d + se, 0.0)
+            sigma *= math.sqrt(dof / chi2_quantile(1.0 - FUTILITY_SIGMA_Q, dof))  # ... and the noise at its low end
         room = log_of_pct(tol) + d
         if room <= 0:
             return None
-        z = t_quantile(1.0 - self.settings.alpha * SAME_ALPHA_SHARE, self._own_dof(post, data))
-        sigma = post.sigma_top
+        z = (normal_quantile(1.0 - self.settings.alpha * SAME_ALPHA_SHARE) if hopeful
+             else t_quantile(1.0 - self.settings.alpha * SAME_ALPHA_SHARE, dof))
         n_a, n_b = len(data.values[0]), len(data.values[-1])
         for k in range(0, 100_000, 2):
             a, b = n_a + k // 2, n_b + k // 2
@@ -1062,9 +1146,15 @@ class SearchPolicy:
             )
         sigma = noise_dof = None
         if post is not None and data.trials > 2 + len(top_key or ()):
-            # What this bisection learned about the noise, for the next one on this host to start from.
+            # What this bisection learned about the noise, for the next one on this host to start from (and
+            # for the which-path trials at the culprit's parent). When the sides of the answer spread
+            # differently, the posterior's σ is the quietest side's: the spread of repeats of one build over
+            # the whole range is the host's noise then (the H200: 8.3% before its planted slowdown, 0.8% after).
             sigma = pct(post.sigma_top)
             noise_dof = float(data.trials - 1 - len(top_key or ()))
+            if top_key and self._side_spreads(data, top_key) is not None:
+                sd_own, dof_own = self._pure_error(data)
+                sigma, noise_dof = pct(sd_own), dof_own
         effect = culprit_cmp.effect_pct if culprit_cmp is not None else (endpoint_cmp.effect_pct if endpoint_cmp else None)
         outcome = BisectOutcome(
             verdict=verdict,

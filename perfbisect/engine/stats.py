@@ -63,6 +63,16 @@ def t_quantile(q: float, dof: float) -> float:
     return _t_ppf(q, dof)
 
 
+def normal_quantile(q: float) -> float:
+    """Standard normal quantile."""
+    return float(special.ndtri(q))
+
+
+def chi2_quantile(q: float, dof: float) -> float:
+    """Chi-squared quantile (``q`` of the distribution lies below it)."""
+    return float(special.chdtri(dof, 1.0 - q))
+
+
 def normal_cdf(x: np.ndarray) -> np.ndarray:
     """Standard normal CDF, elementwise (for the bisection policy, which does not import scipy)."""
     return special.ndtr(x)

@@ -97,6 +97,11 @@ def format_outcome(result: Any) -> list[str]:
         more = getattr(result, "more", None)
         if more:
             lines.append(f"to settle it: {more}")
+    elif out.verdict is Verdict.INCONCLUSIVE and out.stopped_by:
+        lines.append(f"stopped early ({out.stopped_by})")
+        more = getattr(result, "more", None)
+        if more:
+            lines.append(f"to settle it: {more}")
     if out.ruled_out_pct is not None and math.isfinite(out.ruled_out_pct) and out.verdict is not Verdict.REGRESSED:
         tol = f" (tolerance {out.tolerance_pct:g}%, stats.tolerance_pct)" if out.tolerance_pct else ""
         lines.append(f"ruled out: no regression ≥ {out.ruled_out_pct:.1f}% between the endpoints "
@@ -406,14 +411,17 @@ def log_json(bisections: Any, comparisons: Any, config: Any = None) -> dict[str,
 
 def state_lines(trials: Sequence[TrialResult], gpu_target: bool = True) -> list[str]:
     """What the machine did during these trials: clock range, temperature, throttling, other GPU users
-    (nothing for a target given no GPU: a command workload on the CPU)."""
+    (nothing for a target given no GPU: a command workload on the CPU). The clock range is that of the trials
+    that measured something: a trial cut short or failed sampled an idle or dying server (the H200 of round 6:
+    856 MHz at 93 W beside 1980 MHz in every finished trial); other GPU users are shown from every trial."""
     ok = [t.system for t in trials if t.system.samples]
     if not ok or not gpu_target:
         return []
     lines = []
-    clocks = [s.sm_clock_mean_mhz for s in ok if s.sm_clock_mean_mhz is not None]
+    measured = [t.system for t in trials if t.system.samples and t.summary is not None]
+    clocks = [s.sm_clock_mean_mhz for s in measured if s.sm_clock_mean_mhz is not None]
     if clocks:
-        lines.append(f"SM clock per trial {min(clocks):.0f}–{max(clocks):.0f} MHz over {len(clocks)} trials")
+        lines.append(f"SM clock per trial {min(clocks):.0f}–{max(clocks):.0f} MHz over {len(clocks)} measured trials")
     temps = [s.temperature_max_c for s in ok if s.temperature_max_c is not None]
     if temps:
         lines.append(f"GPU temperature up to {max(temps):.0f} C")
@@ -423,7 +431,7 @@ def state_lines(trials: Sequence[TrialResult], gpu_target: bool = True) -> list[
     others = sorted({p for s in ok for p in s.other_gpu_processes})
     if others:
         lines.append(f"other GPU processes seen: {', '.join(map(str, others))}")
-    if not clocks:
+    if not any(s.sm_clock_mean_mhz is not None for s in ok):
         lines.append("no GPU state recorded (no NVML or nvidia-smi here): differences cannot be attributed to clocks")
     return lines
 

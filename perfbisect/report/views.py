@@ -265,7 +265,9 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
         best = best_answer_text(out.best_answer)
         prob = (f" (probability {short_probability(out.answer_probability)}, given that something changed)"
                 if out.answer_probability is not None and out.best_answer else "")
-        why = "the trial budget ran out" if out.budget_exhausted else "the evidence did not settle it"
+        why = ("the trial budget ran out" if out.budget_exhausted else
+               "stopped early: the rest of the budget could not have settled it" if (out.stopped_by or "").startswith("futility")
+               else "the evidence did not settle it")
         bound = f" No regression ≥ {out.ruled_out_pct:.1f}% is ruled out." if out.ruled_out_pct is not None else ""
         per_trial = gpu_hours / trials if trials else 0.0
         stop = f" ({out.stopped_by})" if out.stopped_by else ""

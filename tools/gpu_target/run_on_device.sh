@@ -41,7 +41,12 @@ t0=$SECONDS
 say() { echo "[pbgpu +$((SECONDS - t0))s] $*" >&2; }
 art=$work/artifacts
 finish() {  # everything bulky goes back as one file
-    cp "$work"/*.sqlite "$art/" 2>/dev/null
+    # SQLite's online backup, not cp: the databases are in WAL mode, and a copy of the main file alone
+    # misses every trial still in its -wal file (round 6's last A/A call came back with 20 of 33 trials)
+    for db in "$work"/*.sqlite; do
+        [ -f "$db" ] && $py -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
+            "$db" "$art/$(basename "$db")" 2>/dev/null
+    done
     for t in planted aa; do
         [ -d "$work/$t/server/.git/perfbisect/logs" ] && tar -czf "$art/$t-server-logs.tgz" -C "$work/$t/server/.git/perfbisect" logs
     done

@@ -135,11 +135,10 @@ ENDS_BEFORE_NAMING = 2
 # measured many times cannot cross it through a lucky run of sessions (R2's and TE-R's late wrong names came
 # after 18–70 trials; at 1/k, 300 seeds: false R2 2.7 → 1.0%, TE-R 2.7 → 0.7%, R1 1.0 → 0.3%, S1 11.1 → 11.4
 # trials). Past the knee the level falls as 1/k² (PURE_ALPHA·KNEE / k²; the whole divisor is raised to
-# PURE_LOOK_POWER, 0 = one look): at 1/k alone the level
-# spent grows like log k without bound, and with the budget at 120 trials TE-R's pairs were looked at up to
-# ~90 times (false names 1.0 → 1.3%); with the knee the sum over any number of looks stays under 4·PURE_ALPHA
-# and no pair of at most 13 trials (k ≤ 10) is judged differently from before (TE-R 1.0%,
-# R1 56.4 → 61.6 trials, R2 43.5 → 46.7; 300 seeds each, docs/benchmarks.md round 6).
+# PURE_LOOK_POWER, 0 = one look): at 1/k alone the level spent grows like log k without bound, and with the
+# budget at 120 trials TE-R's pairs were looked at up to ~90 times (false names 1.0 → 1.3%); with the knee the
+# sum over any number of looks stays under 4·PURE_ALPHA and no pair of at most 13 trials (k ≤ 10) is judged
+# differently from before (TE-R 1.0%, R1 56.4 → 61.6 trials, R2 43.5 → 46.7; 300 seeds each, round 6).
 PURE_LOOK_POWER = 1.0
 PURE_LOOK_KNEE = 10.0
 # One σ served the whole range: on a host whose sessions spread far more on one side of a change than on
@@ -1047,8 +1046,8 @@ class SearchPolicy:
             return None
         more = self._trials_to_rule_out(data, post, ends, tol)
         limit = f"stats.max_trials_total = {s.max_trials_total}"
-        need = ("more than any number of trials can reach" if hopeful is None else
-                f"{hopeful} more even on a hopeful reading of the noise, against {left} left")
+        need = ("more trials than any budget holds" if hopeful is None else
+                f"{hopeful} more trials even on a hopeful reading of the noise, against {left} left")
         bound = (f" No regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided, from the endpoints)."
                  if ruled_out is not None else "")
         return self._done(
@@ -1056,8 +1055,7 @@ class SearchPolicy:
             stopped_by=f"futility: the tolerance needs {need} ({limit})", more_trials=more,
             explanation=(
                 f"Stopped early, inconclusive: no change is the likelier story, but ruling out a regression of "
-                f"{tol:g}% (stats.tolerance_pct) would take {need} of the budget ({limit}; {data.spent} trials "
-                f"run) — at {pct(post.sigma_top):.1f}% noise per trial the endpoints differ by {ends.effect_pct:+.1f}%."
+                f"{tol:g}% (stats.tolerance_pct) would take {need} ({limit}; {data.spent} trials run) — at {pct(post.sigma_top):.1f}% noise per trial the endpoints differ by {ends.effect_pct:+.1f}%."
                 + bound
                 + (f" At the noise and difference measured so far it would take about {more} more trials of the endpoints."
                    if more else " At the noise and difference measured so far it would take beyond 100,000 more trials.")

@@ -438,6 +438,27 @@ def test_an_aa_range_on_a_host_too_noisy_for_the_tolerance_stops_early_with_its_
     assert ("beyond 100,000 more trials" in out.explanation) is (out.more_trials is None)
 
 
+def test_a_futile_range_prints_stopped_early_and_its_price():
+    from types import SimpleNamespace
+
+    from perfbisect.report.render import format_outcome
+
+    cs = commits(9)
+    rng = np.random.default_rng(2)
+    out, _ = drive_with(SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0)), cs, lambda j, seq, commit: Observation(
+        commit, LOG82 + float(rng.normal(0.0, 0.16)), seq=seq), limit=300)
+    price = "about 1,000 more trials of the endpoints (about 140 GPU-hours at this host's trial time)"
+    lines = format_outcome(SimpleNamespace(outcome=out, commits={}, bisection_id=1, filtered=[], db_path="x",
+                                           state=[], more=price))
+    assert lines[0].startswith("INCONCLUSIVE")
+    assert f"stopped early ({out.stopped_by})" in lines and f"to settle it: {price}" in lines
+    assert not any(line.startswith("budget exhausted") for line in lines)
+    from perfbisect.report.views import verdict_view
+
+    view = verdict_view(out, "done", {}, {}, "ops/s", "ops", out.trials_used, 0.01, "machine-hours", 0.01, 2.0)
+    assert "stopped early: the rest of the budget could not have settled it (futility: " in view["sentence"]
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_an_aa_range_the_budget_can_settle_is_not_stopped_for_futility(seed):
     """6% a trial (the H200 replay's noise): ~80 trials rule out 5%, inside the budget of 120 — it goes on."""

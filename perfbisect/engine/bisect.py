@@ -1037,8 +1037,7 @@ class SearchPolicy:
             return None
         if min(data.count(0), data.count(self.n - 1)) < FUTILITY_MIN_PER_END:
             return None
-        d = log_of_pct(ends.effect_pct) * (1.0 if self.higher_is_better else -1.0)  # < 0: a regression
-        if log_of_pct(tol) + d <= 0:  # the endpoints point to a regression of the tolerance or more
+        if log_of_pct(tol) + self._gain(ends) <= 0:  # the endpoints point to a regression of the tolerance or more
             return None
         left = s.max_trials_total - data.spent - len(data.pending)
         hopeful = self._trials_to_rule_out(data, post, ends, tol, hopeful=True)
@@ -1055,7 +1054,8 @@ class SearchPolicy:
             stopped_by=f"futility: the tolerance needs {need} ({limit})", more_trials=more,
             explanation=(
                 f"Stopped early, inconclusive: no change is the likelier story, but ruling out a regression of "
-                f"{tol:g}% (stats.tolerance_pct) would take {need} ({limit}; {data.spent} trials run) — at {pct(post.sigma_top):.1f}% noise per trial the endpoints differ by {ends.effect_pct:+.1f}%."
+                f"{tol:g}% (stats.tolerance_pct) would take {need} ({limit}; {data.spent} trials run) — at "
+                f"{pct(post.sigma_top):.1f}% noise per trial the endpoints differ by {ends.effect_pct:+.1f}%."
                 + bound
                 + (f" At the noise and difference measured so far it would take about {more} more trials of the endpoints."
                    if more else " At the noise and difference measured so far it would take beyond 100,000 more trials.")
@@ -1064,6 +1064,10 @@ class SearchPolicy:
                   f"{limit.split(' =')[0]}."
             ),
         )
+
+    def _gain(self, ends: Comparison) -> float:
+        """The endpoints' difference (log), signed so that a regression is negative."""
+        return log_of_pct(ends.effect_pct) * (1.0 if self.higher_is_better else -1.0)
 
     @staticmethod
     def _own_dof(post: ChangePosterior, data: _Data) -> float:
@@ -1082,7 +1086,7 @@ class SearchPolicy:
         out the tolerance at all, whatever the endpoints showed so far)."""
         if post is None or ends is None or tol <= 0 or not math.isfinite(ends.effect_pct):
             return None
-        d = log_of_pct(ends.effect_pct) * (1.0 if self.higher_is_better else -1.0)  # < 0: a regression
+        d = self._gain(ends)
         dof = self._own_dof(post, data)
         sigma = post.sigma_top
         if hopeful:  # the true difference no worse than none (a regression measured so far may be noise) ...

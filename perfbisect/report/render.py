@@ -94,14 +94,11 @@ def format_outcome(result: Any) -> list[str]:
                 if out.answer_probability is not None and out.best_answer else "")
         stop = f" ({out.stopped_by})" if out.stopped_by else ""
         lines.append(f"budget exhausted{stop}: best answer {best}{prob}")
-        more = getattr(result, "more", None)
-        if more:
-            lines.append(f"to settle it: {more}")
     elif out.verdict is Verdict.INCONCLUSIVE and out.stopped_by:
         lines.append(f"stopped early ({out.stopped_by})")
-        more = getattr(result, "more", None)
-        if more:
-            lines.append(f"to settle it: {more}")
+    more = getattr(result, "more", None)
+    if more and (out.budget_exhausted or out.stopped_by):
+        lines.append(f"to settle it: {more}")
     if out.ruled_out_pct is not None and math.isfinite(out.ruled_out_pct) and out.verdict is not Verdict.REGRESSED:
         tol = f" (tolerance {out.tolerance_pct:g}%, stats.tolerance_pct)" if out.tolerance_pct else ""
         lines.append(f"ruled out: no regression ≥ {out.ruled_out_pct:.1f}% between the endpoints "

@@ -84,15 +84,30 @@ def test_a_calibrated_figure_three_times_too_small_blames_nothing(seed):
     assert outcome.noise_sigma_pct is None or outcome.noise_sigma_pct > 3.0
 
 
-def test_a_stored_figure_is_a_prior_worth_a_few_trials_in_compare():
+def test_a_stored_figure_is_a_prior_worth_one_trial_in_compare_and_in_the_bisection():
+    from perfbisect.engine import bisect as B
+    from perfbisect.engine.stats import PRIOR_DOF_CAP
+
     rng = np.random.default_rng(3)
     a = list(LOG82 + rng.normal(0.0, 0.06, 3))
     b = list(LOG82 + rng.normal(0.0, 0.06, 3))
-    trusted = compare(a, b, _noise(2.0, 2.0), StatsConfig())
     stored = compare(a, b, _noise(2.0, 200.0), StatsConfig())
-    # 200 stored dof weigh no more than the cap: the comparison's own spread carries it
-    assert stored.sigma_b_pct == pytest.approx(trusted.sigma_b_pct, rel=0.25)
+    # known answer: 200 stored dof weigh as one trial, σ² = (1·σ0² + the pairs' own squares) / (1 + 4 dof)
+    ss = float(np.sum((np.array(a) - np.mean(a)) ** 2) + np.sum((np.array(b) - np.mean(b)) ** 2))
+    assert PRIOR_DOF_CAP == 1.0
+    assert stored.sigma_b_pct == pytest.approx(100 * math.expm1(math.sqrt((math.log1p(0.02) ** 2 + ss) / 5.0)), rel=1e-9)
     assert stored.sigma_b_pct > 3.0
+    # the bisection's posterior gives a calibration of 20 dof the weight of one trial as well: the same posterior
+    # as a figure of 1 dof, for the same observations
+    cs = commits(9)
+    vals = {0: [0.0, 2.0, -2.0], 4: [1.0, -1.0], 5: [-10.0, -12.0], 8: [-11.0, -9.0]}
+    fit = []
+    for dof in (20.0, 1.0):
+        pol = SearchPolicy(cs, StatsConfig(), _noise(2.0, dof))
+        fit.append(pol._posterior(pol._regroup(_obs(cs, vals))))
+    assert fit[0].sigma_top == pytest.approx(fit[1].sigma_top, rel=1e-12)
+    assert np.allclose(fit[0].w, fit[1].w)
+    assert B.PRIOR_DOF_CAP == PRIOR_DOF_CAP
 
 
 def test_compare_ends_same_once_the_tolerance_is_ruled_out():

@@ -23,10 +23,13 @@ from ..model import Comparison, Verdict
 # trials cannot shrink σ to nothing, few enough that a real calibration (10+ trials) dominates.
 PRIOR_DOF = 1.0
 # A stored σ (a calibration, an earlier bisection, A/A trials of another day) is a prior worth at most this
-# many trials when a comparison pools it with its own trials: figures measured back to back or on another
-# day are often several times smaller than what a comparison meets (issue #19), so its own spread must
-# soon outweigh them.
-PRIOR_DOF_CAP = 4.0
+# many trials when a comparison or a bisection pools it with its own trials: figures measured back to back or
+# on another day are often several times smaller than what a comparison meets (issue #19), so its own spread
+# must outweigh them from its first repeats. At 4, a stored σ a third of the truth still made `compare` call
+# 2.7% of A/A pairs (S2 noise; R1 replay 4.0%) and the bisection name a wrong commit in 1.3% of MC's runs; at
+# 1: 0%, 1.3% (as with a right figure) and 0.7%, for ≤ 1.1 more trials when the figure is right (round 7,
+# docs/benchmarks.md).
+PRIOR_DOF_CAP = 1.0
 # Every look of a repeated test (compare after each pair, the bisection after each trial) decides at this
 # share of alpha: a constant per-look level, Pocock's boundary for some 20–40 looks, so the error over all
 # looks stays near alpha (checked by simulation: benchmarks/strategies.py, the A/A compare table and the

@@ -345,14 +345,56 @@ def test_an_endpoint_off_the_level_next_to_the_change_makes_the_probe_look_harde
     data = pol._regroup(_obs(cs, vals))
     post = pol._posterior(data)
     st = located_step(post, (4,), 4, 3, [len(v) for v in data.values])
-    gap = pol._residual_gap(data, post, st)
-    assert gap >= B.RESIDUAL_GAP_Z
+    gap, pair = pol._residual_gap(data, post, st)
+    assert gap >= B.RESIDUAL_GAP_Z and pair == (4, 16)  # the culprit against the bad end
     # the same data with the bad end on the culprit's level: no gap
     flat = {**vals, 16: [-10.0, -9.5, -10.5]}
     d2 = pol._regroup(_obs(cs, flat))
     p2 = pol._posterior(d2)
     st2 = located_step(p2, (4,), 4, 3, [len(v) for v in d2.values])
-    assert pol._residual_gap(d2, p2, st2) < 1.0
+    assert pol._residual_gap(d2, p2, st2)[0] < 1.0
+
+
+def test_a_gap_of_one_to_two_standard_errors_is_measured_again_before_one_change_is_accepted():
+    """S5's misses: the second change's gap showed at 1–2 se on two trials a side and one change was named.
+    Known answer: the culprit's trials at −10% and the bad end's at −14%, ~3% a trial, differ by
+    |log(0.86/0.90)| / (σ·√(1/2 + 1/2)) ≈ 1.5 se: the commit of that pair with fewer trials is measured again
+    (the lower index on a tie); with RESIDUAL_CONFIRM_MAX trials a side, no gap, or the stretch between them
+    measured, this rule measures neither."""
+    from perfbisect.engine import bisect as B
+    from perfbisect.engine.effects import located_step
+
+    cs = commits(17)
+    pol = SearchPolicy(cs, StatsConfig(), _noise(3.0, 1.0))
+
+    def probe(vals):
+        data = pol._regroup(_obs(cs, vals))
+        post = pol._posterior(data)
+        st = located_step(post, (4,), 4, 3, [len(v) for v in data.values])
+        gap, pair = pol._residual_gap(data, post, st)
+        return gap, pair, pol._second_change_probe(data, post, st), post
+
+    base = {0: [0.0, 3.0, -3.0], 3: [2.5, -2.5], 9: [-10.0]}
+    gap, pair, got, post = probe({**base, 4: [-7.5, -12.5], 16: [-11.5, -16.5]})
+    assert pair == (4, 16)
+    d = np.mean([math.log1p(v / 100) for v in (-11.5, -16.5)]) - np.mean([math.log1p(v / 100) for v in (-7.5, -12.5)])
+    assert gap == pytest.approx(abs(d) / (post.sigma_top * math.sqrt(0.5 + 0.5)))
+    assert B.RESIDUAL_CONFIRM_Z <= gap < B.RESIDUAL_GAP_Z
+    assert got == 4  # tie at 2 trials: the culprit, the lower index
+    gap, _, got, _ = probe({**base, 4: [-7.5, -12.5, -10.0], 16: [-11.5, -16.5]})
+    assert B.RESIDUAL_CONFIRM_Z <= gap < B.RESIDUAL_GAP_Z and got == 16  # the bad end has fewer
+    # each side of the pair at RESIDUAL_CONFIRM_MAX: this rule measures neither again
+    many = [-10.0 + 4.0 * (-1) ** k for k in range(B.RESIDUAL_CONFIRM_MAX)]
+    gap, _, got, _ = probe({**base, 4: many, 16: [v - 3.0 for v in many]})
+    assert B.RESIDUAL_CONFIRM_Z <= gap < B.RESIDUAL_GAP_Z and got not in (4, 16)
+    # no gap: nothing to measure again
+    gap, _, got, _ = probe({**base, 4: [-7.5, -12.5], 16: [-8.0, -12.0]})
+    assert gap < B.RESIDUAL_CONFIRM_Z and got not in (4, 16)
+    # the stretch between the pair measured (fewer than RESIDUAL_CONFIRM_HIDDEN commits without a trial): where a
+    # second change could sit is already seen, and the probe's own count decides (a 9-commit range pays nothing)
+    seen = {j: [-10.0 - 0.4 * (j - 4) + 2.0 * (-1) ** j] for j in range(5, 16) if j not in (7, 11, 13)}
+    gap, _, got, _ = probe({**base, **seen, 4: [-7.5, -12.5], 16: [-11.5, -16.5]})
+    assert B.RESIDUAL_CONFIRM_Z <= gap < B.RESIDUAL_GAP_Z and got not in (4, 16)
 
 
 # --- a host whose sessions spread differently on the two sides of a change ------------------------------
@@ -381,7 +423,7 @@ def test_segments_whose_repeats_spread_differently_are_weighed_by_their_own_spre
     assert SearchPolicy._side_scale(data, ev, pol._fit(ev, data)) is None
 
 
-@pytest.mark.parametrize("seed, told_apart", [(1, True), (2, False), (3, True)])
+@pytest.mark.parametrize("seed, told_apart", [(2, False), (3, True), (4, True)])
 def test_a_culprit_between_a_noisy_and_a_quiet_side_reports_both_noises_and_stores_the_host_s(seed, told_apart):
     """The H200 of round 6: sessions spread ~8% before its planted slowdown and ~0.2% after. The verdict says
     both sides' noise (not the quieter side's alone, which the posterior's σ is), and the noise kept for the

@@ -91,6 +91,14 @@ SUSPECTED_CHANGE_Z = 3.5
 # floor stays: looking for a floor-sized step at this z is what cost S1 ~17 trials).
 RESIDUAL_GAP_Z = 2.0  # at 1.0: S5 88%, S2 31.2 trials; at 2.0: S5 79%, S2 25.5 (docs/benchmarks.md)
 RESIDUAL_PROBE_Z = 4.0
+# Between RESIDUAL_CONFIRM_Z and RESIDUAL_GAP_Z standard errors the gap is measured again before one change is
+# accepted: the commit of the pair with fewer trials, until each has RESIDUAL_CONFIRM_MAX. S5's misses were named
+# after 14–19 trials with the second change's gap at 1–2 se on two trials a side; a real gap then grows past
+# RESIDUAL_GAP_Z and the probe looks, noise shrinks back (100 seeds, round 7: S5 80 → 92%, S2 27.3 → 28.6 trials;
+# at 4 a side 86%, at 8 no better than 6).
+RESIDUAL_CONFIRM_Z = 1.0
+RESIDUAL_CONFIRM_MAX = 6
+RESIDUAL_CONFIRM_HIDDEN = 4
 # Prior sd of one node's level offset (percent): how differently two nodes of one cluster may run the
 # same build. Modelled (a random effect integrated out of the change-point posterior) only when the
 # trials come from more than one node.
@@ -841,7 +849,13 @@ class SearchPolicy:
             return None
         floor = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SIGMAS * post.sigma_top)
         step = max(floor, SECOND_CHANGE_SHARE * abs(st.step))
-        if RESIDUAL_GAP_Z > 0 and self._residual_gap(data, post, st) >= RESIDUAL_GAP_Z:
+        gap, pair = self._residual_gap(data, post, st)
+        hidden = sum(1 for j in range(pair[0] + 1, pair[1]) if not data.count(j) and j not in data.untestable)
+        if RESIDUAL_CONFIRM_Z > 0 and RESIDUAL_CONFIRM_Z <= gap < RESIDUAL_GAP_Z and hidden >= RESIDUAL_CONFIRM_HIDDEN:
+            few = min(pair, key=lambda i: (data.count(i), i))
+            if data.count(few) < RESIDUAL_CONFIRM_MAX and self._budget_left(data, few):
+                return few
+        if RESIDUAL_GAP_Z > 0 and gap >= RESIDUAL_GAP_Z:
             # an endpoint differs from the commit next to the change on its side: look harder, same size
             z = max(z, RESIDUAL_PROBE_Z)
         if SUSPECTED_CHANGE_Z > 0 and post.p_two >= SECOND_CHANGE_DOUBT:
@@ -870,16 +884,19 @@ class SearchPolicy:
         return None if best is None else best[1]
 
     @staticmethod
-    def _residual_gap(data: _Data, post: ChangePosterior, st: Step) -> float:
+    def _residual_gap(data: _Data, post: ChangePosterior, st: Step) -> tuple[float, tuple[int, int]]:
         """The larger |difference| in standard errors between each endpoint and the commit on its side of the
-        located change (good endpoint vs the parent, culprit vs the bad endpoint): 0 when a side is one commit."""
-        z = 0.0
+        located change (good endpoint vs the parent, culprit vs the bad endpoint), and that pair: 0 when a
+        side is one commit."""
+        z, pair = 0.0, (0, st.parent)
         for a, b in ((0, st.parent), (st.at, len(data.values) - 1)):
             va, vb = data.values[a], data.values[b]
             if a == b or not va or not vb:
                 continue
-            z = max(z, abs(_z_between(va, vb, post.sigma_top)))
-        return z
+            zz = abs(_z_between(va, vb, post.sigma_top))
+            if zz > z:
+                z, pair = zz, (a, b)
+        return z, pair
 
     @staticmethod
     def _trials_at_change(post: ChangePosterior, st: Step) -> int:

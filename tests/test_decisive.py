@@ -428,7 +428,8 @@ def test_a_culprit_between_a_noisy_and_a_quiet_side_reports_both_noises_and_stor
     """The H200 of round 6: sessions spread ~8% before its planted slowdown and ~0.2% after. The verdict says
     both sides' noise (not the quieter side's alone, which the posterior's σ is), and the noise kept for the
     next bisection on this host and for the which-path trials is the spread of repeats over the whole range.
-    Seed 2's 18 trials do not tell the sides' spreads apart (F test): one noise figure, the posterior's."""
+    Seed 2's 18 trials do not tell the sides' spreads apart (F test): one noise figure, the posterior's. The culprit
+    comparison's noise field (what --json and the report show) follows the same rule."""
     from perfbisect.engine.stats import pooled_squares
 
     cs = commits(16)
@@ -446,7 +447,12 @@ def test_a_culprit_between_a_noisy_and_a_quiet_side_reports_both_noises_and_stor
         assert out.noise_dof == dof
         assert out.noise_sigma_pct == pytest.approx(100 * math.expm1(math.sqrt(ss / dof)))
         assert out.noise_sigma_pct > 3.0  # the host's noise, not the quiet side's 0.2%
+        # the culprit comparison (--json, the report) carries that noise and names both sides', not the quieter one
+        cmp = out.culprit_comparison
+        assert cmp.sigma_b_pct == pytest.approx(out.noise_sigma_pct)
+        assert "before the change and" in cmp.sigma_source and "each side weighed by its own" in cmp.sigma_source
     else:
+        assert "each side" not in out.culprit_comparison.sigma_source
         assert out.noise_dof == len(obs) - 2 and "% per trial)" in out.explanation
 
 

@@ -581,6 +581,12 @@ class SearchPolicy:
             # the sides' repeats spread differently and each is weighed by its own: say both, not the quieter one
             noise_text = (f"noise {pct(math.sqrt(sides[0][0])):.1f}% per trial before it and "
                           f"{pct(math.sqrt(sides[1][0])):.1f}% from it on, each side weighed by its own")
+            # ...and the comparison's own noise field (--json, the report) says so too: the posterior's σ is
+            # the quieter side's, which is not the noise of this range
+            sd_own, dof_own = self._pure_error(data)
+            cmp = replace(cmp, sigma_b_pct=pct(sd_own), sigma_source=(
+                f"the spread of repeats over the range, {dof_own:g} dof; {pct(math.sqrt(sides[0][0])):.1f}% before "
+                f"the change and {pct(math.sqrt(sides[1][0])):.1f}% from it on, each side weighed by its own"))
         else:
             noise_text = f"noise {pct(first.sigma):.1f}% per trial"
         expl = (

@@ -826,13 +826,16 @@ def _current_compare_rule(min_trials: int = 2, single_look_at: int | None = None
 
 # Named rules for run_aa_compare. To try a new stopping rule, add an entry, e.g.
 #   AA_RULES["sequential"] = lambda a, b, look: SequentialCompare(...).verdict(a, b).value
-def _sequential_rule(min_trials: int = 2, spending: bool = False) -> Rule:
+def _sequential_rule(min_trials: int = 2, spending: bool = False, stored_pct: float | None = None) -> Rule:
     """`perfbisect compare` as it runs now: a look after every pair, each at a tenth of alpha (a constant
-    per-look level); ``spending``: as it ran before issue #19, Lan–DeMets power-family spending."""
+    per-look level); ``spending``: as it ran before issue #19, Lan–DeMets power-family spending;
+    ``stored_pct``: starting from a stored σ of that many percent with 20 dof (a calibration of quiet
+    back-to-back sessions) instead of the prior."""
     from perfbisect.engine.stats import compare_sequential, spent_alpha
 
     settings = StatsConfig()
-    noise = NoiseModel.prior(settings.prior_sigma_pct)
+    noise = (NoiseModel.prior(settings.prior_sigma_pct) if stored_pct is None else
+             NoiseModel(math.log1p(stored_pct / 100), 20.0, f"calibrate: {stored_pct:g}% (simulated)", n_trials=21))
     max_per_side = settings.max_trials_per_commit or settings.max_trials_total // 2
     max_looks = AA_MAX_PER_SIDE - min_trials + 1
 
@@ -853,6 +856,9 @@ AA_RULES: dict[str, Rule] = {
     "fixed alpha, look every pair (#5)": _current_compare_rule(),
     "Lan–DeMets spending, every pair (#8)": _sequential_rule(spending=True),
     "a tenth of alpha per look (now)": _sequential_rule(),
+    # issue #19: a calibration on quiet back-to-back sessions said 1% (3× too small for S2's noise, ~7× for the
+    # H200 replay's); a stored σ weighs as one trial of the pair's own
+    "now, from a stored 1% σ (20 dof)": _sequential_rule(stored_pct=1.0),
     "one look at 10+10": _current_compare_rule(single_look_at=10),
 }
 # Noise processes for the A/A compare table: the session noise of these scenarios, one level.

@@ -92,10 +92,11 @@ SUSPECTED_CHANGE_Z = 3.5
 RESIDUAL_GAP_Z = 2.0  # at 1.0: S5 88%, S2 31.2 trials; at 2.0: S5 79%, S2 25.5 (docs/benchmarks.md)
 RESIDUAL_PROBE_Z = 4.0
 # Between RESIDUAL_CONFIRM_Z and RESIDUAL_GAP_Z standard errors the gap is measured again before one change is
-# accepted: the commit of the pair with fewer trials, until each has RESIDUAL_CONFIRM_MAX. S5's misses were named
-# after 14–19 trials with the second change's gap at 1–2 se on two trials a side; a real gap then grows past
-# RESIDUAL_GAP_Z and the probe looks, noise shrinks back (100 seeds, round 7: S5 80 → 92%, S2 27.3 → 28.6 trials;
-# at 4 a side 86%, at 8 no better than 6).
+# accepted: the commit of the pair with fewer trials, until each has RESIDUAL_CONFIRM_MAX, while at least
+# RESIDUAL_CONFIRM_HIDDEN commits between them have no trial (where a second change could hide unseen). S5's misses
+# were named after 14–19 trials with the second change's gap at 1–2 se on two trials a side; a real gap then grows
+# past RESIDUAL_GAP_Z and the probe looks, noise shrinks back (100 seeds, round 7: S5 80 → 92%, S2 27.3 → 28.3
+# trials, S1 unchanged; at 4 a side 86%, at 8 no better than 6; without the unmeasured stretch S1 paid +1.6 trials).
 RESIDUAL_CONFIRM_Z = 1.0
 RESIDUAL_CONFIRM_MAX = 6
 RESIDUAL_CONFIRM_HIDDEN = 4
@@ -473,6 +474,19 @@ class SearchPolicy:
         # Located: size each change under the posterior; the culprit is the first regression.
         steps = [located_step(post, top_key, b, self._parent(b, data), counts) for b in top_key]
         if len(top_key) == 1:
+            again = self._gap_recheck(data, post, steps[0])
+            if again is not None:
+                j, gap = again
+                far = 0 if j < steps[0].at else self.n - 1
+                return Measure(
+                    self.commits[j],
+                    f"second-change check: {self._describe_key(data, top_key)} holds {top_p:.3f} of the posterior, but "
+                    f"the {'good' if far == 0 else 'bad'} endpoint and the commit beside the change on its side differ by "
+                    f"{gap:.1f} standard errors; measuring {self.commits[j][:10]} again before one change is accepted",
+                    "second-change check",
+                    best=self._describe_key(data, top_key),
+                    p=top_p,
+                )
             probe = self._second_change_probe(data, post, steps[0])
             if probe is not None:
                 return Measure(
@@ -855,12 +869,7 @@ class SearchPolicy:
             return None
         floor = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SIGMAS * post.sigma_top)
         step = max(floor, SECOND_CHANGE_SHARE * abs(st.step))
-        gap, pair = self._residual_gap(data, post, st)
-        hidden = sum(1 for j in range(pair[0] + 1, pair[1]) if not data.count(j) and j not in data.untestable)
-        if RESIDUAL_CONFIRM_Z > 0 and RESIDUAL_CONFIRM_Z <= gap < RESIDUAL_GAP_Z and hidden >= RESIDUAL_CONFIRM_HIDDEN:
-            few = min(pair, key=lambda i: (data.count(i), i))
-            if data.count(few) < RESIDUAL_CONFIRM_MAX and self._budget_left(data, few):
-                return few
+        gap, _ = self._residual_gap(data, post, st)
         if RESIDUAL_GAP_Z > 0 and gap >= RESIDUAL_GAP_Z:
             # an endpoint differs from the commit next to the change on its side: look harder, same size
             z = max(z, RESIDUAL_PROBE_Z)
@@ -888,6 +897,22 @@ class SearchPolicy:
             if best is None or cand < best:
                 best = cand
         return None if best is None else best[1]
+
+    def _gap_recheck(self, data: _Data, post: ChangePosterior, st: Step) -> tuple[int, float] | None:
+        """(commit, gap in se) to measure again before one change is accepted, or None: the pair of the residual
+        gap (``_residual_gap``) while it is between RESIDUAL_CONFIRM_Z and RESIDUAL_GAP_Z, at least
+        RESIDUAL_CONFIRM_HIDDEN commits between them are unmeasured, and the pair's commit with fewer trials has
+        fewer than RESIDUAL_CONFIRM_MAX."""
+        if self.settings.second_change_z <= 0 or RESIDUAL_CONFIRM_Z <= 0:
+            return None
+        gap, pair = self._residual_gap(data, post, st)
+        if not RESIDUAL_CONFIRM_Z <= gap < RESIDUAL_GAP_Z:
+            return None
+        hidden = sum(1 for j in range(pair[0] + 1, pair[1]) if not data.count(j) and j not in data.untestable)
+        few = min(pair, key=lambda i: (data.count(i), i))
+        if hidden < RESIDUAL_CONFIRM_HIDDEN or data.count(few) >= RESIDUAL_CONFIRM_MAX or not self._budget_left(data, few):
+            return None
+        return few, gap
 
     @staticmethod
     def _residual_gap(data: _Data, post: ChangePosterior, st: Step) -> tuple[float, tuple[int, int]]:

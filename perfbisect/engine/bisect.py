@@ -477,11 +477,10 @@ class SearchPolicy:
             again = self._gap_recheck(data, post, steps[0])
             if again is not None:
                 j, gap = again
-                far = 0 if j < steps[0].at else self.n - 1
                 return Measure(
                     self.commits[j],
                     f"second-change check: {self._describe_key(data, top_key)} holds {top_p:.3f} of the posterior, but "
-                    f"the {'good' if far == 0 else 'bad'} endpoint and the commit beside the change on its side differ by "
+                    f"the {'good' if j < steps[0].at else 'bad'} endpoint and the commit beside the change on its side differ by "
                     f"{gap:.1f} standard errors; measuring {self.commits[j][:10]} again before one change is accepted",
                     "second-change check",
                     best=self._describe_key(data, top_key),
@@ -593,14 +592,15 @@ class SearchPolicy:
         sides = self._side_spreads(data, top_key) if len(top_key) == 1 else None
         if sides is not None and all(v is not None for v in sides):
             # the sides' repeats spread differently and each is weighed by its own: say both, not the quieter one
-            noise_text = (f"noise {pct(math.sqrt(sides[0][0])):.1f}% per trial before it and "
-                          f"{pct(math.sqrt(sides[1][0])):.1f}% from it on, each side weighed by its own")
+            before, after = (pct(math.sqrt(v[0])) for v in sides)
+            noise_text = (f"noise {before:.1f}% per trial before it and {after:.1f}% from it on, "
+                          f"each side weighed by its own")
             # ...and the comparison's own noise field (--json, the report) says so too: the posterior's σ is
             # the quieter side's, which is not the noise of this range
             sd_own, dof_own = self._pure_error(data)
             cmp = replace(cmp, sigma_b_pct=pct(sd_own), sigma_source=(
-                f"the spread of repeats over the range, {dof_own:g} dof; {pct(math.sqrt(sides[0][0])):.1f}% before "
-                f"the change and {pct(math.sqrt(sides[1][0])):.1f}% from it on, each side weighed by its own"))
+                f"the spread of repeats over the range, {dof_own:g} dof; {before:.1f}% before the change and "
+                f"{after:.1f}% from it on, each side weighed by its own"))
         else:
             noise_text = f"noise {pct(first.sigma):.1f}% per trial"
         expl = (
@@ -1109,7 +1109,7 @@ class SearchPolicy:
                    if more else " At the noise and difference measured so far it would take beyond 100,000 more trials.")
                 + f" Spending the rest of the budget would not change that: set stats.tolerance_pct to the "
                   f"regression that matters to you (what this host can afford), quiet the benchmark, or raise "
-                  f"{limit.split(' =')[0]}."
+                  "stats.max_trials_total."
             ),
         )
 

@@ -399,6 +399,37 @@ def test_a_gap_of_one_to_two_standard_errors_is_measured_again_before_one_change
     assert B.RESIDUAL_CONFIRM_Z <= gap < B.RESIDUAL_GAP_Z and got is None
 
 
+def test_each_side_of_the_change_has_its_gap_measured_again_the_larger_first():
+    """Round 8: the larger gap's pair was the only one looked at, so a side whose pair (noise) had used up its
+    re-measures hid the other side's gap. Known answer: change at c8 of 17; the bad side's pair (c8, c16) at
+    RESIDUAL_CONFIRM_MAX trials each with the larger gap, the good side's (c0, c7) at 2 and 3 trials with a
+    gap of 1–2 se: the good side's commit with fewer trials (c0) is measured. With the good side's gap gone,
+    neither side is."""
+    from perfbisect.engine import bisect as B
+    from perfbisect.engine.effects import located_step
+
+    cs = commits(17)
+    pol = SearchPolicy(cs, StatsConfig(), _noise(3.0, 1.0))
+
+    def look(vals):
+        data = pol._regroup(_obs(cs, vals))
+        post = pol._posterior(data)
+        st = located_step(post, (8,), 8, 7, [len(v) for v in data.values])
+        gaps = dict((pair, gap) for gap, pair in pol._side_gaps(data, post, st))
+        return gaps, pol._gap_recheck(data, post, st), pol._residual_gap(data, post, st)
+
+    many = [-10.0 + 3.0 * (-1) ** k for k in range(B.RESIDUAL_CONFIRM_MAX)]
+    bad_side = {8: many, 16: [v - 3.0 for v in many]}
+    gaps, again, (gap, pair) = look({0: [1.5, -1.5], 7: [-3.0, 0.0, -6.0], **bad_side})
+    assert set(gaps) == {(0, 7), (8, 16)}
+    assert gaps[(8, 16)] > gaps[(0, 7)] and pair == (8, 16) and gap == gaps[(8, 16)]  # the larger, as before
+    assert B.RESIDUAL_CONFIRM_Z <= gaps[(0, 7)] < gaps[(8, 16)] < B.RESIDUAL_GAP_Z
+    assert again is not None and again == (0, gaps[(0, 7)])  # the good side's pair, its commit with fewer trials
+    # the good side on one level: nothing on it to measure, and the bad side's pair has its trials
+    gaps, again, _ = look({0: [-1.5, -4.5], 7: [-3.0, 0.0, -6.0], **bad_side})
+    assert gaps[(0, 7)] < B.RESIDUAL_CONFIRM_Z and again is None
+
+
 # --- a host whose sessions spread differently on the two sides of a change ------------------------------
 
 

@@ -484,8 +484,13 @@ def test_a_culprit_between_a_noisy_and_a_quiet_side_reports_both_noises_and_stor
         cmp = out.culprit_comparison
         assert cmp.sigma_b_pct == pytest.approx(out.noise_sigma_pct)
         assert "before the change and" in cmp.sigma_source and "each side weighed by its own" in cmp.sigma_source
+        # ...and so does the endpoints' comparison (its good end on the noisy side, its bad end on the quiet one)
+        ends = out.endpoint_comparison
+        assert ends.sigma_b_pct == pytest.approx(out.noise_sigma_pct) and ends.sigma_source == cmp.sigma_source
+        assert "per trial before it and" in ends.explanation and "each side weighed by its own" in ends.explanation
     else:
         assert "each side" not in out.culprit_comparison.sigma_source
+        assert "each side" not in out.endpoint_comparison.sigma_source
         assert out.noise_dof == len(obs) - 2 and "% per trial)" in out.explanation
 
 

@@ -601,9 +601,13 @@ class SearchPolicy:
             # ...and the comparison's own noise field (--json, the report) says so too: the posterior's σ is
             # the quieter side's, which is not the noise of this range
             sd_own, dof_own = self._pure_error(data)
-            cmp = replace(cmp, sigma_b_pct=pct(sd_own), sigma_source=(
+            own = dict(sigma_b_pct=pct(sd_own), sigma_source=(
                 f"the spread of repeats over the range, {dof_own:g} dof; {before:.1f}% before the change and "
                 f"{after:.1f}% from it on, each side weighed by its own"))
+            cmp = replace(cmp, **own)
+            # the endpoints' comparison is weighed the same way (its good end on one side, its bad end on the other)
+            ends = replace(endpoint_comparison(post, counts, self._level_prior_ratio(data), s, self.higher_is_better,
+                                               noise_text=noise_text)[0], **own)
         else:
             noise_text = f"noise {pct(first.sigma):.1f}% per trial"
         expl = (

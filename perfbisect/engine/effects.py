@@ -74,14 +74,15 @@ def step_comparison(st: Step, verdict: Verdict, settings: StatsConfig) -> Compar
 
 def endpoint_comparison(
     post: ChangePosterior, counts: Sequence[int], level_ratio: float, settings: StatsConfig, higher_is_better: bool,
-    dof: float | None = None,
+    dof: float | None = None, noise_text: str | None = None,
 ) -> tuple[Comparison, float]:
     """Bad vs good endpoint from every trial: one level per measured commit, drift as in the posterior.
 
     The drift scale is the posterior's most probable one; the noise is the posterior's σ, so
     midpoint trials sharpen the endpoints' comparison through σ and the drift path. ``level_ratio``
     is the level prior's width as in the posterior; ``dof`` (default the posterior's) the Student-t
-    degrees of freedom of the interval. Returns the comparison and the probability that the bad end
+    degrees of freedom of the interval; ``noise_text`` what its explanation says of the noise (default
+    "noise X% per trial" at the posterior's σ). Returns the comparison and the probability that the bad end
     is *better* beyond the minimum effect.
     """
     s = settings
@@ -114,7 +115,7 @@ def endpoint_comparison(
     return _comparison(
         verdict, d, se, dof, sigma, n_a, n_b, settings, p_value=None,
         lead="bad vs good ",
-        tail=(f" from {n_b} + {n_a} trials, noise {pct(sigma):.1f}% per trial; "
+        tail=(f" from {n_b} + {n_a} trials, {noise_text or f'noise {pct(sigma):.1f}% per trial'}; "
               f"probability of a regression beyond {s.min_effect_pct:g}% (stats.min_effect_pct): {p_worse:.2g}."),
     ), p_better
 

@@ -91,12 +91,31 @@ def test_a_stored_figure_is_a_prior_worth_one_trial_in_compare_and_in_the_bisect
     rng = np.random.default_rng(3)
     a = list(LOG82 + rng.normal(0.0, 0.06, 3))
     b = list(LOG82 + rng.normal(0.0, 0.06, 3))
-    stored = compare(a, b, _noise(2.0, 200.0), StatsConfig())
-    # known answer: 200 stored dof weigh as one trial, σ² = (1·σ0² + the pairs' own squares) / (1 + 4 dof)
     ss = float(np.sum((np.array(a) - np.mean(a)) ** 2) + np.sum((np.array(b) - np.mean(b)) ** 2))
+    assert math.log1p(0.02) ** 2 < ss / 4 < math.log1p(0.12) ** 2
+    # known answer: a stored figure above the pair's own spread (12%, 200 dof) weighs as one trial,
+    # σ² = (1·σ0² + the pairs' own squares) / (1 + 4 dof)
     assert PRIOR_DOF_CAP == 1.0
-    assert stored.sigma_b_pct == pytest.approx(100 * math.expm1(math.sqrt((math.log1p(0.02) ** 2 + ss) / 5.0)), rel=1e-9)
+    wide = compare(a, b, _noise(12.0, 200.0), StatsConfig())
+    assert wide.sigma_b_pct == pytest.approx(100 * math.expm1(math.sqrt((math.log1p(0.12) ** 2 + ss) / 5.0)), rel=1e-9)
+    assert "dof 5)" in wide.sigma_source
+    # ...one under it (2%: quiet back-to-back sessions) only widens, never narrows: the pair's own σ and dof
+    stored = compare(a, b, _noise(2.0, 200.0), StatsConfig())
+    assert stored.sigma_b_pct == pytest.approx(100 * math.expm1(math.sqrt(ss / 4.0)), rel=1e-9)
+    assert "dof 4)" in stored.sigma_source
     assert stored.sigma_b_pct > 3.0
+    # where it mattered: two trials a side, 12% apart, ±1.5% each. A 0.3% figure pooled in would make σ² =
+    # (σ0² + SS)/3 at 3 dof (p ≈ 0.003 < alpha: `regressed`); the pair's own 2 dof give p = 2·t_sf(|d|/√(SS/2), 2)
+    from scipy import stats as sps
+    a2 = [LOG82 + math.log1p(0.015), LOG82 - math.log1p(0.015)]
+    b2 = [v + math.log(0.88) for v in a2]
+    ss2 = 2 * 2 * math.log1p(0.015) ** 2
+    early = compare(a2, b2, _noise(0.3, 20.0), StatsConfig())
+    t2 = math.log(0.88) / math.sqrt(ss2 / 2)
+    assert early.p_value == pytest.approx(2 * sps.t.sf(abs(t2), 2), rel=1e-6)
+    assert early.p_value > StatsConfig().alpha and early.verdict is not Verdict.REGRESSED
+    t3 = math.log(0.88) / math.sqrt((math.log1p(0.003) ** 2 + ss2) / 3)
+    assert 2 * sps.t.sf(abs(t3), 3) < StatsConfig().alpha  # what the narrowed figure would have said
     # the bisection's posterior gives a calibration of 20 dof the weight of one trial as well: the same posterior
     # as a figure of 1 dof, for the same observations
     cs = commits(9)

@@ -306,7 +306,8 @@ def calibration_lines(measured: CalibrationNoise, start: StartingNoise, next_noi
         else:
             lines.append(f"the next bisection on this host starts from {start.figure.describe()}: {start.why}")
     lines.append(f"noise the next bisection decides with, pooled with stored A/A trials: {next_noise.describe()}; "
-                 f"a bisection counts it as a prior worth at most {PRIOR_DOF_CAP:g} trial{'' if PRIOR_DOF_CAP == 1 else 's'} of its own, never a licence")
+                 f"a bisection counts it as a prior worth at most {PRIOR_DOF_CAP:g} trial{'' if PRIOR_DOF_CAP == 1 else 's'} "
+                 f"of its own (`compare` and `check`: only when it is not under the pair's own spread), never a licence")
     lines.extend(detectable_lines(next_noise, budget_trials, alpha))
     return lines
 

@@ -116,6 +116,11 @@ _SUFFIX_UNITS = (
 )
 # "<thing>_per_s", "<thing>_per_sec", "<thing>_per_second", "<thing>_ps": a rate of <thing> ("ops/s").
 _RATE = re.compile(r"^(?:.*_)?([a-z]+)_?(?:per_s|per_sec|per_second|ps)$")
+# "<count>_s" where the word before "_s" counts things is a rate like "tok_s" ("ops_s" → "ops/s"), not a time:
+# round 8's public-project runs printed packaging's "ops_s" as "24,903 s". Any other word ("wall_s",
+# "latency_s") is a time.
+_COUNT_S = re.compile(r"^(?:.*_)?(ops|op|req|reqs|requests|queries|calls|it|its|iters|iterations|items|samples|"
+                      r"images|frames|rows|records|events|msgs|messages|bytes|kb|mb|gb|flops|gflops|tflops)_s$")
 
 
 def unit_of_key(key: str) -> str:
@@ -124,6 +129,9 @@ def unit_of_key(key: str) -> str:
     for suffix, unit in _SUFFIX_UNITS[:5]:
         if low.endswith(suffix) or low == suffix:
             return unit
+    count = _COUNT_S.match(low)
+    if count:
+        return f"{count.group(1)}/s"
     rate = _RATE.match(low)
     if rate and (low.endswith("per_s") or low.endswith("per_sec") or low.endswith("per_second") or low.endswith("_ps")):
         return f"{rate.group(1)}/s"

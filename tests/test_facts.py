@@ -59,6 +59,10 @@ def test_units_are_read_off_the_key_rates_before_times():
     assert [unit_of_key(k) for k, *_ in METRICS] == [u for _, u, *_ in METRICS]
     assert unit_of_key("decode_tok_s") == "tok/s" and unit_of_key("items_per_second") == "items/s"
     assert unit_of_key("elapsed_seconds") == "s" and unit_of_key("throughput") == ""
+    # a counted thing before "_s" is a rate, as "tok_s" is (packaging's "ops_s" printed as seconds in round 8);
+    # any other word before it is a time
+    assert unit_of_key("ops_s") == "ops/s" and unit_of_key("wall_ops_s") == "ops/s" and unit_of_key("req_s") == "req/s"
+    assert unit_of_key("latency_s") == "s" and unit_of_key("wall_s") == "s" and unit_of_key("stops_s") == "s"
 
 
 def test_levels_and_huge_effects_read_as_people_state_them():

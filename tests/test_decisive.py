@@ -616,3 +616,28 @@ def test_the_hopeful_count_is_what_no_difference_at_the_low_end_of_the_noise_wou
         assert hopeful is not None and hopeful <= at_none and (plain is None or hopeful <= plain)
         if shift < 0:
             assert plain is not None and plain > 10 * hopeful  # as measured, a 4% slower end is far from ruling out 5%
+
+
+def test_every_trial_after_the_first_posterior_names_the_best_answer_for_progress():
+    """Round 8's packaging run showed "confirming · best: <the parent> p=0.50" while the trial was confirming
+    the located culprit: confirming steps carried no best answer and the progress line kept the locating
+    step's. Now every trial asked for once a posterior exists carries the best answer and its probability."""
+    cs = commits(9)
+    rng = np.random.default_rng(4)
+    pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    obs: list[Observation] = []
+    acts: list[Measure] = []
+    while True:
+        act = pol.next(obs)
+        if isinstance(act, Done):
+            break
+        acts.append(act)
+        j = cs.index(act.commit)
+        obs.append(Observation(act.commit, LOG82 + (0.0 if j < 5 else math.log(0.75)) + float(rng.normal(0.0, 0.02)),
+                               seq=len(obs)))
+    assert act.outcome.verdict is Verdict.REGRESSED and act.outcome.culprit == cs[5]
+    assert [a.phase for a in acts[:2]] == ["endpoints", "endpoints"] and not acts[0].best
+    confirming = [a for a in acts if a.phase == "confirming"]
+    assert confirming, [a.phase for a in acts]
+    assert all(a.best and a.p is not None for a in acts[2:])
+    assert all(a.best.startswith(cs[5][:10]) and a.p >= StatsConfig().confidence for a in confirming)

@@ -370,8 +370,19 @@ class SearchPolicy:
         """``next`` with trials in flight (``pending``: (commit, node)) counted as started, for ``host``.
 
         ``memo`` carries the regrouped observations and their posterior from one slot of a batch to
-        the next (they depend on the stored observations only)."""
+        the next (they depend on the stored observations only). Every trial asked for once there is a
+        posterior names the best answer and its probability (progress shows them: a confirming trial
+        left the locating step's answer on the progress line)."""
         memo = {} if memo is None else memo
+        act = self._decide_step(observations, pending, host, memo)
+        if isinstance(act, Measure) and not act.best and "post" in memo:
+            top_key, top_p = memo["post"].answer()
+            act = replace(act, best=self._describe_key(memo["data"], top_key) or "no change", p=top_p)
+        return act
+
+    def _decide_step(self, observations: Sequence[Observation], pending: Sequence[tuple[str, str | None]],
+                     host: str | None, memo: dict) -> Measure | Done:
+        """What ``_decide`` asks for, before the best answer is attached."""
         if "data" not in memo:
             memo["data"] = self._regroup(observations)
         data = replace(memo["data"], pending=[(self.index[c], h) for c, h in pending])

@@ -422,6 +422,9 @@ class BisectOutcome:
     stopped_by: str | None = None  # the budget that ended an inconclusive search ("stats.max_trials_total = 80")
     more_trials: int | None = None  # when inconclusive: further trials that would rule out the tolerance, at the measured noise
     regressed_path: RegressedPath | None = None  # a speculative mode's culprit: target model or speculative path
+    # how trial summaries of one build track recorded state (CPU load or temperature at the start: adjusted for;
+    # clock, power: only shown), as the explanation's "System state:" says them
+    state_notes: tuple[str, ...] = ()
 
     @property
     def culprit_is_set(self) -> bool:

@@ -307,6 +307,11 @@ def test_exogenous_load_adjusts_the_summaries():
     outcome, _ = drive_with(policy(cs), cs, observe)
     assert outcome.culprit == cs[9]
     assert "the CPU load when the trial started" in outcome.explanation and "; adjusted" in outcome.explanation
+    # the same note as a field (--json's state_notes), its size per the load's own spread within builds
+    assert len(outcome.state_notes) == 1 and outcome.state_notes[0] in outcome.explanation
+    assert "of load average (its spread between repeats of one build)" in outcome.state_notes[0]
+    from perfbisect.store import codec
+    assert codec.load(type(outcome), codec.encode(outcome)).state_notes == outcome.state_notes
 
 
 def test_bad_inputs_raise_usage_errors():

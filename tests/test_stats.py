@@ -122,6 +122,11 @@ def test_covariate_attribution_recovers_a_planted_clock_effect():
     # slope per MHz ≈ 0.6 / 1980 (log-log elasticity 0.6 near the mean clock)
     assert att.slope * 1980 == pytest.approx(0.6, rel=0.15)
     assert "mean SM clock" in att.sentence and "adjusted" in att.sentence
+    # the effect is stated per the clock's own spread between repeats of one build, in MHz (known answer:
+    # the within-build sd of the clock times the fitted slope), not per a 10% change nobody saw
+    x = np.array([c["sm_clock_mean_mhz"] for c in covs]).reshape(3, 8)
+    spread = math.sqrt(((x - x.mean(axis=1, keepdims=True)) ** 2).sum() / (24 - 3))
+    assert f"{100 * math.expm1(att.slope * spread):+.1f}% per +{spread:.0f} MHz (its spread between repeats" in att.sentence
     assert 1.0 - (att.sigma_after / att.sigma_before) ** 2 > 0.5  # the share of within-build variance explained
     fixed = adjust(summaries, covs, att)
     resid = np.array(fixed) - np.repeat([np.mean(fixed[i * 8:(i + 1) * 8]) for i in range(3)], 8)

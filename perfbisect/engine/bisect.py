@@ -1256,6 +1256,7 @@ class SearchPolicy:
             tolerance_pct=self._tolerance() or None,
             stopped_by=stopped_by,
             more_trials=more_trials,
+            state_notes=tuple(data.notes),
         )
         return Done(outcome)
 

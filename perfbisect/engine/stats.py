@@ -350,6 +350,17 @@ _COVARIATE_WORDS = {
     "other_load": "the CPU load when the trial started",
 }
 
+_COVARIATE_UNITS = {
+    "sm_clock_mean_mhz": " MHz", "clock_cap_mhz": " MHz", "temperature_mean_c": " °C", "start_temperature_c": " °C",
+    "power_mean_w": " W", "utilization_pct": " points", "other_load": " of load average",
+}
+
+
+def _covariate_amount(x: float) -> str:
+    """A state's spread, to the digits it needs (0.063, 4.2, 45)."""
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}" if x >= 1 else f"{x:.2g}"
+
+
 # State the code under test cannot cause: it may adjust trial summaries across commits. The CPU
 # load when a trial starts ("other_load") is the machine's: this trial's own load has not begun.
 EXOGENOUS_COVARIATES = ("clock_cap_mhz", "start_temperature_c", "other_load")
@@ -428,17 +439,19 @@ def attribute(
         xm = float(x.mean())
         word = _COVARIATE_WORDS.get(key, key)
         if "fraction" in key:
-            step, step_word = 0.1, "+10 points of"
-            eff = pct(slope * step)
+            eff, per = pct(slope * 0.1), "+10 points of it"
         else:
-            step, step_word = -0.1 * xm, "−10%"
-            eff = pct(slope * step)
+            # per the state's own spread between repeats of one build, in its unit: "per −10% of the mean"
+            # extrapolated a load average that moved by 0.05 within builds to "+154% per −10%" (round 8)
+            spread = math.sqrt(sxx / dof_before)
+            eff = pct(slope * spread)
+            per = f"+{_covariate_amount(spread)}{_COVARIATE_UNITS.get(key, '')} (its spread between repeats of one build)"
         tail = (
             "adjusted" if adjusted else
             f"not adjusted ({'not significant' if p >= alpha else 'too little noise removed'})"
         )
         sentence = (
-            f"trial summaries track {word}: {eff:+.1f}% per {step_word} {'clock' if 'clock' in key else word}, "
+            f"trial summaries track {word}: {eff:+.1f}% per {per}, "
             f"r={r:.2f}, p={p:.2g}, within-build noise {pct(s_before):.1f}% → {pct(s_after):.1f}%; {tail}"
         )
         cand = Attribution(key, slope, r, p, n, dof_after, s_before, s_after, xm, adjusted, sentence)

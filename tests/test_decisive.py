@@ -641,3 +641,19 @@ def test_every_trial_after_the_first_posterior_names_the_best_answer_for_progres
     assert confirming, [a.phase for a in acts]
     assert all(a.best and a.p is not None for a in acts[2:])
     assert all(a.best.startswith(cs[5][:10]) and a.p >= StatsConfig().confidence for a in confirming)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_same_reached_on_the_endpoints_is_their_comparisons_verdict_too(seed):
+    """Round 8's A/A runs: `--json` said `"verdict": "same"` and, beside it, `endpoint_comparison.verdict`
+    `inconclusive` (the endpoints' own rule wants the whole interval inside ±min_effect_pct). A verdict reached
+    on the endpoints is now their comparison's verdict; the interval and effect are the same numbers."""
+    cs = commits(9)
+    outcome, _ = drive(SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0)), SimulatedTarget({}, 9, 2.0, seed=seed), cs)
+    assert outcome.verdict is Verdict.SAME and outcome.culprit is None
+    ends = outcome.endpoint_comparison
+    assert ends.verdict is Verdict.SAME
+    # the bound that ended it (every look's level, this bisection's own dof) is the wider one: the endpoints'
+    # interval at alpha lies inside it, so it shows the tolerance ruled out too
+    assert outcome.ruled_out_pct is not None
+    assert -StatsConfig().tolerance_pct < -outcome.ruled_out_pct <= ends.ci_low_pct

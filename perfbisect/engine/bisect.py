@@ -426,6 +426,8 @@ class SearchPolicy:
         # No regression: "no change at all" holds the posterior, the bad end is faster, or a regression
         # as big as the tolerance is ruled out while no change is the likelier story. Each rests on at
         # least MIN_TRIALS_PER_SIDE trials of each endpoint: one session per side cannot carry a verdict.
+        # (a verdict reached on the endpoints is also their comparison's verdict in --json and the report: their
+        # own rule — the whole interval inside ±min_effect_pct — read `inconclusive` beside a `same`)
         ends_ok = min(counts[good], counts[bad]) >= MIN_TRIALS_PER_SIDE
         tol = self._tolerance()
         # With a tolerance, every `same` states that it is ruled out (the bound above, this bisection's own
@@ -433,7 +435,7 @@ class SearchPolicy:
         tol_ok = tol <= 0 or (ruled_out is not None and ruled_out < tol)
         if ends_ok and tol_ok and post.p_none >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
             return self._done(
-                Verdict.SAME, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
+                Verdict.SAME, data, post=post, endpoint_cmp=replace(ends, verdict=Verdict.SAME), ruled_out=ruled_out,
                 explanation=(
                     f"No regression beyond noise: no change of {s.min_effect_pct:g}% or more anywhere in the "
                     f"range holds {post.p_none:.3f} of the posterior after {data.trials} trials"
@@ -443,7 +445,7 @@ class SearchPolicy:
             )
         if ends_ok and p_better_seq >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
             return self._done(
-                Verdict.IMPROVED, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
+                Verdict.IMPROVED, data, post=post, endpoint_cmp=replace(ends, verdict=Verdict.IMPROVED), ruled_out=ruled_out,
                 explanation=(
                     f"The bad endpoint is faster than the good one (probability {p_better_seq:.3f} of a gain beyond "
                     f"{s.min_effect_pct:g}%): no regression to bisect. {ends.explanation}"
@@ -452,7 +454,7 @@ class SearchPolicy:
         if (ends_ok and tol > 0 and ruled_out is not None and ruled_out < tol
                 and (post.p_none >= SAME_NO_CHANGE or not is_regression(log_of_pct(ends.effect_pct), self.higher_is_better))):
             return self._done(
-                Verdict.SAME, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out,
+                Verdict.SAME, data, post=post, endpoint_cmp=replace(ends, verdict=Verdict.SAME), ruled_out=ruled_out,
                 explanation=(
                     f"No regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided), inside the tolerance "
                     f"of {tol:g}% (stats.tolerance_pct), after {data.trials} trials; "

@@ -232,6 +232,15 @@ def _obs(cs, per_commit: dict[int, list[float]]) -> list[Observation]:
     return out
 
 
+def _located(pol: SearchPolicy, cs, vals: dict[int, list[float]], at: int):
+    """The regrouped data, its posterior and the step of a change located at ``at`` (parent ``at − 1``)."""
+    from perfbisect.engine.effects import located_step
+
+    data = pol._regroup(_obs(cs, vals))
+    post = pol._posterior(data)
+    return data, post, located_step(post, (at,), at, at - 1, [len(v) for v in data.values])
+
+
 def test_pure_error_is_the_spread_of_repeats_of_one_build():
     cs = commits(5)
     pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
@@ -381,15 +390,12 @@ def test_a_gap_of_one_to_two_standard_errors_is_measured_again_before_one_change
     (the lower index on a tie); with RESIDUAL_CONFIRM_MAX trials a side, no gap, or the stretch between them
     measured, this rule measures neither."""
     from perfbisect.engine import bisect as B
-    from perfbisect.engine.effects import located_step
 
     cs = commits(17)
     pol = SearchPolicy(cs, StatsConfig(), _noise(3.0, 1.0))
 
     def probe(vals):
-        data = pol._regroup(_obs(cs, vals))
-        post = pol._posterior(data)
-        st = located_step(post, (4,), 4, 3, [len(v) for v in data.values])
+        data, post, st = _located(pol, cs, vals, 4)
         gap, pair = pol._residual_gap(data, post, st)
         again = pol._gap_recheck(data, post, st)
         assert again is None or again[1] == gap
@@ -425,15 +431,12 @@ def test_each_side_of_the_change_has_its_gap_measured_again_the_larger_first():
     gap of 1–2 se: the good side's commit with fewer trials (c0) is measured. With the good side's gap gone,
     neither side is."""
     from perfbisect.engine import bisect as B
-    from perfbisect.engine.effects import located_step
 
     cs = commits(17)
     pol = SearchPolicy(cs, StatsConfig(), _noise(3.0, 1.0))
 
     def look(vals):
-        data = pol._regroup(_obs(cs, vals))
-        post = pol._posterior(data)
-        st = located_step(post, (8,), 8, 7, [len(v) for v in data.values])
+        data, post, st = _located(pol, cs, vals, 8)
         gaps = dict((pair, gap) for gap, pair in pol._side_gaps(data, post, st))
         return gaps, pol._gap_recheck(data, post, st), pol._residual_gap(data, post, st)
 

@@ -206,3 +206,27 @@ def test_mediators_are_shown_and_exogenous_state_adjusts():
     # The adjustment removes the load's share: what is left of the spread within builds is small.
     within = np.array(adjusted[:8]) - np.mean(adjusted[:8])
     assert np.std(within) < 0.3 * np.std(session[:8])
+
+
+def test_a_state_that_marks_only_two_trials_is_not_fitted(monkeypatch):
+    """Round 8's packaging A/A run aa-3: the 1-minute load average read 3.68 in eight trials and 3.70 in the last
+    two, whose summaries happened to be lower, and the fit said "adjusted" at p = 0.006 — a dummy for two trials,
+    not a state that varies. The same summaries, the load in the stored trials: no attribution; with a third
+    trial off the commonest value the fit is allowed again (whatever it then finds)."""
+    from perfbisect.engine.stats import COVARIATE_MIN_OFF_MODE, covariate_notes
+
+    y = [LOG82 + v / 100 for v in (0.0, 2.0, 4.06, 1.0, 3.25, 4.59, 3.12, -1.52, -5.76, -0.24)]
+    builds = [0, 24, 24, 0, 0, 24, 24, 0, 0, 24]
+    load = [3.68] * 8 + [3.70] * 2
+    covs = [{"other_load": v} for v in load]
+    assert COVARIATE_MIN_OFF_MODE == 3
+    assert attribute(y, covs, builds, keys=("other_load",)) is None
+    values, notes = covariate_notes(y, covs, builds)
+    assert values == y and notes == []
+    covs3 = [{"other_load": v} for v in [3.68] * 7 + [3.70] * 3]
+    assert attribute(y, covs3, builds, keys=("other_load",)) is not None
+    # without the guard: aa-3's own sentence (p = 0.006, within-build noise 2.8% → 1.7%, adjusted)
+    from perfbisect.engine import stats as S
+    monkeypatch.setattr(S, "COVARIATE_MIN_OFF_MODE", 0)
+    old = attribute(y, covs, builds, keys=("other_load",))
+    assert old is not None and old.adjusted and old.p_value == pytest.approx(0.006, abs=5e-4)

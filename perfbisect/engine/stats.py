@@ -350,6 +350,10 @@ _COVARIATE_WORDS = {
     "other_load": "the CPU load when the trial started",
 }
 
+# A state is fitted only when at least this many trials read other than its commonest value (round 8: a load
+# average quantised to 0.01 "explained" the two last trials of an A/A range at p = 0.006).
+COVARIATE_MIN_OFF_MODE = 3
+
 _COVARIATE_UNITS = {
     "sm_clock_mean_mhz": " MHz", "clock_cap_mhz": " MHz", "temperature_mean_c": " °C", "start_temperature_c": " °C",
     "power_mean_w": " W", "utilization_pct": " points", "other_load": " of load average",
@@ -421,6 +425,11 @@ def attribute(
     best: Attribution | None = None
     for key in keys:
         x = np.asarray([float(c[key]) for c in covariates])
+        if n - int(np.unique(x, return_counts=True)[1].max()) < COVARIATE_MIN_OFF_MODE:
+            # a state that sits at one value in all but a trial or two (a 1-minute load average read 3.68 in
+            # eight trials and 3.70 in the last two) marks those trials, it does not vary: fitting it absorbs
+            # whatever else happened in them and calls it the state's doing
+            continue
         rx = x - (np.bincount(gid, x) / counts)[gid]
         sxx = float((rx**2).sum())
         if sxx <= 0 or ss_before <= 0:

@@ -490,7 +490,8 @@ class SearchPolicy:
         # Located: size each change under the posterior; the culprit is the first regression.
         steps = [located_step(post, top_key, b, self._parent(b, data), counts) for b in top_key]
         if len(top_key) == 1:
-            again = self._gap_recheck(data, post, steps[0])
+            gaps = self._side_gaps(data, post, steps[0])  # the re-measure and the probe both read them
+            again = self._gap_recheck(data, post, steps[0], gaps)
             if again is not None:
                 j, gap = again
                 return Measure(
@@ -502,7 +503,7 @@ class SearchPolicy:
                     best=self._describe_key(data, top_key),
                     p=top_p,
                 )
-            probe = self._second_change_probe(data, post, steps[0])
+            probe = self._second_change_probe(data, post, steps[0], gaps)
             if probe is not None:
                 return Measure(
                     self.commits[probe],
@@ -877,7 +878,8 @@ class SearchPolicy:
                 )
         return None
 
-    def _second_change_probe(self, data: _Data, post: ChangePosterior, st: Step) -> int | None:
+    def _second_change_probe(self, data: _Data, post: ChangePosterior, st: Step,
+                             gaps: list[tuple[float, tuple[int, int]]] | None = None) -> int | None:
         """A commit to measure so that a second step on either side of the change could show, or None.
 
         For every split point inside a side segment, the trials on its two sides give an effective
@@ -889,7 +891,7 @@ class SearchPolicy:
             return None
         floor = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SIGMAS * post.sigma_top)
         step = max(floor, SECOND_CHANGE_SHARE * abs(st.step))
-        gap, _ = self._residual_gap(data, post, st)
+        gap, _ = self._residual_gap(data, post, st, gaps)
         if RESIDUAL_GAP_Z > 0 and gap >= RESIDUAL_GAP_Z:
             # an endpoint differs from the commit next to the change on its side: look harder, same size
             z = max(z, RESIDUAL_PROBE_Z)
@@ -918,14 +920,16 @@ class SearchPolicy:
                 best = cand
         return None if best is None else best[1]
 
-    def _gap_recheck(self, data: _Data, post: ChangePosterior, st: Step) -> tuple[int, float] | None:
+    def _gap_recheck(self, data: _Data, post: ChangePosterior, st: Step,
+                     gaps: list[tuple[float, tuple[int, int]]] | None = None) -> tuple[int, float] | None:
         """(commit, gap in se) to measure again before one change is accepted, or None: on either side of the
         change (the larger gap first), the pair of its residual gap (``_side_gaps``) while the gap is between
         RESIDUAL_CONFIRM_Z and RESIDUAL_GAP_Z, at least RESIDUAL_CONFIRM_HIDDEN commits between them are
-        unmeasured, and the pair's commit with fewer trials has fewer than RESIDUAL_CONFIRM_MAX."""
+        unmeasured, and the pair's commit with fewer trials has fewer than RESIDUAL_CONFIRM_MAX. ``gaps``:
+        ``_side_gaps`` when the caller has them."""
         if self.settings.second_change_z <= 0 or RESIDUAL_CONFIRM_Z <= 0:
             return None
-        for gap, pair in sorted(self._side_gaps(data, post, st), reverse=True):
+        for gap, pair in sorted(self._side_gaps(data, post, st) if gaps is None else gaps, reverse=True):
             if not RESIDUAL_CONFIRM_Z <= gap < RESIDUAL_GAP_Z:
                 continue
             hidden = sum(1 for j in range(pair[0] + 1, pair[1]) if not data.count(j) and j not in data.untestable)
@@ -936,10 +940,11 @@ class SearchPolicy:
         return None
 
     @classmethod
-    def _residual_gap(cls, data: _Data, post: ChangePosterior, st: Step) -> tuple[float, tuple[int, int]]:
-        """The larger of the two sides' gaps (``_side_gaps``) and its pair; 0 and the good side's pair when
-        neither side has one."""
-        return max(cls._side_gaps(data, post, st), default=(0.0, (0, st.parent)))
+    def _residual_gap(cls, data: _Data, post: ChangePosterior, st: Step,
+                      gaps: list[tuple[float, tuple[int, int]]] | None = None) -> tuple[float, tuple[int, int]]:
+        """The larger of the two sides' gaps (``_side_gaps``, or ``gaps`` when the caller has them) and its pair;
+        0 and the good side's pair when neither side has one."""
+        return max(cls._side_gaps(data, post, st) if gaps is None else gaps, default=(0.0, (0, st.parent)))
 
     @staticmethod
     def _side_gaps(data: _Data, post: ChangePosterior, st: Step) -> list[tuple[float, tuple[int, int]]]:

@@ -70,9 +70,16 @@ def _dedicated(engine: Engine, application_name: str) -> Connection:
 
 
 def _close(conn: Connection | None) -> None:
-    """Close the DBAPI connection itself (not back into the pool): the server drops its locks."""
+    """Let go of the session's advisory locks, then close the DBAPI connection itself (not back into the
+    pool). The explicit unlock makes a release visible at once: a closed socket alone is noticed by the
+    server's backend a moment later, and a ``holder()`` read in that moment still named this process (CI
+    saw it). On a connection already lost the unlock fails, and the server drops the locks with it."""
     if conn is None:
         return
+    try:
+        conn.execute(text("SELECT pg_advisory_unlock_all()"))
+    except SQLAlchemyError:
+        pass
     try:
         conn.invalidate()
         conn.close()

@@ -24,6 +24,8 @@ Usage:
     python benchmarks/strategies.py --reps 40 --scenarios S2,D2,D2-AA,M1 --strategies perfbisect,oracle-sprt
     python benchmarks/strategies.py --quick                   # 40 reps of S2, D1, D2, M1 and twins, A/A compare
     python benchmarks/strategies.py --aa-only --aa-reps 2000  # only the A/A repeated-look table
+    # the oracle's SPRT without being told the levels (single-change cells; PB_SPRT_ENDS, PB_SPRT_CAP)
+    python benchmarks/strategies.py --reps 300 --scenarios S1,S2,R1,R2 --strategies sprt-learned-levels,oracle-sprt
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import argparse
 import json
 import math
 import multiprocessing as mp
+import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -727,6 +730,65 @@ def run_oracle(t: Target) -> dict:
     return {"changes": tuple(named), "set": cset}
 
 
+def run_sprt_learned_levels(t: Target, ends: int | None = None, per_commit: int | None = None) -> dict:
+    """The oracle's SPRT with the levels learned instead of known: a floor for any search that must measure them.
+
+    Like ``run_oracle`` it knows σ, that the range holds one change, and the penalties the runner records;
+    unlike it, it starts from ``ends`` trials of each endpoint (``PB_SPRT_ENDS``, default 4) and takes each side's
+    level as the mean of the trials of the commits it has placed on that side, with the predictive variance
+    σ²(1 + 1/n) of a mean of n; a commit whose walk has not crossed a bound after ``per_commit`` trials
+    (``PB_SPRT_CAP``, default 10) goes to the side its likelihood ratio leans to (a level estimate off by chance
+    would stall it). No confirmation, no second-change search, no drift or outlier model: what it costs beyond
+    the oracle is the price of not being told the levels (docs/benchmarks.md, round 9: 4 and 10 are its best
+    on S2–S4). Single-change scenarios only.
+    """
+    if not t.changes:
+        return {"changes": (), "set": ()}
+    if len(t.changes) != 1:
+        raise ValueError("sprt-learned-levels handles single-change scenarios only")
+    ends = ends or int(os.environ.get("PB_SPRT_ENDS", "4"))
+    per_commit = per_commit or int(os.environ.get("PB_SPRT_CAP", "10"))
+    sigma2 = t.sigma_total ** 2
+    bound = math.log(0.99 / 0.01)
+    sides: dict[bool, list[float]] = {False: [], True: []}  # placed on the bad side?
+    for _ in range(ends):
+        for j, is_bad in ((0, False), (t.scn.n - 1, True)):
+            tr = t.measure(j)
+            sides[is_bad].append(tr.value - tr.known)
+
+    def bad(j: int) -> bool:
+        mine: list[float] = []
+        llr = 0.0
+        while -bound < llr < bound:
+            tr = t.measure(j)
+            y = tr.value - tr.known
+            mine.append(y)
+            mg, vg = float(np.mean(sides[False])), sigma2 * (1 + 1 / len(sides[False]))
+            mb, vb = float(np.mean(sides[True])), sigma2 * (1 + 1 / len(sides[True]))
+            # the likelihood ratio of all of this commit's trials under each side's predictive, recomputed
+            llr = (_gauss_mean_loglik(np.asarray(mine), mb, vb, sigma2) - _gauss_mean_loglik(np.asarray(mine), mg, vg, sigma2))
+            if len(mine) >= per_commit:  # a level estimate off by chance stalls the walk: decide on its sign
+                break
+        verdict = llr > 0  # past a bound, or the sign at the cap
+        sides[verdict].extend(mine)
+        return verdict
+
+    culprit, cset = _bisect_with(t, 0, t.scn.n - 1, bad)
+    return {"changes": (culprit,), "set": cset}
+
+
+def _gauss_mean_loglik(y: np.ndarray, m: float, v_pred: float, sigma2: float) -> float:
+    """log p(y) for n trials y_i = μ + e_i (e_i ~ N(0, σ²)) when μ ~ N(m, v_pred − σ²): the level's own
+    uncertainty is shared by the n trials (their covariance σ²·I + (v_pred − σ²)·11ᵀ)."""
+    n = len(y)
+    tau2 = max(v_pred - sigma2, 0.0)
+    r = y - m
+    # Sherman–Morrison: (σ²I + τ²11ᵀ)⁻¹ = (I − τ²/(σ² + nτ²) 11ᵀ)/σ²; det = σ^(2n)(1 + nτ²/σ²)
+    quad = (float(r @ r) - tau2 * float(r.sum()) ** 2 / (sigma2 + n * tau2)) / sigma2
+    logdet = n * math.log(sigma2) + math.log1p(n * tau2 / sigma2)
+    return -0.5 * (quad + logdet + n * math.log(2 * math.pi))
+
+
 STRATEGIES = {
     "perfbisect": run_perfbisect,
     "perfbisect-learned-noise": run_perfbisect_learned,
@@ -735,6 +797,7 @@ STRATEGIES = {
     "1-trial-5-runs-ttest": run_runs_ttest,
     "10-trials-mannwhitney": run_ten_trials,
     "oracle-sprt": run_oracle,
+    "sprt-learned-levels": run_sprt_learned_levels,
     "known-sigma-equivalence": run_known_sigma_equivalence,
     "perfbisect-fixed-layout": run_perfbisect_fixed_layout,
 }

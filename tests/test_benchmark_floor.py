@@ -1,5 +1,7 @@
-"""The A/A floor of benchmarks/strategies.py (the known-σ equivalence test perfbisect's `same` is measured
-against) knows the sd each endpoint's trials are really drawn with (no git, no servers, seeded)."""
+"""The floors of benchmarks/strategies.py: the A/A floor (the known-σ equivalence test perfbisect's `same` is
+measured against) knows the sd each endpoint's trials are really drawn with, and the learned-levels SPRT (the
+oracle's test without being told the levels) pays exactly its endpoint trials when noise is negligible (no git,
+no servers, seeded)."""
 
 from __future__ import annotations
 
@@ -51,3 +53,28 @@ def test_a_heteroscedastic_twin_charges_each_side_its_own_session_sd():
     z2 = ((S._Z_ALPHA + S._Z_POWER) / tol) ** 2
     assert S.equivalence_trials(t) == 2 * math.ceil((t.trial_sd(0) ** 2 + quiet ** 2) * z2)
     assert S.equivalence_trials(t) < 0.6 * 2 * math.ceil(2 * t.sigma_total ** 2 * z2)  # both sides at 10%: ~twice as many
+
+
+def test_the_learned_levels_likelihood_is_the_normal_density_of_trials_sharing_an_uncertain_level():
+    from scipy.stats import multivariate_normal
+
+    y = np.array([0.03, -0.01, 0.02, 0.05])
+    sigma2, v_pred, m = 0.02 ** 2, 0.02 ** 2 * (1 + 1 / 3), 0.01
+    cov = sigma2 * np.eye(4) + (v_pred - sigma2) * np.ones((4, 4))  # the level's own variance is shared
+    assert S._gauss_mean_loglik(y, m, v_pred, sigma2) == pytest.approx(multivariate_normal(np.full(4, m), cov).logpdf(y))
+
+
+@pytest.mark.parametrize("ends", [1, 3])
+def test_the_learned_levels_floor_pays_its_endpoint_trials_over_the_oracle_when_noise_is_negligible(ends):
+    quiet = S.Scenario("Q", "64 commits, −8%, 0.01% noise", 64, 0.01, 0.01, (-8.0,))
+    oracle, floor = S.make_target(quiet, 5), S.make_target(quiet, 5)
+    assert S.run_oracle(oracle)["changes"] == oracle.changes
+    assert S.run_sprt_learned_levels(floor, ends=ends)["changes"] == floor.changes
+    # every commit is settled by one trial either way: the floor's extra trials are exactly its endpoints'
+    assert floor.trials == oracle.trials + 2 * ends
+
+
+def test_the_learned_levels_floor_names_the_change_under_the_noise_of_the_user_case():
+    named = [S.run_sprt_learned_levels(S.make_target(S.SCENARIOS["S1"], seed))["changes"]
+             == S.make_target(S.SCENARIOS["S1"], seed).changes for seed in range(20)]
+    assert all(named)  # seeded (300 seeds: 100%, docs/benchmarks.md)

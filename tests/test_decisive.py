@@ -65,7 +65,7 @@ def test_an_exhausted_budget_names_the_limit_and_what_settling_it_would_take():
     assert outcome.stopped_by == "stats.max_trials_total = 4"
     assert "stats.max_trials_total = 4" in outcome.explanation
     assert outcome.more_trials is not None and outcome.more_trials > 0
-    assert f"about {outcome.more_trials} more trials" in outcome.explanation
+    assert f"about {outcome.more_trials:,} more trials" in outcome.explanation
     assert "calibrate the noise" not in outcome.explanation
 
 
@@ -559,6 +559,9 @@ def test_an_aa_range_on_a_host_too_noisy_for_the_tolerance_stops_early_with_its_
     # at the noise and difference as measured (None: beyond 100,000 trials, as the explanation says)
     assert out.more_trials is None or out.more_trials > settings.max_trials_total - len(obs)
     assert ("beyond 100,000 more trials" in out.explanation) is (out.more_trials is None)
+    # counts read as counts (61,464, not 61464), and "hopeful" says what it assumed
+    assert out.more_trials is None or f"about {out.more_trials:,} more trials" in out.explanation
+    assert "(hopeful: the difference a standard error better than measured" in out.explanation
 
 
 def test_a_futile_range_prints_stopped_early_and_its_price():

@@ -1089,7 +1089,7 @@ class SearchPolicy:
         bound = (f" No regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided, from the endpoints)."
                  if ruled_out is not None else "")
         if more is not None and tol > 0:
-            advice = (f" Ruling out the tolerance of {tol:g}% would take about {more} more trials of the endpoints "
+            advice = (f" Ruling out the tolerance of {tol:g}% would take about {more:,} more trials of the endpoints "
                       f"(interleaved) at the noise measured so far; raise {limit.split(' =')[0]}, or set "
                       f"stats.tolerance_pct to the regression that matters to you.")
         elif top_key:
@@ -1124,7 +1124,9 @@ class SearchPolicy:
         more = self._trials_to_rule_out(data, post, ends, tol)
         limit = f"stats.max_trials_total = {s.max_trials_total}"
         need = ("more trials than any budget holds" if hopeful is None else
-                f"{hopeful} more trials even on a hopeful reading of the noise, against {left} left")
+                f"{hopeful:,} more trials even on a hopeful reading of the noise, against {left} left")
+        hope = ("" if hopeful is None else " (hopeful: the difference a standard error better than measured and no "
+                "worse than none, the noise at the low end of its estimate)")
         bound = (f" No regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided, from the endpoints)."
                  if ruled_out is not None else "")
         return self._done(
@@ -1132,10 +1134,10 @@ class SearchPolicy:
             stopped_by=f"futility: the tolerance needs {need} ({limit})", more_trials=more,
             explanation=(
                 f"Stopped early, inconclusive: no change is the likelier story, but ruling out a regression of "
-                f"{tol:g}% (stats.tolerance_pct) would take {need} ({limit}; {data.spent} trials run) — at "
+                f"{tol:g}% (stats.tolerance_pct) would take {need} ({limit}; {data.spent} trials run){hope} — at "
                 f"{pct(post.sigma_top):.1f}% noise per trial the endpoints differ by {ends.effect_pct:+.1f}%."
                 + bound
-                + (f" At the noise and difference measured so far it would take about {more} more trials of the endpoints."
+                + (f" At the noise and difference measured so far it would take about {more:,} more trials of the endpoints."
                    if more else " At the noise and difference measured so far it would take beyond 100,000 more trials.")
                 + f" Spending the rest of the budget would not change that: set stats.tolerance_pct to the "
                   f"regression that matters to you (what this host can afford), quiet the benchmark, or raise "

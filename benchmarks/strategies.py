@@ -735,8 +735,8 @@ def run_sprt_learned_levels(t: Target, ends: int | None = None, per_commit: int 
 
     Like ``run_oracle`` it knows σ, that the range holds one change, and the penalties the runner records;
     unlike it, it starts from ``ends`` trials of each endpoint (``PB_SPRT_ENDS``, default 4) and takes each side's
-    level as the mean of the trials of the commits it has placed on that side, with the predictive variance
-    σ²(1 + 1/n) of a mean of n; a commit whose walk has not crossed a bound after ``per_commit`` trials
+    level as the mean of the trials of the commits it has placed on that side (uncertain by σ²/n, an
+    uncertainty a commit's trials share); a commit whose walk has not crossed a bound after ``per_commit`` trials
     (``PB_SPRT_CAP``, default 10) goes to the side its likelihood ratio leans to (a level estimate off by chance
     would stall it). No confirmation, no second-change search, no drift or outlier model: what it costs beyond
     the oracle is the price of not being told the levels (docs/benchmarks.md, round 9: 4 and 10 are its best
@@ -759,16 +759,10 @@ def run_sprt_learned_levels(t: Target, ends: int | None = None, per_commit: int 
     def bad(j: int) -> bool:
         mine: list[float] = []
         llr = 0.0
-        while -bound < llr < bound:
+        while -bound < llr < bound and len(mine) < per_commit:  # at the cap: a level off by chance stalls the walk
             tr = t.measure(j)
-            y = tr.value - tr.known
-            mine.append(y)
-            mg, vg = float(np.mean(sides[False])), sigma2 * (1 + 1 / len(sides[False]))
-            mb, vb = float(np.mean(sides[True])), sigma2 * (1 + 1 / len(sides[True]))
-            # the likelihood ratio of all of this commit's trials under each side's predictive, recomputed
-            llr = (_gauss_mean_loglik(np.asarray(mine), mb, vb, sigma2) - _gauss_mean_loglik(np.asarray(mine), mg, vg, sigma2))
-            if len(mine) >= per_commit:  # a level estimate off by chance stalls the walk: decide on its sign
-                break
+            mine.append(tr.value - tr.known)
+            llr = _learned_levels_llr(np.asarray(mine), sides[True], sides[False], sigma2)
         verdict = llr > 0  # past a bound, or the sign at the cap
         sides[verdict].extend(mine)
         return verdict
@@ -777,16 +771,13 @@ def run_sprt_learned_levels(t: Target, ends: int | None = None, per_commit: int 
     return {"changes": (culprit,), "set": cset}
 
 
-def _gauss_mean_loglik(y: np.ndarray, m: float, v_pred: float, sigma2: float) -> float:
-    """log p(y) for n trials y_i = μ + e_i (e_i ~ N(0, σ²)) when μ ~ N(m, v_pred − σ²): the level's own
-    uncertainty is shared by the n trials (their covariance σ²·I + (v_pred − σ²)·11ᵀ)."""
-    n = len(y)
-    tau2 = max(v_pred - sigma2, 0.0)
-    r = y - m
-    # Sherman–Morrison: (σ²I + τ²11ᵀ)⁻¹ = (I − τ²/(σ² + nτ²) 11ᵀ)/σ²; det = σ^(2n)(1 + nτ²/σ²)
-    quad = (float(r @ r) - tau2 * float(r.sum()) ** 2 / (sigma2 + n * tau2)) / sigma2
-    logdet = n * math.log(sigma2) + math.log1p(n * tau2 / sigma2)
-    return -0.5 * (quad + logdet + n * math.log(2 * math.pi))
+def _learned_levels_llr(y: np.ndarray, bad_side: list[float], good_side: list[float], sigma2: float) -> float:
+    """log p(y | bad level) − log p(y | good level) for a commit's trials y = μ + e (e ~ N(0, σ²)), each level the
+    mean of its side's trials, N(mean, σ²/n_side) around the truth. The level is shared by y's trials, so their
+    mean carries all of it: ȳ ~ N(side mean, σ²/n_side + σ²/len(y)); the spread about ȳ is the same under both."""
+    ybar, k = float(np.mean(y)), len(y)
+    return float(sps.norm.logpdf(ybar, np.mean(bad_side), math.sqrt(sigma2 / len(bad_side) + sigma2 / k))
+                 - sps.norm.logpdf(ybar, np.mean(good_side), math.sqrt(sigma2 / len(good_side) + sigma2 / k)))
 
 
 STRATEGIES = {

@@ -55,13 +55,17 @@ def test_a_heteroscedastic_twin_charges_each_side_its_own_session_sd():
     assert S.equivalence_trials(t) < 0.6 * 2 * math.ceil(2 * t.sigma_total ** 2 * z2)  # both sides at 10%: ~twice as many
 
 
-def test_the_learned_levels_likelihood_is_the_normal_density_of_trials_sharing_an_uncertain_level():
+def test_the_learned_levels_ratio_is_that_of_the_trials_sharing_an_uncertain_level():
     from scipy.stats import multivariate_normal
 
     y = np.array([0.03, -0.01, 0.02, 0.05])
-    sigma2, v_pred, m = 0.02 ** 2, 0.02 ** 2 * (1 + 1 / 3), 0.01
-    cov = sigma2 * np.eye(4) + (v_pred - sigma2) * np.ones((4, 4))  # the level's own variance is shared
-    assert S._gauss_mean_loglik(y, m, v_pred, sigma2) == pytest.approx(multivariate_normal(np.full(4, m), cov).logpdf(y))
+    bad, good, sigma2 = [0.04, 0.06, 0.01], [-0.02, 0.0], 0.02 ** 2
+
+    def full(side):  # all four trials at once, the side's level uncertain by σ²/n and shared by them
+        cov = sigma2 * np.eye(4) + sigma2 / len(side) * np.ones((4, 4))
+        return multivariate_normal(np.full(4, np.mean(side)), cov).logpdf(y)
+
+    assert S._learned_levels_llr(y, bad, good, sigma2) == pytest.approx(full(bad) - full(good))
 
 
 @pytest.mark.parametrize("ends", [1, 3])

@@ -30,7 +30,7 @@ from .git.patches import PatchCheck, check_patches
 from .git.gitrepo import TargetRepo
 from .engine.changepoint import SPARSE_ABOVE, sparse_footprint
 from .measure.envs import pin_groups
-from .git.plan import Plan, PlanWarning, plan_range
+from .git.plan import Plan, PlanWarning, plan_range, step_plans
 from .measure.run_allocation import RunsAdvice, runs_advice
 from .git.skips import Skip, SkipList, skipped_commits
 from .git.targets import active_filters
@@ -624,6 +624,7 @@ def _plan(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bool = Fa
     result = replace(result, default_filters=active.defaults, default_filters_of=active.defaults_of,
                      user_filters=active.user, filters_note=active.note,
                      warnings=result.warnings + ((long,) if long else ()))
+    result = _with_build_steps(ws, result)
     if ws.pins is None or ws.envs is None:
         return result
     build = ws.config.build
@@ -633,7 +634,45 @@ def _plan(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bool = Fa
         f"{g.span()} pin {', '.join(g.requirements)}, whose environment cannot be built: {g.problem}. Those commits "
         f"would be skipped as untestable (never blamed).",
     ) for g in groups if g.problem]
+    pinned = {name for g in groups for name in g.pins}
+    rules = ws.pins.rules
+    for role in rules.roles:  # a package no commit pins (renamed away?) runs on whatever is installed, silently
+        names = rules.family(role)[1]
+        if not pinned & set(names):
+            warnings.append(PlanWarning(
+                "pin-not-found",
+                f"[build] pinned_packages names {role}, but no commit of the range pins "
+                f"{' or '.join(names)} in {' or '.join(build.pin_files)}: every commit runs on the {role} target.python "
+                f"has. If the package was renamed, add the new name to [build] package_aliases "
+                f"({role} = [{', '.join(repr(n) for n in names)}, \"NEW-NAME\"]).",
+            ))
     return replace(result, pin_groups=groups, warnings=result.warnings + tuple(warnings))
+
+
+def _with_build_steps(ws: Workspace, result: Plan) -> Plan:
+    """``result`` with its build steps over the range, and a warning for each compiled step that would run
+    at every trial (no artifacts to restore) or whose sources exist at no commit of the range."""
+    steps = ws.config.build.steps
+    if not steps:
+        return result
+    plans = step_plans(ws.repo, result.commits, steps)
+    warnings = []
+    for step, sp in zip(steps, plans):
+        if not step.python_only and not sp.cached:
+            warnings.append(PlanWarning(
+                "build-step-uncached",
+                f"build step '{step.name}' declares no artifacts, so nothing of it can be restored: it runs again at "
+                f"every trial of every commit. Add artifacts = [...] (what it builds, relative to the worktree) to cache "
+                f"it by the content of its paths, or python_only = true if it only checks Python.",
+            ))
+        if step.sources and sp.spans and all(span.source is None for span in sp.spans):
+            warnings.append(PlanWarning(
+                "build-step-no-sources",
+                f"build step '{step.name}': none of its sources ({', '.join(step.sources)}) is a directory at any "
+                f"commit of the range, so it builds nothing. Fix build.steps[].sources (SGLang's kernels are in "
+                f"sgl-kernel/ until 2026-07-28 and in python/sglang/kernels/aot/ after).",
+            ))
+    return replace(result, build_steps=plans, warnings=result.warnings + tuple(warnings))
 
 
 def long_range_warning(plan: Plan, max_trials: int) -> PlanWarning | None:

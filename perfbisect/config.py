@@ -213,6 +213,21 @@ class _Section:
             out[str(name)] = str(val)
         return out
 
+    def name_lists(self, key: str) -> dict[str, tuple[str, ...]]:
+        """A table of NAME = ["name", ...] (package roles, companions)."""
+        self.used.add(key)
+        value = self.data.get(key, {})
+        if not isinstance(value, Mapping):
+            raise self._err(key, 'a table of NAME = ["name", ...]', value)
+        out = {}
+        for name, names in value.items():
+            if isinstance(names, str):
+                names = [names]
+            if not isinstance(names, list) or not names or not all(isinstance(n, str) and n.strip() for n in names):
+                raise self._err(f"{key}.{name}", "a non-empty list of package names", names)
+            out[str(name)] = tuple(names)
+        return out
+
     def sub(self, key: str) -> "_Section":
         self.used.add(key)
         return _Section(self.data.get(key, {}), f"{self.where}.{key}" if self.where else key, self.file)
@@ -284,6 +299,8 @@ def _read(sec: _Section, name: str, hint: Any, default: Any, key: str, base: Pat
         return tuple(_resolve(base, a) for a in sec.str_list(name, () if default is None else default))
     if hint == Mapping[str, str]:
         return sec.env(name)
+    if hint == Mapping[str, tuple[str, ...]]:
+        return sec.name_lists(name)
     raise TypeError(f"perfbisect.config has no reader for '{key}' of type {hint}; add one to _read.")
 
 
@@ -338,6 +355,18 @@ def _build(sec: _Section, base: Path) -> BuildConfig:
         values = _read_fields(s, BuildStep, "build.steps", base, name=f"step{i + 1}")
         if not values["command"]:
             raise ConfigError(f"{path}: key 'build.steps[{i}].command' is required (a list of arguments).")
+        uses_source = [k for k in ("command", "paths", "artifacts") if any("{source}" in a for a in values[k])]
+        if uses_source and not values["sources"]:
+            raise ConfigError(
+                f"{path}: key 'build.steps[{i}].{uses_source[0]}' uses {{source}}, but the step has no 'sources'. List "
+                f'where its sources may be, first match wins: sources = ["python/sglang/kernels/aot", "sgl-kernel"].'
+            )
+        bad = [src for src in values["sources"] if not src.strip("/") or src.startswith("/") or ".." in src.split("/")]
+        if bad:
+            raise ConfigError(
+                f"{path}: key 'build.steps[{i}].sources' holds {bad[0]!r}; each source is a directory relative to the "
+                f"repository root (e.g. \"sgl-kernel\"), inside it."
+            )
         steps.append(BuildStep(**values))
         s.finish()
     return BuildConfig(steps=tuple(steps), **_read_fields(sec, BuildConfig, "build", base))

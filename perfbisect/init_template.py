@@ -34,16 +34,22 @@ dir = "perfbisect-patches"
 # patch = "0002-deepseek_v2-hidden-state-fix.patch"
 # alternatives = ["perfbisect-patches/variants/0002-before-refactor.patch"]
 
-# sgl-kernel and flashinfer move with the commits: SGLang pins them in python/pyproject.toml and
-# refuses to start on another sgl-kernel. Each pin set gets its own environment, built once and cached
-# in the cache directory (a venv on top of target.python: everything else you installed is used as it
-# is; your interpreter never changes), with the pinned wheels installed from wheel_dir and/or
-# index_url (neither: pip's default index). `perfbisect plan` shows the pin sets of a range and
-# `perfbisect doctor --range GOOD..BAD` which cannot be built. Add "torch" when the range moves it.
+# SGLang's kernel and flashinfer move with the commits: SGLang pins them in python/pyproject.toml and
+# refuses to start on an older kernel (a newer, wrong one starts: perfbisect checks the versions itself).
+# Each pin set gets its own environment, built once and cached in the cache directory (a venv on top
+# of target.python: everything else you installed is used as it is; your interpreter never changes),
+# with the pinned wheels installed from wheel_dir and/or index_url (neither: pip's default index).
+# The kernel is read under both of its names: sgl-kernel up to 0.5.9, sglang-kernel from 0.5.10.
+# flashinfer-cubin travels with flashinfer-python (pinned to the same version from 0.5.6), and the
+# exact requirements of the pinned wheels themselves (torch's CUDA packages) are installed with them.
+# `perfbisect plan` shows the kernel and the environments of a range, `perfbisect doctor --range
+# GOOD..BAD` which cannot be built. Add "torch" when the range moves it.
 [build]
-pinned_packages = ["sgl-kernel", "flashinfer-python"]
-# wheel_dir = "/wheels"          # e.g. pip download --no-deps sgl-kernel==0.3.9 -d /wheels, per version
+pinned_packages = ["sglang-kernel", "flashinfer-python"]
+# wheel_dir = "/wheels"          # e.g. pip download --no-deps sglang-kernel==0.4.1 -d /wheels, per version
 # index_url = "https://pypi.org/simple"
+# package_aliases = {{ my-kernel = ["old-name", "new-name"] }}   # another rename to follow (built in: the kernel's)
+# companions = {{ my-lib = ["my-lib-data"] }}                       # pinned at the same version beside it
 
 # Python-only commits need no install: the server imports sglang from the checkout under test
 # through PYTHONPATH (see [server.env]), so perfbisect never touches your environment and your own
@@ -54,14 +60,18 @@ command = ["{{python}}", "-m", "compileall", "-q", "python/sglang"]
 paths = ["python/**"]
 python_only = true
 
-# Uncomment to build sgl-kernel from source (~25 min); cached by the tree hash of sgl-kernel/**.
-# {{python}} is the interpreter of the commit's pinned environment when [build] pinned_packages applies
-# (so this installs there); else it is target.python: then point target.python at a venv made for
-# perfbisect (python -m venv --system-site-packages) so your own environment keeps its sgl-kernel.
+# Uncomment to build SGLang's kernels from source (~25 min a build). Their sources moved: sgl-kernel/
+# until 2026-07-28, python/sglang/kernels/aot/ after (PR #32648); at each commit the first of
+# `sources` that exists is {{source}}, and the build is cached by that directory's content, so a
+# commit that does not touch it restores the last build instead of rebuilding. The package is
+# installed into .perfbisect/kernel-site inside the worktree (kept in the build cache), which
+# [server.env] PYTHONPATH puts ahead of the pinned wheel: your environment keeps its own kernel.
 # [[build.steps]]
-# name = "sgl-kernel"
-# command = ["{{python}}", "-m", "pip", "install", "-e", "sgl-kernel", "--no-build-isolation", "-q"]
-# paths = ["sgl-kernel/**"]
+# name = "kernel"
+# sources = ["python/sglang/kernels/aot", "sgl-kernel"]
+# command = ["{{python}}", "-m", "pip", "install", "--isolated", "--no-deps", "--no-build-isolation", "-q",
+#            "--target", ".perfbisect/kernel-site", "{{source}}"]
+# artifacts = [".perfbisect/kernel-site"]
 # timeout_s = 3600
 
 [server]
@@ -74,7 +84,7 @@ ready_timeout_s = 900            # a ~1T MoE model takes ~6 minutes to load
 shutdown_grace_s = 30
 
 [server.env]                     # checked in every worker process after readiness
-PYTHONPATH = "{{worktree}}/python"  # import sglang from the checkout under test, not an install
+PYTHONPATH = "{{worktree}}/python:{{worktree}}/.perfbisect/kernel-site"  # the checkout under test (and its kernel build, if any), not an install
 {nccl}
 
 [modes.baseline]

@@ -94,6 +94,23 @@ class BuildStep:
     timeout_s: float = 3600.0
     cache: bool = True
     artifacts: tuple[str, ...] = ()  # paths (relative to the worktree) to keep in the build cache
+    # Where the step's sources may live across the range, first match wins (SGLang's kernels: "sgl-kernel"
+    # until 2026-07-28, "python/sglang/kernels/aot" after): at each commit the first directory that exists
+    # is {source} in command, paths and artifacts, and paths default to "{source}/**"; a commit with none
+    # of them has nothing to build and skips the step. Empty: the step runs at every commit.
+    sources: tuple[str, ...] = ()
+
+    def source_at(self, has_dir) -> str | None:
+        """The first of ``sources`` that ``has_dir(path)`` says exists; None when none does (or none are set)."""
+        return next((s.strip("/") for s in self.sources if has_dir(s.strip("/"))), None)
+
+    def key_paths(self, source: str | None) -> tuple[str, ...]:
+        """The globs the cache key hashes at a commit whose source is ``source``."""
+        if source is None:
+            return self.paths
+        if self.paths == ("**",):
+            return (f"{source}/**",)
+        return tuple(p.replace("{source}", source) for p in self.paths)
 
 
 @dataclass(frozen=True)
@@ -102,7 +119,13 @@ class BuildConfig:
     cache_max_gb: float = 20.0
     # Compiled dependencies that move with the commits (perfbisect/git/pins.py, perfbisect/measure/envs.py): the
     # packages whose version pins, read from `pin_files` at each commit, get one environment per pin set.
-    pinned_packages: tuple[str, ...] = ()  # e.g. ("sgl-kernel", "flashinfer-python", "torch"); empty: off
+    pinned_packages: tuple[str, ...] = ()  # e.g. ("sglang-kernel", "flashinfer-python", "torch"); empty: off
+    # One package under several names across the range: a role -> its names (built in: "sglang-kernel" =
+    # sgl-kernel up to SGLang 0.5.9, sglang-kernel from 0.5.10). pinned_packages may name the role or any name.
+    package_aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Packages pinned beside another at the same version whenever a commit pins them: a package -> its
+    # companions (built in: flashinfer-python -> flashinfer-cubin, SGLang 0.5.6 on).
+    companions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     pin_files: tuple[str, ...] = ("python/pyproject.toml", "pyproject.toml")  # pyproject.toml or requirements*.txt
     wheel_dir: Path | None = None  # pinned wheels are installed from here (pip --find-links) ...
     index_url: str | None = None  # ... and/or from this index; neither: the installer's own default index

@@ -277,3 +277,83 @@ def test_an_entry_of_an_older_perfbisect_is_ordered_by_its_stamp_files_mtime(tmp
     (wt / "lib.so").write_bytes(b"x" * 500)
     reopened.put("third", wt, ["lib.so"], None, {})
     assert reopened.get("new") is None and reopened.get("old") is not None
+
+
+# A stand-in kernel build that reads whichever source directory it is given ({source}) and writes the
+# "installed" package into the worktree, counting its runs outside it.
+COMPILE_FROM = (
+    "import pathlib, sys\n"
+    "src = pathlib.Path(sys.argv[1])\n"
+    "text = ''.join(p.read_text() for p in sorted(src.rglob('*.cu')))\n"
+    "out = pathlib.Path('.perfbisect/kernel-site'); out.mkdir(parents=True, exist_ok=True)\n"
+    "(out / 'kernel.so').write_text(f'built from {src}: {text}')\n"
+    "with open(sys.argv[2], 'a') as fh: fh.write(str(src) + '\\n')\n"
+)
+
+
+def test_a_step_with_sources_follows_the_kernel_sources_where_they_moved_and_is_cached_by_their_content(tmp_path):
+    """SGLang's kernels lived in sgl-kernel/ and live in python/sglang/kernels/aot/ since 2026-07-28:
+    one step with both sources builds whichever exists, keyed on that directory's content only, so
+    Python-only commits on either side restore the build, the move itself builds once, and a commit
+    with neither has nothing to build (the step does not run, the commit is not skipped)."""
+    r = RepoFactory(tmp_path / "sglang")
+    shas = {"old": r.commit("base", {"sgl-kernel/csrc/moe.cu": "moe v1\n", "python/sglang/srt/engine.py": "a = 1\n",
+                                     ".gitignore": ".perfbisect/\n"})}
+    shas["old-py"] = r.commit("python only", {"python/sglang/srt/engine.py": "a = 2\n"})
+    shas["moved"] = r.commit("Move kernels into python/sglang/kernels/aot (#32648)",
+                             {"sgl-kernel/csrc/moe.cu": None, "python/sglang/kernels/aot/csrc/moe.cu": "moe v1\n"})
+    shas["new-py"] = r.commit("python only again", {"python/sglang/srt/engine.py": "a = 3\n"})
+    shas["new-kernel"] = r.commit("kernel change", {"python/sglang/kernels/aot/csrc/moe.cu": "moe v2\n"})
+    shas["none"] = r.commit("drop the kernels", {"python/sglang/kernels/aot/csrc/moe.cu": None})
+    pool = WorktreePool(TargetRepo(r.path), tmp_path / "cache")
+    counter = tmp_path / "runs.txt"
+    step = BuildStep(name="kernel", command=("{python}", "-c", COMPILE_FROM, "{source}", str(counter)),
+                     sources=("python/sglang/kernels/aot", "sgl-kernel/"), artifacts=(".perfbisect/kernel-site",))
+    cache = BuildCache(tmp_path / "cache" / "builds", max_bytes=10**6)
+    out = {}
+    for name, sha in shas.items():
+        wt = pool.checkout(sha)
+        out[name] = run_build((step,), wt, sha, "stack", cache, sys.executable, tmp_path / "logs").steps[0]
+        if not out[name].absent:
+            out[name + ":built"] = (wt / ".perfbisect/kernel-site/kernel.so").read_text()
+    assert [out[n].source for n in shas] == ["sgl-kernel", "sgl-kernel", "python/sglang/kernels/aot",
+                                             "python/sglang/kernels/aot", "python/sglang/kernels/aot", None]
+    # Built: the first commit, the move (another directory), the kernel change — nothing else.
+    assert counter.read_text().splitlines() == ["sgl-kernel", "python/sglang/kernels/aot", "python/sglang/kernels/aot"]
+    assert out["old-py"].cached and out["old-py"].key == out["old"].key
+    assert out["new-py"].cached and out["new-py"].key == out["moved"].key != out["old"].key
+    assert not out["new-kernel"].cached and out["new-kernel:built"] == "built from python/sglang/kernels/aot: moe v2\n"
+    assert out["old-py:built"] == "built from sgl-kernel: moe v1\n"
+    assert out["none"].absent and not out["none"].cached and "none of its sources" in Path(out["none"].log_path).read_text()
+
+
+def test_plan_shows_where_a_step_with_sources_builds_and_warns_of_an_uncached_compiled_step(tmp_path):
+    from perfbisect.app import Workspace, plan
+    from perfbisect.config import parse_config
+    from perfbisect.report.render import format_plan, json_value
+
+    r = RepoFactory(tmp_path / "sglang")
+    good = r.commit("base", {"sgl-kernel/csrc/moe.cu": "v1\n", "python/sglang/a.py": "a = 1\n"})
+    r.commit("py", {"python/sglang/a.py": "a = 2\n"})
+    moved = r.commit("move", {"sgl-kernel/csrc/moe.cu": None, "python/sglang/kernels/aot/moe.cu": "v1\n"})
+    bad = r.commit("py again", {"python/sglang/a.py": "a = 3\n"})
+    cfg = parse_config({
+        "target": {"repo": str(r.path), "python": sys.executable},
+        "server": {"command": ["{python}", "-m", "server", "--port", "{port}"]},
+        "build": {"steps": [
+            {"name": "kernel", "sources": ["python/sglang/kernels/aot", "sgl-kernel"], "command": ["make", "-C", "{source}"],
+             "artifacts": ["{source}/build"]},
+            {"name": "old-kernel", "command": ["make", "-C", "sgl-kernel"], "paths": ["sgl-kernel/**"]},
+        ]},
+    }, tmp_path / "perfbisect.toml", tmp_path)
+    with Workspace.open(cfg, tmp_path / "results.db") as ws:
+        result = plan(ws, good, bad, check_patches=False)
+    kernel, old = result.build_steps
+    assert [(s.source, len(s.commits)) for s in kernel.spans] == [("sgl-kernel", 2), ("python/sglang/kernels/aot", 2)]
+    assert kernel.spans[1].commits[0] == moved and kernel.cached and not old.cached
+    text = "\n".join(format_plan(result))
+    assert f"{good[:10]}..{result.commits[1].sha[:10]} (2 commits)  builds sgl-kernel/" in text
+    assert "NOT CACHED: runs at every trial" in text
+    assert any(w.kind == "build-step-uncached" and "'old-kernel'" in w.message for w in result.warnings)
+    data = json_value(result)
+    assert data["build_steps"][0]["spans"][1] == {"source": "python/sglang/kernels/aot", "commits": [moved, bad]}

@@ -237,8 +237,21 @@ def test_pinned_dependency_keys_load_with_paths_from_the_files_folder(tmp_path):
         load_config(write(tmp_path, MINIMAL + "\n[build]\npinned_packages = 3\n"))
 
 
-def test_the_sglang_template_pins_sgl_kernel_and_flashinfer(tmp_path):
+def test_the_sglang_template_pins_the_kernel_by_role_and_flashinfer(tmp_path):
+    from perfbisect.git.pins import PinRules
     from perfbisect.init_template import render_sglang_config
 
     cfg = load_config(write(tmp_path, render_sglang_config("python3", "/models/m", "/models/d")))
-    assert cfg.build.pinned_packages == ("sgl-kernel", "flashinfer-python") and cfg.build.wheel_dir is None
+    assert cfg.build.pinned_packages == ("sglang-kernel", "flashinfer-python") and cfg.build.wheel_dir is None
+    # Both of the kernel's names are read (sgl-kernel up to 0.5.9), and flashinfer-cubin beside flashinfer.
+    wanted = PinRules.of(cfg.build.pinned_packages, cfg.build.package_aliases, cfg.build.companions).wanted()
+    assert wanted == {"sgl-kernel": ("sglang-kernel", ""), "sglang-kernel": ("sglang-kernel", ""),
+                      "flashinfer-python": ("flashinfer-python", ""),
+                      "flashinfer-cubin": ("flashinfer-cubin", "flashinfer-python")}
+    # The commented kernel step, uncommented, is a valid step keyed on whichever source directory exists.
+    text = render_sglang_config("python3", "/models/m", "/models/d")
+    start = text.index("# [[build.steps]]\n# name = \"kernel\"")
+    block = text[start:text.index("\n\n", start)]
+    uncommented = text.replace(block, "\n".join(line[2:] for line in block.splitlines()))
+    kernel = next(s for s in load_config(write(tmp_path, uncommented)).build.steps if s.name == "kernel")
+    assert kernel.sources == ("python/sglang/kernels/aot", "sgl-kernel") and kernel.artifacts == (".perfbisect/kernel-site",)

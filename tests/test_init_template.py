@@ -66,7 +66,7 @@ def test_sglang_server_command_and_modes_use_flags_sglang_has(tmp_path):
     assert spec[spec.index("--speculative-algorithm") + 1] in FLAGS["launch_server"]["speculative_algorithms"]
     assert spec[spec.index("--speculative-algorithm") + 1] == "EAGLE3" and cfg.modes["eagle3"].speculative
     assert cfg.server.ready_path == FLAGS["launch_server"]["ready_path"]
-    assert cfg.server.env["PYTHONPATH"] == "{worktree}/python"
+    assert cfg.server.env["PYTHONPATH"] == "{worktree}/python:{worktree}/.perfbisect/kernel-site"
 
 
 def test_bench_serving_client_uses_options_and_keys_bench_serving_has(tmp_path):

@@ -307,12 +307,13 @@ def test_gc_build_cache_removes_the_environments_but_keeps_one_a_running_command
 
     target = make_demo_target(tmp_path / "demo", commits=4)
     envs_dir = target.root / "envs"  # the demo's cache_dir is its root
-    pins = {v: read_pins({"requirements.txt": f"demo-kernel=={v}\n"}, ["demo-kernel"]) for v in ("0.1.0", "0.2.0")}
+    pins = {v: read_pins({"requirements.txt": f"{name}=={v}\n"}, [name])  # the demo's kernel, before and after its rename
+            for name, v in (("demo-kernel", "0.1.0"), ("demo-sglang-kernel", "0.2.0"))}
     cache = EnvCache(envs_dir, sys.executable, target.wheels, None)
     for p in pins.values():
         cache.ensure(p)
     cache.close()
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER.replace("tiny-kernel", "demo-kernel"), str(envs_dir),
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER.replace("tiny-kernel", "demo-sglang-kernel"), str(envs_dir),
                                sys.executable, str(target.wheels), "0.2.0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == cache.key(pins["0.2.0"])
@@ -328,3 +329,39 @@ def test_gc_build_cache_removes_the_environments_but_keeps_one_a_running_command
                         capture_output=True, text=True, timeout=300)
     assert gc.returncode == 0 and "removed 1 pinned environment (" in gc.stdout and "kept" not in gc.stdout, gc.stdout
     assert cache.lru_entries() == []
+
+
+def test_an_environment_is_built_with_no_pip_config_file_or_setting_read(tmp_path):
+    """A pip.conf that says `target` or `prefix` (the user's ~/.config/pip/pip.conf, $PIP_CONFIG_FILE, or a
+    PIP_* variable) used to send the pinned install into the user's own environment: the installer reads none."""
+    python = _interpreter_with_pip()
+    if python is None:
+        pytest.skip("no interpreter with pip here")
+    wheels = tmp_path / "wheels"
+    write_wheel(wheels, "tiny-kernel", "1.0")
+    home, leak_user, leak_env, leak_var = tmp_path / "home", tmp_path / "leak-user", tmp_path / "leak-env", tmp_path / "leak-var"
+    (home / ".config" / "pip").mkdir(parents=True)
+    (home / ".config" / "pip" / "pip.conf").write_text(f"[install]\ntarget = {leak_user}\n")
+    env_conf = tmp_path / "env-pip.conf"
+    env_conf.write_text(f"[install]\nprefix = {leak_env}\n[global]\nindex-url = http://127.0.0.1:9/simple\n")
+    before = _state(python)
+    saved = dict(os.environ)
+    os.environ.update({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")})
+    try:
+        # The user's pip really obeys that file: the same install by hand lands in the leak directory.
+        by_hand = subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--find-links", str(wheels),
+                                  "--disable-pip-version-check", "tiny-kernel==1.0"], capture_output=True, text=True)
+        assert by_hand.returncode == 0 and (leak_user / "tiny_kernel").is_dir(), by_hand.stdout + by_hand.stderr
+        shutil.rmtree(leak_user)
+        os.environ.update({"PIP_CONFIG_FILE": str(env_conf), "PIP_TARGET": str(leak_var), "PIP_NO_INDEX": "0"})
+        cache = EnvCache(tmp_path / "envs", python, wheels, None)
+        assert cache.base.has_pip
+        env = cache.ensure(read_pins({"requirements.txt": "tiny-kernel==1.0\n"}, ["tiny-kernel"]))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert env.installer == "pip"
+    seen = subprocess.run([env.python, "-c", "import tiny_kernel; print(tiny_kernel.__file__)"], capture_output=True, text=True)
+    assert seen.returncode == 0 and seen.stdout.strip().startswith(str(env.path)), seen.stdout + seen.stderr
+    assert not leak_user.exists() and not leak_env.exists() and not leak_var.exists()
+    assert _state(python) == before  # the user's interpreter: nothing added

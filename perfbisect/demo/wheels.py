@@ -22,16 +22,20 @@ def _record_line(path: str, data: bytes) -> str:
     return f"{path},sha256={digest},{len(data)}"
 
 
-def write_wheel(wheel_dir: Path, name: str, version: str, modules: dict[str, str] | None = None) -> Path:
+def write_wheel(wheel_dir: Path, name: str, version: str, modules: dict[str, str] | None = None,
+                requires: tuple[str, ...] = ()) -> Path:
     """Write ``name``'s wheel of ``version`` (pure Python, any platform) into ``wheel_dir``.
 
     ``modules``: path inside the wheel → source; by default one package that knows its version.
+    ``requires``: its ``Requires-Dist`` lines (what torch's wheel says of its CUDA packages).
     """
     dist = name.replace("-", "_")
     modules = modules or {f"{dist}/__init__.py": f'"""{name} {version} (a demo stand-in for a compiled kernel package)."""\n\n__version__ = "{version}"\n'}
     info = f"{dist}-{version}.dist-info"
     files: dict[str, bytes] = {path: text.encode() for path, text in modules.items()}
-    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: perfbisect demo package\n".encode()
+    requires_dist = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    files[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: perfbisect demo package\n"
+                                 f"{requires_dist}").encode()
     files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: perfbisect-demo\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     record = [_record_line(path, data) for path, data in files.items()] + [f"{info}/RECORD,,"]
     files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()

@@ -240,6 +240,12 @@ class TargetRepo:
         status, out, _ = self.run("show", f"{sha}:{path}")
         return out if status == 0 else None
 
+    def is_dir_at(self, commit: Commit | str, path: str) -> bool:
+        """Whether ``path`` is a directory (a tree) at ``commit`` (no checkout)."""
+        sha = commit.sha if isinstance(commit, Commit) else str(commit)
+        status, out, _ = self.run("cat-file", "-t", f"{sha}:{path.strip('/')}")
+        return status == 0 and out.strip() == "tree"
+
     def files_at(self, commit: Commit | str) -> tuple[str, ...]:
         """Every file path in the tree of ``commit``."""
         sha = commit.sha if isinstance(commit, Commit) else commit

@@ -9,7 +9,7 @@ from .gitrepo import TargetRepo
 from ..model import Commit
 from .pathfilter import PathFilter
 from .patches import PatchConflict, PatchStack
-from .pins import PinGroup
+from .pins import PinGroup, span_text
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,45 @@ class PlanEntry:
 
 
 @dataclass(frozen=True)
+class StepSpan:
+    """Consecutive commits of a range at which a build step builds from one source directory."""
+
+    source: str | None  # the directory of its [build.steps] sources; None: none exists, the step does not run
+    commits: tuple[str, ...]  # full shas, oldest first
+
+    def span(self) -> str:
+        return span_text(self.commits)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One build step across the range: what it is keyed on, and where its sources are at each commit."""
+
+    name: str
+    cached: bool  # declares artifacts (restored by content) rather than running at every trial
+    python_only: bool
+    spans: tuple[StepSpan, ...] = ()  # only for a step with sources; empty: it builds the same paths everywhere
+    paths: tuple[str, ...] = ()
+
+
+def step_plans(repo: TargetRepo, commits: Sequence[Commit], steps: Sequence) -> tuple[StepPlan, ...]:
+    """Each build step of ``steps`` over ``commits``: for a step with ``sources``, the first of them that is a
+    directory at each commit (read from git, no checkout), as spans of consecutive commits."""
+    out = []
+    for step in steps:
+        spans: list[StepSpan] = []
+        if step.sources:
+            for c in commits:
+                source = step.source_at(lambda rel, sha=c.sha: repo.is_dir_at(sha, rel))
+                if spans and spans[-1].source == source:
+                    spans[-1] = StepSpan(source, spans[-1].commits + (c.sha,))
+                else:
+                    spans.append(StepSpan(source, (c.sha,)))
+        out.append(StepPlan(step.name, bool(step.artifacts) and step.cache, step.python_only, tuple(spans), tuple(step.paths)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class Plan:
     """The range good..bad (first-parent), one entry per commit, plus warnings about bad input."""
 
@@ -61,6 +100,7 @@ class Plan:
     user_filters: tuple[str, ...] = ()  # [filters] ignore
     filters_note: str = ""  # which filters apply and why, in one line
     pin_groups: tuple[PinGroup, ...] = ()  # commits by pin set ([build] pinned_packages): one environment each
+    build_steps: tuple[StepPlan, ...] = ()  # [[build.steps]] over the range: where each builds from, cached or not
 
     @property
     def measured(self) -> list[PlanEntry]:

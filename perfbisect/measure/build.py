@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -47,6 +47,8 @@ class StepResult:
     seconds: float
     log_path: str
     stored: bool = False  # its artefacts were added to the cache
+    source: str | None = None  # the directory of its [build.steps] sources it built at this commit
+    absent: bool = False  # none of its sources exists at this commit: nothing to build, not run
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class BuildResult:
     @property
     def cached(self) -> bool:
         """True when no step had to run (every step with artefacts came from the cache)."""
-        return all(s.cached or s.python_only for s in self.steps)
+        return all(s.cached or s.python_only or s.absent for s in self.steps)
 
     @property
     def log_path(self) -> str | None:
@@ -256,10 +258,22 @@ def _expand_artifacts(worktree: Path, artifacts: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(files))
 
 
-def step_key(step: BuildStep, worktree: Path, applied_stack_hash: str, python: str) -> str:
-    """Cache key of a step: patched content of its paths + applied stack + command + interpreter."""
-    tree = worktree_tree_hash(worktree, step.paths)
-    return content_hash(_KEY_VERSION, tree, applied_stack_hash or "", list(step.command), python, list(step.artifacts))
+def step_source(step: BuildStep, worktree: Path) -> str | None:
+    """The first of ``step.sources`` that is a directory of the (patched) worktree, or None."""
+    return step.source_at(lambda rel: (Path(worktree) / rel).is_dir())
+
+
+def step_key(step: BuildStep, worktree: Path, applied_stack_hash: str, python: str, source: str | None = None) -> str:
+    """Cache key of a step: patched content of its paths (under the commit's source directory, for a
+    step with ``sources``) + applied stack + command + interpreter."""
+    tree = worktree_tree_hash(worktree, step.key_paths(source))
+    extra = [source] if source is not None else []  # a step without sources keeps the key it always had
+    return content_hash(_KEY_VERSION, tree, applied_stack_hash or "", list(step.command), python, list(step.artifacts),
+                        *extra)
+
+
+# The key of a step none of whose sources exists at a commit: it does not run there.
+ABSENT_KEY = "absent"
 
 
 def cache_key(key: str, step: BuildStep, worktree: Path) -> str:
@@ -301,12 +315,22 @@ def run_build(
     """
     worktree = Path(worktree)
     log_dir = Path(log_dir)
-    keys = [step_key(step, worktree, applied_stack_hash, python) for step in steps]
+    sources = [step_source(step, worktree) if step.sources else None for step in steps]
+    keys = [ABSENT_KEY if step.sources and source is None else step_key(step, worktree, applied_stack_hash, python, source)
+            for step, source in zip(steps, sources)]
     results = []
-    for index, (step, key) in enumerate(zip(steps, keys), 1):
+    for index, (step, key, source) in enumerate(zip(steps, keys, sources), 1):
         log_path = log_dir / _log_name(commit, index, step)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
+        if key == ABSENT_KEY:
+            log_path.write_text(f"step {step.name!r} not run: none of its sources ({', '.join(step.sources)}) exists "
+                                f"at this commit, so it has nothing to build\n")
+            results.append(StepResult(step.name, key, False, step.python_only, 0.0, str(log_path), absent=True))
+            continue
+        if source is not None:
+            step = replace(step, command=tuple(expand(step.command, source=source)),
+                           artifacts=tuple(expand(step.artifacts, source=source)))
         cacheable = cache is not None and step.cache and bool(step.artifacts)
         stored_as = cache_key(key, step, worktree)
         entry = cache.get(stored_as) if cacheable else None
@@ -321,7 +345,8 @@ def run_build(
                 f"cache hit: step {step.name!r} key {stored_as}\nrestored {len(entry.files)} artefact file(s) from "
                 f"{entry.path}\noriginal build log: {entry.path / 'build.log'}\n"
             )
-            results.append(StepResult(step.name, key, True, step.python_only, time.perf_counter() - start, str(log_path)))
+            results.append(StepResult(step.name, key, True, step.python_only, time.perf_counter() - start, str(log_path),
+                                      source=source))
             continue
         _run_step(step, worktree, python, log_path, commit, note=refused)
         stored = False
@@ -337,7 +362,8 @@ def run_build(
                     log_path=str(log_path),
                     log_tail=log_tail(log_path, LOG_TAIL_LINES),
                 ) from None
-        results.append(StepResult(step.name, key, False, step.python_only, time.perf_counter() - start, str(log_path), stored))
+        results.append(StepResult(step.name, key, False, step.python_only, time.perf_counter() - start, str(log_path), stored,
+                                  source=source))
     return BuildResult(content_hash(_KEY_VERSION, [[r.name, r.key] for r in results]), tuple(results))
 
 

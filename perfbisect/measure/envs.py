@@ -16,8 +16,15 @@ start, but the user's interpreter must never change. So each pin set gets its ow
   with pip when the target interpreter has it (pip installs into the venv and leaves what lies
   outside it alone: "Not uninstalling ..., outside environment"), else uv (``$UV`` or on PATH),
   else a pip the venv gets from ``ensurepip``;
-- the installed versions checked through the venv's interpreter, then ``env.json`` written last: a
-  directory without it is a half-built environment and is built again.
+- the installed versions checked through the venv's interpreter — each pin, each companion at its
+  package's version, and every exact (``==``) requirement the installed pinned packages declare in
+  their own metadata (torch's CUDA packages): one the venv does not see is installed next (``--no-deps``,
+  exactly that version) and checked again, and what is still wrong makes the pin set unbuildable (SGLang
+  itself only refuses a kernel *older* than its minimum; a newer, wrong one would start) — then
+  ``env.json`` written last: a directory without it is a half-built environment and is built again.
+
+A pin set is completed before it is keyed (``EnvCache.complete``): with ``[build] wheel_dir``, the exact
+requirements its wheels declare that the target interpreter does not already satisfy travel with it.
 
 The key is the hash of the pins, the target interpreter (its real path, version, site directories),
 where wheels come from, and the bytes of the wheels it would install from ``wheel_dir`` (their
@@ -39,16 +46,18 @@ import signal
 import stat
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
+
+from packaging.markers import InvalidMarker, Marker, UndefinedEnvironmentName
 
 from ..runtime.children import own_group, signal_group
 from ..errors import ConfigError, EnvironmentBuildError, InfrastructureError
 from ..runtime.logtail import log_tail
 from ..model import content_hash
 from .usestamp import UseClock, last_use
-from ..git.pins import PinSet, wheel_files, wheel_problem
+from ..git.pins import PinSet, wheel_files, wheel_problem, wheel_requirements
 
 _KEY_VERSION = "pinned-env-v2"  # bump when the recipe changes, so old environments stop matching
 _MARKER = "env.json"
@@ -56,32 +65,82 @@ _KEY_NAME = re.compile(r"[0-9a-f]{16}")  # an environment's directory: its key (
 _DIGEST_FILE = ".wheel-digests.json"  # wheel path -> its stat stamp and sha256 (EnvCache._sha256)
 _BASE_PTH = "_perfbisect_base.pth"
 INSTALL_TIMEOUT_S = 3600.0
-# pip settings in the caller's environment that would send an install elsewhere than the venv.
 _MACHINE_FAULTS = ("No space left on device", "Disk quota exceeded", "Read-only file system")
-_REDIRECTING = ("PIP_USER", "PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_EDITABLE")
+# uv settings in the caller's environment worth keeping (where its cache is); every other UV_* and every
+# PIP_* is left out of an installer's environment, and no pip or uv config file is read: a `target` or
+# `prefix` in ~/.config/pip/pip.conf, /etc/pip.conf or $PIP_CONFIG_FILE would send the install into the
+# user's own environment, and an index there would change what a pin set is.
+_KEPT_UV = ("UV_CACHE_DIR",)
+
+
+def installer_environ(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment an installer runs with: the caller's, less every PIP_* and UV_* setting (uv's cache
+    directory kept), with PIP_CONFIG_FILE set to the null device, which makes pip read no config file."""
+    environ = dict(os.environ if environ is None else environ)
+    out = {k: v for k, v in environ.items()
+           if not k.startswith("PIP_") and not (k.startswith("UV_") and k not in _KEPT_UV)}
+    out["PIP_CONFIG_FILE"] = os.devnull
+    return out
 
 _PROBE = r"""
-import json, os, site, sys
+import json, os, re, site, sys
 dirs = [p for p in sys.path if p and os.path.isdir(p) and os.path.basename(p) in ("site-packages", "dist-packages")]
 try:
     import pip  # noqa: F401
     has_pip = True
 except Exception:
     has_pip = False
+from importlib import metadata
+dists = {}
+for d in metadata.distributions():
+    name = (d.metadata["Name"] or "").strip()
+    if name:
+        dists.setdefault(re.sub(r"[-_.]+", "-", name).lower(), d.version)
 print(json.dumps({"executable": os.path.realpath(sys.executable), "version": sys.version.split()[0],
-                  "site_dirs": list(dict.fromkeys(dirs)), "has_pip": has_pip}))
+                  "site_dirs": list(dict.fromkeys(dirs)), "has_pip": has_pip, "dists": dists}))
 """
 
+# Run by an environment's interpreter: each named package's version as it sees it, and every exact
+# requirement of those packages' own metadata it does not satisfy ([package, requirement, installed]).
 _VERSIONS = r"""
-import json, sys
+import json, re, sys
 from importlib import metadata
-out = {}
-for name in sys.argv[1:]:
+try:
+    from packaging.requirements import Requirement
+except Exception:
     try:
-        out[name] = metadata.version(name)
+        from pip._vendor.packaging.requirements import Requirement
+    except Exception:
+        Requirement = None
+def version(name):
+    try:
+        return metadata.version(name)
     except metadata.PackageNotFoundError:
-        out[name] = None
-print(json.dumps(out))
+        return None
+out, needs, specs = {}, [], {}
+for arg in sys.argv[1:]:
+    name, _, spec = arg.partition(" ")
+    out[name] = version(name)
+    if Requirement is None or out[name] is None:
+        continue
+    if spec:
+        try:
+            specs[name] = Requirement(name + spec).specifier.contains(out[name], prereleases=True)
+        except Exception:
+            pass
+    for raw in metadata.requires(name) or ():
+        try:
+            req = Requirement(raw)
+        except Exception:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        if not any(s.operator in ("==", "===") for s in req.specifier):
+            continue
+        have = version(req.name)
+        if have is None or not req.specifier.contains(have, prereleases=True):
+            needs.append([name, re.sub(r"[-_.]+", "-", req.name).lower() + str(req.specifier), have])
+print(json.dumps({"versions": out, "needs": needs, "specs": specs}))
 """
 
 
@@ -94,6 +153,11 @@ class BaseInterpreter:
     version: str
     site_dirs: tuple[str, ...]
     has_pip: bool
+    dists: tuple[tuple[str, str], ...] = ()  # (normalized name, version) of what it has installed
+
+    def has(self, name: str) -> str | None:
+        """The version of ``name`` (normalized) the interpreter has, or None."""
+        return dict(self.dists).get(name)
 
 
 @dataclass(frozen=True)
@@ -126,7 +190,8 @@ def probe_interpreter(python: str) -> BaseInterpreter:
     if done.returncode != 0:
         raise ConfigError(f"target.python {python!r} failed to start: {done.stderr.strip()[-300:]}. Fix target.python.")
     data = json.loads(done.stdout.strip().splitlines()[-1])
-    return BaseInterpreter(python, data["executable"], data["version"], tuple(data["site_dirs"]), bool(data["has_pip"]))
+    return BaseInterpreter(python, data["executable"], data["version"], tuple(data["site_dirs"]), bool(data["has_pip"]),
+                           tuple(sorted((data.get("dists") or {}).items())))
 
 
 class EnvCache:
@@ -141,6 +206,7 @@ class EnvCache:
         self.log_dir = Path(log_dir) if log_dir else self.dir / "logs"
         self._base: BaseInterpreter | None = None
         self._failed: dict[str, str] = {}
+        self._completed: dict[str, PinSet] = {}  # a declared pin set's key -> the set with its wheels' requirements
         # Environments this process uses, each held by a shared lock on ``.<key>.use`` until close():
         # eviction (any process's) takes that lock exclusively, so it never removes one in use.
         self._held: dict[str, object] = {}
@@ -155,7 +221,46 @@ class EnvCache:
             self._base = probe_interpreter(self.python)
         return self._base
 
+    def complete(self, pin_set: PinSet) -> PinSet:
+        """``pin_set`` with what must be installed beside it: the exact requirements its wheels in
+        ``wheel_dir`` declare (``pins.wheel_requirements``) that the target interpreter does not already
+        have at that version; one that no wheel in ``wheel_dir`` provides either is a problem of the set."""
+        if not pin_set or self.wheel_dir is None:
+            return pin_set
+        cached = self._completed.get(pin_set.key)
+        if cached is not None:
+            return cached
+        needed, problems = [], []
+        for pin in wheel_requirements(pin_set, self.wheel_dir):
+            if self.base.has(pin.name) == pin.exact_version:
+                continue  # the target interpreter has it: seen through the venv's .pth
+            if not self._applies(pin.marker):
+                continue  # for another platform or Python
+            if wheel_files(PinSet((pin,)), self.wheel_dir):
+                needed.append(pin)
+            else:
+                have = self.base.has(pin.name)
+                problems.append(f"{pin.companion_of} needs {pin.requirement} ({pin.source}); target.python has "
+                                f"{have or 'none'} and [build] wheel_dir {self.wheel_dir} has no wheel of it")
+        done = replace(pin_set.with_pins(needed), problems=pin_set.problems + tuple(problems))
+        self._completed[pin_set.key] = done
+        return done
+
+    def _applies(self, marker: str) -> bool:
+        """Whether a requirement's environment marker holds for the target interpreter (its Python version;
+        the platform is this machine's)."""
+        text = marker.lstrip(";").strip()
+        if not text:
+            return True
+        try:
+            version = self.base.version
+            return Marker(text).evaluate({"python_version": ".".join(version.split(".")[:2]),
+                                          "python_full_version": version, "extra": ""})
+        except (InvalidMarker, UndefinedEnvironmentName):
+            return True  # unreadable: keep it, the installer decides
+
     def key(self, pin_set: PinSet) -> str:
+        pin_set = self.complete(pin_set)
         base = self.base
         return content_hash(_KEY_VERSION, pin_set.key, base.executable, base.version, list(base.site_dirs),
                             str(self.wheel_dir or ""), self.index_url or "", self.wheel_digests(pin_set))
@@ -208,6 +313,15 @@ class EnvCache:
             return None
         return PinnedEnv(key, self.dir / key, pin_set, True, data.get("installer", ""), 0.0, data.get("versions"))
 
+    def problem(self, pin_set: PinSet) -> str | None:
+        """Why ``pin_set`` cannot work as declared (a companion at another version, a wheel's exact
+        requirement nowhere to be had), told before anything is installed; None when nothing is known."""
+        problems = self.complete(pin_set).problems
+        if not problems:
+            return None
+        return (f"the pin set {pin_set.describe()} cannot work: {'; '.join(problems)}. Its commits are skipped, never "
+                f"blamed. Fix: pin them together (a patch in the stack), or put the missing wheels in [build] wheel_dir.")
+
     def failed(self, pin_set: PinSet) -> str | None:
         """Why building ``pin_set`` failed earlier in this process, or None."""
         return self._failed.get(self.key(pin_set))
@@ -219,6 +333,11 @@ class EnvCache:
         key = self.key(pin_set)
         if key in self._failed:
             raise EnvironmentBuildError(self._failed[key])
+        problem = self.problem(pin_set)
+        if problem:
+            self._failed[key] = problem
+            raise EnvironmentBuildError(problem)
+        pin_set = self.complete(pin_set)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._hold(key)
         found = self.lookup(pin_set)
@@ -327,16 +446,37 @@ class EnvCache:
             Path(purelib, _BASE_PTH).write_text(line + "\n")
             installer, argv = self._installer(pin_set, env_python, log, what, log_path)
             self._run([*argv, *self._sources(), *pin_set.requirements], log, what, log_path, timeout_s=INSTALL_TIMEOUT_S)
-            versions = json.loads(self._output([env_python, "-c", _VERSIONS, *(p.name for p in pin_set.pins)],
-                                               log, what, log_path).strip().splitlines()[-1])
+            seen = self._verify(pin_set, env_python, log, what, log_path)
+            if seen["needs"]:
+                # An installed pin declares an exact requirement the venv does not see (torch's CUDA
+                # packages, a kernel built against one torch): install exactly that, and look again.
+                extra = sorted({need for _, need, _ in seen["needs"]})
+                log.write(f"# perfbisect: the pinned packages' own exact requirements: {', '.join(extra)}\n")
+                self._run([*argv, *self._sources(), *extra], log, what, log_path, timeout_s=INSTALL_TIMEOUT_S)
+                seen = self._verify(pin_set, env_python, log, what, log_path)
+        versions = seen["versions"]
         wrong = [f"{p.name} {versions.get(p.name)!s} (pinned {p.spec})" for p in pin_set.pins
-                 if not p.marker and p.exact_version is not None and versions.get(p.name) != p.exact_version]
+                 if not p.marker and ((p.exact_version is not None and versions.get(p.name) != p.exact_version)
+                                      or versions.get(p.name) is None or seen["specs"].get(p.name) is False)]
+        by_name = {p.name: p for p in pin_set.pins}
+        wrong += [f"{p.name} {versions.get(p.name)!s} beside {p.companion_of} {versions.get(p.companion_of)!s} (they must match)"
+                  for p in pin_set.pins if p.companion_of in by_name and not p.source.endswith("METADATA")
+                  and versions.get(p.name) != versions.get(p.companion_of)]
+        wrong += [f"{package} needs {need} and sees {have or 'none'}" for package, need, have in seen["needs"]]
         if wrong:
             raise EnvironmentBuildError(
                 f"{what} was installed, but its interpreter sees {', '.join(wrong)}: the commits of this pin set "
-                f"are skipped, never blamed. Read the log {log_path}."
+                f"are skipped, never blamed (SGLang's own check refuses only a kernel older than its minimum). "
+                f"Read the log {log_path}."
             )
         return installer, versions
+
+    def _verify(self, pin_set: PinSet, env_python: str, log, what: str, log_path: Path) -> dict:
+        """What the environment's interpreter sees of ``pin_set``: versions, the specifiers they meet, and
+        the exact requirements of their metadata it does not satisfy."""
+        args = [f"{p.name} {p.spec}" for p in pin_set.pins]
+        out = json.loads(self._output([env_python, "-c", _VERSIONS, *args], log, what, log_path).strip().splitlines()[-1])
+        return {"versions": out.get("versions") or {}, "needs": out.get("needs") or [], "specs": out.get("specs") or {}}
 
     def installer(self) -> str:
         """Which installer a new environment would use, in words (doctor)."""
@@ -355,7 +495,7 @@ class EnvCache:
             # uv's cache knows a wheel by its name: a wheel rebuilt in place under the same version
             # would be served from it, stale. Revalidate the pinned packages (the key has their bytes).
             refresh = [a for name in sorted({p.name for p in pin_set.pins}) for a in ("--refresh-package", name)]
-            return "uv", [uv, "pip", "install", "--python", env_python, "--no-deps", *refresh]
+            return "uv", [uv, "pip", "install", "--no-config", "--python", env_python, "--no-deps", *refresh]
         self._run([env_python, "-m", "ensurepip", "--default-pip"], log, what, log_path)
         return "pip (ensurepip)", pip
 
@@ -375,7 +515,7 @@ class EnvCache:
     def _output(self, argv: list[str], log, what: str, log_path: Path, timeout_s: float = 600.0) -> str:
         log.write(f"$ {argv!r}\n")
         log.flush()
-        env = {k: v for k, v in os.environ.items() if k not in _REDIRECTING}
+        env = installer_environ()
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
                                     env=env, **own_group())
@@ -464,7 +604,8 @@ def _uv() -> str | None:
 
 def pin_groups(commits, pins, envs: EnvCache, wheel_dir: Path | None, index_url: str | None) -> list:
     """The commits grouped by pin set, each with where its environment is kept, whether it is built,
-    and why it cannot be built (``pins.wheel_problem``, or a target interpreter that cannot run)."""
+    its kernel and companions, and why it cannot be built (a companion at another version, a wheel's
+    requirement nowhere to be had, ``pins.wheel_problem``, or a target interpreter that cannot run)."""
     from ..git.pins import PinGroup, group_by_pins
 
     out = []
@@ -474,10 +615,14 @@ def pin_groups(commits, pins, envs: EnvCache, wheel_dir: Path | None, index_url:
             try:
                 env = str(envs.path(pin_set))
                 built = envs.lookup(pin_set) is not None
+                pin_set = envs.complete(pin_set)
             except ConfigError as exc:
                 problem = str(exc)
             if not built and problem is None:
-                problem = envs.failed(pin_set) or wheel_problem(pin_set, wheel_dir, index_url)
+                problem = envs.problem(pin_set) or envs.failed(pin_set) or wheel_problem(pin_set, wheel_dir, index_url)
+        kernel = pin_set.kernel
         out.append(PinGroup(pin_set.key, pin_set.as_dict(), tuple(pin_set.requirements),
-                            tuple(c.sha for c in members), env, built, problem))
+                            tuple(c.sha for c in members), env, built, problem,
+                            kernel=kernel.requirement if kernel else None,
+                            companions=tuple(p.requirement for p in pin_set.companions)))
     return out

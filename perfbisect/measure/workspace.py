@@ -23,7 +23,7 @@ from ..git.gitrepo import TargetRepo
 from .host import host_fingerprint
 from ..git.pathfilter import PathFilter
 from ..git.patches import PatchStack
-from ..git.pins import PinReader
+from ..git.pins import PinReader, PinRules
 from ..git.worktrees import WorktreePool
 from ..model import NoiseKey
 from .server import port_holders, port_in_use
@@ -90,7 +90,8 @@ class Workspace:
             host=host_fingerprint(),
             filters=active_filters(config).path_filter(),
             envs=envs,
-            pins=PinReader(repo, build.pin_files, build.pinned_packages, stack) if build.pinned_packages else None,
+            pins=PinReader(repo, build.pin_files, PinRules.of(build.pinned_packages, build.package_aliases, build.companions),
+                           stack) if build.pinned_packages else None,
         )
 
     @property

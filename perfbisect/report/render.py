@@ -300,15 +300,37 @@ def format_plan(plan: Any) -> list[str]:
     lines.append(f"{len(plan.entries)} commits: {measured} to measure, {filtered} filtered, {skipped} untestable (patch conflict or marked skipped)")
     if plan.filters_note:
         lines.append(f"filters: {plan.filters_note}")
+    lines.extend(format_build_steps(getattr(plan, "build_steps", ())))
     lines.extend(format_pin_groups(getattr(plan, "pin_groups", ())))
     for w in plan.warnings:
         lines.append(f"warning: {w}")
     return lines
 
 
+def format_build_steps(steps: Any) -> list[str]:
+    """[[build.steps]] over the range: how each is cached, and for a step with sources which directory it
+    builds at which commits (or that it has nothing to build there)."""
+    if not steps:
+        return []
+    lines = [f"build steps: {len(steps)}"]
+    for sp in steps:
+        how = ("python only" if sp.python_only else
+               "cached by the content of what it builds from" if sp.cached else "NOT CACHED: runs at every trial")
+        if not sp.spans:
+            lines.append(f"  {sp.name}  {', '.join(sp.paths)}  {how}")
+            continue
+        lines.append(f"  {sp.name}  {how}")
+        for span in sp.spans:
+            group = span.span()
+            where = f"builds {span.source}/" if span.source else "no sources here: not run"
+            lines.append(f"    {group}  {where}")
+    return lines
+
+
 def format_pin_groups(groups: Any) -> list[str]:
-    """The range by pin set ([build] pinned_packages): which commits each environment serves, and
-    whether it is built, will be built, or cannot be (and why)."""
+    """The range by pin set ([build] pinned_packages): which commits each environment serves, its
+    kernel (under the commit's name for it), what it carries beside its pins, and whether it is built,
+    will be built, or cannot be (and why)."""
     if not groups:
         return []
     needing = [g for g in groups if g.requirements]
@@ -322,8 +344,14 @@ def format_pin_groups(groups: Any) -> list[str]:
             state = f"CANNOT BUILD: {g.problem}"
         else:
             state = "built on first use"
-        pins = ", ".join(g.requirements) or "-"
-        lines.append(f"  {g.span()}  {pins}  {state}")
+        companions = set(getattr(g, "companions", ()))
+        kernel = getattr(g, "kernel", None)
+        pins = ", ".join(r for r in g.requirements if r not in companions and r != kernel) or "-"
+        parts = [f"kernel {kernel}"] if kernel else []
+        parts.append(pins if pins != "-" or not kernel else "")
+        if companions:
+            parts.append("with " + ", ".join(r for r in g.requirements if r in companions))
+        lines.append(f"  {g.span()}  {' · '.join(p for p in parts if p)}  {state}")
     return lines
 
 

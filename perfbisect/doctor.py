@@ -132,6 +132,8 @@ def _pinned_envs(ctx: dict) -> list[Finding]:
     ))]
     for g in groups:
         pins = ", ".join(g.requirements) or "nothing pinned"
+        if g.kernel:
+            pins = f"kernel {g.kernel}; {pins}"
         if g.problem:
             out.append(Finding("pinned environments", "error", f"{g.span()} ({pins}) cannot be built: {g.problem}"))
         else:
@@ -243,8 +245,11 @@ def _runs_per_trial(ws) -> list[Finding]:
 
 def _launch(ctx: dict) -> list[Finding]:
     """Start the server once (baseline mode, in the checkout) and check the env reaches every worker."""
+    from .measure.served import fallback_refusal
+    from .measure.server import mode_not_applied
     from .measure.trials import launch_check
     from .measure.workspace import exclusive
+    from .placeholders import expand
 
     ws = ctx["ws"]
     cfg = ws.config
@@ -254,14 +259,25 @@ def _launch(ctx: dict) -> list[Finding]:
     try:
         # The same locks as a trial: a launch next to a running bisection would disturb its numbers.
         with exclusive(ws):
-            seconds, checks = launch_check(ws, mode)
+            seconds, checks, served = launch_check(ws, mode)
     except PerfbisectError as exc:
         return [Finding("server launch", "error", str(exc))]
     out = [Finding("server launch", "ok", f"[{mode.name}] ready in {seconds:.1f}s; {len(checks)} processes in its group")]
+    # Which implementation served (a checkout is not the release): a silent fallback the mode refuses is an error.
+    refused = fallback_refusal(mode.name, mode.env, served)
+    for note in served.notes():
+        out.append(Finding("served by", "error" if refused else "warn", note))
     for c in checks:
         if c.ok:
             continue
         out.append(Finding("worker env", "warn", f"configured env did not reach {c.gap()}"))
+    # A variable of the mode's own env that the workers do not run with makes every trial of the
+    # mode at this checkout untestable: an error here, not a warning.
+    wanted = {k: expand((v,), python=cfg.target.python, worktree=str(cfg.target.repo), host=cfg.server.host)[0]
+              for k, v in {**cfg.server.env, **mode.env}.items()}
+    not_applied = mode_not_applied(mode, checks, wanted)
+    if not_applied is not None:
+        out.append(Finding("mode env", "error", str(not_applied)))
     if all(c.ok for c in checks):
         out.append(Finding("worker env", "ok", f"all {len(cfg.server.env) + len(mode.env)} configured variables reached every process"))
     return out

@@ -140,6 +140,13 @@ class ServerDied(ServerError):
     """The server exited while runs were in flight: the trial is failed, its runs are kept."""
 
 
+class ModeNotApplied(ServerError):
+    """A variable that defines the mode (a key of ``[modes.NAME].env``) did not reach the server's
+    workers as configured: the commit's own code overwrote it (SGLang up to 0.5.3 sets
+    NCCL_CUMEM_ENABLE / NCCL_NVLS_ENABLE itself) or dropped it, so the trial would not measure the
+    mode. The trial is skipped, the commit never blamed."""
+
+
 class WorkloadError(PerfbisectError):
     """A request could not be made or its response could not be understood."""
 

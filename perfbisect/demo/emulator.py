@@ -4,8 +4,8 @@ This is an emulator, not SGLang. It exists so the whole perfbisect pipeline (wor
 build, server process group, streaming runs, SQLite, statistics, bisection, report) can run on a
 laptop and in the integration tests. It speaks SGLang's HTTP API (``/health_generate``, streaming
 ``/generate`` with ``meta_info``, ``/v1/completions``, ``/v1/chat/completions``,
-``/get_server_info``, ``/get_model_info``, ``/v1/models``) and says what it is in every
-``/get_server_info`` answer (``"emulator": true``).
+``/server_info`` and its older name ``/get_server_info``, ``/get_model_info``, ``/v1/models``) and
+says what it is in every server-info answer (``"emulator": true``).
 
 Its speed comes from the checked-out code of the worktree it serves: module-level assignments in
 ``W/python/sglang/**/*.py`` such as ``DECODE_STEP_MS = 2.0`` set the time per decode step, so a
@@ -34,12 +34,22 @@ Environment:
 - ``PERFBISECT_DEMO_DRIFT_PER_SESSION`` (e.g. 0.02) with ``PERFBISECT_DEMO_DRIFT_FILE``: a
   counter file shared by the sessions of one demo; session n is (1 + drift)^n slower, a slow
   monotone drift with no code change.
+- ``PERFBISECT_EMULATOR_SERVER_INFO``: the info paths it answers, comma-separated (default both,
+  ``/server_info,/get_server_info``; ``/get_server_info`` alone is an SGLang before 0.5.6,
+  ``/server_info`` alone one that dropped the deprecated alias, ``none`` neither). The others 404.
+- ``PERFBISECT_EMULATOR_OVERRIDE_ENV`` (``NAME=VALUE,NAME=VALUE``): set in its own ``os.environ``
+  before it starts its workers, as SGLang's ``_set_envs_and_config`` does (up to 0.5.3 it sets
+  NCCL_CUMEM_ENABLE and NCCL_NVLS_ENABLE): the workers run with these values, while the server
+  process's /proc/<pid>/environ still shows what it was started with. Needs ``--workers``.
+- ``PERFBISECT_EMULATOR_TREE_CORE_FALLBACK`` (a reason): with ``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND``
+  unset or ``rust``, it logs SGLang's ``Using the Python TreeCore: <reason>`` while it starts, as a 2026
+  SGLang does when the machine or the configuration cannot run the Rust TreeCore.
 
 Speculative mode: ``--speculative-algorithm EAGLE3`` (or EAGLE / NEXTN; ``--speculative`` is
 short for EAGLE3). Each verify cycle yields 1 + Binomial(num_draft_tokens − 1, p) tokens with mean
 accept length, as SGLang's ``spec_verify_ct`` / ``spec_accept_length`` / ``spec_accept_rate``.
 
-Why one module of ~840 lines: it runs as ``python -m perfbisect.demo.emulator`` in the target's
+Why one module of ~940 lines: it runs as ``python -m perfbisect.demo.emulator`` in the target's
 interpreter with the standard library only, so it cannot import perfbisect's other modules; the
 HTTP API, the worker processes and the speed model are one program.
 """
@@ -474,13 +484,49 @@ class EmulatedEngine:
 # HTTP
 
 
+INFO_PATHS = frozenset({"/server_info", "/get_server_info"})
+
+
+def info_paths_from_env(env: dict[str, str]) -> frozenset[str]:
+    """PERFBISECT_EMULATOR_SERVER_INFO: the info paths to answer (default both; "none": neither)."""
+    raw = env.get("PERFBISECT_EMULATOR_SERVER_INFO", "").strip()
+    if not raw:
+        return INFO_PATHS
+    if raw.lower() == "none":
+        return frozenset()
+    paths = frozenset(p.strip() for p in raw.split(",") if p.strip())
+    unknown = paths - INFO_PATHS
+    if unknown:
+        print(f"emulator: ignoring PERFBISECT_EMULATOR_SERVER_INFO entries {sorted(unknown)}: it knows "
+              f"{sorted(INFO_PATHS)}", file=sys.stderr, flush=True)
+    return paths & INFO_PATHS
+
+
+def apply_env_overrides(env: dict[str, str]) -> dict[str, str]:
+    """PERFBISECT_EMULATOR_OVERRIDE_ENV ("NAME=VALUE,..."): set in os.environ, so workers started
+    afterwards inherit them (as SGLang's own os.environ[...] = ... before it spawns schedulers)."""
+    raw = env.get("PERFBISECT_EMULATOR_OVERRIDE_ENV", "")
+    done = {}
+    for item in raw.split(","):
+        name, sep, value = item.strip().partition("=")
+        if not sep or not name:
+            if item.strip():
+                print(f"emulator: ignoring PERFBISECT_EMULATOR_OVERRIDE_ENV entry {item.strip()!r}: not NAME=VALUE",
+                      file=sys.stderr, flush=True)
+            continue
+        os.environ[name] = value
+        done[name] = value
+    return done
+
+
 class EmulatorServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], engine: EmulatedEngine):
+    def __init__(self, address: tuple[str, int], engine: EmulatedEngine, info_paths: frozenset[str] = INFO_PATHS):
         super().__init__(address, EmulatorHandler)
         self.engine = engine
+        self.info_paths = info_paths  # which of /server_info, /get_server_info it answers
 
 
 class _BadRequest(Exception):
@@ -547,7 +593,7 @@ class EmulatorHandler(BaseHTTPRequestHandler):
                 self._send_json(200, {})
             else:
                 self._error(503, "server is starting (emulated model load / warm-up)")
-        elif path in ("/get_server_info", "/server_info"):
+        elif path in ("/get_server_info", "/server_info") and path in self.server.info_paths:
             self._send_json(200, engine.server_info())
         elif path in ("/get_model_info", "/model_info"):
             self._send_json(
@@ -840,6 +886,13 @@ def pinned_version_errors(worktree: Path) -> list[str]:
         if have != wanted:
             errors.append(f"{name} is installed with version {have}, but this commit requires {wanted}. "
                           f"Please reinstall: pip install {name}=={wanted} --force-reinstall")
+        elif name.endswith("-cubin"):  # as flashinfer refuses to import beside another flashinfer-cubin
+            try:
+                base = metadata.version(name[: -len("-cubin")])
+            except metadata.PackageNotFoundError:
+                continue
+            if base != have:
+                errors.append(f"{name} {have} does not match {name[: -len('-cubin')]} {base}: they must be the same version")
     return errors
 
 
@@ -867,8 +920,14 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _raise_shutdown)
     signal.signal(signal.SIGINT, _raise_shutdown)
 
-    httpd = EmulatorServer((args.host, args.port), engine)
+    httpd = EmulatorServer((args.host, args.port), engine, info_paths_from_env(env))
     args.port = httpd.server_address[1]
+    fallback = env.get("PERFBISECT_EMULATOR_TREE_CORE_FALLBACK", "").strip()
+    if fallback and env.get("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "rust").strip().lower() == "rust":
+        print(f"[emulator] INFO tree_core_registry: Using the Python TreeCore: {fallback}", file=sys.stderr, flush=True)
+    overridden = apply_env_overrides(env)
+    if overridden:
+        print(f"emulator: set in its own environment before starting workers: {overridden}", flush=True)
     workers = start_workers(args.workers, args.drop_env)
     mode = f"speculative {args.speculative_algorithm}" if engine.speculative else "baseline"
     print(

@@ -7,6 +7,13 @@ stops the group, and ``stop()`` refuses to report success while the port is stil
 
 Process groups, environments and port holders are read through psutil; signalling a group goes
 through ``children.signal_group`` (the guard against a reused group id).
+
+A gap in the env check is a warning, except on a variable that defines the mode (a key of
+``[modes.NAME].env``): a worker that runs with another value (or none) of it does not run the mode,
+so ``mode_not_applied`` turns that into ``ModeNotApplied`` and the trial is skipped. SGLang up to
+0.5.3 overwrites NCCL_CUMEM_ENABLE / NCCL_NVLS_ENABLE in ``_set_envs_and_config`` before it spawns
+its schedulers, which is exactly this: the launching process keeps the configured value, its
+workers do not.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import httpx
 import psutil
@@ -27,7 +34,7 @@ import psutil
 from ..runtime.children import group_members, own_group, signal_group
 from ..placeholders import expand
 from ..settings import ModeConfig, ServerConfig
-from ..errors import ServerError, ServerNotReady
+from ..errors import ModeNotApplied, ServerError, ServerNotReady
 from ..runtime.logtail import log_tail as read_log_tail
 from ..model import EnvCheck
 from ..runtime.polling import poll_until
@@ -141,6 +148,50 @@ def _signal_name(code: int) -> str:
         return f"signal {signal.Signals(-code).name} (exit code {code})"
     except ValueError:
         return f"signal {-code} (exit code {code})"
+
+
+# --------------------------------------------------------------------------------------------
+# Whether the mode reached the workers
+
+
+def mode_not_applied(mode: ModeConfig, checks: Sequence[EnvCheck], wanted: Mapping[str, str]) -> ModeNotApplied | None:
+    """The ModeNotApplied error for ``checks`` (``ServerSession.check_env``) in which a variable of
+    the mode's own env (``[modes.NAME].env``) reached some process of the server's group with another
+    value or not at all; None when every such variable arrived as ``wanted`` (the filled-in values).
+
+    Gaps in variables of the shared ``[server].env`` are not the mode's: they stay warnings."""
+    gaps: list[str] = []
+    for name in mode.env:
+        if name not in wanted:
+            continue
+        seen = []  # each process's value of it
+        wrong = False
+        for check in checks:
+            actual = {n: a for n, _w, a in check.mismatched}
+            if name in check.missing:
+                seen.append(f"pid {check.pid} ({check.short_cmdline()}): unset")
+                wrong = True
+            elif name in actual:
+                seen.append(f"pid {check.pid} ({check.short_cmdline()}): {actual[name]!r}")
+                wrong = True
+            else:
+                seen.append(f"pid {check.pid} ({check.short_cmdline()}): {wanted[name]!r} as set")
+        if wrong:
+            gaps.append(f"{name}={wanted[name]!r}, which [modes.{mode.name}].env sets, is not what the server's "
+                        f"processes run with ({'; '.join(seen)})")
+    if not gaps:
+        return None
+    return ModeNotApplied(
+        f"Mode '{mode.name}' did not reach the server's workers: {'; and '.join(gaps)}. The commit's own code "
+        f"overwrites or drops the variable before it starts its workers (SGLang up to 0.5.3 sets "
+        f"NCCL_CUMEM_ENABLE and NCCL_NVLS_ENABLE itself, in _set_envs_and_config of "
+        f"python/sglang/srt/entrypoints/engine.py), so a trial here would not measure '{mode.name}': this "
+        f"commit is skipped for it, never blamed. To measure the mode at such commits, add a patch to the "
+        f"patch stack ([patches] dir) that makes the commit's engine.py keep the value it inherits (for "
+        f"example os.environ.setdefault instead of os.environ[...] = ...); or, if the mode does not need "
+        f"the variable, drop it from [modes.{mode.name}].env (a variable of [server].env that does not "
+        f"arrive is only warned about)."
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -413,6 +464,10 @@ class ServerSession:
             )
             checks.append(EnvCheck(pid=pid, cmdline=cmdline, missing=missing, mismatched=mismatched))
         return tuple(checks)
+
+    def mode_not_applied(self, checks: Sequence[EnvCheck]) -> ModeNotApplied | None:
+        """``mode_not_applied`` for this session's mode and its filled-in env (see there)."""
+        return mode_not_applied(self.mode, checks, self.configured_env())
 
     def log_tail(self, lines: int = 20) -> str:
         """The last ``lines`` lines of the server's log (empty when there is none yet)."""

@@ -4,6 +4,16 @@
 workload under the system-state sampler and stores the trial, skipped and failed ones too.
 ``observe`` turns the trials of one commit into what the search sees. Server pidfiles let a later
 perfbisect reap a server that a crashed one left running.
+
+A trial must measure the commit and the mode it names, so two things make it untestable (skipped,
+the commit never blamed) rather than measured: on an SGLang target, an ``sglang`` that the server's
+env would import from outside the worktree although that env puts the worktree on PYTHONPATH
+(``served_elsewhere``: a checkout is not the release, and since SGLang 0.5.9 the reported version is
+the installed package's, so only the import location tells); and a variable of the mode's own env
+that the server's workers do not run with (``server.mode_not_applied``). Each trial of an SGLang
+target records where its sglang came from (``versions["sglang_file"]``) and which server-info path
+answered (``server_info["perfbisect"]``), with a warning when a speculative mode's server-wide
+accept length is missing.
 """
 
 from __future__ import annotations
@@ -28,14 +38,17 @@ from ..placeholders import expand
 from ..settings import Config, ModeConfig, WorkloadConfig
 from .run_allocation import runs_advice
 from ..runtime.locks import GPU_WAIT_FILE
-from ..errors import BuildError, EnvironmentBuildError, MachineBusy, PatchError, ServerError, ServerNotReady, Untestable, WorkloadError
+from ..errors import (BuildError, EnvironmentBuildError, MachineBusy, ModeNotApplied, PatchError, ServerError, ServerNotReady,
+                      Untestable, WorkloadError)
+from ..git.targets import is_sglang_target
 from ..layout import HASH_SEED_VAR, Layout, choose, joined
 from ..model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus, content_hash
 from ..runtime.children import signal_group
+from .served import Served, fallback_refusal, served_from_log
 from .server import ServerSession, process_cmdline
 from ..store import Store, owner_alive, process_owner
 from .external_workloads import run_bench_serving, run_command_workload
-from .workload import avg_spec_accept_length, run_workload, server_info
+from .workload import avg_spec_accept_length, read_server_info, run_workload, server_info_warnings
 from .workspace import Progress, Workspace
 
 
@@ -52,6 +65,9 @@ class Prepared:
     versions: dict | None = None  # target's torch/sglang/CUDA/NCCL versions, read once per commit
     python: str = ""  # the interpreter its build, server and workload run under: the pinned environment's, else target.python
     env_key: str | None = None  # the pinned environment it runs in (perfbisect/measure/envs.py), if any
+    # On an SGLang target: the versions read before each trial, with the server's env for the mode,
+    # per (worktree, PYTHON* variables of that env): they hold where its sglang is imported from.
+    served: dict | None = None
 
 
 _PIDFILE_OWNER = "owner "
@@ -139,12 +155,13 @@ def gpu_wait(cache_dir: Path) -> dict | None:
     return state
 
 
-def launch_check(ws: Workspace, mode: ModeConfig) -> tuple[float, tuple[EnvCheck, ...]]:
+def launch_check(ws: Workspace, mode: ModeConfig) -> tuple[float, tuple[EnvCheck, ...], Served]:
     """Start the server of ``mode`` once in the target checkout as it is, wait until it is ready and
     check the configured env reached every process of its group (``perfbisect doctor --launch``).
 
-    Seconds to readiness and the env checks; the server is torn down before this returns. The
-    caller holds the locks a trial holds (``workspace.exclusive``).
+    Seconds to readiness, the env checks, and which implementation served (its log, ``served``); the
+    server is torn down before this returns. The caller holds the locks a trial holds
+    (``workspace.exclusive``).
     """
     cfg = ws.config
     log = cfg.cache_dir / "logs" / "doctor-server.log"
@@ -156,7 +173,7 @@ def launch_check(ws: Workspace, mode: ModeConfig) -> tuple[float, tuple[EnvCheck
             python = ws.envs.ensure(pin_set).python
     with ServerSession(cfg.server, mode, cfg.target.repo, python, log) as session:
         seconds = session.wait_ready()
-        return seconds, session.check_env()
+        return seconds, session.check_env(), served_from_log(log)
 
 
 class TrialRunner:
@@ -196,6 +213,7 @@ class TrialRunner:
         prepared = Prepared(commit=commit, worktree=worktree, slot=slot, python=cfg.target.python)
         if last is not None and last.commit.sha == commit.sha:
             prepared.versions = last.versions  # the same commit's code: the same versions, read once
+            prepared.served = last.served  # keyed by worktree: another slot's are not used for this one
         try:
             if self.ws.stack is not None:
                 applied = self.ws.stack.apply(worktree, commit)
@@ -281,6 +299,15 @@ class TrialRunner:
                 f"trial #{stored.id}: {commit.short} [{mode.name}] was stored before the interruption: used, not measured again"
             )
             return stored
+        versions = None
+        if is_sglang_target(self.ws.config):
+            # Which code would serve, read before the server starts: a checkout that is not what
+            # the server imports is refused here, not measured.
+            versions, env = self._served_versions(prepared, mode)
+            why = served_elsewhere(versions, env, prepared)
+            if why:
+                self.progress.warn(f"{commit.short} [{mode.name}] skipped: {why}")
+                return self._store_untestable(identity, why, purpose, bisection_id, layout, versions=versions)
         self._wait_until_idle()
         log_path = self._server_log(commit, mode)
         trial_id = self.ws.store.begin_trial(
@@ -292,17 +319,20 @@ class TrialRunner:
         what = "workload.command" if self.ws.config.workload.kind == "command" else "server and benchmark"
         self.progress.detail(f"{prepared.commit.short} [{mode.name}]: running the {what}; its runs show as they land")
         status, error = self._measure(session, prepared, mode, log_path, layout)
-        self._read_versions(prepared)
-        result = self._finish(session, status, error, prepared.versions)
+        if versions is None:
+            self._read_versions(prepared)
+            versions = prepared.versions
+        result = self._finish(session, status, error, versions)
         self._report_summary(result, session.info)
         return result
 
     def _store_untestable(self, identity: TrialIdentity, why: str, purpose: str, bisection_id: int | None,
-                          layout: Layout) -> TrialResult:
-        """A commit that cannot be tested (patch conflict, build failure) is stored as a skipped trial."""
+                          layout: Layout, versions: dict | None = None) -> TrialResult:
+        """A commit that cannot be tested (patch conflict, build failure, a checkout the server would
+        not import) is stored as a skipped trial, with the versions read for it, if any."""
         store = self.ws.store
         trial_id = store.begin_trial(identity, purpose=purpose, bisection_id=bisection_id, layout=layout)
-        store.finish_trial(trial_id, TrialStatus.SKIPPED, error=why)
+        store.finish_trial(trial_id, TrialStatus.SKIPPED, versions=versions, error=why)
         return store.trial(trial_id)
 
     def _wait_until_idle(self) -> None:
@@ -361,6 +391,10 @@ class TrialRunner:
             # A commit whose server never gets ready cannot be tested: skipped, never blamed.
             self.progress.warn(f"{commit.short} [{mode.name}]: {exc}")
             return TrialStatus.SKIPPED, f"server never ready: {exc}"
+        except ModeNotApplied as exc:
+            # The commit's code overwrote a variable that defines the mode: it cannot run this mode.
+            self.progress.warn(f"{commit.short} [{mode.name}] skipped: {exc}")
+            return TrialStatus.SKIPPED, f"mode not applied: {exc}"
         except Untestable as exc:
             # The command's own verdict (exit 125, as in `git bisect run`): skipped, never blamed, not a failure.
             self.progress.warn(f"{commit.short} [{mode.name}] skipped: {exc}")
@@ -403,6 +437,15 @@ class TrialRunner:
             if cfg.server.check_env:
                 session.env_checks = server.check_env()
                 self._report_env(session.env_checks)
+                not_applied = server.mode_not_applied(session.env_checks)
+                if not_applied is not None:
+                    raise not_applied
+            session.served = served_from_log(log_path)  # which implementation serves: said while it started
+            for note in session.served.notes():
+                self.progress.warn(f"  [{mode.name}] {note}")
+            refused = fallback_refusal(mode.name, mode.env, session.served)
+            if refused is not None:
+                raise refused
             workload = self._workload(mode)
             if cfg.workload.kind == "bench_serving":
                 env = {**cfg.server.env, **mode.env}
@@ -413,8 +456,22 @@ class TrialRunner:
                     session.on_run(run)
             else:
                 run_workload(server.base_url, workload, on_run=session.on_run, on_warmup_detected=session.on_warmup_detected)
-            session.info = server_info(server.base_url)
+            session.info = self._server_info(server.base_url, mode, session.served)
         pidfile.unlink(missing_ok=True)  # torn down cleanly: nothing to reap later
+
+    def _server_info(self, base_url: str, mode: ModeConfig, served: Served | None = None) -> dict:
+        """The server's info for the trial, with which path answered, what is missing from it and which
+        implementation served (``served``) under ``"perfbisect"`` (kept only where there is something to
+        say); the warnings are shown."""
+        read = read_server_info(base_url)
+        info = dict(read.info)
+        warnings = server_info_warnings(read, base_url, mode.speculative)
+        for warning in warnings:
+            self.progress.warn(f"  [{mode.name}] {warning}")
+        record = served.as_json() if served is not None else {}
+        if read.path is not None or warnings or record:
+            info["perfbisect"] = {"server_info_path": read.path, "warnings": list(warnings), **({"served": record} if record else {})}
+        return info
 
     def client_checkout(self) -> Path:
         """The checkout bench_serving runs from: ``workload.client_rev``, else the command's reference
@@ -448,6 +505,21 @@ class TrialRunner:
         server_env = {k: expand((v,), python=prepared.python, worktree=str(prepared.worktree))[0]
                       for k, v in cfg.server.env.items()}
         prepared.versions = target_versions(prepared.python, cwd=prepared.worktree, extra_env=server_env)
+
+    def _served_versions(self, prepared: Prepared, mode: ModeConfig) -> tuple[dict, dict[str, str]]:
+        """The versions the server of ``mode`` would import and the env they were read with: the
+        target's interpreter run with [server].env + the mode's env (placeholders filled), in the
+        worktree. Read once per worktree and per value of the PYTHON* variables of that env, since
+        ``sglang_file`` is a path inside the worktree."""
+        cfg = self.ws.config
+        env = {k: expand((v,), python=prepared.python, worktree=str(prepared.worktree), host=cfg.server.host)[0]
+               for k, v in {**cfg.server.env, **mode.env}.items()}
+        key = (str(prepared.worktree), prepared.python, tuple(sorted((k, v) for k, v in env.items() if k.startswith("PYTHON"))))
+        if prepared.served is None:
+            prepared.served = {}
+        if key not in prepared.served:
+            prepared.served[key] = target_versions(prepared.python, cwd=prepared.worktree, extra_env=env)
+        return dict(prepared.served[key]), env
 
     def _finish(self, session: "_Session", status: TrialStatus, error: str | None, versions: dict | None) -> TrialResult:
         """Store the trial's outcome with the machine's state over its measured runs."""
@@ -544,6 +616,7 @@ class _Session:
         self.landed: dict[int, float] = {}  # run index -> when it landed
         self.env_checks: tuple[EnvCheck, ...] = ()
         self.info: dict = {}
+        self.served: Served | None = None
         self.sampler = Sampler(
             interval_s=1.0, exclude_pids=lambda: self.servers[0].group_pids() if self.servers else ()
         )
@@ -614,6 +687,36 @@ def observe(runner: TrialRunner, commit: Commit, bisection_id: int | None, seq: 
         commit=commit.sha, value=metric_value(cfg, summaries), covariates=covariates, seq=seq,
         at=started, flag="; ".join(flags) or None, layout=layout_ids(),
     ), trial_ids
+
+
+def _inside(path: str, root: str) -> bool:
+    path, root = os.path.realpath(path), os.path.realpath(root)
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def served_elsewhere(versions: dict, env: dict[str, str], prepared: Prepared) -> str | None:
+    """Why a trial of ``prepared`` would not measure its checkout, or None: the server's ``env`` puts
+    a folder of the worktree on PYTHONPATH, yet the target's interpreter, run with that env in the
+    worktree, finds ``sglang`` outside it (``versions["sglang_file"]``). Nothing is said when the env
+    puts no worktree folder on PYTHONPATH (an install-based config) or when no sglang is found at all
+    (the server then fails with its own message)."""
+    worktree = str(prepared.worktree)
+    entries = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
+    ours = [e for e in entries if _inside(os.path.join(worktree, e), worktree)]  # relative ones: from the worktree
+    where = versions.get("sglang_file")
+    if not ours or not where or _inside(where, worktree):
+        return None
+    version = versions.get("sglang")
+    reported = (f"and report that copy's version (sglang {version}: since SGLang 0.5.9 sglang.__version__ is the "
+                f"installed package's, not the checkout's)" if version else "and report that copy's version")
+    return (
+        f"the server would not run the checkout under test: with the server's env (PYTHONPATH={env['PYTHONPATH']!r}, "
+        f"which names {', '.join(ours)} of the worktree) {prepared.python} imports sglang from {where}, outside the worktree "
+        f"{worktree}. The server would run that copy's code, not {prepared.commit.short}'s, {reported}, so this trial is "
+        f"skipped and the commit never blamed. Make the checkout importable: check that {ours[0]}/sglang exists at this "
+        f"commit, and that nothing resets PYTHONPATH or puts the other copy first (target.python a wrapper script that "
+        f"sets PYTHONPATH, a .pth file or sitecustomize, python -I or -E in server.command)."
+    )
 
 
 def _layout_words(layout: Layout, worktree: Path | None) -> str:

@@ -1,7 +1,10 @@
 """Run by perfbisect with the *target's* interpreter (``python versions_probe.py``), never imported.
 
 Prints one line, ``PERFBISECT_VERSIONS {json}``: the python, torch, CUDA, NCCL, sglang, sgl-kernel,
-flashinfer and transformers versions that interpreter sees (a missing package has no entry).
+flashinfer and transformers versions that interpreter sees (a missing package has no entry), and
+``sglang_file``: where ``import sglang`` would load it from (found, not imported). The version is the
+installed distribution's (since SGLang 0.5.9 ``sglang.__version__`` is that too, not the checkout's),
+so the file is what says which code serves.
 Importing torch here is fine (a separate, short-lived process); perfbisect empties
 CUDA_VISIBLE_DEVICES for it so that nothing in it can create a context on the GPUs.
 
@@ -32,12 +35,25 @@ def dist(*names):
 
 
 for key, names in (("torch", ("torch",)), ("sglang", ("sglang",)),
-                   ("sgl-kernel", ("sgl-kernel", "sgl_kernel")),
+                   ("sgl-kernel", ("sglang-kernel", "sglang_kernel", "sgl-kernel", "sgl_kernel")),  # renamed at 0.5.10
                    ("flashinfer", ("flashinfer-python", "flashinfer")),
+                   ("flashinfer-cubin", ("flashinfer-cubin", "flashinfer_cubin")),
                    ("transformers", ("transformers",))):
     v = dist(*names)
     if v:
         out[key] = v
+try:
+    from importlib.util import find_spec
+
+    spec = find_spec("sglang")  # finds the package without running its __init__
+    if spec is not None:
+        where = spec.origin if spec.origin not in (None, "namespace") else None
+        if where is None and spec.submodule_search_locations:
+            where = list(spec.submodule_search_locations)[0]  # a namespace package: its first folder
+        if where:
+            out["sglang_file"] = os.path.abspath(where)
+except Exception:
+    pass
 if "torch" in out:
     try:
         import torch

@@ -23,6 +23,13 @@ earliest t_first), ``e2e_tok_s`` is Σ tokens / (latest t_last − earliest t_re
 TTFT, the ITL percentiles pool every request's tokens, ``spec_verify_ct`` is the sum,
 ``spec_accept_length`` is Σ tokens / Σ verify_ct and ``spec_accept_rate`` the mean. The run is
 complete only when every request returned all its tokens.
+
+Server info (``read_server_info``): SGLang serves it at ``/server_info`` since 0.5.6 and keeps
+``/get_server_info`` as a deprecated alias that logs a warning per call; older builds have only the
+latter. The new path is tried first, the old one on a 404, and the one that answered is remembered per
+server address. ``server_info_warnings`` says when a speculative mode's server-wide accept length is
+gone (no endpoint, or no ``avg_spec_accept_length`` in what it returns) instead of reading that as
+"no data".
 """
 
 from __future__ import annotations
@@ -126,27 +133,76 @@ def load_prompts(cfg: WorkloadConfig) -> list[str]:
 # Server info
 
 
+# Where SGLang serves its server-wide info: /server_info since 0.5.6 (the old path stays as a
+# deprecated alias that logs a warning on every call), /get_server_info before. The first is tried
+# first; the path that answered is remembered per server address, so a session asks once.
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+_info_path: dict[str, str] = {}  # base URL -> the path that answered there last
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a server said about itself: its info ({} when it has none) and the path that answered."""
+
+    info: dict[str, Any]
+    path: str | None  # "/server_info" or "/get_server_info"; None when both answered 404
+
+
+def read_server_info(base_url: str, *, client: httpx.Client | None = None) -> ServerInfo:
+    """GET /server_info, or /get_server_info where that is 404 (SGLang before 0.5.6); ``path`` None
+    and ``info`` {} when both are 404 (a server with no such endpoint). The path that answered is
+    tried first next time at this address; a 404 there (another server on the same port) falls
+    back to the other path, so the memory can cost one request, never a wrong answer."""
+    base = base_url.rstrip("/")
+    first = _info_path.get(base, SERVER_INFO_PATHS[0])
+    for path in (first, *(p for p in SERVER_INFO_PATHS if p != first)):
+        url = base + path
+        try:
+            resp = (client or httpx).get(url, timeout=30.0)
+        except httpx.ConnectError as exc:
+            raise ServerDied(
+                f"Cannot connect to the server at {base_url} to read {path} ({exc}). The server is "
+                f"not running: look at its log for why it stopped."
+            ) from None
+        except httpx.HTTPError as exc:
+            raise WorkloadError(f"GET {url} failed: {exc}. Check that the server is healthy (see its log).") from None
+        if resp.status_code == 404:
+            continue
+        if resp.status_code != 200:
+            raise WorkloadError(f"GET {url} answered HTTP {resp.status_code}: {resp.text[:300]}. Check the server log.")
+        try:
+            info = resp.json()
+        except ValueError:
+            raise WorkloadError(f"GET {url} did not return JSON (got {resp.text[:200]!r}). Is this an SGLang server?") from None
+        _info_path[base] = path
+        return ServerInfo(info if isinstance(info, dict) else {}, path)
+    _info_path.pop(base, None)
+    return ServerInfo({}, None)
+
+
 def server_info(base_url: str, *, client: httpx.Client | None = None) -> dict[str, Any]:
-    """GET /get_server_info; {} when the server has no such endpoint (404)."""
-    url = base_url.rstrip("/") + "/get_server_info"
-    try:
-        resp = (client or httpx).get(url, timeout=30.0)
-    except httpx.ConnectError as exc:
-        raise ServerDied(
-            f"Cannot connect to the server at {base_url} to read /get_server_info ({exc}). The server is "
-            f"not running: look at its log for why it stopped."
-        ) from None
-    except httpx.HTTPError as exc:
-        raise WorkloadError(f"GET {url} failed: {exc}. Check that the server is healthy (see its log).") from None
-    if resp.status_code == 404:
-        return {}
-    if resp.status_code != 200:
-        raise WorkloadError(f"GET {url} answered HTTP {resp.status_code}: {resp.text[:300]}. Check the server log.")
-    try:
-        info = resp.json()
-    except ValueError:
-        raise WorkloadError(f"GET {url} did not return JSON (got {resp.text[:200]!r}). Is this an SGLang server?") from None
-    return info if isinstance(info, dict) else {}
+    """The server's info (``read_server_info``): /server_info, else /get_server_info; {} when neither exists."""
+    return read_server_info(base_url, client=client).info
+
+
+def server_info_warnings(read: ServerInfo, base_url: str, speculative: bool) -> tuple[str, ...]:
+    """What a trial should warn about in what the server said of itself: a speculative mode whose
+    server-wide accept length is gone (no info endpoint at all, or info without
+    avg_spec_accept_length), which would otherwise read as "no data"."""
+    if not speculative:
+        return ()
+    paths = " nor ".join(f"GET {p}" for p in SERVER_INFO_PATHS)
+    if read.path is None:
+        return (f"the server at {base_url} answers neither {paths} (HTTP 404): this speculative trial has no "
+                f"server-wide accept length (avg_spec_accept_length); only the per-request spec_accept_length "
+                f"of the runs' meta_info is recorded. Check that the server is SGLang and that its log shows "
+                f"no error at start-up.",)
+    if avg_spec_accept_length(read.info) is None:
+        return (f"GET {read.path} at {base_url} reports no avg_spec_accept_length (neither in internal_states "
+                f"nor at its top level) although the mode is speculative: did the speculative flags take effect "
+                f"at this commit? Look for the speculative algorithm in the server log and in the server info "
+                f"(speculative_algorithm = {read.info.get('speculative_algorithm')!r}).",)
+    return ()
 
 
 def avg_spec_accept_length(info: dict[str, Any]) -> float | None:

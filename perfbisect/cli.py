@@ -467,6 +467,8 @@ def demo(
         if pins is not None:
             ok = pins["environments"] == 2 and pins["untestable_trials"] == 0
             out_console.print(f"{'[green]✓[/green]' if ok else '[red]✗[/red]'} {show(pins['line'])}")
+            for line in pins["lines"]:
+                out_console.print(show(line))
         print_report(report)
     raise typer.Exit(code=_exit_for(result.outcome.verdict, False))
 

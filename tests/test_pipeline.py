@@ -337,19 +337,23 @@ def _interpreter_state(python: str) -> tuple[str, list[str]]:
 
 
 def test_the_demo_bisects_across_a_pin_bump_with_one_environment_per_pin_set(tmp_path):
-    """The demo's python/pyproject.toml pins demo-kernel 0.1.0, one commit bumps it to 0.2.0, and the
-    emulator refuses to start on any other version, as SGLang does with sgl-kernel."""
+    """The demo's python/pyproject.toml pins demo-kernel 0.1.0, one commit renames it demo-sglang-kernel
+    and bumps it to 0.2.0 (as sgl-kernel became sglang-kernel), demo-attn-cubin is pinned beside
+    demo-attn, and the emulator refuses to start on any other version, as SGLang does with its kernel."""
     target = make_demo_target(tmp_path / "demo", commits=10)
     assert target.pin_bump and target.wheels is not None
     # The user's interpreter cannot serve either side of the bump: its server refuses to start.
     refused = subprocess.run([sys.executable, "-m", "perfbisect.demo.emulator", "--port", "0", "--worktree", str(target.repo)],
                              capture_output=True, text=True, timeout=60)
-    assert refused.returncode == 1 and "demo-kernel with required version 0.2.0 is not installed" in refused.stderr
+    assert refused.returncode == 1 and "demo-sglang-kernel with required version 0.2.0 is not installed" in refused.stderr
     # plan --json: the range by pin set, each group's commits.
     shas = git(target.repo, "rev-list", "--reverse", "--first-parent", "HEAD").split()
     planned = json.loads(cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json").stdout)
     groups = planned["pin_groups"]
-    assert [g["pins"] for g in groups] == [{"demo-kernel": "==0.1.0"}, {"demo-kernel": "==0.2.0"}]
+    attn = {"demo-attn": "==0.1.0", "demo-attn-cubin": "==0.1.0"}
+    assert [g["pins"] for g in groups] == [{**attn, "demo-kernel": "==0.1.0"}, {**attn, "demo-sglang-kernel": "==0.2.0"}]
+    assert [g["kernel"] for g in groups] == ["demo-kernel==0.1.0", "demo-sglang-kernel==0.2.0"]  # followed across the rename
+    assert [g["companions"] for g in groups] == [["demo-attn-cubin==0.1.0"]] * 2
     assert groups[0]["commits"] + groups[1]["commits"] == shas and groups[1]["commits"][0] == target.pin_bump
     assert [g["built"] for g in groups] == [False, False] and all(g["problem"] is None for g in groups)
 
@@ -366,13 +370,15 @@ def test_the_demo_bisects_across_a_pin_bump_with_one_environment_per_pin_set(tmp
     measured = {sha for (sha,) in db_rows(db, "select distinct commit_sha from trials")}
     assert target.good in measured and target.bad in measured  # both sides of the bump ran
     envs = sorted((target.root / "envs").glob("*/env.json"))
-    assert sorted(json.loads(p.read_text())["versions"]["demo-kernel"] for p in envs) == ["0.1.0", "0.2.0"]
+    versions = sorted((json.loads(p.read_text())["versions"] for p in envs), key=len)
+    assert sorted(v.get("demo-kernel") or v.get("demo-sglang-kernel") for v in versions) == ["0.1.0", "0.2.0"]
+    assert all(v["demo-attn-cubin"] == v["demo-attn"] == "0.1.0" for v in versions)
     assert proc.stderr.count("built the environment") == 2
     stamps = [p.stat().st_mtime_ns for p in envs]
     # A second command builds nothing: each pin set's environment comes from the cache.
     again = cli("measure", target.bad, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(tmp_path / "m.sqlite"))
     assert again.returncode == 0, again.stderr
-    assert "built the environment" not in again.stderr and "(demo-kernel==0.2.0): cached" in again.stderr
+    assert "built the environment" not in again.stderr and "demo-sglang-kernel==0.2.0): cached" in again.stderr
     assert [p.stat().st_mtime_ns for p in envs] == stamps and len(list((target.root / "envs").glob("*/env.json"))) == 2
     planned = json.loads(cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json").stdout)
     assert [g["built"] for g in planned["pin_groups"]] == [True, True]
@@ -381,40 +387,42 @@ def test_the_demo_bisects_across_a_pin_bump_with_one_environment_per_pin_set(tmp
 
 
 def test_a_patch_in_the_stack_that_bumps_the_pin_gets_an_environment_of_the_bumped_version(tmp_path):
-    """The user's stack bumps demo-kernel 0.1.0 → 0.2.0 in python/pyproject.toml: the patched worktree's
-    server refuses 0.1.0, so the commits before the upstream bump need the 0.2.0 environment."""
+    """The user's stack moves demo-kernel 0.1.0 to demo-sglang-kernel 0.2.0 in python/pyproject.toml: the
+    patched worktree's server refuses 0.1.0, so the commits before the upstream rename need the 0.2.0 environment."""
     target = make_demo_target(tmp_path / "demo", commits=10)
     scratch = tmp_path / "scratch"
     git(target.repo, "worktree", "add", "-q", "--detach", str(scratch), target.good)
     pyproject = scratch / "python" / "pyproject.toml"
     assert "demo-kernel==0.1.0" in pyproject.read_text()
-    pyproject.write_text(pyproject.read_text().replace("demo-kernel==0.1.0", "demo-kernel==0.2.0"))
+    pyproject.write_text(pyproject.read_text().replace("demo-kernel==0.1.0", "demo-sglang-kernel==0.2.0"))
     git(scratch, "commit", "-qam", "local: bump demo-kernel")
     (target.patches / "0099-local-bump-demo-kernel.patch").write_text(git(scratch, "format-patch", "-1", "--stdout", "HEAD") + "\n")
     git(target.repo, "worktree", "remove", "--force", str(scratch))
     before_bump = git(target.repo, "rev-parse", f"{target.pin_bump}^")
     planned = json.loads(cli("plan", f"good={target.good}", f"bad={before_bump}", "-c", str(target.config), "--json").stdout)
-    assert [g["pins"] for g in planned["pin_groups"]] == [{"demo-kernel": "==0.2.0"}]  # as patched, for every commit
+    assert [g["pins"] for g in planned["pin_groups"]] == [  # as patched, for every commit
+        {"demo-attn": "==0.1.0", "demo-attn-cubin": "==0.1.0", "demo-sglang-kernel": "==0.2.0"}]
     db = tmp_path / "r.sqlite"
     proc = cli("measure", target.good, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     assert db_rows(db, "select status from trials") == [("ok",)], db_rows(db, "select status, error from trials")
     envs = list((target.root / "envs").glob("*/env.json"))
-    assert [json.loads(p.read_text())["versions"] for p in envs] == [{"demo-kernel": "0.2.0"}]
-    assert "for demo-kernel==0.2.0" in proc.stderr
+    assert [json.loads(p.read_text())["versions"] for p in envs] == [
+        {"demo-attn": "0.1.0", "demo-attn-cubin": "0.1.0", "demo-sglang-kernel": "0.2.0"}]
+    assert "demo-sglang-kernel==0.2.0" in proc.stderr
 
 
 def test_a_pin_set_without_its_wheel_is_untestable_with_that_reason(tmp_path):
     target = make_demo_target(tmp_path / "demo", commits=10)
-    (target.wheels / "demo_kernel-0.2.0-py3-none-any.whl").unlink()
+    (target.wheels / "demo_sglang_kernel-0.2.0-py3-none-any.whl").unlink()
     plan = cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config))
-    assert "CANNOT BUILD: no wheel for demo-kernel==0.2.0 (it has 0.1.0)" in plan.stdout
+    assert "CANNOT BUILD: no wheel for demo-sglang-kernel==0.2.0 in [build] wheel_dir" in plan.stdout
     assert "would be skipped as untestable" in plan.stdout
     doctor = cli("doctor", "--range", f"{target.good}..{target.bad}", "-c", str(target.config))
-    assert doctor.returncode == 2 and "pinned environments" in doctor.stdout and "cannot be built: no wheel for demo-kernel==0.2.0" in doctor.stdout
+    assert doctor.returncode == 2 and "pinned environments" in doctor.stdout and "cannot be built: no wheel for demo-sglang-kernel==0.2.0" in doctor.stdout
     db = tmp_path / "r.sqlite"
     proc = cli("measure", target.bad, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(db))
     (status, error), = db_rows(db, "select status, error from trials")
     assert status == "skipped" and error.startswith("pinned dependencies cannot be installed")
-    assert "demo-kernel==0.2.0" in error and "wheel_dir" in error, error
+    assert "demo-sglang-kernel==0.2.0" in error and "wheel_dir" in error, error
     assert "skipped (pinned dependencies cannot be installed)" in proc.stderr

@@ -10,7 +10,8 @@ from pathlib import Path
 from .. import app
 from ..config import load_config
 from ..store import open_store
-from .target import KERNEL_NEW, KERNEL_OLD, DemoTarget, make_demo_target
+from .target import DEMO_KERNEL_NEW, KERNEL_NEW, KERNEL_OLD, DemoTarget, make_demo_target
+from .wheels import DEMO_KERNEL
 
 
 def run_demo(
@@ -58,14 +59,23 @@ def demo_report(target: DemoTarget, result: app.BisectResult, db: Path | str | N
 
 
 def demo_pins(target: DemoTarget, result: app.BisectResult, db: Path | str | None = None) -> dict | None:
-    """What the demo's pin bump cost: environments built (one per pin set) and trials skipped as
-    untestable (none: every commit ran in the environment of its pins). None without pins."""
+    """What the demo's kernel rename cost: environments built (one per pin set), each with its kernel
+    and companions, and trials skipped as untestable (none: every commit ran in the environment of its
+    pins). None without pins."""
     if target.pin_bump is None:
         return None
+    from ..report.render import format_pin_groups
+
     built = sorted(p.parent.name for p in (target.root / "envs").glob("*/env.json"))
+    config = load_config(target.config)
     with open_store(db or target.root / "results.sqlite", recover=False) as store:
         trials = store.trials(bisection_id=result.bisection_id, status=None)
+    with app.Workspace.open(config, db or target.root / "results.sqlite") as ws:
+        groups = app.plan(ws, target.good, target.bad, check_patches=False).pin_groups
     untestable = sum(1 for t in trials if t.status.value == "skipped")
     return {"pin_bump": target.pin_bump, "environments": len(built), "untestable_trials": untestable,
-            "line": f"pin bump: demo-kernel {KERNEL_OLD} → {KERNEL_NEW} at {target.pin_bump[:10]}; {len(built)} "
-                    f"environments (one per pin set), {untestable} trials untestable"}
+            "pin_sets": [{"commits": len(g.commits), "kernel": g.kernel, "requirements": list(g.requirements),
+                          "companions": list(g.companions), "built": g.built} for g in groups],
+            "line": f"kernel renamed: {DEMO_KERNEL} {KERNEL_OLD} → {DEMO_KERNEL_NEW} {KERNEL_NEW} at "
+                    f"{target.pin_bump[:10]}; {len(built)} environments (one per pin set), {untestable} trials untestable",
+            "lines": format_pin_groups(groups)[1:]}

@@ -26,9 +26,13 @@ from pathlib import Path
 from .wheels import DEMO_KERNEL, write_wheel
 
 VERIFY_GOOD_MS = 4.0
-# The demo's stand-in for sgl-kernel: pinned in python/pyproject.toml, bumped once in the range, and
-# checked by the emulator at launch as SGLang checks sgl-kernel (perfbisect/demo/wheels.py).
+# The demo's stand-in for SGLang's kernel: pinned in python/pyproject.toml, renamed and bumped once in
+# the range (as sgl-kernel became sglang-kernel at SGLang 0.5.10), and checked by the emulator at launch
+# as SGLang checks its kernel (perfbisect/demo/wheels.py). Beside it a flashinfer-like pair pinned at one
+# version (flashinfer-python and flashinfer-cubin): the emulator refuses to start when they differ.
 KERNEL_OLD, KERNEL_NEW = "0.1.0", "0.2.0"
+DEMO_KERNEL_NEW = "demo-sglang-kernel"  # the kernel's name after the rename
+DEMO_ATTN, DEMO_ATTN_CUBIN, ATTN_VERSION = "demo-attn", "demo-attn-cubin", "0.1.0"
 VERIFY_BAD_MS = 4.7  # 4.0 / 4.7 = 0.851: the speculative mode loses ~15%
 # The "target" variant slows the target model's forward pass, which both modes run: the baseline
 # decode step and the speculative verify cycle (one target forward over the drafts) by the same 20%.
@@ -222,9 +226,11 @@ def make_demo_target(
 ) -> DemoTarget:
     """Build the demo repository, its patch stack and a perfbisect.toml under ``root``.
 
-    ``pins``: python/pyproject.toml pins demo-kernel (0.1.0, bumped to 0.2.0 by one commit a third
-    into the range), whose wheels are written to ``root/wheels``; the config installs them per pin
-    set ([build] pinned_packages) and the emulator refuses to start on a version mismatch.
+    ``pins``: python/pyproject.toml pins demo-kernel 0.1.0 (renamed demo-sglang-kernel and bumped to
+    0.2.0 by one commit a third into the range) and the companions demo-attn / demo-attn-cubin at one
+    version, whose wheels are written to ``root/wheels``; the config installs them per pin set
+    ([build] pinned_packages, the kernel under both names, the companion beside its package) and the
+    emulator refuses to start on a version mismatch.
 
     ``seeded``: the config measures with ``perfbisect.demo.seeded`` (a ``command`` workload that
     computes the emulator's speed for the checked-out code, with seeded noise of the session and run
@@ -248,9 +254,11 @@ def make_demo_target(
     wheels = None
     if pins:
         wheels = root / "wheels"
-        for version in (KERNEL_OLD, KERNEL_NEW):
-            write_wheel(wheels, DEMO_KERNEL, version)
-        _write(repo, "python/pyproject.toml", _pyproject(KERNEL_OLD))
+        write_wheel(wheels, DEMO_KERNEL, KERNEL_OLD)
+        write_wheel(wheels, DEMO_KERNEL_NEW, KERNEL_NEW)
+        write_wheel(wheels, DEMO_ATTN, ATTN_VERSION)
+        write_wheel(wheels, DEMO_ATTN_CUBIN, ATTN_VERSION)
+        _write(repo, "python/pyproject.toml", _pyproject(DEMO_KERNEL, KERNEL_OLD))
     good = _commit(repo, "Initial import of the serving engine", when)
 
     n_after = max(commits - 1, 8)
@@ -265,8 +273,9 @@ def make_demo_target(
             planted = _plant_target_slowdown(repo, when)
             continue
         if bump_index is not None and i == bump_index:
-            _write(repo, "python/pyproject.toml", _pyproject(KERNEL_NEW))
-            pin_bump = _commit(repo, f"Bump {DEMO_KERNEL} to {KERNEL_NEW} (#{1000 + i})", when)
+            _write(repo, "python/pyproject.toml", _pyproject(DEMO_KERNEL_NEW, KERNEL_NEW))
+            pin_bump = _commit(repo, f"Rename {DEMO_KERNEL} to {DEMO_KERNEL_NEW} and bump it to {KERNEL_NEW} (#{1000 + i})",
+                               when)
             continue
         if planted_index is not None and i == planted_index:
             path = repo / "python/sglang/srt/speculative/eagle_worker.py"
@@ -335,9 +344,12 @@ def _plant_target_slowdown(repo: Path, when: int) -> str:
     return _commit(repo, "deepseek_v2: route MoE through the dense fallback", when)
 
 
-def _pyproject(kernel_version: str) -> str:
-    """python/pyproject.toml pinning the demo kernel, as SGLang's pins sgl-kernel."""
-    return f'[project]\nname = "sglang"\nversion = "0.0.0"\ndependencies = ["{DEMO_KERNEL}=={kernel_version}"]\n'
+def _pyproject(kernel: str, kernel_version: str) -> str:
+    """python/pyproject.toml pinning the demo kernel (as SGLang pins sgl-kernel / sglang-kernel) and the
+    flashinfer-like pair at one version."""
+    deps = [f"{DEMO_ATTN}=={ATTN_VERSION}", f"{DEMO_ATTN_CUBIN}=={ATTN_VERSION}", f"{kernel}=={kernel_version}"]
+    return ('[project]\nname = "sglang"\nversion = "0.0.0"\ndependencies = [\n'
+            + "".join(f'  "{d}",\n' for d in deps) + "]\n")
 
 
 def _make_patch_stack(repo: Path, out: Path, tip: str) -> None:
@@ -380,9 +392,13 @@ def demo_config_text(
     nccl = "\n".join(f"{k} = {_toml_str(v)}" for k, v in NCCL_ENV.items())
     pinned = "" if wheels is None else f"""
 [build]
-# python/pyproject.toml pins {DEMO_KERNEL} (as SGLang pins sgl-kernel) and the emulator checks it at launch:
-# each pin set gets its own environment, built once from these wheels; your interpreter is never changed.
-pinned_packages = ["{DEMO_KERNEL}"]
+# python/pyproject.toml pins the demo's kernel (as SGLang pins sgl-kernel, renamed sglang-kernel at 0.5.10)
+# and the emulator checks it at launch: each pin set gets its own environment, built once from these
+# wheels; your interpreter is never changed. The kernel is read under both its names, and {DEMO_ATTN_CUBIN}
+# travels with {DEMO_ATTN} (as flashinfer-cubin with flashinfer-python); SGLang's are built in.
+pinned_packages = ["sglang-kernel", "{DEMO_ATTN}"]
+package_aliases = {{ sglang-kernel = ["{DEMO_KERNEL}", "{DEMO_KERNEL_NEW}"] }}
+companions = {{ {DEMO_ATTN} = ["{DEMO_ATTN_CUBIN}"] }}
 wheel_dir = {_toml_str(wheels)}
 """
     text = _demo_config_text(repo=repo, patches=patches, seed=seed, session_sigma=session_sigma, run_sigma=run_sigma,

@@ -159,7 +159,7 @@ class ModeConfig:
 
 
 # WorkloadConfig fields newer than its hash, with the default that leaves each out of it.
-_LATE_WORKLOAD_FIELDS: dict[str, object] = {"detect_warmup": True, "client_rev": None}
+_LATE_WORKLOAD_FIELDS: dict[str, object] = {"detect_warmup": True, "client_rev": None, "dataset_path": None}
 
 
 @dataclass(frozen=True)
@@ -184,16 +184,25 @@ class WorkloadConfig:
     # to the client cannot be blamed. Default: the command's reference revision (the good endpoint of
     # run/check/resume, A of compare, the revision of measure/calibrate).
     client_rev: str | None = None
+    # kind = "bench_serving": the ShareGPT-format JSON file its `--dataset-name random` samples prompt
+    # tokens from (`--dataset-path`). Unset: `--dataset-name random-ids`, random token ids, so nothing
+    # is downloaded (`random` without a path fetches ShareGPT from the Hugging Face hub at run time).
+    dataset_path: Path | None = None
 
     def config_hash(self) -> str:
         """Identity of what a trial runs: part of the noise key every stored trial is pooled by."""
         data = dataclasses.asdict(self)
         data["prompts_file"] = str(self.prompts_file) if self.prompts_file else None
+        data["dataset_path"] = str(self.dataset_path) if self.dataset_path else None
         # Fields added after trials were stored under this hash stay out of it while at their
         # default: adding one must not move the noise key of a config that does not set it.
         for name, default in _LATE_WORKLOAD_FIELDS.items():
             if data[name] == default:
                 del data[name]
+        if self.kind == "bench_serving" and self.dataset_path is None:
+            # Its prompts became random token ids (`random-ids`) where they were ShareGPT-sampled
+            # (`random`): trials of one must not pool with trials of the other.
+            data["bench_serving_dataset"] = "random-ids"
         return content_hash(data)
 
 

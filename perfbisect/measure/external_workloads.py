@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import metrics
 from ..runtime.children import LINGER_GRACE_S, TAIL_BYTES, run_bounded
-from ..errors import ConfigError, Untestable, WorkloadError
+from ..errors import ConfigError, InfrastructureError, Untestable, WorkloadError
 from ..runtime.logtail import log_tail
 from ..model import RunResult
 from ..placeholders import expand
@@ -197,20 +199,107 @@ def _invoke_command(
 # ---------------------------------------------------------------------------------------------
 # SGLang's own benchmark: `python -m sglang.bench_serving` through the target's interpreter
 
+# Set for the client unless the environment it gets sets either: a download it would need fails at once
+# (and is reported as the machine's problem) instead of waiting out DNS and proxy timeouts on a node
+# without internet. What is already in the Hugging Face cache still loads: the tokenizer of the model
+# the server serves (the server loaded it on this machine), a dataset fetched beforehand.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def bench_serving_dataset(cfg: WorkloadConfig) -> list[str]:
+    """The dataset flags: ``--dataset-name random-ids`` (random token ids: nothing to download), or
+    with ``workload.dataset_path`` ``--dataset-name random --dataset-path PATH`` (prompt tokens
+    sampled from that ShareGPT-format JSON file). Both read ``--random-input-len``,
+    ``--random-output-len`` and ``--random-range-ratio``; a plain ``random`` without a path would
+    download ShareGPT from the Hugging Face hub at every trial's start."""
+    if cfg.dataset_path is None:
+        return ["--dataset-name", "random-ids"]
+    return ["--dataset-name", "random", "--dataset-path", str(cfg.dataset_path)]
+
+
 def bench_serving_argv(base_url: str, cfg: WorkloadConfig, python: str, worktree: Path, output_file: Path) -> list[str]:
     """The bench_serving command line: runs × concurrency requests of ``max_tokens`` fixed-length
     outputs at ``--max-concurrency concurrency`` (``warmup`` warm-up requests first), its JSON to
-    ``output_file``. ``workload.command`` is appended: argparse lets a later flag win, so a user's
-    ``--dataset-name sharegpt`` or ``--tokenizer PATH`` overrides these."""
+    ``output_file``, prompts from ``bench_serving_dataset``. ``workload.command`` is appended:
+    argparse lets a later flag win, so a user's ``--dataset-name sharegpt`` or ``--tokenizer PATH``
+    overrides these."""
     concurrency = max(1, cfg.concurrency)
     argv = [
         python, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", base_url.rstrip("/"),
-        "--dataset-name", "random", "--num-prompts", str(max(1, cfg.runs) * concurrency),
+        *bench_serving_dataset(cfg), "--num-prompts", str(max(1, cfg.runs) * concurrency),
         "--random-output-len", str(cfg.max_tokens), "--random-range-ratio", "1.0",
         "--max-concurrency", str(concurrency), "--warmup-requests", str(cfg.warmup),
         "--output-file", str(output_file), "--disable-tqdm",
     ]
     return argv + expand(cfg.command, python=python, worktree=str(worktree))
+
+
+# What a client that could not reach the network prints in its last traceback: the Hugging Face hub
+# refusing in offline mode or finding nothing cached, and connections that never got out.
+_OFFLINE_MARKERS = (
+    "LocalEntryNotFoundError", "OfflineModeIsEnabled", "outgoing traffic has been disabled",
+    "offline mode is enabled", "Cannot find the requested files in the disk cache",
+    "couldn't connect to 'https://huggingface.co'", "NameResolutionError", "Temporary failure in name resolution",
+    "Name or service not known", "nodename nor servname", "Network is unreachable",
+)
+# Connection failures that are the network's only when they name a host other than the server's
+# (the server's own, refused, is the server's failure).
+_CONNECTION_MARKERS = ("Max retries exceeded", "ConnectionError", "ProxyError", "ConnectTimeout", "ConnectTimeoutError")
+# urllib3's "HTTPSConnectionPool(host='huggingface.co', port=443)", quoted as it is or in a repr (\').
+_POOL_HOST = re.compile(r"ConnectionPool\(host=\\?'([^'\\]*)\\?', port=(\d+)\)")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Enabled)(?::|$)")  # "OSError: ...", unindented
+
+
+def _last_traceback(stderr: str) -> str:
+    """The last traceback in ``stderr`` (the exception that ended the client), else its last lines."""
+    at = stderr.rfind("Traceback (most recent call last):")
+    return stderr[at:] if at >= 0 else _tail(stderr, 30)
+
+
+def network_failure(stderr: str, base_url: str) -> str | None:
+    """The line saying why, when the client failed because it could not reach the network (a dataset or
+    tokenizer download from the Hugging Face hub, offline or with no route out); else None."""
+    text = _last_traceback(stderr)
+    parsed = urllib.parse.urlsplit(base_url)
+    server = ((parsed.hostname or "").lower(), str(parsed.port or (443 if parsed.scheme == "https" else 80)))
+    outside = any((host.lower(), port) != server for host, port in _POOL_HOST.findall(text))
+    if not any(m in text for m in _OFFLINE_MARKERS) and not (outside and any(m in text for m in _CONNECTION_MARKERS)):
+        return None
+    lines = [ln.strip() for ln in text.splitlines() if _EXCEPTION_LINE.match(ln)]
+    line = lines[-1] if lines else _tail(text, 1).strip()
+    return line if len(line) <= 400 else line[:397] + "..."
+
+
+def _network_failure_message(why: str, stderr: str, offline_set: bool, log_path: Path) -> str:
+    text = _last_traceback(stderr)
+    dataset = any(m in text for m in ("ShareGPT", "sample_random_requests", "sample_sharegpt_requests",
+                                      "get_dataset", "repo_type=\"dataset\"", "/datasets/"))
+    tokenizer = not dataset and any(m in text for m in ("okenizer", "from_pretrained", "config.json"))
+    dataset_fix = (
+        "keep perfbisect's default prompts, --dataset-name random-ids (random token ids, nothing to download: drop "
+        "--dataset-name from workload.command), or set workload.dataset_path to a ShareGPT-format JSON file on this "
+        "machine, or download the dataset into the Hugging Face cache here beforehand (HF_HOME)"
+    )
+    tokenizer_fix = (
+        "give the client a tokenizer on this machine (workload.command = [\"--tokenizer\", \"/path/to/model\"]) "
+        "or download the model's tokenizer into the Hugging Face cache here beforehand (HF_HOME); the client "
+        "loads the tokenizer of the model the server reports unless --tokenizer is given"
+    )
+    what, fix = (("its dataset", dataset_fix) if dataset else ("its tokenizer", tokenizer_fix) if tokenizer
+                 else ("a dataset or tokenizer", f"{dataset_fix}; for the tokenizer, {tokenizer_fix}"))
+    if offline_set:
+        cause = ("perfbisect runs it with HF_HUB_OFFLINE=1 (unless its environment sets HF_HUB_OFFLINE or "
+                 "TRANSFORMERS_OFFLINE), so what is not in this machine's Hugging Face cache fails at once instead "
+                 "of waiting out timeouts on a node without internet.")
+        online = ('; or, where this machine does reach the hub, let the client download: HF_HUB_OFFLINE = "0" in '
+                  "[server.env]")
+    else:
+        cause = "This machine did not reach the Hugging Face hub (or its environment keeps the client offline)."
+        online = ""
+    return (
+        f"sglang.bench_serving could not fetch {what}: {why.rstrip('.')}. {cause} That is the machine's failure, "
+        f"not the commit's, so no commit is skipped or blamed for it. Fix: {fix}{online}. Full output in {log_path}."
+    )
 
 
 def parse_bench_serving(obj: dict[str, Any], key: str, index: int = 0) -> RunResult:
@@ -259,8 +348,19 @@ def run_bench_serving(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     output_file = log_path.with_name(log_path.stem + ".bench_serving.jsonl")
     output_file.unlink(missing_ok=True)
+    if cfg.dataset_path is not None and not Path(cfg.dataset_path).is_file():
+        raise ConfigError(
+            f"workload.dataset_path is {cfg.dataset_path}, which is not a file on this machine: sglang.bench_serving "
+            f"would download ShareGPT in its place. Give the path of a ShareGPT-format JSON file here, or remove "
+            f"workload.dataset_path for random token ids (--dataset-name random-ids)."
+        )
     argv = bench_serving_argv(base_url, cfg, python, client, output_file)
     full_env = _full_env(env, extra_env, python, client)
+    # Either variable set (to anything) is the user's choice, and decides for both: TRANSFORMERS_OFFLINE=1
+    # beside a user's HF_HUB_OFFLINE=0 would still keep transformers offline.
+    offline_set = not any(name in full_env for name in OFFLINE_ENV)
+    if offline_set:
+        full_env.update(OFFLINE_ENV)
     source = client / "python" if (client / "python").is_dir() else client
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(source), full_env.get("PYTHONPATH", "")) if p)
     shown = " ".join(argv)
@@ -275,6 +375,15 @@ def run_bench_serving(
             f"killed. Raise the timeout or ask for fewer requests; its output is in {log_path}."
         )
     stderr = run.stderr
+    if run.returncode != 0 and (why := network_failure(stderr, base_url)):
+        raise InfrastructureError(_network_failure_message(why, stderr, offline_set, log_path))
+    if run.returncode != 0 and "invalid choice: 'random-ids'" in stderr:
+        raise ConfigError(
+            f"The benchmark client's sglang.bench_serving ({client}) predates --dataset-name random-ids (SGLang "
+            f"0.4.5.post1 added it). Set workload.client_rev to a newer revision, or workload.dataset_path to a "
+            f"ShareGPT-format JSON file on this machine (its prompts then come from --dataset-name random). "
+            f"Full output in {log_path}."
+        )
     if run.returncode != 0:
         missing = "No module named" in stderr and "sglang" in stderr
         hint = (f"The target's interpreter {python} cannot import sglang.bench_serving (with the server's env); "

@@ -25,7 +25,7 @@ from .engine.bisect import Done, Observation, SearchPolicy
 from .engine.search_replay import INDEX_REPLAY_WORK, SearchStart, decision_json, observations_of
 from .settings import Config
 from .doctor import Finding, run_doctor
-from .errors import StoreError, UsageError
+from .errors import StoreError, UsageError, WorkloadError
 from .git.patches import PatchCheck, check_patches
 from .git.gitrepo import TargetRepo
 from .engine.changepoint import SPARSE_ABOVE, sparse_footprint
@@ -483,6 +483,15 @@ def compare_commits(
                 break
         if i >= max_trials:
             break
+    unusable = [(c, ts) for c, ts, s in ((a, ta, sa), (b, tb, sb)) if not s]
+    if unusable:  # a side without one usable trial: nothing to compare, and nothing to store as a comparison
+        c, ts = unusable[0]
+        last = next((t.error for t in reversed(ts) if t.error), None) or "no usable run"
+        raise WorkloadError(
+            f"compare: none of the {len(ts)} trial{'s' if len(ts) != 1 else ''} of {c.short} "
+            f"({'A' if c is a else 'B'}) gave a usable result, so there is nothing to compare (the trials are "
+            f"stored in the results database, each with its error). The last one said: {last}"
+        )
     if cmp is None:  # too few usable trials for a look: judge what there is (inconclusive)
         cmp = compare(sa, sb, noise, cfg.stats, higher_is_better=describe_metric(cfg).higher_is_better)
     history = [

@@ -213,3 +213,51 @@ def test_a_bisection_over_a_hostile_workload_ends_and_is_not_left_running(tmp_pa
         errors = [r[0] for r in conn.execute("SELECT error FROM runs WHERE error IS NOT NULL")]
     assert statuses and "running" not in statuses
     assert errors and all("integer of 5000 digits" in e for e in errors)
+
+
+def test_compare_over_a_workload_that_leaves_a_daemon_ends_with_its_reason_not_a_database_error(tmp_path):
+    """Every trial of a workload that leaves a `setsid` daemon holding its output fails (the daemon is
+    killed): compare said "results database failed: NOT NULL constraint failed: comparisons.effect_pct"
+    (exit 4) — it tried to store a comparison of nothing. It now ends with the workload's own reason,
+    exit 4 (a runtime failure, as documented), the trials kept, nothing left running."""
+    from tests.cli_in_process import run_cli
+    from tests.repo_factory import RepoFactory
+
+    r = RepoFactory(tmp_path / "repo")
+    r.commit("one", {"a.txt": "1\n"})
+    r.commit("two", {"a.txt": "2\n"})
+    marker = tmp_path / "daemon-pid"
+    script = tmp_path / "bench.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, subprocess
+        daemon = subprocess.Popen(["setsid", "sleep", "300"])  # keeps our stdout, out of reach of a group kill
+        open({str(marker)!r}, "a").write(f"{{daemon.pid}}\\n")
+        print(json.dumps({{"ops_s": 5.0}}))
+    """))
+    cfg = tmp_path / "perfbisect.toml"
+    cfg.write_text(f"""
+[target]
+repo = {json.dumps(str(r.path))}
+python = {json.dumps(sys.executable)}
+
+[workload]
+kind = "command"
+command = ["{{python}}", {json.dumps(str(script))}]
+metric = "ops_s"
+warmup = 0
+request_timeout_s = 60
+""")
+    db = tmp_path / "r.sqlite"
+    done = run_cli("compare", "HEAD~1", "HEAD", "-c", str(cfg), "--db", str(db), "--max-trials", "2")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "NOT NULL" not in done.stderr and "results database failed" not in done.stderr
+    assert "gave a usable result, so there is nothing to compare" in done.stderr
+    assert "left a process holding its output open" in done.stderr
+    import sqlite3
+    con = sqlite3.connect(db)
+    try:
+        statuses = [s for (s,) in con.execute("select status from trials")]
+    finally:
+        con.close()
+    assert statuses and all(s == "failed" for s in statuses)  # every trial kept, with its error
+    assert not any(_alive(int(pid)) for pid in marker.read_text().split())  # no daemon left running

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -21,9 +21,9 @@ from .measure.calibration import (
     CalibrationNoise, StartingNoise, calibration_lines, calibration_noise, keep_noise, noise_model, noise_model_and_note,
     starting_noise_for,
 )
-from .engine.bisect import Done, Observation, SearchPolicy
-from .engine.search_replay import INDEX_REPLAY_WORK, SearchStart, decision_json, observations_of
-from .settings import Config
+from .engine.bisect import Done, Measure, Observation, SearchPolicy, settles
+from .engine.search_replay import INDEX_REPLAY_WORK, SearchStart, decision_json, observations_of, stats_over
+from .settings import Config, StatsConfig
 from .doctor import Finding, run_doctor
 from .errors import StoreError, UsageError, WorkloadError
 from .git.patches import PatchCheck, check_patches
@@ -34,13 +34,15 @@ from .git.plan import Plan, PlanWarning, plan_range, step_plans
 from .measure.run_allocation import RunsAdvice, runs_advice
 from .git.skips import Skip, SkipList, skipped_commits
 from .git.targets import active_filters
-from .model import BisectOutcome, Commit, Comparison, TrialResult, Verdict, median
+from .model import BisectOutcome, Commit, Comparison, TrialResult, TrialStatus, Verdict, median
 from .metrics import DECODE, describe as describe_metric
 from .metrics import describe_workload, stored_or_described
 from .report.render import attribution_line, history_line, state_lines
 from .engine.stats import NoiseModel, compare, compare_sequential, log_of_pct, pct
 from .engine.regressed_path import decide as decide_path
-from .store import Store, StoreLocation, locate, open_store
+from .store import (
+    BisectionRecord, ObservationRecord, Store, StoreLocation, TrialPurpose, is_unfinished, locate, open_store,
+)
 from .measure.trials import TrialRunner, interleaved, measure_modes, measured_trials, observe
 from .measure.workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
 
@@ -76,6 +78,7 @@ class BisectResult:
     state: list[str] = field(default_factory=list)  # system state over the bisection's trials
     more: str | None = None  # when inconclusive: what settling the tolerance would cost on this host
     metric: dict | None = None  # the description stored with it (metrics.Metric.as_json)
+    resumed: dict | None = None  # `resume`: what of the stored bisection it reused and discarded (Resumed.as_json)
 
 
 def _range(ws: Workspace, good: str, bad: str) -> tuple[Commit, Commit, list[Commit]]:
@@ -120,17 +123,20 @@ def plan_candidates(plan: Plan) -> int:
     return sum(1 for e in plan.entries if e.measure or (e.skipped and not e.filtered))
 
 
-def endpoint_effect(ws: Workspace, good: str, bad: str) -> tuple[float, str] | None:
+def endpoint_effect(ws: Workspace, good: str, bad: str, *, besides: int | None = None) -> tuple[float, str] | None:
     """The regression the endpoints' stored trials on this host show (percent, worse direction, with a
-    sentence saying so), or None when either has none (or the metric is a ratio of modes)."""
+    sentence saying so), or None when either has none (or the metric is a ratio of modes). ``besides``:
+    a bisection whose own trials are left out (a resumed one's estimate is the one it started with)."""
     cfg = ws.config
     if len(cfg.metric_modes) != 1:
         return None
     mode = cfg.mode(cfg.metric_modes[0])
     key = ws.noise_key(mode)
+    own = {t.id for t in ws.store.trials(bisection_id=besides, status=None)} if besides is not None else set()
     values = []
     for sha in (good, bad):
-        vs = [t.summary for t in ws.store.trials(commit=sha, mode=mode.name) if t.summary is not None and t.identity.noise_key == key]
+        vs = [t.summary for t in ws.store.trials(commit=sha, mode=mode.name)
+              if t.summary is not None and t.identity.noise_key == key and t.id not in own]
         if not vs:
             return None
         values.append((float(median(vs)), len(vs)))
@@ -173,6 +179,121 @@ def latest_unfinished(ws: Workspace) -> int:
     return record.id
 
 
+def stored_stats(record: BisectionRecord, base: StatsConfig) -> StatsConfig:
+    """The [stats] a stored bisection started with (``search_replay.stats_over``)."""
+    return stats_over(record.settings, record.metric, base)
+
+
+def as_started(ws: Workspace, record: BisectionRecord) -> tuple[Workspace, dict[str, tuple]]:
+    """``ws`` with the [stats] ``record`` started with, and what differs from the config's now
+    ({key: (config's, the bisection's)}; empty when nothing does).
+
+    A resumed search must decide as the uninterrupted one would: the metric its stored observations
+    measure, the budget they count against, the thresholds its stored decisions were made under. The
+    post-pull check starts a bisection on the mode that regressed (hook/check.py), and a config may be
+    edited between Ctrl-C and `resume`: resumed with today's [stats], such a search measured another
+    metric on top of the stored one (a speculative mode's throughput beside the baseline's: a fitted
+    "drift" of that ratio) and spent its budget fitting it."""
+    cfg = ws.config
+    started = stored_stats(record, cfg.stats)
+    kept = {f.name: (getattr(cfg.stats, f.name), getattr(started, f.name)) for f in fields(StatsConfig)
+            if getattr(cfg.stats, f.name) != getattr(started, f.name)}
+    if not kept:
+        return ws, {}
+    as_then = replace(cfg, stats=started)
+    missing = [m for m in as_then.metric_modes if m not in cfg.modes]
+    if missing:
+        raise UsageError(
+            f"Bisection #{record.id} measures [stats] metric = {started.metric!r}, and {cfg.path or 'the config'} "
+            f"defines no mode {', '.join(repr(m) for m in missing)} any more: its stored observations could not be "
+            f"continued. Put [modes.{missing[0]}] back as it was to resume it, or start a new `perfbisect run`."
+        )
+    return replace(ws, config=as_then), kept
+
+
+def kept_line(bisection_id: int, kept: dict[str, tuple], cfg: Config) -> str:
+    """The warning that a resumed bisection keeps the [stats] it started with, naming each that differs."""
+    what = "; ".join(f"[stats] {k} = {then!r} (the config now: {now!r})" for k, (now, then) in kept.items())
+    return (
+        f"bisection #{bisection_id} started with other settings than {cfg.path or 'the config'} has now: {what}. "
+        f"It resumes with the ones it started with, so that its stored observations and decisions stay one search "
+        f"(start a new `perfbisect run` to search with the new ones)"
+    )
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What `resume` takes over from a stored bisection: its observations and the trials they hold (reused,
+    never measured again), finished trials no observation holds yet (a ratio metric's first mode when the
+    second was interrupted: used by the next observation of their commit), and the trials the interruption
+    cut short (discarded: kept in the database, never completed or counted; their commit is measured again)."""
+
+    bisection_id: int
+    observations: int
+    trials: int  # distinct stored trials the observations hold
+    untestable: int  # observations without a value (patch conflict, build failure, marked untestable)
+    reused: tuple[TrialResult, ...] = ()
+    discarded: tuple[TrialResult, ...] = ()
+    kept: dict[str, tuple] = field(default_factory=dict)  # [stats] kept as started: {key: (config's, bisection's)}
+
+    def line(self) -> str:
+        """One progress line: what was reused, what was discarded and why."""
+        untestable = f", {self.untestable} untestable" if self.untestable else ""
+        parts = [f"resuming bisection #{self.bisection_id}: {self.observations} stored observation"
+                 f"{'s' if self.observations != 1 else ''} ({self.trials} trial{'s' if self.trials != 1 else ''}"
+                 f"{untestable}) reused, none measured again"]
+        for t in self.reused:
+            parts.append(f"trial #{t.id} ({_trial_words(t)}) finished before the interruption but no observation "
+                         f"holds it yet: used, not measured again")
+        for t in self.discarded:
+            parts.append(f"interrupted trial #{t.id} ({_trial_words(t)}, {_runs_words(t)}) "
+                         f"discarded: a trial is one server session, so one cut short is kept in the database but "
+                         f"never completed or counted, and its commit is measured again")
+        return "; ".join(parts)
+
+    def as_json(self) -> dict:
+        return {
+            "bisection": self.bisection_id, "observations": self.observations, "trials": self.trials,
+            "untestable": self.untestable,
+            "reused": [{"trial": t.id, "commit": t.identity.commit, "mode": t.identity.mode} for t in self.reused],
+            "discarded": [{"trial": t.id, "commit": t.identity.commit, "mode": t.identity.mode, "runs": len(t.runs),
+                           "measured_runs": sum(1 for r in t.runs if not r.warmup), "why": t.error}
+                          for t in self.discarded],
+            "settings_kept": {k: {"config": now, "bisection": then} for k, (now, then) in self.kept.items()},
+        }
+
+
+def _trial_words(t: TrialResult) -> str:
+    return f"{t.identity.commit[:10]} [{t.identity.mode}]"
+
+
+def _runs_words(t: TrialResult) -> str:
+    """What a cut-short trial had stored: "2 measured runs and 1 warm-up run stored", "no run stored"."""
+    measured = sum(1 for r in t.runs if not r.warmup)
+    warm = len(t.runs) - measured
+    parts = [f"{n} {what} run{'s' if n != 1 else ''}" for n, what in ((measured, "measured"), (warm, "warm-up")) if n]
+    return " and ".join(parts) + " stored" if parts else "no run stored"
+
+
+def resume_summary(store: Store, bisection_id: int, observations: Sequence[ObservationRecord],
+                   kept: dict[str, tuple] | None = None) -> Resumed:
+    """What resuming ``bisection_id`` reuses and discards (``Resumed``), from what the store holds.
+
+    Reused unobserved trials are the finished ones of purpose `bisect` that no observation holds (what
+    ``TrialRunner`` hands the resumed search instead of measuring them again); discarded ones are the
+    trials of purpose `bisect` after the last one an observation holds that failed without a result:
+    the interruption's (stored `interrupted: ...`, or `interrupted` when recovered after a kill). A trial
+    still running in a cluster job is neither: the Slurm executor re-attaches to its job."""
+    held = {tid for o in observations for tid in o.trial_ids}
+    trials = store.trials(bisection_id=bisection_id, status=None, purpose=TrialPurpose.BISECT)
+    last = max(held, default=0)
+    reused = tuple(t for t in trials if t.id not in held and t.status is TrialStatus.OK and t.summary is not None)
+    discarded = tuple(t for t in trials if t.id not in held and t.id > last and t.status is TrialStatus.FAILED
+                      and not (t.job_id is not None and is_unfinished(t)))
+    return Resumed(bisection_id, len(observations), len(held), sum(1 for o in observations if o.value is None),
+                   reused, discarded, dict(kept or {}))
+
+
 def run_bisection(
     ws: Workspace,
     good: str,
@@ -187,9 +308,16 @@ def run_bisection(
     cfg = ws.config
     store = ws.store
     metric = describe_metric(cfg)
+    resumed: Resumed | None = None
     if resume_id is not None:
         record = store.resume_bisection(resume_id)
         good, bad = record.good, record.bad
+        # One bisection is one search: it goes on with the [stats] it started with (its metric, budget and
+        # thresholds), not today's, so its next decisions are the ones the uninterrupted search would make.
+        ws, kept = as_started(ws, record)
+        if kept:
+            progress.warn(kept_line(record.id, kept, cfg))
+        cfg = ws.config
         metric = stored_or_described(record.metric_info, cfg)
     good_c, bad_c, commits = _range(ws, good, bad)
     preflight(ws)
@@ -234,8 +362,10 @@ def run_bisection(
         if list(record.commits) != shas:
             progress.warn("the candidate list changed since this bisection started (config filters?); using the stored one")
             shas = list(record.commits)
-        observations = observations_of(store.observations(bisection_id))
-        progress.info(f"resuming bisection #{bisection_id}: {len(observations)} stored observations, none repeated")
+        stored_observations = store.observations(bisection_id)
+        observations = observations_of(stored_observations)
+        resumed = resume_summary(store, bisection_id, stored_observations, kept)
+        progress.info(resumed.line())
     untestable = {o.commit for o in observations if o.value is None}
     for sha in (s for s in shas if s in marked and s not in untestable):
         obs = Observation(commit=sha, value=None, seq=len(observations))
@@ -260,11 +390,12 @@ def run_bisection(
         )
     trials = store.trials(bisection_id=bisection_id, status=None)
     more = None
-    if outcome.more_trials and outcome.tolerance_pct:
-        more = cost.more_trials_line(ws, outcome.more_trials, f"ruling out a regression of {outcome.tolerance_pct:g}%")
+    if outcome.more_trials:  # what it would settle: the tolerance, or a check on the best answer left open
+        more = cost.more_trials_line(ws, outcome.more_trials, settles(outcome))
     return BisectResult(
         bisection_id=bisection_id, outcome=outcome, commits=by_sha, filtered=filtered, db_path=ws.db_path,
         state=state_lines(trials, gpu_target=cfg.workload.kind != "command"), more=more, metric=metric.as_json(),
+        resumed=resumed.as_json() if resumed is not None else None,
     )
 
 
@@ -274,7 +405,10 @@ def _search_here(ws: Workspace, policy: SearchPolicy, observations: list[Observa
     each observation stored as it lands; progress says where the search stands and what is left."""
     cfg, store = ws.config, ws.store
     runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=policy.commits[0])  # the good endpoint's client
-    estimate = cost.estimate(ws, len(policy.commits), noise, endpoint_effect(ws, policy.commits[0], policy.commits[-1]),
+    # The estimate the bisection started with: a resumed one leaves its own endpoint trials out, so its
+    # "expected" count does not jump at the resume (one noisy trial a side is no better a guess of the effect).
+    effect = endpoint_effect(ws, policy.commits[0], policy.commits[-1], besides=bisection_id)
+    estimate = cost.estimate(ws, len(policy.commits), noise, effect,
                              higher_is_better=describe_metric(cfg).higher_is_better)
     started, done_here, best = time.monotonic(), 0, ("", None)
     while True:
@@ -286,16 +420,32 @@ def _search_here(ws: Workspace, policy: SearchPolicy, observations: list[Observa
             best = (action.best, action.p)
         elapsed = time.monotonic() - started
         step_s = elapsed / done_here if done_here else (estimate.trial_s and estimate.trial_s * estimate.modes)
-        progress.search(cost.SearchStatus(
-            bisection_id, len(observations) + 1, cfg.stats.max_trials_total, max(estimate.trials, len(observations) + 1),
-            action.phase, commit.short, best[0], best[1], elapsed, step_s or None,
-        ))
-        progress.info(f"[{len(observations) + 1}] {commit.short} ({action.phase}): {action.reason}")
+        status = search_status(bisection_id, action, len(observations), cfg.stats, estimate.trials, elapsed,
+                               step_s or None, best=best, short=commit.short)
+        progress.search(status)
+        # numbered as the budget counts trials (an untestable commit tried is not one: the next attempt keeps its number)
+        progress.info(f"[{status.trial}] {commit.short} ({action.phase}): {action.reason}")
         obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations), vary_layout=action.vary_layout)
         store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag,
                               layout=obs.layout, host=obs.host, decision=decision_json(action))
         observations.append(obs)
         done_here += 1
+
+
+def search_status(bisection_id: int, action: Measure, observations: int, stats: StatsConfig, expected: int,
+                  elapsed_s: float, step_s: float | None, best: tuple[str, float | None] | None = None,
+                  short: str | None = None) -> cost.SearchStatus:
+    """Where the search stands before ``action``'s trial, for the progress line: the trial as the budget counts it
+    (``Measure.trial``: never past stats.max_trials_total), the observations that were not trials of the budget
+    (untestable commits), the estimate's own expected count, and the best answer (``best``: the latest one named,
+    when this action names none)."""
+    trial = action.trial or observations + 1
+    name, p = (action.best, action.p) if action.best else (best or ("", None))
+    return cost.SearchStatus(
+        bisection_id, trial, stats.max_trials_total, expected, action.phase, short or action.commit[:10], name, p,
+        elapsed_s, step_s, untestable=max(0, observations - (trial - 1)),
+    )
+
 
 def endpoint_history(ws: Workspace, endpoints: Sequence[Commit]) -> list[Observation]:
     """Stored trials of the endpoints from earlier days: they inform drift notes, never the verdict."""
@@ -499,7 +649,7 @@ def compare_commits(
             history_line(c.short, ts, ws.store.trials(commit=c.sha, mode=mode_cfg.name), noise, describe_metric(cfg)) for c, ts in ((a, ta), (b, tb))
         ) if line
     ]
-    attribution = attribution_line(ta + tb)
+    attribution = attribution_line(ta + tb, higher_is_better=describe_metric(cfg).higher_is_better)
     cid = ws.store.record_comparison(
         a.sha, b.sha, mode, cmp, metric=mode,
         trial_ids_a=[t.id for t in ta], trial_ids_b=[t.id for t in tb], bisection_id=None,
@@ -578,7 +728,7 @@ def calibrate(
         f"{cfg.workload.warmup} warm-up, runs)"
     ]
     lines += calibration_lines(measured, start, next_noise, budget_trials=cfg.stats.max_trials_per_commit or cfg.stats.max_trials_total // 2, alpha=cfg.stats.alpha)
-    attribution = attribution_line(done)
+    attribution = attribution_line(done, higher_is_better=describe_metric(cfg).higher_is_better)
     if attribution:
         lines.append(attribution)
     advice = runs_advice(ws, mode)

@@ -200,7 +200,8 @@ def test_mediators_are_shown_and_exogenous_state_adjusts():
     adjusted, notes = covariate_notes(values, power, builds)
     assert adjusted == values  # never adjusted for a mediator
     assert notes and "not adjusted" in notes[0] and "mean power" in notes[0]
-    load = [{"other_load": 1000 * s} for s in session]
+    # more load on the slower sessions (issue #34: the opposite sign — more load, faster — is never applied)
+    load = [{"other_load": -1000 * s} for s in session]
     adjusted, notes = covariate_notes(values, load, builds)
     assert adjusted != values and "; adjusted" in notes[0]
     # The adjustment removes the load's share: what is left of the spread within builds is small.

@@ -27,6 +27,7 @@ from ..config import load_config
 from ..report.console import ConsoleProgress
 from ..errors import PerfbisectError, UsageError
 from ..interrupts import install_signal_handlers, signal_name
+from ..engine.search_replay import stats_over
 from ..measure.trials import TrialRunner, measure_modes, observe
 from ..measure.workspace import Workspace, exclusive
 
@@ -88,7 +89,10 @@ def _run(args: argparse.Namespace) -> int:
                               "pair": list(args.pair), "node": node, "job_id": job_id}
                     return _store_result(store, job, result, progress)
                 commit = ws.repo.resolve(job.commit)
-                runner = TrialRunner(ws, progress, client_rev=store.bisection(job.bisection_id).good if job.bisection_id else None)
+                record = store.bisection(job.bisection_id) if job.bisection_id else None
+                if record is not None:  # measure the bisection's metric, as it started, never the config file's of today
+                    ws = replace(ws, config=replace(ws.config, stats=stats_over(record.settings, record.metric, ws.config.stats)))
+                runner = TrialRunner(ws, progress, client_rev=record.good if record is not None else None)
                 obs, trial_ids = observe(runner, commit, job.bisection_id, seq=job.slot)
         except KeyboardInterrupt as exc:
             signum = getattr(exc, "signum", signal.SIGINT)

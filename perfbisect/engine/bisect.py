@@ -175,6 +175,10 @@ SIDE_SCALE_MAX = 400.0
 # endpoints point to a regression of the tolerance or more: that is a range to locate, not to rule out.
 FUTILITY_MIN_PER_END = 8
 FUTILITY_SIGMA_Q = 0.1
+# What `stopped_by` adds when the budget ended with a check on the best answer still open (``settles`` reads it).
+OPEN_CHECK_NOTE = "with a check on the best answer still open"
+# The most further trials a price (what settling an open check would take) is counted up to; beyond it, "beyond".
+PRICE_LIMIT = 100_000
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,9 @@ class Measure:
     p: float | None = None  # its posterior probability
     host: str | None = None  # the node to run it on (next_batch with ``hosts``); None = any node
     vary_layout: bool = False  # run it under a layout its commit has not had yet, even when layouts are fixed
+    # the trial this is as the budget counts them (1-based, at most stats.max_trials_total): untestable commits
+    # are observations but not trials of the budget, so this is not the observation's position
+    trial: int = 0
 
 
 @dataclass(frozen=True)
@@ -211,6 +218,26 @@ class Done:
     """The search is over."""
 
     outcome: BisectOutcome
+
+
+@dataclass(frozen=True)
+class _Gate:
+    """One check a located change must pass before it is named, as it stands now."""
+
+    kind: str  # direction | trials | local | pure
+    what: str  # what must hold, as the reason says it
+    z: float | None  # where it stands (standard errors); None for a count of trials
+    need: float  # its threshold: the z it must reach, or the trials each side must carry
+
+
+@dataclass(frozen=True)
+class _Located:
+    """What a stop while confirming carries: the best answer, its probability, the endpoints and their bound."""
+
+    key: tuple[int, ...]
+    p: float
+    ends: Comparison
+    ruled_out: float | None
 
 
 @dataclass
@@ -377,7 +404,9 @@ class SearchPolicy:
         act = self._decide_step(observations, pending, host, memo)
         if isinstance(act, Measure) and not act.best and "post" in memo:
             top_key, top_p = memo["post"].answer()
-            act = replace(act, best=self._describe_key(memo["data"], top_key) or "no change", p=top_p)
+            act = replace(act, best=self._progress_key(memo["data"], top_key) or "no change", p=top_p)
+        if isinstance(act, Measure):
+            act = replace(act, trial=memo["data"].spent + len(pending) + 1)
         return act
 
     def _decide_step(self, observations: Sequence[Observation], pending: Sequence[tuple[str, str | None]],
@@ -440,7 +469,7 @@ class SearchPolicy:
                     f"No regression beyond noise: no change of {s.min_effect_pct:g}% or more anywhere in the "
                     f"range holds {post.p_none:.3f} of the posterior after {data.trials} trials"
                     + (f"; no regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided)" if ruled_out is not None else "")
-                    + f". Endpoints: {ends.explanation}"
+                    + "."  # the endpoints' effect and interval are their comparison's (one line, one field), not repeated here
                 ),
             )
         if ends_ok and p_better_seq >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
@@ -448,7 +477,7 @@ class SearchPolicy:
                 Verdict.IMPROVED, data, post=post, endpoint_cmp=replace(ends, verdict=Verdict.IMPROVED), ruled_out=ruled_out,
                 explanation=(
                     f"The bad endpoint is faster than the good one (probability {p_better_seq:.3f} of a gain beyond "
-                    f"{s.min_effect_pct:g}%): no regression to bisect. {ends.explanation}"
+                    f"{s.min_effect_pct:g}%): no regression to bisect."
                 ),
             )
         if (ends_ok and tol > 0 and ruled_out is not None and ruled_out < tol
@@ -460,7 +489,7 @@ class SearchPolicy:
                     f"of {tol:g}% (stats.tolerance_pct), after {data.trials} trials; "
                     + (f"no change is the likelier story (posterior {post.p_none:.2f})" if post.p_none >= SAME_NO_CHANGE
                        else "the bad end is, if anything, faster")
-                    + f". Endpoints: {ends.explanation}"
+                    + "."
                 ),
             )
 
@@ -487,8 +516,11 @@ class SearchPolicy:
                 return step
             doubt = p_two
 
-        # Located: size each change under the posterior; the culprit is the first regression.
+        # Located: size each change under the posterior; the culprit is the first regression. Every check below
+        # either passes, asks for a trial that can still settle it (saying where it stands), or ends the search
+        # `inconclusive` with the best answer and the price of settling it: a verdict never skips its own check.
         steps = [located_step(post, top_key, b, self._parent(b, data), counts) for b in top_key]
+        ctx = _Located(top_key, top_p, ends, ruled_out)
         if len(top_key) == 1:
             gaps = self._side_gaps(data, post, steps[0])  # the re-measure and the probe both read them
             again = self._gap_recheck(data, post, steps[0], gaps)
@@ -496,39 +528,46 @@ class SearchPolicy:
                 j, gap = again
                 return Measure(
                     self.commits[j],
-                    f"second-change check: {self._describe_key(data, top_key)} holds {top_p:.3f} of the posterior, but "
+                    f"second-change check: {self._progress_key(data, top_key)} holds {top_p:.3f} of the posterior, but "
                     f"the {'good' if j < steps[0].at else 'bad'} endpoint and the commit beside the change on its side differ by "
                     f"{gap:.1f} standard errors; measuring {self.commits[j][:10]} again before one change is accepted",
                     "second-change check",
-                    best=self._describe_key(data, top_key),
+                    best=self._progress_key(data, top_key),
                     p=top_p,
                 )
-            probe = self._second_change_probe(data, post, steps[0], gaps)
+            blocked = self._gap_recheck_blocked(data, post, steps[0], gaps)
+            if blocked is not None:
+                gap, price = blocked
+                return self._exhausted(
+                    data, post, f"one change was not accepted yet (an endpoint and the commit beside the change on its "
+                                f"side differ by {gap:.1f} standard errors, to be measured again first)",
+                    top_key=top_key, top_p=top_p, ends=ends, ruled_out=ruled_out, price=price,
+                    price_of="measuring that pair again")
+            probe, short = self._second_change_probe_for(data, post, steps[0], gaps)
             if probe is not None:
                 return Measure(
                     self.commits[probe],
-                    f"second-change check: {self._describe_key(data, top_key)} holds {top_p:.3f} of the posterior; "
+                    f"second-change check: {self._progress_key(data, top_key)} holds {top_p:.3f} of the posterior; "
                     f"measuring this side of it so a second level step would show",
                     "second-change check",
-                    best=self._describe_key(data, top_key),
+                    best=self._progress_key(data, top_key),
                     p=top_p,
                 )
+            if short is not None:
+                return self._exhausted(
+                    data, post, "one change was not accepted yet (a side of it has too few trials to show a second "
+                                "level step)", top_key=top_key, top_p=top_p, ends=ends, ruled_out=ruled_out, price=short,
+                    price_of="the trials that would show a second step on either side")
         for st in steps:
-            p_dir = t_cdf(-abs(st.step) / st.se, st.dof) if st.se > 0 else 0.0
-            if p_dir > 1.0 - s.confidence:
-                move = self._confirm_step(data, st, "its direction is not certain yet")
-                if move is not None:
-                    return move
+            gate = self._direction_gate(st)
+            if gate is not None:
+                return self._confirm(data, post, st, gate, ctx)
         pure = self._pure_error(data)
         sd_small = max(pure[0], self.noise.sigma_b)
         small = [st for st in steps if SMALL_STEP_SIGMAS > 0 and abs(st.step) < SMALL_STEP_SIGMAS * sd_small]
         for end in (0, self.n - 1) if small else ():
-            if data.count(end) < ENDS_BEFORE_NAMING and self._budget_left(data, end):
-                return Measure(
-                    self.commits[end],
-                    f"confirming the change at {self._describe_key(data, top_key)}: the {'good' if end == 0 else 'bad'} "
-                    f"endpoint carries {data.count(end)} trial(s); no verdict rests on fewer than "
-                    f"{ENDS_BEFORE_NAMING} on each side of the range", "confirming")
+            if data.count(end) < ENDS_BEFORE_NAMING:
+                return self._confirm_end(data, post, end, top_key, ctx)
         # One wild session must not carry a verdict alone: the commits on both sides of a change are
         # each measured at least twice before it is named (heavy-tailed session effects did that).
         for st in steps:
@@ -536,29 +575,20 @@ class SearchPolicy:
             if st in small:
                 need = max(need, SMALL_STEP_TRIALS)
             if min(data.count(st.parent), data.count(st.at)) < need:
-                move = self._confirm_step(
-                    data, st,
-                    "a second trial of each side, so no single session carries the verdict" if need <= MIN_TRIALS_AT_CHANGE
-                    else f"{need} trials of each side: at {pct(post.sigma_top):.1f}% noise per trial a "
-                         f"{abs(pct(st.step)):.1f}% step needs that many before sessions that fell on one side of "
-                         f"the noise cannot carry it")
-                if move is not None:
-                    return move
+                why = ("a second trial of each side, so no single session carries the verdict" if need <= MIN_TRIALS_AT_CHANGE
+                       else f"{need} trials of each side: at {pct(post.sigma_top):.1f}% noise per trial a "
+                            f"{abs(pct(st.step)):.1f}% step needs that many before sessions that fell on one side of "
+                            f"the noise cannot carry it")
+                return self._confirm(data, post, st, _Gate("trials", why, None, float(need)), ctx)
         # The change must also show between its own commit and its parent, not only between the segments
         # around it: sessions that happened to fall on the same side of the noise cannot carry it then.
         for st in steps:
-            if LOCAL_Z > 0 and self._step_z(data, st, post.sigma_top) < LOCAL_Z:
-                move = self._confirm_step(data, st, f"the commit and its parent must differ by {LOCAL_Z:g} standard errors on their own trials")
-                if move is not None:
-                    return move
-            if PURE_ALPHA > 0:
-                sd_own, dof_own = pure
-                if dof_own < 1 or self._step_z(data, st, sd_own) < t_quantile(1.0 - self._pure_alpha(data, st), dof_own):
-                    move = self._confirm_step(
-                        data, st, "the commit and its parent must differ on their own trials beyond the spread of "
-                                  "repeated trials of one build")
-                    if move is not None:
-                        return move
+            gate = self._local_gate(data, post, st)
+            if gate is not None:
+                return self._confirm(data, post, st, gate, ctx)
+            gate = self._pure_gate(data, st, pure)
+            if gate is not None:
+                return self._confirm(data, post, st, gate, ctx)
         # Layout: a small change must hold under layouts its commits did not share (Mytkowicz et al.:
         # env size and code placement alone move timings by several percent). Re-measure, then keep it
         # only if every layout can be left out without the step vanishing.
@@ -570,14 +600,22 @@ class SearchPolicy:
             if ok:
                 continue
             extra = data.count(st.parent) + data.count(st.at) - 2 * MIN_TRIALS_AT_CHANGE
-            if again is not None and extra < LAYOUT_EXTRA_TRIALS and self._budget_left(data, again):
-                return Measure(
-                    self.commits[again],
-                    f"confirming the change at {self.commits[st.at][:10]} ({pct(st.step):+.1f}%) under another layout: "
-                    f"a change smaller than {s.layout_check_pct:g}% must survive a different environment size, "
-                    f"worktree path and hash seed before it is blamed",
-                    "confirming", vary_layout=True,
-                )
+            if again is not None and extra < LAYOUT_EXTRA_TRIALS:
+                if self._budget_left(data, again):
+                    return Measure(
+                        self.commits[again],
+                        f"confirming the change at {self.commits[st.at][:10]} ({pct(st.step):+.1f}%) under another layout: "
+                        f"a change smaller than {s.layout_check_pct:g}% must survive a different environment size, "
+                        f"worktree path and hash seed before it is blamed ({extra + 2 * MIN_TRIALS_AT_CHANGE} of at most "
+                        f"{LAYOUT_EXTRA_TRIALS + 2 * MIN_TRIALS_AT_CHANGE} trials of the pair so far)",
+                        "confirming", vary_layout=True,
+                    )
+                # the budget ended before the re-check did: it was not failed, it was not made
+                return self._exhausted(
+                    data, post, f"the change at {self.commits[st.at][:10]} ({pct(st.step):+.1f}%) is smaller than "
+                                f"{s.layout_check_pct:g}% and has not been re-measured under another layout yet",
+                    top_key=top_key, top_p=top_p, ends=ends, ruled_out=ruled_out,
+                    price=LAYOUT_EXTRA_TRIALS - extra, price_of="the layout re-check (at most)")
             layout_sensitive.append(st)
         steps = [st for st in steps if st not in layout_sensitive]
         if layout_sensitive and not steps:
@@ -601,7 +639,7 @@ class SearchPolicy:
                 improvements=tuple(self.commits[st.at] for st in improvements),
                 explanation=(
                     f"The only change located is an improvement: {self._describe_steps(data, improvements)}. "
-                    f"No regression to blame. Endpoints: {ends.explanation}"
+                    f"No regression to blame."
                 ),
             )
         first = regressions[0]
@@ -610,11 +648,13 @@ class SearchPolicy:
         if sides is not None and all(v is not None for v in sides):
             # the sides' repeats spread differently and each is weighed by its own: say both, not the quieter one
             before, after = (pct(math.sqrt(v[0])) for v in sides)
-            noise_text = (f"noise {before:.1f}% per trial before it and {after:.1f}% from it on, "
-                          f"each side weighed by its own")
+            sd_own, dof_own = self._pure_error(data)
+            # one noise figure for the verdict (the text's, --json's and the kept one): the spread of repeats over
+            # the range; the sides' figures say what it is made of
+            noise_text = (f"noise {pct(sd_own):.1f}% per trial over the range: {before:.1f}% per trial before it and "
+                          f"{after:.1f}% from it on, each side weighed by its own")
             # ...and the comparison's own noise field (--json, the report) says so too: the posterior's σ is
             # the quieter side's, which is not the noise of this range
-            sd_own, dof_own = self._pure_error(data)
             own = dict(sigma_b_pct=pct(sd_own), sigma_source=(
                 f"the spread of repeats over the range, {dof_own:g} dof; {before:.1f}% before the change and "
                 f"{after:.1f}% from it on, each side weighed by its own"))
@@ -624,13 +664,16 @@ class SearchPolicy:
                                                noise_text=noise_text)[0], **own)
         else:
             noise_text = f"noise {pct(first.sigma):.1f}% per trial"
+            # the endpoints' comparison under the hypothesis the verdict names (its noise is the verdict's noise)
+            ends = endpoint_comparison(post, counts, self._level_prior_ratio(data), s, self.higher_is_better,
+                                       hypothesis=post.top(top_key))[0]
+        # The step's size and interval are the culprit comparison's (the line under the verdict, --json's
+        # culprit_comparison), the endpoints' gap theirs: said once each, not again here.
         expl = (
-            f"First bad commit {self._describe_key(data, (first.at,))}: {cmp.effect_pct:+.1f}% "
-            f"({level_text(cmp.level_pct)} interval [{cmp.ci_low_pct:+.1f}%, {cmp.ci_high_pct:+.1f}%]) from the commits before it to the commits from it on "
-            f"({first.n_before} vs {first.n_after} trials, {noise_text}). Posterior "
+            f"First bad commit {self._describe_key(data, (first.at,))}: the level steps from the commits before it to "
+            f"the commits from it on ({first.n_before} vs {first.n_after} trials, {noise_text}). Posterior "
             f"probability of this answer {top_p:.3f} given that something changed; of no change at all "
-            f"{post.p_none:.1g}, after {data.trials} "
-            f"trials; the endpoints differ by {ends.effect_pct:+.1f}%."
+            f"{post.p_none:.1g}, after {data.trials} trials."
         )
         if len(regressions) > 1:
             expl += f" A further regression: {self._describe_steps(data, regressions[1:])}."
@@ -677,7 +720,8 @@ class SearchPolicy:
         # since a build that sometimes fails is not one identity to compare.
         rows = [r for r in rows if r[0] not in untestable]
         adjusted, notes = covariate_notes(
-            [r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows], alpha=self.settings.alpha
+            [r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows], alpha=self.settings.alpha,
+            higher_is_better=self.higher_is_better,
         )
         hosts: list[list[str]] = [[] for _ in range(self.n)]
         layouts: list[list[str | None]] = [[] for _ in range(self.n)]
@@ -842,7 +886,7 @@ class SearchPolicy:
             inflight = [(i, float(data.spent + q), data.host_index(h) if hosts_on and h is not None else None)
                         for q, (i, h) in enumerate(data.pending)]
             j, bits = best_trial(post, cand, float(data.spent + len(data.pending)), host=hid, pending=inflight)
-        what = self._describe_key(data, top_key) or "no change"
+        what = self._progress_key(data, top_key) or "no change"
         decisive = [b for k in top_key for b in (k, self._parent(k, data))]
         if phase == "locating" and bits < LOCATE_MIN_GAIN_BITS and decisive and not any(
             self._budget_left(data, b) for b in decisive
@@ -865,22 +909,233 @@ class SearchPolicy:
             p=top_p,
         )
 
-    def _confirm_step(self, data: _Data, st: Step, why: str) -> Measure | None:
-        """Measure the side of the change (its parent or the commit) with fewer trials, budget allowing."""
-        first, second = (st.parent, st.at) if data.count(st.parent) <= data.count(st.at) else (st.at, st.parent)
-        for i in (first, second):
-            if self._budget_left(data, i):
-                return Measure(
-                    self.commits[i],
-                    f"confirming the change at {self.commits[st.at][:10]} against its parent directly "
-                    f"({pct(st.step):+.1f}% so far): {why}",
-                    "confirming",
-                )
+    # ----------------------------------------------------------------------------------------
+    # confirming a located change: each check says where it stands, asks only for trials that can settle it
+
+    def _direction_gate(self, st: Step) -> _Gate | None:
+        """Open while the step's direction is not certain at ``confidence`` (its t against the quantile)."""
+        z = abs(st.step) / st.se if st.se > 0 else math.inf
+        need = t_quantile(self.settings.confidence, st.dof)
+        if st.se > 0 and t_cdf(-z, st.dof) > 1.0 - self.settings.confidence:
+            return _Gate("direction", "its direction is not certain yet", z, need)
         return None
+
+    def _local_gate(self, data: _Data, post: ChangePosterior, st: Step) -> _Gate | None:
+        """Open while the commit and its parent differ by less than LOCAL_Z standard errors on their own trials."""
+        if LOCAL_Z <= 0:
+            return None
+        z = self._step_z(data, st, post.sigma_top)
+        if z < LOCAL_Z:
+            return _Gate("local", f"the commit and its parent must differ by {LOCAL_Z:g} standard errors on their own "
+                                  f"trials", z, LOCAL_Z)
+        return None
+
+    def _pure_gate(self, data: _Data, st: Step, pure: tuple[float, float]) -> _Gate | None:
+        """Open while the pair's own contrast is under the one-sided t quantile at this look's share of PURE_ALPHA,
+        with σ the spread of repeats of one build (``_pure_error``)."""
+        if PURE_ALPHA <= 0:
+            return None
+        sd_own, dof_own = pure
+        what = ("the commit and its parent must differ on their own trials beyond the spread of repeated trials of "
+                "one build")
+        if dof_own < 1:
+            return _Gate("pure", what, 0.0, math.inf)
+        z = self._step_z(data, st, sd_own)
+        need = t_quantile(1.0 - self._pure_alpha(data, st), dof_own)
+        return _Gate("pure", what, z, need) if z < need else None
+
+    @staticmethod
+    def _where(gate: _Gate, data: _Data, st: Step) -> str:
+        """Where an open check stands: "z 3.43 against 4.71 needed", or the trials each side carries."""
+        if gate.kind == "trials":
+            return (f"the parent has {data.count(st.parent)} and the commit {data.count(st.at)} of {gate.need:g} trials "
+                    f"each")
+        if not math.isfinite(gate.need):
+            return "no build has a repeated trial yet"
+        return f"z {gate.z:.2f} against {gate.need:.2f} needed"
+
+    @staticmethod
+    def _alloc(cp: int, cc: int, m: int, room_p: int | None = None, room_c: int | None = None) -> tuple[int, int]:
+        """``m`` more trials of a pair as the confirming step spends them (each to the side with fewer trials, the
+        parent on a tie; a side out of room leaves its trials to the other): (to the parent, to the commit)."""
+        if cp <= cc:
+            d = min(m, cc - cp)
+            xp, xc = d + (m - d + 1) // 2, (m - d) // 2
+        else:
+            d = min(m, cp - cc)
+            xp, xc = (m - d + 1) // 2, d + (m - d) // 2
+        if room_p is not None and xp > room_p:
+            xp, xc = room_p, xc + xp - room_p
+        if room_c is not None and xc > room_c:
+            xp, xc = xp + xc - room_c, room_c
+            if room_p is not None:
+                xp = min(xp, room_p)
+        return xp, xc
+
+    def _projected(self, gate: _Gate, data: _Data, post: ChangePosterior, st: Step, pure: tuple[float, float],
+                   xp: int, xc: int, hopeful: bool) -> tuple[float, float]:
+        """(z, threshold) of a z check after ``xp`` more trials of the parent and ``xc`` of the commit: the means and
+        the noise as measured, or, ``hopeful``, as a lucky run of those trials would leave them — their means the
+        upper FUTILITY_SIGMA_Q point of where the predictive puts them (the trials measured so far stay what they
+        are: only the new ones can be lucky), and each new trial as quiet as the low end of the noise's estimate.
+        A check that not even that reaches within the budget is one the budget cannot settle."""
+        m = xp + xc
+        luck = normal_quantile(1.0 - FUTILITY_SIGMA_Q) if hopeful else 0.0
+
+        def shift(sigma: float, nc: float, npar: float) -> float:
+            # sd of how far xc new trials of the commit and xp of the parent move the difference of the means
+            return sigma * math.sqrt(xc / (nc * (nc + xc)) + xp / (npar * (npar + xp)))
+
+        def noise_after(sigma: float, dof: float) -> float:
+            if not hopeful or dof < 1 or not m:
+                return sigma
+            low = sigma * math.sqrt(dof / chi2_quantile(1.0 - FUTILITY_SIGMA_Q, dof))
+            return math.sqrt((dof * sigma * sigma + m * low * low) / (dof + m))
+
+        if gate.kind == "direction":
+            nb, na = max(st.n_before, 1), max(st.n_after, 1)
+            sigma = st.se / math.sqrt(1.0 / nb + 1.0 / na)
+            d = abs(st.step) + luck * shift(sigma, na, nb)
+            se = sigma * math.sqrt(1.0 / (nb + xp) + 1.0 / (na + xc))
+            return d / max(se, 1e-12), t_quantile(self.settings.confidence, st.dof + m)
+        vc, vp = data.values[st.at], data.values[st.parent]
+        if not vc or not vp:
+            return 0.0, math.inf
+        sigma, dof = (post.sigma_top, post.dof) if gate.kind == "local" else pure
+        if dof < 1:  # no build repeated yet: the first repeats will start the spread; the stated σ stands in
+            sigma = max(sigma, self.noise.sigma_b)
+        # trials in flight count as new ones: they are not in the means yet
+        xc += data.count(st.at) - len(vc)
+        xp += data.count(st.parent) - len(vp)
+        m = xp + xc
+        d = float(np.mean(vc) - np.mean(vp)) * (1.0 if st.step > 0 else -1.0) + luck * shift(sigma, len(vc), len(vp))
+        z = d / max(noise_after(sigma, dof) * math.sqrt(1.0 / (len(vc) + xc) + 1.0 / (len(vp) + xp)), 1e-12)
+        if gate.kind == "local":
+            return z, LOCAL_Z
+        dof_m = dof + m
+        if dof_m < 1:
+            return z, math.inf
+        k = max(1, len(vc) + len(vp) + m - 2 * MIN_TRIALS_AT_CHANGE + 1)
+        alpha = PURE_ALPHA / (k * max(1.0, k / PURE_LOOK_KNEE)) ** PURE_LOOK_POWER
+        return z, t_quantile(1.0 - alpha, dof_m)
+
+    def _settles_in(self, gate: _Gate, data: _Data, post: ChangePosterior, st: Step, pure: tuple[float, float],
+                    limit: int, room_p: int | None = None, room_c: int | None = None, hopeful: bool = False) -> int | None:
+        """The fewest further trials of the pair (at most ``limit``, spent as ``_alloc`` spends them) after which the
+        check would pass; None when no count up to ``limit`` does."""
+        cp, cc = data.count(st.parent), data.count(st.at)
+        if gate.kind == "trials":
+            need = int(gate.need)
+            sp, sc = max(0, need - cp), max(0, need - cc)
+            if (room_p is not None and sp > room_p) or (room_c is not None and sc > room_c) or sp + sc > limit:
+                return None
+            return sp + sc
+        top = limit if room_p is None or room_c is None else min(limit, room_p + room_c)
+        m = 1
+        while m <= top:
+            xp, xc = self._alloc(cp, cc, m, room_p, room_c)
+            z, need = self._projected(gate, data, post, st, pure, xp, xc, hopeful)
+            if z >= need:
+                return m
+            m += 1 if m < 200 else max(1, m // 50)
+        return None
+
+    def _confirm(self, data: _Data, post: ChangePosterior, st: Step, gate: _Gate, ctx: _Located) -> Measure | Done:
+        """A trial of the pair for an open check — only while one within the budget can still settle it, even on a
+        hopeful reading; else `inconclusive` with the best answer and the price of settling it (the budget spent:
+        ``_exhausted``; budget left that cannot do it: ``_confirm_futile``)."""
+        s = self.settings
+        pure = self._pure_error(data)
+        left = s.max_trials_total - data.spent - len(data.pending)
+        cap = s.max_trials_per_commit or s.max_trials_total
+        room_p = max(0, min(left, cap - data.count(st.parent)))
+        room_c = max(0, min(left, cap - data.count(st.at)))
+        where = self._where(gate, data, st)
+        price = self._settles_in(gate, data, post, st, pure, PRICE_LIMIT)
+        change = f"the change at {self.commits[st.at][:10]} ({pct(st.step):+.1f}%)"
+        if left <= 0 or room_p + room_c == 0:
+            return self._exhausted(
+                data, post, f"{change} is located, but a check is still open: {gate.what} ({where})",
+                top_key=ctx.key, top_p=ctx.p, ends=ctx.ends, ruled_out=ctx.ruled_out, price=price,
+                price_of="confirming it against its parent")
+        if self._settles_in(gate, data, post, st, pure, left, room_p, room_c, hopeful=True) is None:
+            return self._confirm_futile(data, post, ctx, gate.what, where, left, price, pct(st.step),
+                                        hopeful=gate.kind != "trials")
+        side = st.parent if data.count(st.parent) <= data.count(st.at) else st.at
+        if (room_p if side == st.parent else room_c) == 0:
+            side = st.at if side == st.parent else st.parent
+        more = (f"; about {price:,} more trial{'s' if price != 1 else ''} of the pair at the difference and noise "
+                f"measured so far" if price is not None and gate.kind != "trials" else
+                "" if gate.kind == "trials" else
+                f"; at the difference and noise measured so far more trials would not get there — only a better "
+                f"reading within the {left} left would")
+        return Measure(
+            self.commits[side],
+            f"confirming the change at {self.commits[st.at][:10]} against its parent directly "
+            f"({pct(st.step):+.1f}% so far): {gate.what} — {where}{more}",
+            "confirming",
+        )
+
+    def _confirm_futile(self, data: _Data, post: ChangePosterior, ctx: _Located, what: str, where: str, left: int,
+                        price: int | None, step_pct: float | None = None, hopeful: bool = True) -> Done:
+        """`inconclusive` now: no trial within the budget can carry this check (``what``, standing at ``where``)
+        across its threshold — even on a hopeful reading, for a z check — so spending the rest would not change the
+        verdict. ``price``: the trials it would take at the difference and noise measured so far."""
+        s = self.settings
+        limit = (f"stats.max_trials_total = {s.max_trials_total}" if not s.max_trials_per_commit else
+                 f"stats.max_trials_total = {s.max_trials_total}, stats.max_trials_per_commit = {s.max_trials_per_commit}")
+        hope = (f" even on a hopeful reading (the next trials as lucky a run as 1 in {round(1 / FUTILITY_SIGMA_Q)}, "
+                f"the noise at the low end of its estimate)" if hopeful else "")
+        size = f" ({step_pct:+.1f}%)" if step_pct is not None else ""
+        cost = (f" At the difference and noise measured so far it would take about {price:,} more trials."
+                if price is not None else
+                f" At the difference and noise measured so far it would take beyond {PRICE_LIMIT:,} more trials.")
+        trials_left = f"{left} trial{'s' if left != 1 else ''}"
+        return self._done(
+            Verdict.INCONCLUSIVE, data, post=post, endpoint_cmp=ctx.ends, ruled_out=ctx.ruled_out, top_key=ctx.key,
+            probability=ctx.p, best=ctx.key, more_trials=price,
+            stopped_by=f"confirmation: {what} cannot be settled within the {trials_left} left ({limit})",
+            explanation=(
+                f"Stopped early, inconclusive: the change at {self._describe_key(data, ctx.key)}{size} holds "
+                f"{short_probability(ctx.p, 3)} of the posterior, but it is not named until {what}, and it stands at "
+                f"{where}: the {trials_left} left in the budget ({limit}) cannot get it there{hope}." + cost
+                + " Spending the rest of the budget would not change the verdict: raise stats.max_trials_total, or "
+                  "quiet the benchmark."
+            ),
+        )
+
+    def _confirm_end(self, data: _Data, post: ChangePosterior, end: int, top_key, ctx: _Located) -> Measure | Done:
+        """A trial of an endpoint that carries fewer than ENDS_BEFORE_NAMING (a small step's verdict rests on both),
+        or `inconclusive` with the price when the budget cannot give both endpoints theirs."""
+        s = self.settings
+        short = sum(max(0, ENDS_BEFORE_NAMING - data.count(e)) for e in (0, self.n - 1))
+        left = s.max_trials_total - data.spent - len(data.pending)
+        side = "good" if end == 0 else "bad"
+        where = f"the {side} endpoint has {data.count(end)} of {ENDS_BEFORE_NAMING} trials"
+        what = f"each endpoint must carry {ENDS_BEFORE_NAMING} trials before a small change is named"
+        cap = s.max_trials_per_commit or s.max_trials_total
+        fits = all(data.count(e) + max(0, ENDS_BEFORE_NAMING - data.count(e)) <= cap for e in (0, self.n - 1))
+        if self._budget_left(data, end) and short <= left and fits:
+            return Measure(
+                self.commits[end],
+                f"confirming the change at {self._progress_key(data, top_key)}: {where}; no verdict rests on fewer than "
+                f"{ENDS_BEFORE_NAMING} on each side of the range", "confirming")
+        if not self._budget_left(data, end):
+            return self._exhausted(data, post, f"the change is located, but a check is still open: {what} ({where})",
+                                   top_key=ctx.key, top_p=ctx.p, ends=ctx.ends, ruled_out=ctx.ruled_out, price=short,
+                                   price_of="the endpoints' trials")
+        return self._confirm_futile(data, post, ctx, what, where, left, short, hopeful=False)
 
     def _second_change_probe(self, data: _Data, post: ChangePosterior, st: Step,
                              gaps: list[tuple[float, tuple[int, int]]] | None = None) -> int | None:
-        """A commit to measure so that a second step on either side of the change could show, or None.
+        """A commit to measure so that a second step on either side of the change could show, or None
+        (``_second_change_probe_for`` without the price of a side the budget leaves short)."""
+        return self._second_change_probe_for(data, post, st, gaps)[0]
+
+    def _second_change_probe_for(self, data: _Data, post: ChangePosterior, st: Step,
+                                 gaps: list[tuple[float, tuple[int, int]]] | None = None) -> tuple[int | None, int | None]:
+        """(a commit to measure so that a second step on either side of the change could show, or None; the trials
+        a side still needs when the budget has none of its commits left, or None).
 
         For every split point inside a side segment, the trials on its two sides give an effective
         count n_a·n_b/(n_a + n_b); the weakest split must reach the count that shows the step at
@@ -888,7 +1143,7 @@ class SearchPolicy:
         """
         z = self.settings.second_change_z
         if z <= 0:
-            return None
+            return None, None
         floor = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SIGMAS * post.sigma_top)
         step = max(floor, SECOND_CHANGE_SHARE * abs(st.step))
         gap, _ = self._residual_gap(data, post, st, gaps)
@@ -901,6 +1156,7 @@ class SearchPolicy:
         need = (z * post.sigma_top / step) ** 2
         cnt = np.array([data.count(i) for i in range(self.n)], dtype=float)
         best: tuple[float, int] | None = None
+        short: int | None = None
         for lo, hi in ((0, st.at), (st.at, self.n)):
             idx = np.array([j for j in range(lo, hi) if j not in data.untestable])
             if len(idx) < 2:
@@ -912,13 +1168,35 @@ class SearchPolicy:
             lifted = _weakest_split_lifted(c)
             ok = np.array([self._budget_left(data, int(j)) for j in idx])
             if not ok.any():
+                # no commit of this side has budget left: the check stays open (what it would take, as the probe
+                # would spend it, without the budget)
+                c, k = c.copy(), 0
+                while _weakest_split(c) < need and k < PRICE_LIMIT:
+                    c[int(np.argmax(_weakest_split_lifted(c)))] += 1.0
+                    k += 1
+                short = (short or 0) + k
                 continue
             lifted = np.where(ok, lifted, -1.0)
             k = int(np.argmax(lifted))
             cand = (-(need - worst), int(idx[k]))
             if best is None or cand < best:
                 best = cand
-        return None if best is None else best[1]
+        return (None, short) if best is None else (best[1], None)
+
+    def _gap_recheck_blocked(self, data: _Data, post: ChangePosterior, st: Step,
+                             gaps: list[tuple[float, tuple[int, int]]] | None = None) -> tuple[float, int] | None:
+        """(gap in se, trials it would take) of a residual gap ``_gap_recheck`` would measure again but for the budget:
+        the re-measure is owed before one change is accepted, so the budget's end leaves it open; None otherwise."""
+        if self.settings.second_change_z <= 0 or RESIDUAL_CONFIRM_Z <= 0:
+            return None
+        for gap, pair in sorted(self._side_gaps(data, post, st) if gaps is None else gaps, reverse=True):
+            if not RESIDUAL_CONFIRM_Z <= gap < RESIDUAL_GAP_Z:
+                continue
+            hidden = sum(1 for j in range(pair[0] + 1, pair[1]) if not data.count(j) and j not in data.untestable)
+            few = min(pair, key=lambda i: (data.count(i), i))
+            if hidden >= RESIDUAL_CONFIRM_HIDDEN and data.count(few) < RESIDUAL_CONFIRM_MAX and not self._budget_left(data, few):
+                return gap, sum(max(0, RESIDUAL_CONFIRM_MAX - data.count(i)) for i in pair)
+        return None
 
     def _gap_recheck(self, data: _Data, post: ChangePosterior, st: Step,
                      gaps: list[tuple[float, tuple[int, int]]] | None = None) -> tuple[int, float] | None:
@@ -1040,6 +1318,25 @@ class SearchPolicy:
             return f"two changes: at {parts[0]} and at {parts[1]}"
         return " and ".join(parts)
 
+    def _progress_key(self, data: _Data, key) -> str:
+        """The best answer as progress names it: the testable commit, and how many untestable ones before it share
+        the blame ("abc (or one of the 3 untestable commits before it)"), never an untestable commit by name — a
+        set of fifty skipped shas, cut to the terminal's width, named only commits that cannot be the answer."""
+        parts = []
+        for b in key:
+            while b in data.untestable and b < self.n - 1:
+                b += 1
+            skipped = self._skipped_before(b, data)
+            name = self.commits[b][:10]
+            if len(skipped) == 1:
+                name += " (or the untestable commit before it)"
+            elif skipped:
+                name += f" (or one of the {len(skipped)} untestable commits before it)"
+            parts.append(name)
+        if len(parts) == 2:
+            return f"two changes: at {parts[0]} and at {parts[1]}"
+        return " and ".join(parts)
+
     def _describe_steps(self, data: _Data, steps: Sequence[Step]) -> str:
         return ", ".join(f"{self._describe_key(data, (st.at,))} ({pct(st.step):+.1f}%)" for st in steps)
 
@@ -1077,7 +1374,11 @@ class SearchPolicy:
         return span, note
 
     def _exhausted(self, data: _Data, post: ChangePosterior | None, why: str, *, top_key=None, top_p=None,
-                   ends: Comparison | None = None, ruled_out: float | None = None) -> Done:
+                   ends: Comparison | None = None, ruled_out: float | None = None, price: int | None = None,
+                   price_of: str | None = None) -> Done:
+        """`inconclusive`: the budget ended first. ``price_of`` (with ``price``, None = beyond PRICE_LIMIT): a check
+        on the best answer was still open, and that is what settling it costs; else the price is the endpoints'
+        trials to rule out the tolerance."""
         s = self.settings
         best = self._describe_key(data, top_key) if top_key else "no change"
         if data.spent + len(data.pending) >= s.max_trials_total:
@@ -1085,10 +1386,17 @@ class SearchPolicy:
         else:
             limit = f"stats.max_trials_per_commit = {s.max_trials_per_commit} (reached by the commits that decide it)"
         tol = self._tolerance()
-        more = self._trials_to_rule_out(data, post, ends, tol)
+        more = price if price_of else self._trials_to_rule_out(data, post, ends, tol)
         bound = (f" No regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided, from the endpoints)."
                  if ruled_out is not None else "")
-        if more is not None and tol > 0:
+        stopped = limit
+        if price_of:
+            stopped = f"{limit}, {OPEN_CHECK_NOTE}"
+            advice = (f" Settling it ({price_of}) would take about {more:,} more trials at the difference and noise "
+                      f"measured so far; raise {limit.split(' =')[0]}." if more is not None else
+                      f" At the difference and noise measured so far settling it ({price_of}) would take beyond "
+                      f"{PRICE_LIMIT:,} more trials; quiet the benchmark, or raise {limit.split(' =')[0]}.")
+        elif more is not None and tol > 0:
             advice = (f" Ruling out the tolerance of {tol:g}% would take about {more:,} more trials of the endpoints "
                       f"(interleaved) at the noise measured so far; raise {limit.split(' =')[0]}, or set "
                       f"stats.tolerance_pct to the regression that matters to you.")
@@ -1098,7 +1406,7 @@ class SearchPolicy:
             advice = f" Raise {limit.split(' =')[0]}."
         return self._done(
             Verdict.INCONCLUSIVE, data, post=post, endpoint_cmp=ends, ruled_out=ruled_out, top_key=top_key,
-            probability=top_p, budget_exhausted=True, best=top_key or (), stopped_by=limit, more_trials=more,
+            probability=top_p, budget_exhausted=True, best=top_key or (), stopped_by=stopped, more_trials=more,
             explanation=(
                 f"The trial budget ran out ({limit}; {data.spent} trials run) before the answer was clear: {why}. "
                 f"Best answer: {best}" + (f" (probability {short_probability(top_p, 3)})" if top_p is not None else "") + "."
@@ -1135,7 +1443,7 @@ class SearchPolicy:
             explanation=(
                 f"Stopped early, inconclusive: no change is the likelier story, but ruling out a regression of "
                 f"{tol:g}% (stats.tolerance_pct) would take {need} ({limit}; {data.spent} trials run){hope} — at "
-                f"{pct(post.sigma_top):.1f}% noise per trial the endpoints differ by {ends.effect_pct:+.1f}%."
+                f"{ends.sigma_b_pct:.1f}% noise per trial the endpoints differ by {ends.effect_pct:+.1f}%."
                 + bound
                 + (f" At the noise and difference measured so far it would take about {more:,} more trials of the endpoints."
                    if more else " At the noise and difference measured so far it would take beyond 100,000 more trials.")
@@ -1237,6 +1545,12 @@ class SearchPolicy:
             if top_key and self._side_spreads(data, top_key) is not None:
                 sd_own, dof_own = self._pure_error(data)
                 sigma, noise_dof = pct(sd_own), dof_own
+            # One noise figure per verdict: the one its comparison states (the text's line, --json's comparison and
+            # noise_sigma_pct, the figure kept for the next bisection): a `same` said 3.4% in its line and 4.43% in
+            # noise_sigma_pct, the likeliest story's σ beside the likeliest change's.
+            shown = culprit_cmp or endpoint_cmp
+            if shown is not None and math.isfinite(shown.sigma_b_pct):
+                sigma = shown.sigma_b_pct
         effect = culprit_cmp.effect_pct if culprit_cmp is not None else (endpoint_cmp.effect_pct if endpoint_cmp else None)
         outcome = BisectOutcome(
             verdict=verdict,
@@ -1303,4 +1617,13 @@ def _weakest_split_lifted(c: np.ndarray) -> np.ndarray:
     return np.minimum(prefix, suffix)
 
 
-__all__ = ["Done", "Measure", "Observation", "SearchPolicy"]
+def settles(outcome: BisectOutcome) -> str:
+    """What an outcome's ``more_trials`` would settle, for the line that prices it: the check on the best answer
+    that was still open when the search stopped, or ruling out the tolerance."""
+    stop = outcome.stopped_by or ""
+    if stop.startswith("confirmation") or OPEN_CHECK_NOTE in stop:
+        return "settling the check still open on the best answer"
+    return f"ruling out a regression of {outcome.tolerance_pct:g}%" if outcome.tolerance_pct else "settling it"
+
+
+__all__ = ["Done", "Measure", "Observation", "SearchPolicy", "settles"]

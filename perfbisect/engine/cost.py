@@ -393,43 +393,71 @@ class SearchStatus:
     """Where a bisection stands before its next trial: what the progress display and heartbeat show."""
 
     bisection_id: int
-    trial: int  # the trial about to run, 1-based
+    trial: int  # the trial about to run, 1-based, as the budget counts them (untestable commits are not trials)
     max_trials: int  # stats.max_trials_total
-    expected: int  # the estimate's trials
+    expected: int  # the estimate's trials (the estimate's own count: it may lie behind the trial by now)
     phase: str  # endpoints | locating | second-change check | confirming
     commit: str  # short sha about to be measured
     best: str  # best answer so far ("" before the search has one)
     p: float | None
     elapsed_s: float
     trial_s: float | None  # seconds per trial step: this run's own so far, else the estimate's
+    untestable: int = 0  # observations that were not trials of the budget (untestable commits tried or marked)
+
+    @property
+    def ahead(self) -> bool:
+        """Whether the estimate still lies ahead: a total expected past the trial about to run."""
+        return self.expected > self.trial
 
     @property
     def eta_s(self) -> float | None:
-        if self.trial_s is None:
+        """Seconds to the end as the estimate has it (this trial included); None when unknown or when the
+        estimate's count is behind us (nothing says how far past it the search goes)."""
+        if self.trial_s is None or self.expected < self.trial:
             return None
-        return max(self.expected - self.trial + 1, 1) * self.trial_s
+        return (self.expected - self.trial + 1) * self.trial_s
 
     @property
     def eta_is_lower_bound(self) -> bool:
-        """Past the estimate's trial count, or in a phase that adds trials the estimate did not foresee
-        (confirming a change, checking for a second one): the ETA is at least this, not about this."""
+        """In a phase that adds trials the estimate did not foresee (confirming a change, checking for a second
+        one), or at its last trial: the ETA is at least this, not about this."""
         return self.trial >= self.expected or self.phase in ("confirming", "second-change check")
 
     def eta_text(self) -> str:
-        """"~4m10s", "≥ 12s" (a lower bound), or "?" before any trial time is known."""
-        if self.eta_s is None:
+        """"~4m", "≥ 12m" (a floor), or "?" when it is unknown, or a floor under a minute (which says nothing).
+        Past the estimate's count there is no estimate left: "?" too. Minutes, never seconds: a trial's time
+        varies more than that."""
+        eta = self.eta_s
+        if eta is None:
             return "?"
-        return ("≥ " if self.eta_is_lower_bound else "~") + format_duration(self.eta_s)
+        if self.eta_is_lower_bound:
+            return "?" if eta < 60 else "≥ " + _eta_duration(eta)
+        return "< 1m" if eta < 60 else "~" + _eta_duration(eta)
+
+    def _budget(self) -> str:
+        left = f"trial {self.trial} of at most {self.max_trials}"
+        if self.untestable:
+            left += f" (+{self.untestable} untestable, not counted)"
+        return left
 
     def line(self) -> str:
         best = f" · best: {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
+        expected = f" (~{self.expected} expected)" if self.ahead else ""
         return (
-            f"bisection #{self.bisection_id}: trial {self.trial} of at most {self.max_trials} (~{self.expected} expected)"
+            f"bisection #{self.bisection_id}: {self._budget()}{expected}"
             f" · {self.phase} · {self.commit}{best} · {format_duration(self.elapsed_s)} elapsed · ETA {self.eta_text()}"
         )
 
     def compact(self) -> str:
         """The live line's short form, most telling first (a terminal of 80 columns cuts the tail)."""
         best = f" · best {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
-        return (f"#{self.bisection_id} trial {self.trial}/~{self.expected} · {self.phase} · {self.commit} · "
+        of = f"~{self.expected}" if self.ahead else f"≤{self.max_trials}"
+        return (f"#{self.bisection_id} trial {self.trial}/{of} · {self.phase} · {self.commit} · "
                 f"ETA {self.eta_text()} · {format_duration(self.elapsed_s)}{best}")
+
+
+def _eta_duration(seconds: float) -> str:
+    """An ETA to the minute ("4m", "1h05m"): seconds would claim a precision no estimate of trials has."""
+    minutes = max(1, int(round(seconds / 60.0)))
+    h, m = divmod(minutes, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m"

@@ -74,7 +74,7 @@ def step_comparison(st: Step, verdict: Verdict, settings: StatsConfig) -> Compar
 
 def endpoint_comparison(
     post: ChangePosterior, counts: Sequence[int], level_ratio: float, settings: StatsConfig, higher_is_better: bool,
-    dof: float | None = None, noise_text: str | None = None,
+    dof: float | None = None, noise_text: str | None = None, hypothesis: int | None = None,
 ) -> tuple[Comparison, float]:
     """Bad vs good endpoint from every trial: one level per measured commit, drift as in the posterior.
 
@@ -82,11 +82,13 @@ def endpoint_comparison(
     midpoint trials sharpen the endpoints' comparison through σ and the drift path. ``level_ratio``
     is the level prior's width as in the posterior; ``dof`` (default the posterior's) the Student-t
     degrees of freedom of the interval; ``noise_text`` what its explanation says of the noise (default
-    "noise X% per trial" at the posterior's σ). Returns the comparison and the probability that the bad end
-    is *better* beyond the minimum effect.
+    "noise X% per trial" at the posterior's σ); ``hypothesis`` the (hypothesis, ρ) pair whose drift scale and σ
+    it reads (default the most probable: a verdict naming a change passes its own, so that the endpoints'
+    noise is the verdict's). Returns the comparison and the probability that the bad end is *better* beyond
+    the minimum effect.
     """
     s = settings
-    h = post.top()
+    h = post.top() if hypothesis is None else int(hypothesis)
     fit = post.fits[int(post.rho_index[h])]
     # Saturated model: every measured commit its own level (level prior as in the posterior).
     # (a long range's posterior keeps columns for its measured commits and endpoints only: the others'

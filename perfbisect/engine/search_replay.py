@@ -84,6 +84,17 @@ def stats_config(settings: Mapping[str, Any]) -> StatsConfig:
     return StatsConfig(**{k: v for k, v in dict(settings or {}).items() if k in names})
 
 
+def stats_over(settings: Mapping[str, Any] | None, metric: str | None, base: StatsConfig) -> StatsConfig:
+    """The [stats] a stored bisection started with: its stored ``settings`` over ``base`` (a key it
+    predates keeps ``base``'s value), its ``metric`` where the settings lack one. A resumed search, and
+    every Slurm job of a bisection, decides and measures with these, never with the config's of today."""
+    names = {f.name for f in dataclasses.fields(StatsConfig)}
+    stored = {k: v for k, v in dict(settings or {}).items() if k in names}
+    if "metric" not in stored and metric:
+        stored["metric"] = metric
+    return dataclasses.replace(base, **stored)
+
+
 def stored_start(record: Any, higher_is_better: bool = True) -> tuple[SearchStart, str]:
     """What the stored bisection started from, and a note when it is not stored (before migration 0006)."""
     if getattr(record, "search_start", None):

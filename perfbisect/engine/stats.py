@@ -186,6 +186,8 @@ class _TwoSample:
     sigma: float  # pooled between-trial sd used
     t: float
     p: float  # two-sided
+    own: float | None = None  # the pair's own spread (sd of each side about its mean), None: no repeats
+    prior_dof: float = 0.0  # the stored figure's weight in ``sigma`` (0: not used, under the pair's own spread)
 
 
 def _two_sample(a: np.ndarray, b: np.ndarray, noise: NoiseModel) -> _TwoSample:
@@ -206,7 +208,19 @@ def _two_sample(a: np.ndarray, b: np.ndarray, noise: NoiseModel) -> _TwoSample:
     effect = float(b.mean() - a.mean())
     t = effect / se if se > 0 else math.copysign(math.inf, effect) if effect else 0.0
     p = 2.0 * _t_sf(abs(t), dof)
-    return _TwoSample(n_a, n_b, effect, se, dof, sigma, t, p)
+    own = math.sqrt(ss / own_dof) if own_dof > 0 else None
+    return _TwoSample(n_a, n_b, effect, se, dof, sigma, t, p, own, prior_dof)
+
+
+def _noise_source(ts: _TwoSample, noise: NoiseModel) -> str:
+    """What a comparison's noise is made of, with its one dof: the pair's own spread, and the stored figure where it
+    counts (as one trial: then the pooled figure lies between the two it names) or why it does not."""
+    stored = f"the stored {noise.sigma_b_pct:.1f}% ({noise.source.split(' (')[0]})"
+    if ts.own is None:
+        return f"{stored} alone: the pair has no repeats yet (dof {ts.dof:g})"
+    if ts.prior_dof > 0:
+        return f"the pair's own spread {pct(ts.own):.1f}% with {stored} counted as one trial (dof {ts.dof:g})"
+    return f"the pair's own spread; {stored} is under it, so it is not used (dof {ts.dof:g})"
 
 
 def effect_and_se(a: Sequence[float], b: Sequence[float], noise: NoiseModel) -> tuple[float, float]:
@@ -296,11 +310,11 @@ def compare(
             + (f", and a regression of {tol:g}% is not ruled out" if tol > 0 else ", and the interval is not inside it")
         ),
     }[verdict]
+    # The effect and its interval are the comparison's fields (the line `compare` prints, --json, the report's
+    # table): the explanation says why the verdict follows from them, not the numbers a second time.
     explanation = (
-        f"{eff:+.1f}% (B vs A), {level_text(level)} interval [{lo_p:+.1f}%, {hi_p:+.1f}%] from {ts.n_b} vs {ts.n_a} "
-        f"trials (runs inside one trial are not counted as independent), "
-        f"between-trial noise {pct(ts.sigma):.1f}% ({ts.dof:g} dof; {noise.source.split(' (')[0]}): "
-        f"{verdict.value}, {why}."
+        f"{verdict.value}: {why}; from {ts.n_b} vs {ts.n_a} trials (runs inside one trial are not counted as "
+        f"independent) at {pct(ts.sigma):.1f}% between-trial noise."
     )
     return Comparison(
         verdict=verdict,
@@ -308,7 +322,7 @@ def compare(
         ci_low_pct=lo_p,
         ci_high_pct=hi_p,
         sigma_b_pct=pct(ts.sigma),
-        sigma_source=f"{noise.source} (pooled σ {pct(ts.sigma):.1f}%, dof {ts.dof:g})",
+        sigma_source=_noise_source(ts, noise),
         n_a=ts.n_a,
         n_b=ts.n_b,
         p_value=ts.p,
@@ -371,6 +385,12 @@ EXOGENOUS_COVARIATES = ("clock_cap_mhz", "start_temperature_c", "other_load")
 # State the code itself moves (a slower kernel draws less power, heats less, reaches another
 # clock): adjusting for it explains the code change away, so it is only ever shown.
 MEDIATOR_COVARIATES = ("sm_clock_mean_mhz", "power_mean_w", "utilization_pct", "temperature_mean_c", "throttled_fraction")
+# Which way each exogenous state slows code down (+1: more of it; −1: less of it), and how to say so. A fit whose
+# slope says the slowing direction makes trials *faster* is not physics but a few sessions lining up (seven trials
+# of a round-9 run: more load, faster; applied, the adjusted trials ruled out 4.8% at 1.4% noise): never applied.
+EXOGENOUS_SLOWER = {"other_load": 1.0, "start_temperature_c": 1.0, "clock_cap_mhz": -1.0}
+_SLOWER_WORDS = {"other_load": "more CPU load from other processes", "start_temperature_c": "a hotter start",
+                 "clock_cap_mhz": "a lower clock cap"}
 
 
 @dataclass(frozen=True)
@@ -390,6 +410,30 @@ class Attribution:
     sentence: str
 
 
+def _within_slope(y: np.ndarray, x: np.ndarray, gid: np.ndarray) -> float | None:
+    """Slope of the within-build regression of ``y`` on ``x`` (each build's means removed); None when x does not
+    vary within builds."""
+    counts = np.bincount(gid)
+    safe = np.maximum(counts, 1)
+    ry = y - (np.bincount(gid, y, minlength=len(counts)) / safe)[gid]
+    rx = x - (np.bincount(gid, x, minlength=len(counts)) / safe)[gid]
+    sxx = float((rx**2).sum())
+    return float((rx * ry).sum()) / sxx if sxx > 0 else None
+
+
+def _unstable_at(y: np.ndarray, x: np.ndarray, gid: np.ndarray, slope: float) -> int | None:
+    """The first trial (index) whose leaving out turns the within-build slope's sign around (or leaves nothing
+    to fit), else None: a fit one session carries is that session, not the state."""
+    keep = np.ones(len(y), dtype=bool)
+    for i in range(len(y)):
+        keep[i] = False
+        other = _within_slope(y[keep], x[keep], np.unique(gid[keep], return_inverse=True)[1])
+        keep[i] = True
+        if other is None or other * slope <= 0:
+            return i
+    return None
+
+
 def attribute(
     summaries: Sequence[float],
     covariates: Sequence[Mapping[str, float]],
@@ -397,13 +441,17 @@ def attribute(
     alpha: float = 0.01,
     min_reduction: float = 0.2,
     keys: Sequence[str] | None = None,
+    higher_is_better: bool | None = True,
 ) -> Attribution | None:
     """Regress within-build summary residuals on each recorded state variable; keep the best one.
 
     Only differences *inside* a build are used (each build's mean is removed from both the
     summary and the covariate), so a code change can never be explained away as a clock effect.
-    It is marked ``adjusted`` only when the fit is significant at ``alpha`` and lowers the residual
-    variance by at least ``min_reduction`` after paying for its degree of freedom.
+    It is marked ``adjusted`` only when the fit is significant at ``alpha``, lowers the residual
+    variance by at least ``min_reduction`` after paying for its degree of freedom, is plausible in
+    sign — an exogenous state's slowing direction (EXOGENOUS_SLOWER: more load, a hotter start, a lower
+    clock cap) never makes trials faster (``higher_is_better`` says which way faster is; None: no sign
+    check) — and is stable: its sign holds with any one trial left out.
     """
     y = np.asarray(summaries, dtype=float)
     n = len(y)
@@ -445,6 +493,16 @@ def attribute(
         p = 2.0 * _t_sf(abs(slope / se), dof_after) if se > 0 else 0.0
         reduction = 1.0 - (s_after / s_before) ** 2
         adjusted = p < alpha and reduction >= min_reduction
+        refused = None
+        if adjusted and higher_is_better is not None and key in EXOGENOUS_SLOWER:
+            plausible = -EXOGENOUS_SLOWER[key] if higher_is_better else EXOGENOUS_SLOWER[key]
+            if slope * plausible < 0:
+                refused = f"implausible: {_SLOWER_WORDS[key]} would make trials faster"
+        if adjusted and refused is None:
+            i = _unstable_at(y, x, gid, slope)
+            if i is not None:
+                refused = f"unstable: its sign turns with trial {i + 1} of {n} left out"
+        adjusted = adjusted and refused is None
         xm = float(x.mean())
         word = _COVARIATE_WORDS.get(key, key)
         if "fraction" in key:
@@ -456,7 +514,7 @@ def attribute(
             eff = pct(slope * spread)
             per = f"+{_covariate_amount(spread)}{_COVARIATE_UNITS.get(key, '')} (its spread between repeats of one build)"
         tail = (
-            "adjusted" if adjusted else
+            "adjusted" if adjusted else f"not adjusted ({refused})" if refused else
             f"not adjusted ({'not significant' if p >= alpha else 'too little noise removed'})"
         )
         sentence = (
@@ -488,12 +546,15 @@ def covariate_notes(
     build_ids: Sequence[object],
     alpha: float = 0.01,
     min_rows: int = 6,
+    higher_is_better: bool = True,
 ) -> tuple[list[float], list[str]]:
     """Summaries adjusted for exogenous state where the fit earns it, and what state they track.
 
     Only EXOGENOUS_COVARIATES may move a summary (fitted within builds, then applied across
-    them). A mediator that tracks the summaries is reported with "not adjusted": the code change
-    may be what moved it (measured: a −33.8% change reported as −60.3% when power was adjusted for).
+    them), and only by a fit plausible in sign and stable (``attribute``); a fit that is neither is
+    said, "not adjusted" with the reason. A mediator that tracks the summaries is reported with "not
+    adjusted": the code change may be what moved it (measured: a −33.8% change reported as −60.3% when
+    power was adjusted for).
     """
     values = [float(v) for v in summaries]
     rows = [i for i, c in enumerate(covariates) if c]
@@ -503,13 +564,13 @@ def covariate_notes(
     ys = [values[i] for i in rows]
     cs = [covariates[i] for i in rows]
     bs = [build_ids[i] for i in rows]
-    exo = attribute(ys, cs, bs, alpha=alpha, keys=EXOGENOUS_COVARIATES)
+    exo = attribute(ys, cs, bs, alpha=alpha, keys=EXOGENOUS_COVARIATES, higher_is_better=higher_is_better)
     if exo is not None and exo.p_value < alpha:
         notes.append(exo.sentence)
         if exo.adjusted:
             for i, v in zip(rows, adjust(ys, cs, exo)):
                 values[i] = v
-    med = attribute(ys, cs, bs, alpha=alpha, keys=MEDIATOR_COVARIATES)
+    med = attribute(ys, cs, bs, alpha=alpha, keys=MEDIATOR_COVARIATES, higher_is_better=None)
     if med is not None and med.p_value < alpha:
         word = _COVARIATE_WORDS.get(med.covariate, med.covariate)
         notes.append(
@@ -606,6 +667,7 @@ def variance_ratio_test(sigma_a: float, dof_a: float, sigma_b: float, dof_b: flo
 
 __all__ = [
     "EXOGENOUS_COVARIATES",
+    "EXOGENOUS_SLOWER",
     "MEDIATOR_COVARIATES",
     "compare_sequential",
     "LOOK_ALPHA_SHARE",

@@ -99,7 +99,9 @@ def format_outcome(result: Any) -> list[str]:
     more = getattr(result, "more", None)
     if more and (out.budget_exhausted or out.stopped_by):
         lines.append(f"to settle it: {more}")
-    if out.ruled_out_pct is not None and math.isfinite(out.ruled_out_pct) and out.verdict is not Verdict.REGRESSED:
+    # (a `same` states its bound in the headline and its reason in the explanation: not a third time here)
+    if (out.ruled_out_pct is not None and math.isfinite(out.ruled_out_pct)
+            and out.verdict not in (Verdict.REGRESSED, Verdict.SAME)):
         tol = f" (tolerance {out.tolerance_pct:g}%, stats.tolerance_pct)" if out.tolerance_pct else ""
         lines.append(f"ruled out: no regression ≥ {out.ruled_out_pct:.1f}% between the endpoints "
                      f"(one-sided at 1 − stats.alpha, held over every look){tol}")
@@ -485,15 +487,17 @@ def history_line(build: str, today: Sequence[TrialResult], stored: Sequence[Tria
     return history_shift(values, earlier, noise, build=build, fmt=(metric or DECODE).format)
 
 
-def attribution_line(trials: Sequence[TrialResult]) -> str | None:
-    """What the machine's state explains of the differences between these trials (four usable at least)."""
+def attribution_line(trials: Sequence[TrialResult], higher_is_better: bool = True) -> str | None:
+    """What the machine's state explains of the differences between these trials (four usable at least);
+    ``higher_is_better``: which way is faster, for the sign an exogenous state's fit must have."""
     ok = [t for t in trials if t.summary is not None]
     if len(ok) < 4:
         return None
     from ..engine.stats import covariate_notes
 
     _, notes = covariate_notes(
-        [t.summary for t in ok], [t.system.as_covariates() for t in ok], [t.identity.build_key for t in ok], min_rows=4
+        [t.summary for t in ok], [t.system.as_covariates() for t in ok], [t.identity.build_key for t in ok], min_rows=4,
+        higher_is_better=higher_is_better,
     )
     return "; ".join(notes) if notes else None
 

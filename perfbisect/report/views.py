@@ -20,6 +20,7 @@ from ..metrics import DECODE, Metric, describe_workload, level_text, pct_text, s
 from ..measure.build import NO_BUILD_STEPS_HASH
 from ..errors import PerfbisectError, UsageError
 from ..model import BisectOutcome, Comparison, TrialResult, TrialStatus, Verdict, median
+from ..engine.bisect import settles
 from ..engine.search_replay import REPLAY_WORK, engine_fit, replay, stats_config
 from ..engine.regressed_path import lines as regressed_path_lines
 from .trial_tables import (
@@ -271,10 +272,11 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
         bound = f" No regression ≥ {out.ruled_out_pct:.1f}% is ruled out." if out.ruled_out_pct is not None else ""
         per_trial = gpu_hours / trials if trials else 0.0
         stop = f" ({out.stopped_by})" if out.stopped_by else ""
-        if out.more_trials and out.tolerance_pct and trials:
-            more = (f" Ruling out a regression of {out.tolerance_pct:g}% would take about {out.more_trials} more "
-                    f"trials of the endpoints (about {out.more_trials * per_trial:.2f} {gpu_label}) at the noise "
-                    f"measured so far.")
+        what = settles(out)
+        if out.more_trials and trials and (out.tolerance_pct or not what.startswith("ruling")):
+            on = "" if what.startswith("settling the check") else " of the endpoints"
+            more = (f" {what[0].upper()}{what[1:]} would take about {out.more_trials} more trials{on} (about "
+                    f"{out.more_trials * per_trial:.2f} {gpu_label}) at the difference and noise measured so far.")
         else:
             more = (f" Each further trial costs about {per_trial:.3g} {gpu_label}; raise stats.max_trials_total "
                     f"or narrow the range.") if trials else ""

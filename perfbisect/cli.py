@@ -9,11 +9,21 @@ users read; the logic is in ``app`` and the printing in ``render``/``console``.
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import sys
+
+from .interrupts import install_early_handlers
+
+# The `perfbisect` command itself (its script, or `python -m perfbisect.cli`), not a test importing this
+# module: a SIGINT or SIGTERM is caught from here on, while typer, rich and the rest still load (a second
+# or more on a busy machine), and main() then exits 128 + its number saying so (perfbisect.interrupts).
+if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "perfbisect":
+    install_early_handlers()
+
+import errno  # after the handlers, on purpose
+import importlib.util
 import shutil
 import signal
-import sys
 import traceback
 from pathlib import Path
 from types import ModuleType
@@ -43,7 +53,17 @@ from .errors import (
     UsageError,
 )
 from .settings import DEFAULT_WAIT_IDLE_S, number_problem
-from .interrupts import install_signal_handlers, interruptible, resume_options, signal_name, signalled
+from .interrupts import (
+    forget_earlier_signals,
+    install_signal_handlers,
+    interruptible,
+    reported,
+    resume_options,
+    say_interrupted,
+    signal_name,
+    signalled,
+    stopped_message,
+)
 
 
 def _import_lazily(name: str) -> ModuleType:
@@ -207,7 +227,9 @@ def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: st
     from .engine.cost import spent_line
 
     if json_out:
-        print_json({**outcome_json(result), "report": str(report[0]) if report else None, "spent": spent})
+        # "resumed": what `resume` reused and discarded (app.Resumed.as_json); null for a run that was not resumed
+        print_json({**outcome_json(result), "report": str(report[0]) if report else None, "spent": spent,
+                    "resumed": getattr(result, "resumed", None)})
     elif fmt == "markdown":
         from .report.markdown import bisection_markdown
 
@@ -373,7 +395,13 @@ def resume(
     wait: WaitOpt = False,
     fail_on_regression: FailOnRegressionOpt = False,
 ) -> None:
-    """Continue an interrupted bisection without repeating any stored trial.
+    """Continue an interrupted bisection without repeating any stored trial, as the search it started as.
+
+    It decides with the settings it started with ([stats]: metric, budget, thresholds; a config changed
+    since is named and not used) and from its stored observations, so it measures what the uninterrupted
+    run would have. It says what it reused: the stored observations and their trials, a finished trial no
+    observation holds yet (used, not measured again), and a trial the interruption cut short (discarded: a
+    trial is one server session; its commit is measured again). --json has the same under "resumed".
 
     Example:  perfbisect resume
     Example:  perfbisect resume 3 --json
@@ -446,7 +474,7 @@ def demo(
         report = app.report_quietly(progress, lambda: demo_report(target, result, db))
     except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
         signum = getattr(exc, "signum", signal.SIGINT)
-        err_console.print(f"Interrupted by {signal_name(signum)}: the demo's servers were stopped.")
+        say_interrupted(f"Interrupted by {signal_name(signum)}: the demo's servers were stopped.")
         raise typer.Exit(code=128 + signum) from None
     if json_out:
         data = outcome_json(result)
@@ -1061,31 +1089,121 @@ def _json_error(message: str, exit_code: int, kind: str) -> None:
     print_json({"error": message, "exit_code": exit_code, "kind": kind})
 
 
+class _WatchedStdout:
+    """``sys.stdout`` while a command runs, remembering the first write that failed (a full disk, a pipe
+    whose reader went away): that failure is the machine's, exit 4 with a line on stderr, never the
+    1 that means "regression found" (Typer's answer to a broken pipe) or a traceback."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return self._inner.write(text)
+        except OSError as exc:
+            self.failed = self.failed or exc
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except OSError as exc:
+            self.failed = self.failed or exc
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+def _stdout_failed(watched: _WatchedStdout) -> None:
+    """Exit 4 saying why the result could not be printed; stdout is pointed at /dev/null first, so
+    that the interpreter's last flush of what is still buffered cannot fail again (exit 120)."""
+    exc = watched.failed
+    assert exc is not None
+    try:
+        fd = watched._inner.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (OSError, AttributeError, ValueError):
+        pass  # not a file descriptor (a test's StringIO): nothing is flushed at exit
+    why = "the pipe's reader went away" if exc.errno == errno.EPIPE else "the disk or device it goes to refused it"
+    print_error(
+        f"Cannot write to standard output: {exc.strerror or exc} ({why}), so the result was not printed. "
+        f"What the command stored is kept (`perfbisect log` lists it, `perfbisect report` renders it). "
+        f"Point stdout at a disk with space, a file or a terminal, and run the command again."
+    )
+    sys.exit(EXIT_RUNTIME)
+
+
+def _exit_interrupted(json_out: bool, signum: int | None = None) -> None:
+    """Exit 128 + the signal that stopped the command, saying so where the command itself has not
+    (a signal while perfbisect started, opened its store or waited for a lock: Typer answers those
+    with a silent 130 of its own, whatever the signal)."""
+    signum = signum if signum is not None else (signalled[0] if signalled else signal.SIGINT)
+    if not reported:
+        message = stopped_message(signum)
+        if json_out:
+            # Plain json, no import: the signal may have cut an import short (a half-loaded SQLAlchemy),
+            # and what prints the line must not depend on it.
+            import json
+
+            out_console.file.write(json.dumps({"error": message, "exit_code": 128 + signum, "kind": "Interrupted",
+                                               "bisection": None, "resume": None}, indent=2) + "\n")
+            out_console.file.flush()
+        say_interrupted(message)
+    sys.exit(128 + signum)
+
+
 def main() -> None:
     """Entry point of the `perfbisect` script, and its one error boundary: a ``PerfbisectError`` from
     any command becomes ``Error: <message>`` on stderr and the error's exit status; anything else
     is an internal error (exit 4). With ``--json`` every failure (usage errors included) is also one
-    JSON object on stdout: ``{"error": ..., "exit_code": ..., "kind": ...}``."""
-    install_signal_handlers()
+    JSON object on stdout: ``{"error": ..., "exit_code": ..., "kind": ...}``. A SIGINT or SIGTERM
+    exits 128 + its number (130, 143) with one line saying so, whenever it comes."""
+    forget_earlier_signals()
     json_out = "--json" in sys.argv[1:]
+    stdout = sys.stdout
+    sys.stdout = watched = _WatchedStdout(stdout)
     try:
+        _main(json_out, watched)
+    finally:
+        sys.stdout = stdout
+
+
+def _main(json_out: bool, watched: _WatchedStdout) -> None:
+    try:
+        install_signal_handlers()
+        if signalled:  # it came while the CLI was still loading (perfbisect.interrupts.install_early_handlers)
+            _exit_interrupted(json_out)
         if not json_out:
             cli()
         else:  # Click's own usage errors come back here instead of exiting, to be answered in JSON too
             code = cli(standalone_mode=False)
-            if signalled and code in (1, 130):  # an interrupt Click turned into its own status
-                sys.exit(128 + signalled[0])
+            if signalled and code in (1, 130, 128 + signalled[0]):  # an interrupt Click turned into its own status
+                _exit_interrupted(json_out)
             sys.exit(code if isinstance(code, int) else EXIT_OK)
     except SystemExit as exc:
-        # Click turns an interrupt outside a command's own handling into "Aborted!" and status 1.
-        if signalled and exc.code == 1:
-            sys.exit(128 + signalled[0])
+        # Click turns an interrupt outside a command's own handling into "Aborted!" and status 1, Typer
+        # into a silent 130 (for SIGTERM too); a command's own handling exits 128 + the signal.
+        if signalled and exc.code in (1, 130, 128 + signalled[0]):
+            _exit_interrupted(json_out)
+        if watched.failed is None:
+            try:  # what is still buffered is part of the result: a write that fails now fails the command
+                watched.flush()
+            except OSError:
+                pass
+        if watched.failed is not None:
+            _stdout_failed(watched)
         raise
     except KeyboardInterrupt as exc:
-        sys.exit(128 + getattr(exc, "signum", signal.SIGINT))
+        _exit_interrupted(json_out, getattr(exc, "signum", None))
     except PerfbisectError as exc:  # what a command could not do: one paragraph, its documented exit status
         if os.environ.get("PERFBISECT_DEBUG"):
             traceback.print_exc()
+        if watched.failed is not None:
+            _stdout_failed(watched)
         if json_out:
             _json_error(str(exc), exc.exit_code, type(exc).__name__)
         print_error(str(exc))
@@ -1096,9 +1214,13 @@ def main() -> None:
             exc.show()
             sys.exit(exc.exit_code)
         if json_out and type(exc).__name__ == "Abort":  # Click's "Aborted!" (an interrupt at a prompt)
-            sys.exit(128 + signalled[0] if signalled else 1)
+            if signalled:
+                _exit_interrupted(json_out)
+            sys.exit(1)
         if os.environ.get("PERFBISECT_DEBUG"):
             traceback.print_exc()
+        if watched.failed is not None:  # the result could not be printed: say that, not "a bug"
+            _stdout_failed(watched)
         if json_out:
             _json_error(internal_error_message(exc), EXIT_RUNTIME, "InternalError")
         print_error(internal_error_message(exc))

@@ -194,11 +194,18 @@ class _Section:
         value = self.data[key]
         if isinstance(value, str):
             try:
-                return tuple(shlex.split(value))
+                value = shlex.split(value)
             except ValueError as exc:
                 raise self._err(key, f"a command line ({exc})", value) from None
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self._err(key, "a list of arguments or a command string", value)
+        for arg in value:
+            if "\x00" in arg:  # no process can be given it: Python refuses it when the command starts
+                raise ConfigError(
+                    f"{self.file}: key '{self.where}.{key}' has an argument holding a NUL character (\\u0000): "
+                    f"{arg!r}. An argument ends at the first NUL, so no process could be given it. Fix the "
+                    f"argument in the file: remove the \\u0000."
+                )
         return tuple(value)
 
     def env(self, key: str) -> dict[str, str]:
@@ -210,8 +217,33 @@ class _Section:
         for name, val in value.items():
             if isinstance(val, bool) or not isinstance(val, (str, int, float)):
                 raise self._err(f"{key}.{name}", "a string or number", val)
+            self._check_env_variable(key, str(name), str(val))
             out[str(name)] = str(val)
         return out
+
+    def _check_env_variable(self, key: str, name: str, value: str) -> None:
+        """A variable the OS can pass on: a process's environment is NAME=value strings ending at a NUL,
+        so an empty name, '=' or NUL in a name, or NUL in a value cannot be (Python refuses it with a
+        ValueError when the server or command starts, long after the config was read)."""
+        table = f"{self.where}.{key}" if self.where else key
+        if not name:
+            raise ConfigError(
+                f'{self.file}: [{table}] has a variable with an empty name ("" = {value!r}). An environment '
+                f"variable needs a name. Fix it in the file: name the variable, or remove that line."
+            )
+        if "=" in name or "\x00" in name:
+            bad = "'='" if "=" in name else "a NUL character"
+            raise ConfigError(
+                f"{self.file}: key '{table}.{name}' is not a usable environment variable name: it holds {bad}, "
+                f"and a process's environment is NAME=value strings, so no process could be given it. Fix the "
+                f"name in the file (letters, digits and '_', as in NCCL_DEBUG)."
+            )
+        if "\x00" in value:
+            raise ConfigError(
+                f"{self.file}: key '{table}.{name}' holds a NUL character (\\u0000) in its value "
+                f"{value!r}. An environment value ends at the first NUL, so no process could be given it. Fix "
+                f"the value in the file: remove the \\u0000."
+            )
 
     def name_lists(self, key: str) -> dict[str, tuple[str, ...]]:
         """A table of NAME = ["name", ...] (package roles, companions)."""

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import shlex
 import signal
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-import typer
-
-from .report.console import err_console, print_json, show
 from .errors import Interrupted, PerfbisectError
+
+# Imported light on purpose (typer and rich only inside the functions that print): ``perfbisect.cli``
+# installs ``install_early_handlers`` before it imports anything heavy, so a signal in the first
+# moments of a command is caught, not left to the interpreter's defaults.
 
 
 def signal_name(signum: int) -> str:
@@ -27,6 +29,10 @@ def interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, 
     """Turn Ctrl-C / SIGTERM (after every ``with`` inside has torn its server down) into one line
     saying what was kept and how to go on, and exit 128 + the signal's number. ``json_out``: also one
     JSON object on stdout, so a script reading ``--json`` learns it was cut short and how to resume."""
+    import typer
+
+    from .report.console import print_json
+
     try:
         yield
     except KeyboardInterrupt as exc:
@@ -47,8 +53,28 @@ def interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, 
         if json_out:
             print_json({"error": message, "exit_code": 128 + signum, "kind": "Interrupted",
                         "bisection": bid if resumable else None, "resume": resume})
-        err_console.print(show(message))
+        say_interrupted(message)
         raise typer.Exit(code=128 + signum) from None
+
+
+# Whether the line saying what a signal stopped has been printed (by ``interruptible`` or a command's
+# own handler): the CLI's boundary prints its general line only where nobody has.
+reported: list[bool] = []
+
+
+def say_interrupted(message: str) -> None:
+    """Print the one line saying what a signal stopped (on stderr), and remember that it was said."""
+    from .report.console import err_console, show
+
+    reported.append(True)
+    err_console.print(show(message))
+
+
+def stopped_message(signum: int) -> str:
+    """The line for a signal that arrived outside any command's own handling (while perfbisect started,
+    opened its store or took its locks, or in a command that measures nothing)."""
+    return (f"Interrupted by {signal_name(signum)} before the command finished: it stopped there, and what "
+            f"it had stored before is kept; run the same command again to do the rest.")
 
 
 def resume_options(config: Path | None, db: Path | str | None) -> str:
@@ -81,3 +107,31 @@ def install_signal_handlers() -> None:
     """SIGTERM behaves like Ctrl-C: an orderly teardown, then exit 143 (130 for Ctrl-C)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _on_signal)
+
+
+def _note_signal(signum: int, _frame: object) -> None:
+    if not signalled:
+        signalled.append(signum)
+
+
+_early: list[bool] = []  # install_early_handlers ran: this process is the `perfbisect` command itself
+
+
+def install_early_handlers() -> None:
+    """Until ``install_signal_handlers`` runs (while the CLI imports its libraries), a SIGINT or SIGTERM
+    is only noted: raised in the middle of an import it would end in a traceback (Ctrl-C) or a silent
+    death (SIGTERM). The CLI's entry point finds it noted and exits 128 + its number, saying so."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _note_signal)
+    _early.append(True)
+
+
+def forget_earlier_signals() -> None:
+    """A command starting in a process that ran others (tests call ``cli.main`` many times) does not
+    inherit their signal or their interrupted line; in the `perfbisect` command itself a signal noted
+    while it loaded is kept, for the entry point to answer."""
+    if not _early:
+        signalled.clear()
+        reported.clear()

@@ -222,3 +222,79 @@ def test_a_bisection_without_any_measurement_still_renders(tmp_path):
         path, view = app.report(store, str(bid), tmp_path / "empty.html")
     html = path.read_text()
     assert view["verdict"]["headline"] == "UNFINISHED" and "No trial produced a number" in html
+
+
+# ------------------------------------------------------------------------------------------------
+# At a 900 px window: nothing wider than the page, and the verdict box says which path regressed
+
+LAYOUT_PROBE = """<script>
+window.perfbisectCharts.then(function () { setTimeout(function () {
+  var d = document.documentElement, verdict = document.getElementById("verdict");
+  var tables = Array.prototype.map.call(document.querySelectorAll("table"), function (t) {
+    var box = t.getBoundingClientRect(), head = t.querySelector("th");
+    return { id: t.id, head: head ? head.textContent : "", right: box.right, width: t.scrollWidth,
+             room: t.parentElement.clientWidth };
+  });
+  document.body.setAttribute("data-layout", JSON.stringify({
+    scrollWidth: d.scrollWidth, clientWidth: d.clientWidth, tables: tables,
+    verdict: verdict ? verdict.innerText : "" }));
+}, 50); });
+</script>"""
+
+
+def layout_probe(report: Path, tmp: Path, width: int) -> dict:
+    """Open a copy of ``report`` at ``width`` CSS pixels; what the page measured once every chart drew."""
+    import html as html_lib
+
+    head, tail = report.read_text().rsplit("</body>", 1)  # the last one: the inlined library holds the string too
+    copy = tmp / f"layout-{width}-{report.name}"
+    copy.write_text(head + LAYOUT_PROBE + "</body>" + tail)
+    dom = chromium(copy.as_uri(), tmp, "--dump-dom", f"--window-size={width},2400")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert console_messages(dom.stderr) == [], console_messages(dom.stderr)
+    m = re.search(r'data-layout="([^"]*)"', dom.stdout)
+    assert m, "the probe never ran: the charts did not finish drawing"
+    return json.loads(html_lib.unescape(m.group(1)))
+
+
+def _fits(page: dict) -> None:
+    # clientWidth, not innerWidth: the vertical scrollbar takes its width from the page
+    assert page["scrollWidth"] <= page["clientWidth"], (page["scrollWidth"], page["clientWidth"])
+    for t in page["tables"]:
+        assert t["right"] <= page["clientWidth"] + 0.5, t  # no table reaches past the window
+        assert t["width"] <= t["room"] + 0.5, t  # nor is cut off inside its box
+
+
+@needs_chromium
+def test_a_report_with_real_world_paths_has_no_sideways_scroll_at_900_px(tmp_path):
+    """What a trial records holds long unbroken strings (a Hugging Face snapshot path, a worktree slot of
+    perfbisect's longest name, its configured env): at a 900 px window the page still does not scroll
+    sideways and every table, the search's "why each next commit" included, fits."""
+    import sqlite3
+
+    from perfbisect import app
+    from perfbisect.git.worktrees import slot_name
+    from perfbisect.store import open_store
+
+    r = make_results(tmp_path / "long", commits=16, trials=40)
+    model = ("/home/engineer/.cache/huggingface/hub/models--meta-llama--Llama-3.1-70B-Instruct/snapshots/"
+             "0e9e39f249a16976918f6564b8830bc894c89659")
+    info = {"version": "0.5.6", "model_path": model, "tokenizer_path": model,
+            "emulator_worktree": str(tmp_path / "perfbisect" / "worktrees" / slot_name(7))}
+    with sqlite3.connect(r.db) as con:
+        con.execute("UPDATE trials SET server_info = ?", (json.dumps(info),))
+    with open_store(r.db) as store:
+        path, view = app.report(store, "latest", tmp_path / "long.html")
+    assert view["reasoning"]["steps"], "the report shows the search's reasoning table"
+    assert model in path.read_text()
+    _fits(layout_probe(path, tmp_path, 900))
+
+
+@needs_chromium
+def test_the_verdict_box_says_which_path_regressed_and_the_demo_report_fits_900_px(demo, tmp_path):
+    page = layout_probe(Path(demo["report"]), tmp_path, 900)
+    _fits(page)
+    verdict = " ".join(page["verdict"].split())
+    assert "REGRESSION" in verdict
+    # the demo plants a slower verify cycle: the speculative path, the baseline unchanged
+    assert "Which path: speculative path regressed (baseline unchanged" in verdict, verdict

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .gitrepo import TargetRepo, check_git
+from ..errors import GitError
 from ..model import Commit
 
 
@@ -135,8 +136,7 @@ class WorktreePool:
             check_git(path, ["clean", "-ffdxq"], f"cleaning worktree {path}")
             check_git(path, ["checkout", "-q", "--detach", "--force", sha], f"checking out {sha[:10]} in {path}")
             return path
-        if path.exists():
-            shutil.rmtree(path)  # a leftover directory git no longer knows: start it afresh
+        self._clear_leftover(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.repo.git("worktree", "add", "--detach", "--force", str(path), sha, what=f"creating worktree {path}")
         return path
@@ -151,8 +151,7 @@ class WorktreePool:
             return path
         if info is not None:
             self.repo.run("worktree", "remove", "--force", "--force", str(path))
-        if path.exists():
-            shutil.rmtree(path)
+        self._clear_leftover(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.repo.git("worktree", "add", "--detach", "--force", str(path), commit.sha, what=f"creating worktree {path}")
         return path
@@ -165,10 +164,57 @@ class WorktreePool:
             if info.path.exists():
                 shutil.rmtree(info.path, ignore_errors=True)
             removed.append(info.path)
-        if self.root.exists():
-            shutil.rmtree(self.root, ignore_errors=True)
+        # What is left under the root is removed only where it is perfbisect's own leftover (an empty
+        # directory, a worktree of this repository git lost track of): a directory someone else put
+        # there stays, as everywhere perfbisect might otherwise delete what it did not make.
+        if self.root.is_dir():
+            for entry in sorted(self.root.iterdir()):
+                if entry.is_dir() and not entry.is_symlink() and self._leftover(entry):
+                    shutil.rmtree(entry, ignore_errors=True)
+                    removed.append(entry)
+            try:
+                self.root.rmdir()
+            except OSError:
+                pass  # not empty: what stays is not perfbisect's
         self.repo.git("worktree", "prune", what="pruning worktree metadata")
         return removed
+
+    # -- what is perfbisect's to delete ---------------------------------------------------------
+
+    def _common_dir(self) -> Path:
+        out = self.repo.git("rev-parse", "--git-common-dir", what="finding the repository's git directory").strip()
+        common = Path(out)
+        return (common if common.is_absolute() else self.repo.path / common).resolve()
+
+    def _leftover(self, path: Path) -> bool:
+        """Whether the directory ``path`` (not a worktree git lists) is perfbisect's own leftover: empty
+        (a ``worktree add`` killed before it wrote anything), or a checkout whose ``.git`` file points at
+        this repository's worktree metadata (git lost track of it: a pruned or re-created admin entry)."""
+        try:
+            if not any(path.iterdir()):
+                return True
+        except OSError:
+            return False
+        admin = self._admin_dir(path) if (path / ".git").is_file() else None
+        return admin is not None and _is_under(admin, self._common_dir() / "worktrees")
+
+    def _clear_leftover(self, path: Path) -> None:
+        """Make room for a new worktree at ``path``: remove perfbisect's own leftover there; refuse
+        anything else (deleting it would delete what someone else put there, without a word)."""
+        if not path.exists() and not path.is_symlink():
+            return
+        if path.is_dir() and not path.is_symlink() and self._leftover(path):
+            shutil.rmtree(path)
+            return
+        what = "a symbolic link" if path.is_symlink() else "a directory" if path.is_dir() else "a file"
+        other = self._admin_dir(path) if path.is_dir() and (path / ".git").is_file() else None
+        whose = f" (a worktree of another repository, {other})" if other is not None else ""
+        raise GitError(
+            f"{path} is {what} perfbisect did not create{whose}, at the path where it checks out one of its "
+            f"worktrees; checking out there would first delete it, so perfbisect stops. Move it away (or "
+            f"delete it yourself if it is not needed), or set [target] cache_dir to a directory of "
+            f"perfbisect's own. Nothing was deleted."
+        )
 
 
 def _is_under(path: Path, root: Path) -> bool:

@@ -7,8 +7,9 @@ are stored in the results database like any others, the report is written, and t
 goes to the hook's history (perfbisect/hook/checkqueue.py) with its one-line summary.
 
 The worker (`check --drain`, started detached by the git hook) drains the queue: it waits until the
-GPUs have been free of other processes for ``[hook] idle_s`` seconds and until no other perfbisect
-holds the node, then checks every waiting pull coalesced into one range.
+GPUs have been free of other processes for ``[hook] idle_s`` seconds (not for a ``command`` target,
+which uses none) and until no other perfbisect holds the node, then checks every waiting pull
+coalesced into one range.
 """
 
 from __future__ import annotations
@@ -251,9 +252,13 @@ def run_job(config: Config, queue: CheckQueue, job: Job, progress: Progress) -> 
     what = f"{job.old[:10]}..{job.new[:10]}" + (f" ({job.coalesced} pulls coalesced)" if job.coalesced > 1 else "")
     progress.info(f"check {what}")
     try:
+        # A command target runs no server and holds no GPU (exclusive() takes no GPU lock for it either):
+        # waiting for the GPUs to be free for idle_s would only delay its check, by idle_s on every pull.
+        gpu_target = config.workload.kind != "command"
         with Workspace.open(config) as ws, ExitStack() as held:
             while True:
-                wait_for_idle(config.hook.idle_s, lambda why: (queue.set_phase("waiting", why, job), progress.info(f"waiting: {why}")))
+                if gpu_target:
+                    wait_for_idle(config.hook.idle_s, lambda why: (queue.set_phase("waiting", why, job), progress.info(f"waiting: {why}")))
                 try:
                     held.enter_context(exclusive(ws, progress))
                     break

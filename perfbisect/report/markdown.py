@@ -32,10 +32,27 @@ def md(text: Any) -> str:
 _PROSE = re.compile(r"([\\`*<>|~&])|\](?=[(\[])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
 
+# A command perfbisect writes in its own sentences (`perfbisect report 3`): kept as a code span. One with
+# a '|' in it is escaped as text instead (a pipe would end a table cell, even inside a code span).
+_CODE_SPAN = re.compile(r"`([^`|]+)`")
+
+
 def prose(text: Any) -> str:
-    """perfbisect's own text as Markdown: one line; only link, emphasis, code, HTML and table syntax escaped."""
+    """perfbisect's own text as Markdown: one line; only link, emphasis, code, HTML and table syntax escaped,
+    the commands it quotes in backticks kept as code spans (not shown as \\`…\\`)."""
     one = " ".join(inert(str(text)).split())
-    return _PROSE.sub(lambda m: "\\" + m.group(0), one)
+    out, at = [], 0
+    for m in _CODE_SPAN.finditer(one):
+        out.append(_PROSE.sub(lambda e: "\\" + e.group(0), one[at:m.start()]))
+        out.append(m.group(0))
+        at = m.end()
+    out.append(_PROSE.sub(lambda e: "\\" + e.group(0), one[at:]))
+    return "".join(out)
+
+
+def plural(n: int, word: str) -> str:
+    """"1 commit", "2 commits"."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _interval(cmp: Any) -> str:
@@ -46,9 +63,14 @@ def _interval(cmp: Any) -> str:
     return f"{level}[{_pct(cmp.ci_low_pct)}, {_pct(cmp.ci_high_pct)}]"
 
 
-def _report(report: Path | None, how: str) -> str:
-    """The report's file name (its folder is on the machine that ran it, not the reader's) and how to make it."""
-    return f"| report | {code(Path(report).name)} ({md(how)}) |"
+def _report(report: Path | None, where: str = "", command: str | None = None) -> str:
+    """The report's file name (its folder is on the machine that ran it, not the reader's), where it is,
+    and the command that writes it again (a code span)."""
+    how = [prose(where)] if where else []
+    if command:
+        how.append(f"{code(command)} writes it again")
+    said = f" ({'; '.join(how)})" if how else ""
+    return f"| report | {code(Path(report).name)}{said} |"
 
 
 def _metric(data: Any) -> str | None:
@@ -103,12 +125,12 @@ def bisection_markdown(result: Any, report: Path | None, spent: dict | None) -> 
     lines.append(f"| interval | {_interval(cmp)} |")
     lines.append(f"| trials used | {out.trials_used} |")
     if spent is not None:
-        lines.append(f"| spent | {spent['trials']} trials, {format_duration(spent['wall_s'])} wall, "
+        lines.append(f"| spent | {plural(spent['trials'], 'trial')}, {format_duration(spent['wall_s'])} wall, "
                      f"{spent['gpu_hours']:.2f} {spent.get('hours_unit', 'GPU-hours')} |")
     if result.filtered:
-        lines.append(f"| not measured | {len(result.filtered)} commits (only paths the filters ignore) |")
+        lines.append(f"| not measured | {plural(len(result.filtered), 'commit')} (only paths the filters ignore) |")
     if report is not None:
-        lines.append(_report(report, f"beside the results database; `perfbisect report {ids}` writes it again"))
+        lines.append(_report(report, "beside the results database", f"perfbisect report {ids}"))
     lines.append("")
     if out.explanation:
         lines.append(prose(out.explanation))
@@ -140,7 +162,7 @@ def comparison_markdown(result: Any, report: Path | None) -> str:
         if m is not None and all(v is not None for v in meds):
             lines.append(f"| medians | A {prose(m.format(meds[0]))}, B {prose(m.format(meds[1]))} |")
     if report is not None:
-        lines.append(_report(report, f"`perfbisect report c{result.comparison_id}` writes it again"))
+        lines.append(_report(report, command=f"perfbisect report c{result.comparison_id}"))
     lines.append("")
     if cmp.explanation:
         lines += [prose(cmp.explanation), ""]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -125,9 +126,36 @@ def _read_only_connection(path: Path, busy_timeout_s: float) -> Any:
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
         return conn
-    except sqlite3.OperationalError:
+    except sqlite3.OperationalError as exc:
         conn.close()
+        if _locked(str(exc)):  # a writer holds it: reading it as immutable could see a half-written page
+            raise
         return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=busy_timeout_s, check_same_thread=False)
+
+
+def _locked(reason: str) -> bool:
+    """Whether SQLite's ``reason`` is another connection's lock (SQLITE_BUSY, SQLITE_LOCKED), not a fault of the file."""
+    low = reason.lower()
+    return "database is locked" in low or "table is locked" in low or "database is busy" in low
+
+
+def _switch_to_wal(cursor: Any, busy_timeout_s: float) -> None:
+    """``PRAGMA journal_mode = WAL``, waiting (up to the busy timeout) while another connection creates
+    the same new file. SQLite refuses that switch at once, without its busy handler, when a second
+    connection is writing the file's first page: the switch would have to turn its read lock into a
+    write lock, and waiting for that could deadlock. Two perfbisect commands opening one new database
+    at the same moment meet exactly that; the loser retries here instead of calling the file locked."""
+    deadline = time.monotonic() + busy_timeout_s
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except Exception as exc:  # sqlite3.OperationalError; the driver's module is not imported here
+            if not _locked(str(exc)) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def make_engine(db: "StoreLocation | Path | str", busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
@@ -154,7 +182,7 @@ def make_engine(db: "StoreLocation | Path | str", busy_timeout_s: float = DEFAUL
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
             if not read_only:  # setting it may write; a read-only file keeps whatever mode it has
-                cursor.execute("PRAGMA journal_mode = WAL")
+                _switch_to_wal(cursor, busy_timeout_s)
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
@@ -212,7 +240,7 @@ def open_store(
     _check_file(db_path, writable=not read_only)
     engine = make_engine(location, busy_timeout_s, read_only=read_only)
     try:
-        _check_integrity(engine, db_path)
+        _check_integrity(engine, db_path, busy_timeout_s)
         upgrade_to_head(engine, db_path)
     except StoreError:
         engine.dispose()
@@ -222,6 +250,8 @@ def open_store(
         full = disk_fault(_reason(exc), db_path)
         if full:
             raise StoreWriteError(full) from exc
+        if _locked(_reason(exc)):
+            raise StoreWriteError(locked_message(db_path, _reason(exc), busy_timeout_s)) from exc
         raise StoreError(
             f"Cannot open the results database {db_path}: {_reason(exc)}. If the file is damaged or "
             "not a perfbisect database, move it aside (perfbisect starts a new one) or pass "
@@ -293,7 +323,17 @@ def connect_error(location: StoreLocation, exc: BaseException) -> str:
     )
 
 
-def _check_integrity(engine: Engine, db_path: Path) -> None:
+def locked_message(db_path: object, reason: str, busy_timeout_s: float) -> str:
+    """A results database another process kept locked past the busy timeout: not damaged, so never
+    "move it aside" (that would start an empty database beside the results)."""
+    return (
+        f"The results database {db_path} stayed locked for {busy_timeout_s:g} s (SQLite: {reason}): another "
+        f"process is writing it, a perfbisect command or a tool holding it open. The file is not damaged: do "
+        f"not move it aside. Let that process finish (or stop it), then run the command again."
+    )
+
+
+def _check_integrity(engine: Engine, db_path: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
     """PRAGMA quick_check: a damaged file is refused before anything reads results from it or
     writes more into it (a bisection resumed on a torn page would replay wrong observations)."""
     if not db_path.is_file() or db_path.stat().st_size == 0:
@@ -303,6 +343,8 @@ def _check_integrity(engine: Engine, db_path: Path) -> None:
             rows = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA quick_check(5)").fetchall()]
             conn.rollback()
     except SQLAlchemyError as exc:
+        if _locked(_reason(exc)):  # another process's lock says nothing about the file
+            raise StoreWriteError(locked_message(db_path, _reason(exc), busy_timeout_s)) from exc
         rows = [_reason(exc)]
     full = disk_fault("; ".join(rows), db_path) if rows != ["ok"] else None
     if full:

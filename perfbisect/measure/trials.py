@@ -338,8 +338,6 @@ class TrialRunner:
     def _wait_until_idle(self) -> None:
         """Wait (up to ``wait_idle_s``) while other processes hold the GPUs, saying so on the
         progress line and in ``perfbisect status``; 0 refuses at once (MachineBusy)."""
-        if self.ws.config.workload.kind == "command":
-            return  # a command target uses no GPU: another process on them is no reason to wait
         cache_dir = self.ws.config.cache_dir
         said: list[bool] = []
 

@@ -1183,38 +1183,38 @@ class SearchPolicy:
                 best = cand
         return (None, short) if best is None else (best[1], None)
 
-    def _gap_recheck_blocked(self, data: _Data, post: ChangePosterior, st: Step,
-                             gaps: list[tuple[float, tuple[int, int]]] | None = None) -> tuple[float, int] | None:
-        """(gap in se, trials it would take) of a residual gap ``_gap_recheck`` would measure again but for the budget:
-        the re-measure is owed before one change is accepted, so the budget's end leaves it open; None otherwise."""
+    def _gap_pairs(self, data: _Data, post: ChangePosterior, st: Step,
+                   gaps: list[tuple[float, tuple[int, int]]] | None = None):
+        """(gap in se, its pair, the pair's commit with fewer trials) of each residual gap (``_side_gaps``, the
+        larger first) the re-measure rule looks at: between RESIDUAL_CONFIRM_Z and RESIDUAL_GAP_Z, at least
+        RESIDUAL_CONFIRM_HIDDEN unmeasured commits between the pair, and fewer than RESIDUAL_CONFIRM_MAX trials
+        on the commit with fewer. ``gaps``: ``_side_gaps`` when the caller has them."""
         if self.settings.second_change_z <= 0 or RESIDUAL_CONFIRM_Z <= 0:
-            return None
+            return
         for gap, pair in sorted(self._side_gaps(data, post, st) if gaps is None else gaps, reverse=True):
             if not RESIDUAL_CONFIRM_Z <= gap < RESIDUAL_GAP_Z:
                 continue
             hidden = sum(1 for j in range(pair[0] + 1, pair[1]) if not data.count(j) and j not in data.untestable)
             few = min(pair, key=lambda i: (data.count(i), i))
-            if hidden >= RESIDUAL_CONFIRM_HIDDEN and data.count(few) < RESIDUAL_CONFIRM_MAX and not self._budget_left(data, few):
+            if hidden >= RESIDUAL_CONFIRM_HIDDEN and data.count(few) < RESIDUAL_CONFIRM_MAX:
+                yield gap, pair, few
+
+    def _gap_recheck_blocked(self, data: _Data, post: ChangePosterior, st: Step,
+                             gaps: list[tuple[float, tuple[int, int]]] | None = None) -> tuple[float, int] | None:
+        """(gap in se, trials it would take) of a residual gap ``_gap_recheck`` would measure again but for the budget:
+        the re-measure is owed before one change is accepted, so the budget's end leaves it open; None otherwise."""
+        for gap, pair, few in self._gap_pairs(data, post, st, gaps):
+            if not self._budget_left(data, few):
                 return gap, sum(max(0, RESIDUAL_CONFIRM_MAX - data.count(i)) for i in pair)
         return None
 
     def _gap_recheck(self, data: _Data, post: ChangePosterior, st: Step,
                      gaps: list[tuple[float, tuple[int, int]]] | None = None) -> tuple[int, float] | None:
-        """(commit, gap in se) to measure again before one change is accepted, or None: on either side of the
-        change (the larger gap first), the pair of its residual gap (``_side_gaps``) while the gap is between
-        RESIDUAL_CONFIRM_Z and RESIDUAL_GAP_Z, at least RESIDUAL_CONFIRM_HIDDEN commits between them are
-        unmeasured, and the pair's commit with fewer trials has fewer than RESIDUAL_CONFIRM_MAX. ``gaps``:
-        ``_side_gaps`` when the caller has them."""
-        if self.settings.second_change_z <= 0 or RESIDUAL_CONFIRM_Z <= 0:
-            return None
-        for gap, pair in sorted(self._side_gaps(data, post, st) if gaps is None else gaps, reverse=True):
-            if not RESIDUAL_CONFIRM_Z <= gap < RESIDUAL_GAP_Z:
-                continue
-            hidden = sum(1 for j in range(pair[0] + 1, pair[1]) if not data.count(j) and j not in data.untestable)
-            few = min(pair, key=lambda i: (data.count(i), i))
-            if hidden < RESIDUAL_CONFIRM_HIDDEN or data.count(few) >= RESIDUAL_CONFIRM_MAX or not self._budget_left(data, few):
-                continue
-            return few, gap
+        """(commit, gap in se) to measure again before one change is accepted, or None: the first pair of
+        ``_gap_pairs`` whose commit with fewer trials the budget still allows."""
+        for gap, _pair, few in self._gap_pairs(data, post, st, gaps):
+            if self._budget_left(data, few):
+                return few, gap
         return None
 
     @classmethod

@@ -242,19 +242,25 @@ window.perfbisectCharts.then(function () { setTimeout(function () {
 </script>"""
 
 
-def layout_probe(report: Path, tmp: Path, width: int) -> dict:
-    """Open a copy of ``report`` at ``width`` CSS pixels; what the page measured once every chart drew."""
+def probe_page(report: Path, tmp: Path, width: int, script: str, attr: str) -> dict:
+    """Open a copy of ``report`` with ``script`` inserted before its last ``</body>`` at ``width`` CSS pixels
+    in headless Chromium; the JSON the script left in the ``attr`` attribute once every chart drew."""
     import html as html_lib
 
     head, tail = report.read_text().rsplit("</body>", 1)  # the last one: the inlined library holds the string too
-    copy = tmp / f"layout-{width}-{report.name}"
-    copy.write_text(head + LAYOUT_PROBE + "</body>" + tail)
+    copy = tmp / f"{attr}-{width}-{report.name}"
+    copy.write_text(head + script + "</body>" + tail)
     dom = chromium(copy.as_uri(), tmp, "--dump-dom", f"--window-size={width},2400")
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert console_messages(dom.stderr) == [], console_messages(dom.stderr)
-    m = re.search(r'data-layout="([^"]*)"', dom.stdout)
+    m = re.search(rf'{attr}="([^"]*)"', dom.stdout)
     assert m, "the probe never ran: the charts did not finish drawing"
     return json.loads(html_lib.unescape(m.group(1)))
+
+
+def layout_probe(report: Path, tmp: Path, width: int) -> dict:
+    """Open a copy of ``report`` at ``width`` CSS pixels; what the page measured once every chart drew."""
+    return probe_page(report, tmp, width, LAYOUT_PROBE, "data-layout")
 
 
 def _fits(page: dict) -> None:

@@ -10,7 +10,6 @@ command-workload bisection, and a synthetic database whose machine drifts (perfb
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import shutil
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.report.report import ROLE_COLORS, SIDE_COLORS
-from tests.test_report import chromium, console_messages, needs_chromium
+from tests.test_report import needs_chromium, probe_page
 
 PROBE = """<script>
 window.perfbisectCharts.then(function () { setTimeout(function () {
@@ -49,16 +48,7 @@ window.perfbisectCharts.then(function () { setTimeout(function () {
 
 def probe(report: Path, tmp: Path, width: int) -> dict:
     """Open a copy of ``report`` with the probe at ``width`` CSS pixels and return what the probe measured."""
-    text = report.read_text()
-    head, tail = text.rsplit("</body>", 1)  # the last one: the inlined library holds the string too
-    copy = tmp / f"probe-{width}-{report.name}"
-    copy.write_text(head + PROBE + "</body>" + tail)
-    dom = chromium(copy.as_uri(), tmp, "--dump-dom", f"--window-size={width},2400")
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert console_messages(dom.stderr) == [], console_messages(dom.stderr)
-    m = re.search(r'data-probe="([^"]*)"', dom.stdout)
-    assert m, "the probe never ran: the charts did not finish drawing"
-    return json.loads(html.unescape(m.group(1)))
+    return probe_page(report, tmp, width, PROBE, "data-probe")
 
 
 def _copy_db(src: Path, dst: Path) -> Path:

@@ -177,7 +177,7 @@ class PinRules:
                    {normalize(k): tuple(normalize(n) for n in v) for k, v in {**BUILTIN_ALIASES, **(aliases or {})}.items()},
                    {normalize(k): tuple(normalize(n) for n in v) for k, v in {**BUILTIN_COMPANIONS, **(companions or {})}.items()})
 
-    def family(self, name: str) -> tuple[str, str]:
+    def family(self, name: str) -> tuple[str, tuple[str, ...]]:
         """(role, its names) of a configured name: the role whose names (or own name) include it."""
         name = normalize(name)
         for role, names in self.aliases.items():
@@ -294,7 +294,8 @@ def commit_pins(repo: TargetRepo, commit: Commit | str, pin_files: Sequence[str]
     """The pins of ``packages`` at ``commit``, read from its ``pin_files`` in git (no checkout); with a
     ``stack`` that edits a pin file, from the files as the stack patches them (upstream where it does
     not apply: the commit is untestable then, for the patch conflict)."""
-    if not (packages.packages if isinstance(packages, PinRules) else packages):
+    packages = PinRules.of(packages)
+    if not packages.packages:
         return PinSet()
     if stack is not None and stack.touched_paths & set(pin_files):
         patched = stack.patched_files(commit, pin_files)
@@ -311,7 +312,6 @@ class PinReader:
         self.repo = repo
         self.pin_files = tuple(pin_files)
         self.rules = PinRules.of(packages)
-        self.packages = self.rules
         # Only a stack that edits a pin file changes what is read; it is then re-read at commits
         # changing any file the stack touches (what decides whether and how it applies).
         self.stack = stack if stack is not None and stack.touched_paths & set(self.pin_files) else None
@@ -324,7 +324,7 @@ class PinReader:
 
     def upstream(self, commit: Commit | str) -> PinSet:
         """The pins as ``commit`` has them, the patch stack not applied (a checkout used as it is)."""
-        return commit_pins(self.repo, commit, self.pin_files, self.packages)
+        return commit_pins(self.repo, commit, self.pin_files, self.rules)
 
     def __call__(self, commit: Commit | str) -> PinSet:
         sha = commit.sha if isinstance(commit, Commit) else str(commit)
@@ -333,7 +333,7 @@ class PinReader:
             if parent in self._seen and not set(self.repo.changed_paths(commit)) & self._watched:
                 self._seen[sha] = self._seen[parent]  # no pin file changed: its parent's pins (one git call less per file)
             else:
-                self._seen[sha] = commit_pins(self.repo, sha, self.pin_files, self.packages, self.stack)
+                self._seen[sha] = commit_pins(self.repo, sha, self.pin_files, self.rules, self.stack)
         return self._seen[sha]
 
 

@@ -26,6 +26,8 @@ Usage:
     python benchmarks/strategies.py --aa-only --aa-reps 2000  # only the A/A repeated-look table
     # the oracle's SPRT without being told the levels (single-change cells; PB_SPRT_ENDS, PB_SPRT_CAP)
     python benchmarks/strategies.py --reps 300 --scenarios S1,S2,R1,R2 --strategies sprt-learned-levels,oracle-sprt
+    # the Bayesian references (issue #35) on seeds the engine was never tuned on (it was tuned on 0-299)
+    python benchmarks/strategies.py --reps 300 --seed-base 100000 --scenarios S2,R1 --strategies perfbisect,bayes-learner
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from perfbisect.engine.bisect import Done, Observation, SearchPolicy  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
 from perfbisect.engine.stats import NoiseModel, compare  # noqa: E402
+
+import bayes_reference  # noqa: E402  (benchmarks/, beside this file)
 
 TRIAL_MIN = 5.5 + (2 + 5) * 25 / 60
 BUILD_MIN = 0.5
@@ -162,6 +166,13 @@ _WITH_TWINS = [
              9, 0.0, H200_SIGMA_W_PCT, (-8.0,), noise="replay", replay=H200_SESSIONS),
     Scenario("R2", "9 commits, −27%; session effects replayed from 20 dev-machine processes (sd 16%), σ_w 21%",
              9, 0.0, DEV_SIGMA_W_PCT, (-27.0,), noise="replay", replay=DEV_SESSIONS),
+]
+# issue #35: R1's replay has four values (lumpy, bounded); its parametric twins draw normal sessions instead
+_WITH_TWINS += [
+    Scenario("R1-P5", "9 commits, −8%; normal session effects, sd 5% (R1's replay, parametric), σ_w 6.2%",
+             9, 5.0, H200_SIGMA_W_PCT, (-8.0,)),
+    Scenario("R1-P10", "9 commits, −8%; normal session effects, sd 10% (twice R1's), σ_w 6.2%",
+             9, 10.0, H200_SIGMA_W_PCT, (-8.0,)),
 ]
 # issue #19: noise a stored figure underestimates, layout bias, and the edge of the tolerance
 _WITH_TWINS += [
@@ -780,6 +791,17 @@ def _learned_levels_llr(y: np.ndarray, bad_side: list[float], good_side: list[fl
                  - sps.norm.logpdf(ybar, np.mean(good_side), math.sqrt(sigma2 / len(good_side) + sigma2 / k)))
 
 
+def run_bayes_told_sigma(t: Target) -> dict:
+    """Bayesian bisection told σ and that one change exists, the levels learned (benchmarks/bayes_reference.py)."""
+    return bayes_reference.run(t, sigma=t.sigma_total)
+
+
+def run_bayes_learner(t: Target) -> dict:
+    """Bayesian bisection told that one change exists; levels and σ learned (σ's prior: perfbisect's own)."""
+    settings = StatsConfig()
+    return bayes_reference.run(t, sigma=None, confidence=settings.confidence, budget=settings.max_trials_total)
+
+
 STRATEGIES = {
     "perfbisect": run_perfbisect,
     "perfbisect-learned-noise": run_perfbisect_learned,
@@ -789,6 +811,8 @@ STRATEGIES = {
     "10-trials-mannwhitney": run_ten_trials,
     "oracle-sprt": run_oracle,
     "sprt-learned-levels": run_sprt_learned_levels,
+    "bayes-told-sigma": run_bayes_told_sigma,
+    "bayes-learner": run_bayes_learner,
     "known-sigma-equivalence": run_known_sigma_equivalence,
     "perfbisect-fixed-layout": run_perfbisect_fixed_layout,
 }
@@ -965,8 +989,14 @@ def run_aa_compare(noise_process: Scenario | str, reps: int, rules: dict[str, Ru
 
 
 def _aa_job(args) -> tuple[str, dict]:
-    label, scn_name, reps = args
-    return label, run_aa_compare(scn_name, reps)
+    label, scn_name, reps, seed0 = args
+    return label, run_aa_compare(scn_name, reps, seed0=seed0)
+
+
+def _rate_ci(hits: list[bool]) -> tuple[float, float]:
+    """Exact (Clopper–Pearson) 95% interval of a rate from its outcomes."""
+    ci = sps.binomtest(int(sum(bool(h) for h in hits)), len(hits)).proportion_ci(0.95, method="exact")
+    return (float(ci.low), float(ci.high))
 
 
 def _mean(rows: list[dict], key: str) -> float:
@@ -1005,6 +1035,10 @@ def main(argv=None) -> int:
                     help="A/A compare pairs per noise process and rule (default 1000; 300 with --quick; 0 = skip)")
     ap.add_argument("--aa-noise", default=None, help="comma-separated labels or scenario names for the A/A table")
     ap.add_argument("--aa-only", action="store_true", help="only the A/A compare table")
+    ap.add_argument("--seed-base", type=int, default=0, metavar="N",
+                    help="seeds N..N+reps-1 for every cell (default 0; the engine was tuned on 0-299, so report "
+                    "its targets on held-out seeds, e.g. --seed-base 100000); the A/A compare table starts at "
+                    "N+10000")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     ap.add_argument("--nodes", type=int, default=1,
                     help="K > 1 adds the strategy perfbisect-K-nodes: K nodes at once through next_batch, "
@@ -1055,8 +1089,8 @@ def main(argv=None) -> int:
     for s in scns:
         for st in strats:
             for start in range(0, reps, chunk):
-                jobs.append((s, st, list(range(start, min(start + chunk, reps)))))
-    aa_jobs = [(lab, sc, aa_reps) for lab, sc in aa_noise.items()] if want_aa else []
+                jobs.append((s, st, list(range(args.seed_base + start, args.seed_base + min(start + chunk, reps)))))
+    aa_jobs = [(lab, sc, aa_reps, args.seed_base + 10_000) for lab, sc in aa_noise.items()] if want_aa else []
     t0 = time.time()
     with mp.get_context("fork").Pool(args.workers) as pool:
         aa_async = pool.map_async(_aa_job, aa_jobs, chunksize=1) if aa_jobs else None
@@ -1075,6 +1109,8 @@ def main(argv=None) -> int:
                 "reps": len(rows),
                 "accuracy": float(np.mean([r["correct"] for r in rows])),
                 "false_blame": float(np.mean([r["false_blame"] for r in rows])),
+                # its exact 95% interval (Clopper–Pearson): a "≤ 1%" claim needs the reps to back it
+                "false_blame_ci95": _rate_ci([r["false_blame"] for r in rows]),
                 "mean_trials": float(np.mean([r["trials"] for r in rows])),
                 "median_trials": float(np.median([r["trials"] for r in rows])),
                 "false_same": float(np.mean([r["false_same"] for r in rows])),
@@ -1106,16 +1142,18 @@ def main(argv=None) -> int:
         "scenarios": {s: SCENARIOS[s].title for s in scns},
         "results": [{k: _nan_to_none(v) for k, v in r.items()} for r in table],
         "aa_compare": aa_table,
+        "seed_base": args.seed_base,
         "seconds": round(time.time() - t0, 1),
     }
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
     if table:
-        print(f"{'scn':6} {'strategy':24} {'acc':>6} {'false':>6} {'trials':>7} {'med':>5} {'GPU-h':>6} {'wall-h':>6} "
+        print(f"{'scn':6} {'strategy':24} {'acc':>6} {'false':>6} {'≤95%':>6} {'trials':>7} {'med':>5} {'GPU-h':>6} {'wall-h':>6} "
               f"{'budget':>6} {'same':>5} {'fSame':>5} {'eqRef':>5} {'effErr':>6} {'bias':>6} {'cover':>6}")
         for r in table:
             print(f"{r['scenario']:6} {r['strategy']:24} {r['accuracy']:6.3f} {r['false_blame']:6.3f} "
+                  f"{r['false_blame_ci95'][1]:6.3f} "
                   f"{r['mean_trials']:7.1f} {r['median_trials']:5.0f} {r['mean_gpu_hours']:6.2f} {r['mean_wall_hours']:6.2f} {_fmt(r['budget_exhausted'], 6)} "
                   f"{r['same_share']:5.2f} {r['false_same']:5.2f} {_fmt(r['equivalence_trials'], 5, 0)} "
                   f"{_fmt(r['effect_err_pts'], 6, 2)} {_fmt(r['effect_bias_pts'], 6, 2)} {_fmt(r['ci_coverage'], 6)}")

@@ -55,9 +55,12 @@ from perfbisect.engine.stats import NoiseModel, compare  # noqa: E402
 
 import bayes_reference  # noqa: E402  (benchmarks/, beside this file)
 
-TRIAL_MIN = 5.5 + (2 + 5) * 25 / 60
+START_MIN = 5.5 + 2 * 25 / 60  # a session's fixed part: start, readiness, 2 warm-up runs
+RUN_MIN = 25 / 60  # one measured run
+RUNS = 5  # measured runs per trial (--runs; "auto": the cheapest count per unit of information, per scenario)
+SUMMARY = "median"  # a trial's summary of its runs' log values (--summary: median, mean, hl)
+TRIAL_MIN = START_MIN + RUNS * RUN_MIN
 BUILD_MIN = 0.5
-RUNS = 5
 CLOCK_MHZ = 1980.0
 CLOCK_CAP_MHZ = 1780.0  # the external cap a throttled trial runs under
 MAX_RERUNS = 3  # the runner re-runs a flagged trial at most this often, then keeps the last one
@@ -217,6 +220,48 @@ class Trial:
     layout: int | None = None  # the layout it ran under (layout scenarios only)
 
 
+def hodges_lehmann(x: np.ndarray) -> float:
+    """The median of the Walsh averages (x_i + x_j)/2, i ≤ j: 95% as efficient as the mean on normal runs,
+    robust to 29% of them wild (the median of 5 is 70% as efficient)."""
+    i, j = np.triu_indices(len(x))
+    return float(np.median((x[i] + x[j]) / 2))
+
+
+SUMMARIES: dict[str, Callable[[np.ndarray], float]] = {
+    "median": lambda x: float(np.median(x)),
+    "mean": lambda x: float(np.mean(x)),
+    "hl": hodges_lehmann,
+}
+_EFFICIENCY_CACHE: dict[tuple[str, int], float] = {}
+
+
+def summary_efficiency(summary: str, runs: int) -> float:
+    """c: the variance of the summary of ``runs`` normal values over that of their mean (exact for the median and
+    the mean; the Hodges–Lehmann estimator's from 200,000 seeded draws)."""
+    from perfbisect.measure.run_allocation import median_efficiency
+
+    if summary == "mean" or runs <= 2:
+        return 1.0
+    if summary == "median":
+        return median_efficiency(runs)
+    key = (summary, runs)
+    if key not in _EFFICIENCY_CACHE:
+        x = np.random.default_rng([35, runs]).normal(size=(200_000, runs))
+        i, j = np.triu_indices(runs)
+        est = np.median((x[:, i] + x[:, j]) / 2, axis=1)
+        _EFFICIENCY_CACHE[key] = float(np.var(est) * runs)
+    return _EFFICIENCY_CACHE[key]
+
+
+def runs_for(session_sd: float, sigma_w: float) -> int:
+    """RUNS, or with RUNS = "auto" the count in 1..30 with the least (START + R·RUN)·(σ_b² + c(R)·σ_w²/R)
+    (perfbisect.measure.run_allocation's cost, with this benchmark's summary and told the true σ_b, σ_w)."""
+    if RUNS != "auto":
+        return int(RUNS)
+    return min(range(1, 31), key=lambda r: ((START_MIN + r * RUN_MIN)
+                                             * (session_sd ** 2 + summary_efficiency(SUMMARY, r) * sigma_w ** 2 / r), r))
+
+
 class SessionNoise:
     """The session effect (log) of the k-th trial in run order, drawn in order from its own stream.
 
@@ -305,9 +350,17 @@ class Target:
     randomize_layout: bool = True
     vary_layout: bool = False  # the next trial was asked to run under another layout (Measure.vary_layout)
     noise_switch: int = 0  # heteroscedastic scenarios: the first commit whose sessions use sigma_b_after_pct
+    runs: int = 0  # measured runs per trial (0: RUNS, or auto's choice for this scenario's noise)
 
     def __post_init__(self):
         self.built = set()
+        if not self.runs:
+            sb = self.noise.sd if self.noise is not None else math.log1p(self.scn.sigma_b_pct / 100)
+            self.runs = runs_for(sb, math.log1p(self.scn.sigma_w_pct / 100))
+
+    @property
+    def trial_min(self) -> float:
+        return START_MIN + self.runs * RUN_MIN
 
     def _build(self, j: int) -> None:
         if j not in self.built:
@@ -320,7 +373,7 @@ class Target:
         self._build(j)
         k, at = self.trials, self.clock
         self.trials += 1
-        self.clock += TRIAL_MIN * 60
+        self.clock += self.trial_min * 60
         if scn.noise == "iid":  # S0–S6's exact random stream
             z, cov, known = float(rng.normal(0.0, math.log1p(self.session_sd_pct(j) / 100))), {}, 0.0
         else:
@@ -356,8 +409,8 @@ class Target:
             cov["utilization_pct"] = float(util)
             cov["temperature_mean_c"] = float(35.0 + 0.07 * power + rng.normal(0.0, 1.0))
             cov["sm_clock_mean_mhz"] = float(CLOCK_MHZ + rng.normal(0.0, 5.0))
-        runs = session + rng.normal(0.0, math.log1p(scn.sigma_w_pct / 100), RUNS)
-        return Trial(float(np.median(runs)), runs, cov, flag, k, at, known, layout)
+        runs = session + rng.normal(0.0, math.log1p(scn.sigma_w_pct / 100), self.runs)
+        return Trial(SUMMARIES[SUMMARY](runs), runs, cov, flag, k, at, known, layout)
 
     def measure(self, j: int) -> Trial:
         """A trial as a strategy gets it from the runner: flagged trials re-run (each costs a trial)."""
@@ -378,14 +431,14 @@ class Target:
 
     @property
     def gpu_hours(self) -> float:
-        return (self.trials * TRIAL_MIN + len(self.built) * BUILD_MIN) / 60.0
+        return (self.trials * self.trial_min + len(self.built) * BUILD_MIN) / 60.0
 
     @property
     def sigma_total(self) -> float:
-        """sd of a trial summary (what the oracle knows): session sd and the median of 5 runs."""
+        """sd of a trial summary (what the oracle knows): session sd and the summary of the runs (median of 5)."""
         sb = self.noise.sd if self.noise is not None else math.log1p(self.scn.sigma_b_pct / 100)
         sw = math.log1p(self.scn.sigma_w_pct / 100)
-        return math.sqrt(sb * sb + 1.4338 * sw * sw / RUNS)
+        return math.sqrt(sb * sb + summary_efficiency(SUMMARY, self.runs) * sw * sw / self.runs)
 
     def session_sd_pct(self, j: int) -> float:
         """The sd of commit j's iid session effects: sigma_b_pct, or sigma_b_after_pct from the switch on."""
@@ -854,6 +907,7 @@ def score(t: Target, res: dict) -> dict:
         "false_same": bool(truth) and verdict == "same",
         "equivalence_trials": equivalence_trials(t) if not truth else math.nan,
         "trials": res.get("trials", t.trials),
+        "runs": t.runs,
         "gpu_hours": res.get("gpu_hours", t.gpu_hours),
         # one node runs one thing at a time: its wall time is its clock
         "wall_hours": res.get("wall_hours", (t.clock - T0_UNIX) / 3600.0),
@@ -1039,6 +1093,11 @@ def main(argv=None) -> int:
                     help="seeds N..N+reps-1 for every cell (default 0; the engine was tuned on 0-299, so report "
                     "its targets on held-out seeds, e.g. --seed-base 100000); the A/A compare table starts at "
                     "N+10000")
+    ap.add_argument("--runs", default="5", metavar="R|auto",
+                    help="measured runs per trial (default 5, the user's protocol; auto: the cheapest per unit of "
+                    "information for each scenario's σ_b and σ_w, 1-30); a trial costs 5.5 min + (2 + R) × 25 s")
+    ap.add_argument("--summary", default="median", choices=sorted(SUMMARIES),
+                    help="a trial's summary of its runs (default median; hl: Hodges–Lehmann; mean)")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     ap.add_argument("--nodes", type=int, default=1,
                     help="K > 1 adds the strategy perfbisect-K-nodes: K nodes at once through next_batch, "
@@ -1049,6 +1108,11 @@ def main(argv=None) -> int:
                     help="with --nodes: the stored trials do not name their node, so offsets are not modelled "
                     "(the comparison for the host-offset model)")
     args = ap.parse_args(argv)
+    global RUNS, SUMMARY
+    if args.runs != "auto" and not (args.runs.isdigit() and int(args.runs) >= 1):
+        ap.error(f"--runs must be a positive count or auto, got {args.runs!r}")
+    RUNS = args.runs if args.runs == "auto" else int(args.runs)  # read by every Target the workers make (fork)
+    SUMMARY = args.summary
     if args.nodes > 1:
         label = (f"perfbisect-{args.nodes}-nodes" + (f"±{args.host_offset:g}%" if args.host_offset else "")
                  + ("-blind" if args.blind_hosts else ""))
@@ -1118,6 +1182,7 @@ def main(argv=None) -> int:
                 # A/A twins: trials the fixed-sample known-σ test of "no regression ≥ tolerance" needs
                 "equivalence_trials": _median(rows, "equivalence_trials"),
                 "mean_gpu_hours": float(np.mean([r["gpu_hours"] for r in rows])),
+                "runs_per_trial": float(np.mean([r["runs"] for r in rows])),
                 "mean_wall_hours": float(np.mean([r["wall_hours"] for r in rows])),
                 "mean_set_size": float(np.mean([r["set_size"] for r in rows])),
                 "false_improvement": float(np.mean([r["false_improvement"] for r in rows])),
@@ -1137,7 +1202,9 @@ def main(argv=None) -> int:
         for rule, r in by_rule.items():
             aa_table.append({"noise": label, "scenario": aa_noise[label], "rule": rule, **r})
     doc = {
-        "cost_model": {"trial_min": TRIAL_MIN, "build_min": BUILD_MIN, "runs_per_trial": RUNS,
+        "cost_model": {"trial_min": START_MIN + RUNS * RUN_MIN if RUNS != "auto" else None,
+                       "start_min": START_MIN, "run_min": RUN_MIN, "build_min": BUILD_MIN, "runs_per_trial": RUNS,
+                       "summary": SUMMARY,
                        "max_reruns_of_flagged": MAX_RERUNS},
         "scenarios": {s: SCENARIOS[s].title for s in scns},
         "results": [{k: _nan_to_none(v) for k, v in r.items()} for r in table],

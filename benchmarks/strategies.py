@@ -594,16 +594,16 @@ def equivalence_trials(t: Target, settings: StatsConfig | None = None) -> int:
     """Trials (both endpoints) the fixed-sample known-σ test of "no regression ≥ tolerance" needs.
 
     One-sided at alpha, 90% power when nothing changed, the same claim `same` makes; at least
-    bisect.MIN_TRIALS_PER_SIDE per side (no verdict rests on fewer). σ is each endpoint's true sd of a
+    tuning.min_trials_per_side per side (no verdict rests on fewer). σ is each endpoint's true sd of a
     trial summary (``Target.trial_sd``: what the oracle knows, and the layout spread a randomised layout adds).
     """
-    from perfbisect.engine.bisect import MIN_TRIALS_PER_SIDE
+    from perfbisect.engine.tuning import DEFAULT_TUNING
 
     settings = settings or StatsConfig()
     tol = math.log1p(settings.tolerance_pct / 100)
     var = t.trial_sd(0) ** 2 + t.trial_sd(t.scn.n - 1) ** 2
     per_side = var * ((_Z_ALPHA + _Z_POWER) / tol) ** 2
-    return 2 * max(MIN_TRIALS_PER_SIDE, math.ceil(per_side))
+    return 2 * max(DEFAULT_TUNING.min_trials_per_side, math.ceil(per_side))
 
 
 def run_known_sigma_equivalence(t: Target) -> dict:

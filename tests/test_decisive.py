@@ -7,11 +7,13 @@ small, one wild session, a layout that moves one commit, a regression as big as 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from perfbisect.engine.bisect import MIN_TRIALS_PER_SIDE, Done, Measure, Observation, SearchPolicy
+from perfbisect.engine.bisect import Done, Measure, Observation, SearchPolicy
+from perfbisect.engine.tuning import DEFAULT_TUNING as T
 from perfbisect.engine.changepoint import Evidence, outlier_scale, posterior
 from perfbisect.model import Verdict
 from perfbisect.settings import StatsConfig
@@ -35,7 +37,7 @@ def test_nothing_changed_ends_same_with_what_it_rules_out(seed):
     assert outcome.ruled_out_pct is not None and outcome.ruled_out_pct < outcome.tolerance_pct == 5.0
     assert "inside the tolerance of 5%" in outcome.explanation or "No regression beyond noise" in outcome.explanation
     ends = [o for o in obs if o.commit in (cs[0], cs[-1])]
-    assert min(sum(o.commit == c for o in ends) for c in (cs[0], cs[-1])) >= MIN_TRIALS_PER_SIDE
+    assert min(sum(o.commit == c for o in ends) for c in (cs[0], cs[-1])) >= T.min_trials_per_side
 
 
 @pytest.mark.parametrize("seed", [4, 5, 6, 7])
@@ -254,14 +256,13 @@ def test_pure_error_is_the_spread_of_repeats_of_one_build():
     assert sd == pytest.approx(math.sqrt(4 * d * d / 2))
 
 
-def test_a_step_the_repeats_spread_does_not_support_is_confirmed_not_named(monkeypatch):
-    from perfbisect.engine import bisect as B
+def test_a_step_the_repeats_spread_does_not_support_is_confirmed_not_named():
 
     cs = commits(9)
     pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
     # parent c4 and culprit c5 look 12% apart on three tight trials each and the singletons fit that
     # step, but repeats of the endpoints (one build each) spread ±5%: the commit-and-parent contrast is
-    # under the one-sided t quantile at PURE_ALPHA of that spread, so the pair is measured again
+    # under the one-sided t quantile at tuning.pure_alpha of that spread, so the pair is measured again
     vals = {0: [5.0, -5.0, 5.0, -5.0], 8: [-7.0, -17.0, -7.0, -17.0], 1: [0.5], 2: [-0.5], 3: [0.0],
             4: [0.5, -0.5, 0.0], 5: [-12.0, -12.5, -12.2], 6: [-11.5], 7: [-12.0]}
     data = pol._regroup(_obs(cs, vals))
@@ -272,13 +273,12 @@ def test_a_step_the_repeats_spread_does_not_support_is_confirmed_not_named(monke
     assert act.commit in (cs[4], cs[5]) and act.phase == "confirming"
     assert "spread of repeated trials of one build" in act.reason
     # the same data without the rule: the posterior alone names c5 (the rule is what holds it back)
-    monkeypatch.setattr(B, "PURE_ALPHA", 0.0)
-    done = pol.next(_obs(cs, vals))
+    without = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0), tuning=replace(T, pure_alpha=0.0))
+    done = without.next(_obs(cs, vals))
     assert isinstance(done, Done) and done.outcome.culprit == cs[5]
 
 
-def test_a_pair_measured_many_times_is_held_to_a_stricter_look(monkeypatch):
-    from perfbisect.engine import bisect as B
+def test_a_pair_measured_many_times_is_held_to_a_stricter_look():
 
     cs = commits(9)
     pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
@@ -293,21 +293,20 @@ def test_a_pair_measured_many_times_is_held_to_a_stricter_look(monkeypatch):
 
     post = pol._posterior(data)
     st = located_step(post, (5,), 5, 4, [len(v) for v in data.values])
-    assert pol._pure_alpha(data, st) == pytest.approx(B.PURE_ALPHA / (13 * 13 / B.PURE_LOOK_KNEE))
+    assert pol._pure_alpha(data, st) == pytest.approx(T.pure_alpha / (13 * 13 / T.pure_look_knee))
     act = pol.next(_obs(cs, vals))
     assert isinstance(act, Measure) and act.commit in (cs[4], cs[5])
     assert "spread of repeated trials of one build" in act.reason
     # looked at once (no spending over looks), the same trials name c5
-    monkeypatch.setattr(B, "PURE_LOOK_POWER", 0.0)
-    done = pol.next(_obs(cs, vals))
+    once = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0), tuning=replace(T, pure_look_power=0.0))
+    done = once.next(_obs(cs, vals))
     assert isinstance(done, Done) and done.outcome.culprit == cs[5]
 
 
 def test_the_pure_test_spends_its_level_harmonically_up_to_the_knee_then_as_one_over_k_squared():
-    """Look k at a pair: PURE_ALPHA / k for the first PURE_LOOK_KNEE looks (pairs measured up to 13 times are
-    judged as before), PURE_ALPHA · knee / k² after; the level spent over any number of looks stays below
-    4 · PURE_ALPHA (at 1/k alone it grows like log k: ~5.2 · PURE_ALPHA over 100 looks)."""
-    from perfbisect.engine import bisect as B
+    """Look k at a pair: pure_alpha / k for the first pure_look_knee looks (pairs measured up to 13 times are
+    judged as before), pure_alpha · knee / k² after; the level spent over any number of looks stays below
+    4 · pure_alpha (at 1/k alone it grows like log k: ~5.2 · pure_alpha over 100 looks)."""
     from perfbisect.engine.effects import located_step
 
     cs = commits(9)
@@ -322,12 +321,12 @@ def test_the_pure_test_spends_its_level_harmonically_up_to_the_knee_then_as_one_
         post = pol._posterior(data)
         return pol._pure_alpha(data, located_step(post, (5,), 5, 4, [len(v) for v in data.values]))
 
-    knee = int(B.PURE_LOOK_KNEE)
-    assert level(4) == pytest.approx(B.PURE_ALPHA)  # look 1: the pair's first four trials
-    assert level(4 + knee - 1) == pytest.approx(B.PURE_ALPHA / knee)  # look `knee`: harmonic as before
-    assert level(4 + 2 * knee - 1) == pytest.approx(B.PURE_ALPHA / (2 * knee * 2))  # look 2·knee: ·knee / k²
-    spent = sum(B.PURE_ALPHA / (k * max(1.0, k / B.PURE_LOOK_KNEE)) for k in range(1, 100_000))
-    assert spent < 4 * B.PURE_ALPHA < sum(B.PURE_ALPHA / k for k in range(1, 101))
+    knee = int(T.pure_look_knee)
+    assert level(4) == pytest.approx(T.pure_alpha)  # look 1: the pair's first four trials
+    assert level(4 + knee - 1) == pytest.approx(T.pure_alpha / knee)  # look `knee`: harmonic as before
+    assert level(4 + 2 * knee - 1) == pytest.approx(T.pure_alpha / (2 * knee * 2))  # look 2·knee: ·knee / k²
+    spent = sum(T.pure_alpha / (k * max(1.0, k / T.pure_look_knee)) for k in range(1, 100_000))
+    assert spent < 4 * T.pure_alpha < sum(T.pure_alpha / k for k in range(1, 101))
 
 
 def test_a_small_step_needs_three_trials_a_side_and_two_per_endpoint():
@@ -363,7 +362,6 @@ def test_a_big_step_is_named_without_the_small_step_trials():
 
 
 def test_an_endpoint_off_the_level_next_to_the_change_makes_the_probe_look_harder():
-    from perfbisect.engine import bisect as B
     from perfbisect.engine.effects import located_step
 
     cs = commits(17)
@@ -374,7 +372,7 @@ def test_an_endpoint_off_the_level_next_to_the_change_makes_the_probe_look_harde
     post = pol._posterior(data)
     st = located_step(post, (4,), 4, 3, [len(v) for v in data.values])
     gap, pair = pol._residual_gap(data, post, st)
-    assert gap >= B.RESIDUAL_GAP_Z and pair == (4, 16)  # the culprit against the bad end
+    assert gap >= T.residual_gap_z and pair == (4, 16)  # the culprit against the bad end
     # the same data with the bad end on the culprit's level: no gap
     flat = {**vals, 16: [-10.0, -9.5, -10.5]}
     d2 = pol._regroup(_obs(cs, flat))
@@ -387,9 +385,8 @@ def test_a_gap_of_one_to_two_standard_errors_is_measured_again_before_one_change
     """S5's misses: the second change's gap showed at 1–2 se on two trials a side and one change was named.
     Known answer: the culprit's trials at −10% and the bad end's at −14%, ~3% a trial, differ by
     |log(0.86/0.90)| / (σ·√(1/2 + 1/2)) ≈ 1.5 se: the commit of that pair with fewer trials is measured again
-    (the lower index on a tie); with RESIDUAL_CONFIRM_MAX trials a side, no gap, or the stretch between them
+    (the lower index on a tie); with residual_confirm_max trials a side, no gap, or the stretch between them
     measured, this rule measures neither."""
-    from perfbisect.engine import bisect as B
 
     cs = commits(17)
     pol = SearchPolicy(cs, StatsConfig(), _noise(3.0, 1.0))
@@ -406,31 +403,30 @@ def test_a_gap_of_one_to_two_standard_errors_is_measured_again_before_one_change
     assert pair == (4, 16)
     d = np.mean([math.log1p(v / 100) for v in (-11.5, -16.5)]) - np.mean([math.log1p(v / 100) for v in (-7.5, -12.5)])
     assert gap == pytest.approx(abs(d) / (post.sigma_top * math.sqrt(0.5 + 0.5)))
-    assert B.RESIDUAL_CONFIRM_Z <= gap < B.RESIDUAL_GAP_Z
+    assert T.residual_confirm_z <= gap < T.residual_gap_z
     assert got == 4  # tie at 2 trials: the culprit, the lower index
     gap, _, got, _ = probe({**base, 4: [-7.5, -12.5, -10.0], 16: [-11.5, -16.5]})
-    assert B.RESIDUAL_CONFIRM_Z <= gap < B.RESIDUAL_GAP_Z and got == 16  # the bad end has fewer
-    # each side of the pair at RESIDUAL_CONFIRM_MAX: this rule measures neither again
-    many = [-10.0 + 4.0 * (-1) ** k for k in range(B.RESIDUAL_CONFIRM_MAX)]
+    assert T.residual_confirm_z <= gap < T.residual_gap_z and got == 16  # the bad end has fewer
+    # each side of the pair at residual_confirm_max: this rule measures neither again
+    many = [-10.0 + 4.0 * (-1) ** k for k in range(T.residual_confirm_max)]
     gap, _, got, _ = probe({**base, 4: many, 16: [v - 3.0 for v in many]})
-    assert B.RESIDUAL_CONFIRM_Z <= gap < B.RESIDUAL_GAP_Z and got is None
+    assert T.residual_confirm_z <= gap < T.residual_gap_z and got is None
     # no gap: nothing to measure again
     gap, _, got, _ = probe({**base, 4: [-7.5, -12.5], 16: [-8.0, -12.0]})
-    assert gap < B.RESIDUAL_CONFIRM_Z and got is None
-    # the stretch between the pair measured (fewer than RESIDUAL_CONFIRM_HIDDEN commits without a trial): where a
+    assert gap < T.residual_confirm_z and got is None
+    # the stretch between the pair measured (fewer than residual_confirm_hidden commits without a trial): where a
     # second change could sit is already seen, and the probe's own count decides (a 9-commit range pays nothing)
     seen = {j: [-10.0 - 0.4 * (j - 4) + 2.0 * (-1) ** j] for j in range(5, 16) if j not in (7, 11, 13)}
     gap, _, got, _ = probe({**base, **seen, 4: [-7.5, -12.5], 16: [-11.5, -16.5]})
-    assert B.RESIDUAL_CONFIRM_Z <= gap < B.RESIDUAL_GAP_Z and got is None
+    assert T.residual_confirm_z <= gap < T.residual_gap_z and got is None
 
 
 def test_each_side_of_the_change_has_its_gap_measured_again_the_larger_first():
     """Round 8: the larger gap's pair was the only one looked at, so a side whose pair (noise) had used up its
     re-measures hid the other side's gap. Known answer: change at c8 of 17; the bad side's pair (c8, c16) at
-    RESIDUAL_CONFIRM_MAX trials each with the larger gap, the good side's (c0, c7) at 2 and 3 trials with a
+    residual_confirm_max trials each with the larger gap, the good side's (c0, c7) at 2 and 3 trials with a
     gap of 1–2 se: the good side's commit with fewer trials (c0) is measured. With the good side's gap gone,
     neither side is."""
-    from perfbisect.engine import bisect as B
 
     cs = commits(17)
     pol = SearchPolicy(cs, StatsConfig(), _noise(3.0, 1.0))
@@ -440,16 +436,16 @@ def test_each_side_of_the_change_has_its_gap_measured_again_the_larger_first():
         gaps = dict((pair, gap) for gap, pair in pol._side_gaps(data, post, st))
         return gaps, pol._gap_recheck(data, post, st), pol._residual_gap(data, post, st)
 
-    many = [-10.0 + 3.0 * (-1) ** k for k in range(B.RESIDUAL_CONFIRM_MAX)]
+    many = [-10.0 + 3.0 * (-1) ** k for k in range(T.residual_confirm_max)]
     bad_side = {8: many, 16: [v - 3.0 for v in many]}
     gaps, again, (gap, pair) = look({0: [1.5, -1.5], 7: [-3.0, 0.0, -6.0], **bad_side})
     assert set(gaps) == {(0, 7), (8, 16)}
     assert gaps[(8, 16)] > gaps[(0, 7)] and pair == (8, 16) and gap == gaps[(8, 16)]  # the larger, as before
-    assert B.RESIDUAL_CONFIRM_Z <= gaps[(0, 7)] < gaps[(8, 16)] < B.RESIDUAL_GAP_Z
+    assert T.residual_confirm_z <= gaps[(0, 7)] < gaps[(8, 16)] < T.residual_gap_z
     assert again is not None and again == (0, gaps[(0, 7)])  # the good side's pair, its commit with fewer trials
     # the good side on one level: nothing on it to measure, and the bad side's pair has its trials
     gaps, again, _ = look({0: [-1.5, -4.5], 7: [-3.0, 0.0, -6.0], **bad_side})
-    assert gaps[(0, 7)] < B.RESIDUAL_CONFIRM_Z and again is None
+    assert gaps[(0, 7)] < T.residual_confirm_z and again is None
 
 
 # --- a host whose sessions spread differently on the two sides of a change ------------------------------
@@ -466,7 +462,7 @@ def test_segments_whose_repeats_spread_differently_are_weighed_by_their_own_spre
     ev = data.evidence(9)
     post = pol._fit(ev, data)
     assert post.answer()[0] == (5,)
-    scale = SearchPolicy._side_scale(data, ev, post)
+    scale = pol._side_scale(data, ev, post)
     assert scale is not None
     before, after = scale[ev.commit < 5], scale[ev.commit >= 5]
     assert after.min() == 1.0 and after.max() == 1.0 and before.min() > 100  # (8 / 0.3)² ≈ 700, capped at 400
@@ -475,7 +471,7 @@ def test_segments_whose_repeats_spread_differently_are_weighed_by_their_own_spre
             {0: [0.0] * 3, 4: [0.0] * 4, 5: [-14.0] * 3, 6: [-14.0] * 3, 8: [-14.0] * 3}.items()}
     data = pol._regroup(_obs(cs, even))
     ev = data.evidence(9)
-    assert SearchPolicy._side_scale(data, ev, pol._fit(ev, data)) is None
+    assert pol._side_scale(data, ev, pol._fit(ev, data)) is None
 
 
 @pytest.mark.parametrize("seed, told_apart", [(2, False), (3, True), (4, True)])
@@ -517,14 +513,13 @@ def test_a_culprit_between_a_noisy_and_a_quiet_side_reports_both_noises_and_stor
 
 
 @pytest.mark.parametrize("seed, without", [(41, Verdict.IMPROVED), (1, None), (2, None)])
-def test_a_noisy_half_of_an_aa_range_is_not_called_a_change(monkeypatch, seed, without):
-    from perfbisect.engine import bisect as B
+def test_a_noisy_half_of_an_aa_range_is_not_called_a_change(seed, without):
 
     cs = commits(16)
 
-    def go():
+    def go(tuning=T):
         rng = np.random.default_rng(seed)
-        pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+        pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0), tuning=tuning)
         # no change anywhere; sessions spread 10% on c0..c7 and 1% on c8..c15
         return drive_with(pol, cs, lambda j, seq, commit: Observation(
             commit, LOG82 + float(rng.normal(0.0, 0.10 if j < 8 else 0.01)), seq=seq), limit=200)[0]
@@ -532,8 +527,7 @@ def test_a_noisy_half_of_an_aa_range_is_not_called_a_change(monkeypatch, seed, w
     out = go()
     assert out.culprit is None and not out.improvements and out.verdict in (Verdict.SAME, Verdict.INCONCLUSIVE)
     if without is not None:  # seed 41: one σ for the range read the quiet half's level as a gain
-        monkeypatch.setattr(B, "SIDE_SCALE_ALPHA", 0.0)
-        assert go().verdict is without
+        assert go(replace(T, side_scale_alpha=0.0)).verdict is without
 
 
 # --- futility: a host too noisy for the tolerance is told so early, with the price ----------------------
@@ -542,9 +536,8 @@ def test_a_noisy_half_of_an_aa_range_is_not_called_a_change(monkeypatch, seed, w
 @pytest.mark.parametrize("seed", [2, 3, 4])
 def test_an_aa_range_on_a_host_too_noisy_for_the_tolerance_stops_early_with_its_price(seed):
     """16% a trial (R2-AA's dev machine): ruling out 5% takes ~800 trials with σ known. The search stops
-    `inconclusive` once each endpoint has FUTILITY_MIN_PER_END trials and even a hopeful reading needs more
+    `inconclusive` once each endpoint has futility_min_per_end trials and even a hopeful reading needs more
     than the budget has left — and says what it would take — instead of spending the budget to its end."""
-    from perfbisect.engine import bisect as B
 
     cs = commits(9)
     rng = np.random.default_rng(seed)
@@ -555,7 +548,7 @@ def test_an_aa_range_on_a_host_too_noisy_for_the_tolerance_stops_early_with_its_
     assert out.stopped_by.startswith("futility: the tolerance needs")
     assert "Stopped early, inconclusive" in out.explanation and "stats.tolerance_pct" in out.explanation
     ends = [sum(o.commit == c for o in obs) for c in (cs[0], cs[-1])]
-    assert min(ends) >= B.FUTILITY_MIN_PER_END and len(obs) < settings.max_trials_total // 2
+    assert min(ends) >= T.futility_min_per_end and len(obs) < settings.max_trials_total // 2
     # at the noise and difference as measured (None: beyond 100,000 trials, as the explanation says)
     assert out.more_trials is None or out.more_trials > settings.max_trials_total - len(obs)
     assert ("beyond 100,000 more trials" in out.explanation) is (out.more_trials is None)
@@ -602,7 +595,6 @@ def test_the_hopeful_count_is_what_no_difference_at_the_low_end_of_the_noise_wou
     and never more than the plain count at the noise and difference as measured."""
     from scipy import stats as sst
 
-    from perfbisect.engine import bisect as B
     from perfbisect.engine.effects import endpoint_comparison
 
     cs = commits(9)
@@ -616,8 +608,8 @@ def test_the_hopeful_count_is_what_no_difference_at_the_low_end_of_the_noise_wou
         plain = pol._trials_to_rule_out(data, post, ends, 5.0)
         hopeful = pol._trials_to_rule_out(data, post, ends, 5.0, hopeful=True)
         dof = pol._own_dof(post, data)
-        sigma_lo = post.sigma_top * math.sqrt(dof / sst.chi2.ppf(1 - B.FUTILITY_SIGMA_Q, dof))
-        z = sst.norm.ppf(1 - pol.settings.alpha * B.SAME_ALPHA_SHARE)
+        sigma_lo = post.sigma_top * math.sqrt(dof / sst.chi2.ppf(1 - T.futility_sigma_q, dof))
+        z = sst.norm.ppf(1 - pol.settings.alpha * T.same_alpha_share)
         at_none = next(k for k in range(0, 10_000, 2) if z * sigma_lo * math.sqrt(2 / (10 + k / 2)) < math.log(1.05))
         assert hopeful is not None and hopeful <= at_none and (plain is None or hopeful <= plain)
         if shift < 0:

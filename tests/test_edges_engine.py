@@ -26,7 +26,7 @@ from .test_decisive import _obs
 # --- shared targets ---------------------------------------------------------------------------------
 
 # Parent c4 and culprit c5 look 12% apart on three tight trials each, but repeats of the endpoints spread ±5%:
-# the pair's own contrast is short of the t quantile at PURE_ALPHA of that spread (test_decisive's
+# the pair's own contrast is short of the t quantile at tuning.pure_alpha of that spread (test_decisive's
 # test_a_step_the_repeats_spread_does_not_support_is_confirmed_not_named: the pair is measured again).
 OPEN_PURE = {0: [5.0, -5.0, 5.0, -5.0], 8: [-7.0, -17.0, -7.0, -17.0], 1: [0.5], 2: [-0.5], 3: [0.0],
              4: [0.5, -0.5, 0.0], 5: [-12.0, -12.5, -12.2], 6: [-11.5], 7: [-12.0]}

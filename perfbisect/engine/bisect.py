@@ -17,16 +17,16 @@ How it decides (DESIGN.md §5):
    - ``improved`` (nothing to bisect) when the bad end is faster than the good one beyond the
      minimum effect with probability ``confidence``;
    - a change is named when its location holds ``confidence`` and "no change" is below
-     NO_CHANGE_DOUBT; a second change is searched for only while trials are expected to move the
-     answer (SECOND_CHANGE_DOUBT and MIN_GAIN_BITS), never until a budget runs out.
+     tuning.no_change_doubt; a second change is searched for only while trials are expected to move the
+     answer (tuning.second_change_doubt and tuning.min_gain_bits), never until a budget runs out.
 3. The next commit is the one whose next trial is expected to remove the most uncertainty about
    the answer (a one-step look-ahead over the posterior's predictive distributions, drift included:
    lookahead.py). A located change and the endpoints' gap are sized in effects.py.
 4. The culprit is the first located change that is a *regression*; a located improvement is reported
    as such, never as the first bad commit. The commits on each side of a named change carry at
-   least MIN_TRIALS_AT_CHANGE trials each, so a single wild session cannot carry a verdict; they must
-   differ on their own trials beyond the spread of repeated trials of one build (PURE_ALPHA), and a
-   step under SMALL_STEP_SIGMAS·σ carries SMALL_STEP_TRIALS a side and ENDS_BEFORE_NAMING per endpoint.
+   least tuning.min_trials_at_change trials each, so a single wild session cannot carry a verdict; they must
+   differ on their own trials beyond the spread of repeated trials of one build (tuning.pure_alpha), and a
+   step under tuning.small_step_sigmas·σ carries tuning.small_step_trials a side and tuning.ends_before_naming per endpoint.
 5. Trials flagged by the runner (throttled by an external cause, contended) are excluded and said so.
    Only state the code cannot cause (external clock caps, other processes' load, the temperature a
    trial started at) may adjust trial summaries; power, utilisation, the load's own clock and
@@ -35,7 +35,7 @@ How it decides (DESIGN.md §5):
    them is reported as the set of skipped commits plus the first testable bad one.
 7. Several nodes (``next_batch``): up to k trials at once, picked greedily, each scored given the
    results still in flight; when trials come from more than one node, each node's level offset is
-   a random effect (prior sd HOST_OFFSET_PRIOR_PCT) integrated out of the posterior, so a slow node
+   a random effect (prior sd tuning.host_offset_prior_pct) integrated out of the posterior, so a slow node
    is never a slow commit. The noise σ stays one for the bisection (shared by its nodes).
 """
 
@@ -52,129 +52,12 @@ from ..settings import StatsConfig
 from .effects import Step, endpoint_comparison, is_regression, located_step, ruled_out_pct, step_comparison
 from ..errors import UsageError
 from .lookahead import best_trial
+from .tuning import DEFAULT_TUNING, Tuning
 from ..metrics import level_text, short_probability
 from ..model import BisectOutcome, Comparison, Verdict
 from .stats import (LOOK_ALPHA_SHARE, PRIOR_DOF_CAP, NoiseModel, chi2_quantile, covariate_notes, history_shift,
                     log_of_pct, normal_quantile, pct, pooled_squares, t_cdf, t_quantile, variance_ratio_test)
 
-# Prior probability that the range holds two changes rather than one.
-TWO_CHANGE_PRIOR = 0.1
-# Prior probability that nothing changed in the range (the endpoints differ by noise only).
-NO_CHANGE_PRIOR = 0.5
-# Posterior of "no change" below which a located change may be named.
-NO_CHANGE_DOUBT = 0.02
-# Posterior of a second change above which one change is not accepted yet, while trials can still
-# move it by at least MIN_GAIN_BITS each.
-SECOND_CHANGE_DOUBT = 0.04
-MIN_GAIN_BITS = 0.05
-# The commits on each side of a named change carry at least this many trials each.
-MIN_TRIALS_AT_CHANGE = 2
-# While locating, a search whose decisive commits are out of budget and whose best next trial is
-# expected to remove less than this stops: the remaining budget cannot change the answer.
-LOCATE_MIN_GAIN_BITS = 0.01
-# Before one change is accepted, each side of it must carry enough trials, split anywhere, to show a
-# second level step of SECOND_CHANGE_PCT at settings.second_change_z standard errors: a second change
-# hides where nothing was measured.
-SECOND_CHANGE_PCT = 5.0
-# ...or SECOND_CHANGE_SHARE of the located step, or this many noise σ, whichever is biggest: below
-# SECOND_CHANGE_SIGMAS·σ no affordable number of trials shows a step.
-SECOND_CHANGE_SHARE = 0.5
-SECOND_CHANGE_SIGMAS = 1.5
-# Once the posterior suspects a second change (p_two ≥ SECOND_CHANGE_DOUBT), each side must show a
-# step of the floor size at this many standard errors: the located step is overestimated when a second
-# change sits on its bad side, so a share of it would look weakest exactly there.
-SUSPECTED_CHANGE_Z = 3.5
-# A second change is suspected too when, on either side of the located change, the endpoint and the commit
-# next to the change differ by RESIDUAL_GAP_Z standard errors or more: one step would leave each side flat
-# (S5: the endpoints differ by ~16% while the located step is ~10%; what is left over is the second
-# change). Then each side must show a step of the usual size at RESIDUAL_PROBE_Z standard errors (the
-# floor stays: looking for a floor-sized step at this z is what cost S1 ~17 trials).
-RESIDUAL_GAP_Z = 2.0  # at 1.0: S5 88%, S2 31.2 trials; at 2.0: S5 79%, S2 25.5 (docs/benchmarks.md)
-RESIDUAL_PROBE_Z = 4.0
-# Between RESIDUAL_CONFIRM_Z and RESIDUAL_GAP_Z standard errors the gap is measured again before one change is
-# accepted: the commit of the pair with fewer trials, until each has RESIDUAL_CONFIRM_MAX, while at least
-# RESIDUAL_CONFIRM_HIDDEN commits between them have no trial (where a second change could hide unseen). S5's misses
-# were named after 14–19 trials with the second change's gap at 1–2 se on two trials a side; a real gap then grows
-# past RESIDUAL_GAP_Z and the probe looks, noise shrinks back (100 seeds, round 7: S5 80 → 92%, S2 27.3 → 28.3
-# trials, S1 unchanged; at 4 a side 86%, at 8 no better than 6; without the unmeasured stretch S1 paid +1.6 trials).
-# Each side's gap is looked at, the larger first: a gap on the bad side was left alone while the good side's pair,
-# noise, used up its re-measures. From 0.85 se (round 8, 300 seeds: S5 89.0 → 91.7%, S2 27.6 → 28.4 trials; from
-# 0.7 S5 93.0% but S2 29.2; 1.0 with both sides looked at: 88% on seeds 100–199 against 87).
-RESIDUAL_CONFIRM_Z = 0.85
-RESIDUAL_CONFIRM_MAX = 6
-RESIDUAL_CONFIRM_HIDDEN = 4
-# Prior sd of one node's level offset (percent): how differently two nodes of one cluster may run the
-# same build. Modelled (a random effect integrated out of the change-point posterior) only when the
-# trials come from more than one node.
-HOST_OFFSET_PRIOR_PCT = 5.0
-# No verdict of any kind rests on fewer trials than this on each side: `same` and `improved` on each
-# endpoint, `regressed` on the culprit and on its parent (MIN_TRIALS_AT_CHANGE).
-MIN_TRIALS_PER_SIDE = 2
-# Trials before wild sessions are looked for (changepoint.outlier_scale): below it nothing is an outlier yet.
-ROBUST_MIN_TRIALS = 5
-# `same` by tolerance needs "no change" to be at least this likely: a regression the search can see is
-# located, not waved through because it is smaller than the tolerance.
-SAME_NO_CHANGE = 0.5
-# The share of alpha one look may spend on "no regression ≥ X%" and on "the bad end is faster": both are
-# checked after every trial, and a fixed-level bound checked that often crosses by chance (checked by
-# simulation at the tolerance's edge, benchmarks/strategies.py TE and TE-R, and on every A/A twin).
-SAME_ALPHA_SHARE = LOOK_ALPHA_SHARE
-# Layout re-check of a change smaller than stats.layout_check_pct: its commit and its parent each run
-# under at least LAYOUT_MIN_DISTINCT layouts, and with any one layout's trials left out the step keeps
-# LAYOUT_KEEP of its size; up to LAYOUT_EXTRA_TRIALS trials beyond MIN_TRIALS_AT_CHANGE each go to it.
-LAYOUT_MIN_DISTINCT = 2
-# A named change's own commit and its parent differ by at least this many standard errors on their own trials.
-LOCAL_Z = 2.0
-# Trials of a named change's commit and of its parent: enough that their own contrast would show the
-# step at CHANGE_TRIALS_Z standard errors (at least MIN_TRIALS_AT_CHANGE, at most MAX_TRIALS_AT_CHANGE).
-CHANGE_TRIALS_Z = 3.0
-MAX_TRIALS_AT_CHANGE = 8
-LAYOUT_KEEP = 0.5
-LAYOUT_EXTRA_TRIALS = 6
-# A named change's commit and parent must also differ on their own trials by a one-sided t test at this
-# level, with σ from the spread *within* commits (repeats of one build: it does not depend on where the change
-# is put, so a split that happens to line up with a few lucky sessions cannot shrink it) and its own dof.
-PURE_ALPHA = 0.003
-# A named change smaller than this many σ (the larger of that spread and the stated σ: a few repeats of a
-# lumpy noise look tight by chance) carries at least SMALL_STEP_TRIALS trials on each side and
-# ENDS_BEFORE_NAMING on each endpoint: two sessions a side of a few-valued noise (R1 replays 4 sessions)
-# line up with a wrong split too often.
-SMALL_STEP_SIGMAS = 4.0
-SMALL_STEP_TRIALS = 3
-ENDS_BEFORE_NAMING = 2
-# The t test above is looked at again after every further trial of the pair: look k (k = trials of the pair
-# beyond 2·MIN_TRIALS_AT_CHANGE, plus one) is at PURE_ALPHA / k for the first PURE_LOOK_KNEE looks, so a pair
-# measured many times cannot cross it through a lucky run of sessions (R2's and TE-R's late wrong names came
-# after 18–70 trials; at 1/k, 300 seeds: false R2 2.7 → 1.0%, TE-R 2.7 → 0.7%, R1 1.0 → 0.3%, S1 11.1 → 11.4
-# trials). Past the knee the level falls as 1/k² (PURE_ALPHA·KNEE / k²; the whole divisor is raised to
-# PURE_LOOK_POWER, 0 = one look): at 1/k alone the level spent grows like log k without bound, and with the
-# budget at 120 trials TE-R's pairs were looked at up to ~90 times (false names 1.0 → 1.3%); with the knee the
-# sum over any number of looks stays under 4·PURE_ALPHA and no pair of at most 13 trials (k ≤ 10) is judged
-# differently from before (TE-R 1.0%, R1 56.4 → 61.6 trials, R2 43.5 → 46.7; 300 seeds each, round 6).
-PURE_LOOK_POWER = 1.0
-PURE_LOOK_KNEE = 10.0
-# One σ served the whole range: on a host whose sessions spread far more on one side of a change than on
-# the other (the H200 of the validation runs: 10.9% host-bound before its planted slowdown, 0.8% after), the
-# noisy side's wobble was named as a change (benchmarks/strategies.py HS: 2.7% of runs, its twin 1.0%). When
-# the repeats' spreads of the best answer's segments differ beyond chance (the two-sided F test of the
-# noisiest against the quietest at this level), each trial's variance is scaled by its segment's spread over
-# the quietest one's and the posterior refitted (HS 0.7%, twin 0.3%, at ~5 more trials; 21 cells with one
-# spread as before).
-SIDE_SCALE_ALPHA = 0.02
-# Largest variance ratio a noisy segment's trials are given (20× the quietest segment's σ).
-SIDE_SCALE_MAX = 400.0
-# Futility: while the endpoints are what is left to settle ("no change" likeliest, or the bad end faster) and
-# each has at least FUTILITY_MIN_PER_END trials, the search stops `inconclusive` at once when ruling out the
-# tolerance would need more trials than the budget has left even on a hopeful reading of what was measured:
-# the noise at the lower FUTILITY_SIGMA_Q bound of its estimate, the endpoints' difference one standard error
-# better than measured, and the normal quantile (as if the noise were known). On a shared dev machine (R2-AA:
-# ~16% a trial, the known-σ test needs ~800) the budget was spent to its end for a 13% chance of `same`; now
-# the answer comes with the price after ~20 trials. The hopeful reading takes the true difference as no worse
-# than none, so a regression measured so far never makes the count larger (R1's −8% and TE-R's −5% sit in
-# this branch while "no change" is likelier: their noise, not their difference, decides); and never while the
-# endpoints point to a regression of the tolerance or more: that is a range to locate, not to rule out.
-FUTILITY_MIN_PER_END = 8
-FUTILITY_SIGMA_Q = 0.1
 # What `stopped_by` adds when the budget ended with a check on the best answer still open (``settles`` reads it).
 OPEN_CHECK_NOTE = "with a check on the best answer still open"
 # The most further trials a price (what settling an open check would take) is counted up to; beyond it, "beyond".
@@ -312,6 +195,7 @@ class SearchPolicy:
         noise: NoiseModel,
         history: Sequence[Observation] = (),
         higher_is_better: bool = True,
+        tuning: Tuning = DEFAULT_TUNING,
     ):
         commits = list(commits)
         if len(commits) < 2:
@@ -330,6 +214,7 @@ class SearchPolicy:
         self.noise = noise
         self.history = tuple(history)
         self.higher_is_better = higher_is_better
+        self.tuning = tuning
         self.n = len(commits)
 
     # ----------------------------------------------------------------------------------------
@@ -442,11 +327,11 @@ class SearchPolicy:
         counts = [len(v) for v in data.values]
         ends, _ = endpoint_comparison(post, counts, self._level_prior_ratio(data), s, self.higher_is_better)
         # What the endpoints rule out is looked at after every trial, so each look uses a stricter level
-        # (SAME_ALPHA_SHARE of alpha) for the claim "no regression ≥ X% at 1 − alpha" to hold over all looks.
+        # (tuning.same_alpha_share of alpha) for the claim "no regression ≥ X% at 1 − alpha" to hold over all looks.
         # ...and with the degrees of freedom of this bisection's own trials, not the prior's pseudo-trials:
         # a stored σ may be several times too small (issue #19), so it must not make the bound tight early.
         seq, p_better_seq = endpoint_comparison(
-            post, counts, self._level_prior_ratio(data), replace(s, alpha=s.alpha * SAME_ALPHA_SHARE),
+            post, counts, self._level_prior_ratio(data), replace(s, alpha=s.alpha * self.tuning.same_alpha_share),
             self.higher_is_better, dof=self._own_dof(post, data),
         )
         ruled_out = ruled_out_pct(seq, self.higher_is_better)
@@ -454,15 +339,15 @@ class SearchPolicy:
 
         # No regression: "no change at all" holds the posterior, the bad end is faster, or a regression
         # as big as the tolerance is ruled out while no change is the likelier story. Each rests on at
-        # least MIN_TRIALS_PER_SIDE trials of each endpoint: one session per side cannot carry a verdict.
+        # least tuning.min_trials_per_side trials of each endpoint: one session per side cannot carry a verdict.
         # (a verdict reached on the endpoints is also their comparison's verdict in --json and the report: their
         # own rule — the whole interval inside ±min_effect_pct — read `inconclusive` beside a `same`)
-        ends_ok = min(counts[good], counts[bad]) >= MIN_TRIALS_PER_SIDE
+        ends_ok = min(counts[good], counts[bad]) >= self.tuning.min_trials_per_side
         tol = self._tolerance()
         # With a tolerance, every `same` states that it is ruled out (the bound above, this bisection's own
         # dof): "no change anywhere" from a posterior that a stored σ's pseudo-trials still lean on is not enough.
         tol_ok = tol <= 0 or (ruled_out is not None and ruled_out < tol)
-        if ends_ok and tol_ok and post.p_none >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
+        if ends_ok and tol_ok and post.p_none >= 1.0 - (1.0 - s.confidence) * self.tuning.same_alpha_share:
             return self._done(
                 Verdict.SAME, data, post=post, endpoint_cmp=replace(ends, verdict=Verdict.SAME), ruled_out=ruled_out,
                 explanation=(
@@ -472,7 +357,7 @@ class SearchPolicy:
                     + "."  # the endpoints' effect and interval are their comparison's (one line, one field), not repeated here
                 ),
             )
-        if ends_ok and p_better_seq >= 1.0 - (1.0 - s.confidence) * SAME_ALPHA_SHARE:
+        if ends_ok and p_better_seq >= 1.0 - (1.0 - s.confidence) * self.tuning.same_alpha_share:
             return self._done(
                 Verdict.IMPROVED, data, post=post, endpoint_cmp=replace(ends, verdict=Verdict.IMPROVED), ruled_out=ruled_out,
                 explanation=(
@@ -481,13 +366,13 @@ class SearchPolicy:
                 ),
             )
         if (ends_ok and tol > 0 and ruled_out is not None and ruled_out < tol
-                and (post.p_none >= SAME_NO_CHANGE or not is_regression(log_of_pct(ends.effect_pct), self.higher_is_better))):
+                and (post.p_none >= self.tuning.same_no_change or not is_regression(log_of_pct(ends.effect_pct), self.higher_is_better))):
             return self._done(
                 Verdict.SAME, data, post=post, endpoint_cmp=replace(ends, verdict=Verdict.SAME), ruled_out=ruled_out,
                 explanation=(
                     f"No regression ≥ {ruled_out:.1f}% ({level_text(100 * (1 - s.alpha))}, one-sided), inside the tolerance "
                     f"of {tol:g}% (stats.tolerance_pct), after {data.trials} trials; "
-                    + (f"no change is the likelier story (posterior {post.p_none:.2f})" if post.p_none >= SAME_NO_CHANGE
+                    + (f"no change is the likelier story (posterior {post.p_none:.2f})" if post.p_none >= self.tuning.same_no_change
                        else "the bad end is, if anything, faster")
                     + "."
                 ),
@@ -503,16 +388,16 @@ class SearchPolicy:
                     return futile
             return self._measure_endpoint(data, post, ends, ruled_out, host)
 
-        located = top_p >= s.confidence and post.p_none < NO_CHANGE_DOUBT
+        located = top_p >= s.confidence and post.p_none < self.tuning.no_change_doubt
         if not located:
             return self._search_step(data, post, top_key, top_p, ends, ruled_out, phase="locating", host=host)
 
         p_two = post.p_two
         doubt = None
-        if len(top_key) == 1 and p_two >= SECOND_CHANGE_DOUBT:
+        if len(top_key) == 1 and p_two >= self.tuning.second_change_doubt:
             step = self._search_step(data, post, top_key, top_p, ends, ruled_out, phase="second-change check",
                                      host=host)
-            if isinstance(step, Done) or step.gain_bits >= MIN_GAIN_BITS:
+            if isinstance(step, Done) or step.gain_bits >= self.tuning.min_gain_bits:
                 return step
             doubt = p_two
 
@@ -564,18 +449,18 @@ class SearchPolicy:
                 return self._confirm(data, post, st, gate, ctx)
         pure = self._pure_error(data)
         sd_small = max(pure[0], self.noise.sigma_b)
-        small = [st for st in steps if SMALL_STEP_SIGMAS > 0 and abs(st.step) < SMALL_STEP_SIGMAS * sd_small]
+        small = [st for st in steps if self.tuning.small_step_sigmas > 0 and abs(st.step) < self.tuning.small_step_sigmas * sd_small]
         for end in (0, self.n - 1) if small else ():
-            if data.count(end) < ENDS_BEFORE_NAMING:
+            if data.count(end) < self.tuning.ends_before_naming:
                 return self._confirm_end(data, post, end, top_key, ctx)
         # One wild session must not carry a verdict alone: the commits on both sides of a change are
         # each measured at least twice before it is named (heavy-tailed session effects did that).
         for st in steps:
             need = self._trials_at_change(post, st)
             if st in small:
-                need = max(need, SMALL_STEP_TRIALS)
+                need = max(need, self.tuning.small_step_trials)
             if min(data.count(st.parent), data.count(st.at)) < need:
-                why = ("a second trial of each side, so no single session carries the verdict" if need <= MIN_TRIALS_AT_CHANGE
+                why = ("a second trial of each side, so no single session carries the verdict" if need <= self.tuning.min_trials_at_change
                        else f"{need} trials of each side: at {pct(post.sigma_top):.1f}% noise per trial a "
                             f"{abs(pct(st.step)):.1f}% step needs that many before sessions that fell on one side of "
                             f"the noise cannot carry it")
@@ -599,15 +484,15 @@ class SearchPolicy:
             ok, again = self._layout_check(data, st)
             if ok:
                 continue
-            extra = data.count(st.parent) + data.count(st.at) - 2 * MIN_TRIALS_AT_CHANGE
-            if again is not None and extra < LAYOUT_EXTRA_TRIALS:
+            extra = data.count(st.parent) + data.count(st.at) - 2 * self.tuning.min_trials_at_change
+            if again is not None and extra < self.tuning.layout_extra_trials:
                 if self._budget_left(data, again):
                     return Measure(
                         self.commits[again],
                         f"confirming the change at {self.commits[st.at][:10]} ({pct(st.step):+.1f}%) under another layout: "
                         f"a change smaller than {s.layout_check_pct:g}% must survive a different environment size, "
-                        f"worktree path and hash seed before it is blamed ({extra + 2 * MIN_TRIALS_AT_CHANGE} of at most "
-                        f"{LAYOUT_EXTRA_TRIALS + 2 * MIN_TRIALS_AT_CHANGE} trials of the pair so far)",
+                        f"worktree path and hash seed before it is blamed ({extra + 2 * self.tuning.min_trials_at_change} of at most "
+                        f"{self.tuning.layout_extra_trials + 2 * self.tuning.min_trials_at_change} trials of the pair so far)",
                         "confirming", vary_layout=True,
                     )
                 # the budget ended before the re-check did: it was not failed, it was not made
@@ -615,7 +500,7 @@ class SearchPolicy:
                     data, post, f"the change at {self.commits[st.at][:10]} ({pct(st.step):+.1f}%) is smaller than "
                                 f"{s.layout_check_pct:g}% and has not been re-measured under another layout yet",
                     top_key=top_key, top_p=top_p, ends=ends, ruled_out=ruled_out,
-                    price=LAYOUT_EXTRA_TRIALS - extra, price_of="the layout re-check (at most)")
+                    price=self.tuning.layout_extra_trials - extra, price_of="the layout re-check (at most)")
             layout_sensitive.append(st)
         steps = [st for st in steps if st not in layout_sensitive]
         if layout_sensitive and not steps:
@@ -682,7 +567,7 @@ class SearchPolicy:
         if doubt is not None:
             expl += (
                 f" A second, smaller change elsewhere keeps {doubt:.2f} of the whole posterior and further trials "
-                f"are not expected to settle it (each < {MIN_GAIN_BITS:g} bits): the first bad commit stands."
+                f"are not expected to settle it (each < {self.tuning.min_gain_bits:g} bits): the first bad commit stands."
             )
         return self._done(
             Verdict.REGRESSED, data, post=post, endpoint_cmp=ends, culprit_cmp=cmp, ruled_out=ruled_out,
@@ -761,21 +646,20 @@ class SearchPolicy:
         ev = data.evidence(self.n)
         post = self._fit(ev, data)
         scale = None
-        if ev.trials >= ROBUST_MIN_TRIALS:
+        if ev.trials >= self.tuning.robust_min_trials:
             scale = outlier_scale(post)
             if scale is not None:
                 post = self._fit(replace(ev, scale=scale), data)
-        if SIDE_SCALE_ALPHA > 0:
+        if self.tuning.side_scale_alpha > 0:
             side = self._side_scale(data, ev, post)
             if side is not None:
                 post = self._fit(replace(ev, scale=side if scale is None else scale * side), data)
         return post
 
-    @staticmethod
-    def _side_spreads(data: _Data, key) -> list[tuple[float, float] | None] | None:
+    def _side_spreads(self, data: _Data, key) -> list[tuple[float, float] | None] | None:
         """Per segment of the answer ``key``, its repeat variance and dof (None: fewer than 2 dof), when the
         segments' repeat spreads differ beyond chance (two-sided F test of the noisiest against the quietest
-        at SIDE_SCALE_ALPHA); else None: one spread serves the whole range."""
+        at tuning.side_scale_alpha); else None: one spread serves the whole range."""
         if not key:
             return None
         bounds = [0, *sorted(key), len(data.values)]
@@ -787,16 +671,15 @@ class SearchPolicy:
         if len(known) < 2:
             return None
         hi, lo = max(known), min(known)
-        if variance_ratio_test(math.sqrt(hi[0]), hi[1], math.sqrt(lo[0]), lo[1])[1] >= SIDE_SCALE_ALPHA:
+        if variance_ratio_test(math.sqrt(hi[0]), hi[1], math.sqrt(lo[0]), lo[1])[1] >= self.tuning.side_scale_alpha:
             return None
         return var
 
-    @classmethod
-    def _side_scale(cls, data: _Data, ev: Evidence, post: ChangePosterior) -> np.ndarray | None:
+    def _side_scale(self, data: _Data, ev: Evidence, post: ChangePosterior) -> np.ndarray | None:
         """Per trial, its segment's repeat variance over the quietest segment's (under the best answer), when
         the segments' repeat spreads differ beyond chance (``_side_spreads``); else None."""
         key, _ = post.answer()
-        var = cls._side_spreads(data, key)
+        var = self._side_spreads(data, key)
         if var is None:
             return None
         known = [v for v in var if v is not None]
@@ -805,7 +688,7 @@ class SearchPolicy:
         mult = np.array([(v[0] if v is not None else pooled) for v in var]) / lo[0]
         bounds = [0, *sorted(key), len(data.values)]
         seg = np.searchsorted(np.asarray(bounds[1:-1]), ev.commit, side="right")
-        return np.clip(mult[seg], 1.0, SIDE_SCALE_MAX)
+        return np.clip(mult[seg], 1.0, self.tuning.side_scale_max)
 
     def _fit(self, ev: Evidence, data: _Data) -> ChangePosterior:
         return posterior(
@@ -814,12 +697,12 @@ class SearchPolicy:
             dof0=min(self.noise.dof, PRIOR_DOF_CAP),
             level_ratio=self._level_prior_ratio(data),
             min_step=log_of_pct(self.settings.min_effect_pct),
-            no_change_prior=NO_CHANGE_PRIOR,
-            two_change_prior=TWO_CHANGE_PRIOR if self.n >= 3 else 0.0,
+            no_change_prior=self.tuning.no_change_prior,
+            two_change_prior=self.tuning.two_change_prior if self.n >= 3 else 0.0,
             # drift_check = false: trials are i.i.d. given their commit (the model before drift).
             rho_grid=RHO_GRID if self.settings.drift_check else (0.0,),
             rho_prior=RHO_PRIOR if self.settings.drift_check else (1.0,),
-            host_ratio=(log_of_pct(HOST_OFFSET_PRIOR_PCT) / self.noise.sigma_b) ** 2,
+            host_ratio=(log_of_pct(self.tuning.host_offset_prior_pct) / self.noise.sigma_b) ** 2,
             extra_edges=tuple(sorted({i for i, _ in data.pending})),
         )
 
@@ -888,7 +771,7 @@ class SearchPolicy:
             j, bits = best_trial(post, cand, float(data.spent + len(data.pending)), host=hid, pending=inflight)
         what = self._progress_key(data, top_key) or "no change"
         decisive = [b for k in top_key for b in (k, self._parent(k, data))]
-        if phase == "locating" and bits < LOCATE_MIN_GAIN_BITS and decisive and not any(
+        if phase == "locating" and bits < self.tuning.locate_min_gain_bits and decisive and not any(
             self._budget_left(data, b) for b in decisive
         ):
             # The commits that would decide it (the best answer and its parent) are at their
@@ -921,19 +804,19 @@ class SearchPolicy:
         return None
 
     def _local_gate(self, data: _Data, post: ChangePosterior, st: Step) -> _Gate | None:
-        """Open while the commit and its parent differ by less than LOCAL_Z standard errors on their own trials."""
-        if LOCAL_Z <= 0:
+        """Open while the commit and its parent differ by less than tuning.local_z standard errors on their own trials."""
+        if self.tuning.local_z <= 0:
             return None
         z = self._step_z(data, st, post.sigma_top)
-        if z < LOCAL_Z:
-            return _Gate("local", f"the commit and its parent must differ by {LOCAL_Z:g} standard errors on their own "
-                                  f"trials", z, LOCAL_Z)
+        if z < self.tuning.local_z:
+            return _Gate("local", f"the commit and its parent must differ by {self.tuning.local_z:g} standard errors on their own "
+                                  f"trials", z, self.tuning.local_z)
         return None
 
     def _pure_gate(self, data: _Data, st: Step, pure: tuple[float, float]) -> _Gate | None:
-        """Open while the pair's own contrast is under the one-sided t quantile at this look's share of PURE_ALPHA,
+        """Open while the pair's own contrast is under the one-sided t quantile at this look's share of tuning.pure_alpha,
         with σ the spread of repeats of one build (``_pure_error``)."""
-        if PURE_ALPHA <= 0:
+        if self.tuning.pure_alpha <= 0:
             return None
         sd_own, dof_own = pure
         what = ("the commit and its parent must differ on their own trials beyond the spread of repeated trials of "
@@ -976,11 +859,11 @@ class SearchPolicy:
                    xp: int, xc: int, hopeful: bool) -> tuple[float, float]:
         """(z, threshold) of a z check after ``xp`` more trials of the parent and ``xc`` of the commit: the means and
         the noise as measured, or, ``hopeful``, as a lucky run of those trials would leave them — their means the
-        upper FUTILITY_SIGMA_Q point of where the predictive puts them (the trials measured so far stay what they
+        upper tuning.futility_sigma_q point of where the predictive puts them (the trials measured so far stay what they
         are: only the new ones can be lucky), and each new trial as quiet as the low end of the noise's estimate.
         A check that not even that reaches within the budget is one the budget cannot settle."""
         m = xp + xc
-        luck = normal_quantile(1.0 - FUTILITY_SIGMA_Q) if hopeful else 0.0
+        luck = normal_quantile(1.0 - self.tuning.futility_sigma_q) if hopeful else 0.0
 
         def shift(sigma: float, nc: float, npar: float) -> float:
             # sd of how far xc new trials of the commit and xp of the parent move the difference of the means
@@ -989,7 +872,7 @@ class SearchPolicy:
         def noise_after(sigma: float, dof: float) -> float:
             if not hopeful or dof < 1 or not m:
                 return sigma
-            low = sigma * math.sqrt(dof / chi2_quantile(1.0 - FUTILITY_SIGMA_Q, dof))
+            low = sigma * math.sqrt(dof / chi2_quantile(1.0 - self.tuning.futility_sigma_q, dof))
             return math.sqrt((dof * sigma * sigma + m * low * low) / (dof + m))
 
         if gate.kind == "direction":
@@ -1011,12 +894,12 @@ class SearchPolicy:
         d = float(np.mean(vc) - np.mean(vp)) * (1.0 if st.step > 0 else -1.0) + luck * shift(sigma, len(vc), len(vp))
         z = d / max(noise_after(sigma, dof) * math.sqrt(1.0 / (len(vc) + xc) + 1.0 / (len(vp) + xp)), 1e-12)
         if gate.kind == "local":
-            return z, LOCAL_Z
+            return z, self.tuning.local_z
         dof_m = dof + m
         if dof_m < 1:
             return z, math.inf
-        k = max(1, len(vc) + len(vp) + m - 2 * MIN_TRIALS_AT_CHANGE + 1)
-        alpha = PURE_ALPHA / (k * max(1.0, k / PURE_LOOK_KNEE)) ** PURE_LOOK_POWER
+        k = max(1, len(vc) + len(vp) + m - 2 * self.tuning.min_trials_at_change + 1)
+        alpha = self.tuning.pure_alpha / (k * max(1.0, k / self.tuning.pure_look_knee)) ** self.tuning.pure_look_power
         return z, t_quantile(1.0 - alpha, dof_m)
 
     def _settles_in(self, gate: _Gate, data: _Data, post: ChangePosterior, st: Step, pure: tuple[float, float],
@@ -1084,7 +967,7 @@ class SearchPolicy:
         s = self.settings
         limit = (f"stats.max_trials_total = {s.max_trials_total}" if not s.max_trials_per_commit else
                  f"stats.max_trials_total = {s.max_trials_total}, stats.max_trials_per_commit = {s.max_trials_per_commit}")
-        hope = (f" even on a hopeful reading (the next trials as lucky a run as 1 in {round(1 / FUTILITY_SIGMA_Q)}, "
+        hope = (f" even on a hopeful reading (the next trials as lucky a run as 1 in {round(1 / self.tuning.futility_sigma_q)}, "
                 f"the noise at the low end of its estimate)" if hopeful else "")
         size = f" ({step_pct:+.1f}%)" if step_pct is not None else ""
         cost = (f" At the difference and noise measured so far it would take about {price:,} more trials."
@@ -1105,21 +988,21 @@ class SearchPolicy:
         )
 
     def _confirm_end(self, data: _Data, post: ChangePosterior, end: int, top_key, ctx: _Located) -> Measure | Done:
-        """A trial of an endpoint that carries fewer than ENDS_BEFORE_NAMING (a small step's verdict rests on both),
+        """A trial of an endpoint that carries fewer than tuning.ends_before_naming (a small step's verdict rests on both),
         or `inconclusive` with the price when the budget cannot give both endpoints theirs."""
         s = self.settings
-        short = sum(max(0, ENDS_BEFORE_NAMING - data.count(e)) for e in (0, self.n - 1))
+        short = sum(max(0, self.tuning.ends_before_naming - data.count(e)) for e in (0, self.n - 1))
         left = s.max_trials_total - data.spent - len(data.pending)
         side = "good" if end == 0 else "bad"
-        where = f"the {side} endpoint has {data.count(end)} of {ENDS_BEFORE_NAMING} trials"
-        what = f"each endpoint must carry {ENDS_BEFORE_NAMING} trials before a small change is named"
+        where = f"the {side} endpoint has {data.count(end)} of {self.tuning.ends_before_naming} trials"
+        what = f"each endpoint must carry {self.tuning.ends_before_naming} trials before a small change is named"
         cap = s.max_trials_per_commit or s.max_trials_total
-        fits = all(data.count(e) + max(0, ENDS_BEFORE_NAMING - data.count(e)) <= cap for e in (0, self.n - 1))
+        fits = all(data.count(e) + max(0, self.tuning.ends_before_naming - data.count(e)) <= cap for e in (0, self.n - 1))
         if self._budget_left(data, end) and short <= left and fits:
             return Measure(
                 self.commits[end],
                 f"confirming the change at {self._progress_key(data, top_key)}: {where}; no verdict rests on fewer than "
-                f"{ENDS_BEFORE_NAMING} on each side of the range", "confirming")
+                f"{self.tuning.ends_before_naming} on each side of the range", "confirming")
         if not self._budget_left(data, end):
             return self._exhausted(data, post, f"the change is located, but a check is still open: {what} ({where})",
                                    top_key=ctx.key, top_p=ctx.p, ends=ctx.ends, ruled_out=ctx.ruled_out, price=short,
@@ -1144,15 +1027,15 @@ class SearchPolicy:
         z = self.settings.second_change_z
         if z <= 0:
             return None, None
-        floor = max(log_of_pct(SECOND_CHANGE_PCT), SECOND_CHANGE_SIGMAS * post.sigma_top)
-        step = max(floor, SECOND_CHANGE_SHARE * abs(st.step))
+        floor = max(log_of_pct(self.tuning.second_change_pct), self.tuning.second_change_sigmas * post.sigma_top)
+        step = max(floor, self.tuning.second_change_share * abs(st.step))
         gap, _ = self._residual_gap(data, post, st, gaps)
-        if RESIDUAL_GAP_Z > 0 and gap >= RESIDUAL_GAP_Z:
+        if self.tuning.residual_gap_z > 0 and gap >= self.tuning.residual_gap_z:
             # an endpoint differs from the commit next to the change on its side: look harder, same size
-            z = max(z, RESIDUAL_PROBE_Z)
-        if SUSPECTED_CHANGE_Z > 0 and post.p_two >= SECOND_CHANGE_DOUBT:
+            z = max(z, self.tuning.residual_probe_z)
+        if self.tuning.suspected_change_z > 0 and post.p_two >= self.tuning.second_change_doubt:
             # a second change is suspected: look for one as small as the floor, with more power
-            z, step = max(z, SUSPECTED_CHANGE_Z), floor
+            z, step = max(z, self.tuning.suspected_change_z), floor
         need = (z * post.sigma_top / step) ** 2
         cnt = np.array([data.count(i) for i in range(self.n)], dtype=float)
         best: tuple[float, int] | None = None
@@ -1186,17 +1069,17 @@ class SearchPolicy:
     def _gap_pairs(self, data: _Data, post: ChangePosterior, st: Step,
                    gaps: list[tuple[float, tuple[int, int]]] | None = None):
         """(gap in se, its pair, the pair's commit with fewer trials) of each residual gap (``_side_gaps``, the
-        larger first) the re-measure rule looks at: between RESIDUAL_CONFIRM_Z and RESIDUAL_GAP_Z, at least
-        RESIDUAL_CONFIRM_HIDDEN unmeasured commits between the pair, and fewer than RESIDUAL_CONFIRM_MAX trials
+        larger first) the re-measure rule looks at: between tuning.residual_confirm_z and tuning.residual_gap_z, at least
+        tuning.residual_confirm_hidden unmeasured commits between the pair, and fewer than tuning.residual_confirm_max trials
         on the commit with fewer. ``gaps``: ``_side_gaps`` when the caller has them."""
-        if self.settings.second_change_z <= 0 or RESIDUAL_CONFIRM_Z <= 0:
+        if self.settings.second_change_z <= 0 or self.tuning.residual_confirm_z <= 0:
             return
         for gap, pair in sorted(self._side_gaps(data, post, st) if gaps is None else gaps, reverse=True):
-            if not RESIDUAL_CONFIRM_Z <= gap < RESIDUAL_GAP_Z:
+            if not self.tuning.residual_confirm_z <= gap < self.tuning.residual_gap_z:
                 continue
             hidden = sum(1 for j in range(pair[0] + 1, pair[1]) if not data.count(j) and j not in data.untestable)
             few = min(pair, key=lambda i: (data.count(i), i))
-            if hidden >= RESIDUAL_CONFIRM_HIDDEN and data.count(few) < RESIDUAL_CONFIRM_MAX:
+            if hidden >= self.tuning.residual_confirm_hidden and data.count(few) < self.tuning.residual_confirm_max:
                 yield gap, pair, few
 
     def _gap_recheck_blocked(self, data: _Data, post: ChangePosterior, st: Step,
@@ -1205,7 +1088,7 @@ class SearchPolicy:
         the re-measure is owed before one change is accepted, so the budget's end leaves it open; None otherwise."""
         for gap, pair, few in self._gap_pairs(data, post, st, gaps):
             if not self._budget_left(data, few):
-                return gap, sum(max(0, RESIDUAL_CONFIRM_MAX - data.count(i)) for i in pair)
+                return gap, sum(max(0, self.tuning.residual_confirm_max - data.count(i)) for i in pair)
         return None
 
     def _gap_recheck(self, data: _Data, post: ChangePosterior, st: Step,
@@ -1237,13 +1120,12 @@ class SearchPolicy:
             out.append((abs(_z_between(va, vb, post.sigma_top)), (a, b)))
         return out
 
-    @staticmethod
-    def _trials_at_change(post: ChangePosterior, st: Step) -> int:
-        """Trials each of a named change's commit and parent carry: MIN_TRIALS_AT_CHANGE, more when the
+    def _trials_at_change(self, post: ChangePosterior, st: Step) -> int:
+        """Trials each of a named change's commit and parent carry: tuning.min_trials_at_change, more when the
         step is small against the noise (each trial then tells little, and a few sessions that happened to
-        fall on one side of the noise can carry a posterior), at most MAX_TRIALS_AT_CHANGE."""
-        ratio = CHANGE_TRIALS_Z * post.sigma_top / max(abs(st.step), 1e-9)
-        return int(min(MAX_TRIALS_AT_CHANGE, max(MIN_TRIALS_AT_CHANGE, math.ceil(ratio * ratio))))
+        fall on one side of the noise can carry a posterior), at most tuning.max_trials_at_change."""
+        ratio = self.tuning.change_trials_z * post.sigma_top / max(abs(st.step), 1e-9)
+        return int(min(self.tuning.max_trials_at_change, max(self.tuning.min_trials_at_change, math.ceil(ratio * ratio))))
 
     @staticmethod
     def _step_z(data: _Data, st: Step, sigma: float) -> float:
@@ -1262,19 +1144,18 @@ class SearchPolicy:
         ss, dof = pooled_squares(data.values)
         return (math.sqrt(ss / dof) if dof else 0.0), float(dof)
 
-    @staticmethod
-    def _pure_alpha(data: _Data, st: Step) -> float:
-        """PURE_ALPHA spent over the looks at this pair: look k = trials of the pair beyond 2·MIN_TRIALS_AT_CHANGE, plus
-        one, is at PURE_ALPHA / k up to PURE_LOOK_KNEE and PURE_ALPHA · knee / k² after it (at PURE_LOOK_POWER 1)."""
-        k = max(1, data.count(st.at) + data.count(st.parent) - 2 * MIN_TRIALS_AT_CHANGE + 1)
-        return PURE_ALPHA / (k * max(1.0, k / PURE_LOOK_KNEE)) ** PURE_LOOK_POWER
+    def _pure_alpha(self, data: _Data, st: Step) -> float:
+        """tuning.pure_alpha spent over the looks at this pair: look k = trials of the pair beyond 2·tuning.min_trials_at_change, plus
+        one, is at tuning.pure_alpha / k up to tuning.pure_look_knee and tuning.pure_alpha · knee / k² after it (at tuning.pure_look_power 1)."""
+        k = max(1, data.count(st.at) + data.count(st.parent) - 2 * self.tuning.min_trials_at_change + 1)
+        return self.tuning.pure_alpha / (k * max(1.0, k / self.tuning.pure_look_knee)) ** self.tuning.pure_look_power
 
     def _layout_check(self, data: _Data, st: Step) -> tuple[bool, int | None]:
         """Whether the step at ``st`` survives leaving out each layout, and which commit to re-measure if not.
 
         Only trials that recorded a layout count. The culprit and its parent must each have run under
-        at least LAYOUT_MIN_DISTINCT layouts; then, for every layout, the culprit-minus-parent contrast of
-        the trials of the other layouts must keep the step's sign and at least LAYOUT_KEEP of its size.
+        at least tuning.layout_min_distinct layouts; then, for every layout, the culprit-minus-parent contrast of
+        the trials of the other layouts must keep the step's sign and at least tuning.layout_keep of its size.
         Returns (True, None) when no trial recorded a layout (nothing to check).
         """
         lp, lc = data.layouts[st.parent], data.layouts[st.at]
@@ -1283,7 +1164,7 @@ class SearchPolicy:
         vp, vc = data.values[st.parent], data.values[st.at]
         dp, dc = set(lp), set(lc)
         fewer = st.parent if (len(dp), len(vp)) <= (len(dc), len(vc)) else st.at
-        if min(len(dp), len(dc)) < LAYOUT_MIN_DISTINCT:
+        if min(len(dp), len(dc)) < self.tuning.layout_min_distinct:
             return False, fewer
         sign = 1.0 if st.step > 0 else -1.0
         for left_out in dp | dc:
@@ -1292,7 +1173,7 @@ class SearchPolicy:
             if not rp or not rc:
                 continue
             d = float(np.mean(rc) - np.mean(rp))
-            if sign * d < LAYOUT_KEEP * abs(st.step):
+            if sign * d < self.tuning.layout_keep * abs(st.step):
                 return False, fewer
         return True, None
 
@@ -1419,9 +1300,9 @@ class SearchPolicy:
         """`inconclusive` now, with its price, when the tolerance cannot be ruled out inside the budget even on a
         hopeful reading of the measurements (FUTILITY_* above); None while it still can."""
         s = self.settings
-        if tol <= 0 or FUTILITY_MIN_PER_END <= 0 or not math.isfinite(ends.effect_pct):
+        if tol <= 0 or self.tuning.futility_min_per_end <= 0 or not math.isfinite(ends.effect_pct):
             return None
-        if min(data.count(0), data.count(self.n - 1)) < FUTILITY_MIN_PER_END:
+        if min(data.count(0), data.count(self.n - 1)) < self.tuning.futility_min_per_end:
             return None
         if log_of_pct(tol) + self._gain(ends) <= 0:  # the endpoints point to a regression of the tolerance or more
             return None
@@ -1468,7 +1349,7 @@ class SearchPolicy:
         """More endpoint trials (both ends, interleaved) after which the sequential bound would fall below
         ``tol`` if the endpoints' difference and the noise stayed as measured; None when the endpoints
         already point to a regression of the tolerance or more (more trials would confirm it instead).
-        ``hopeful``: the noise at the lower FUTILITY_SIGMA_Q bound of its estimate, the difference one standard
+        ``hopeful``: the noise at the lower tuning.futility_sigma_q bound of its estimate, the difference one standard
         error better than measured and never worse than none, the normal quantile — a count the search cannot
         hope to beat (on a range that does hold a regression, it is what a host this noisy needs to rule
         out the tolerance at all, whatever the endpoints showed so far)."""
@@ -1480,12 +1361,12 @@ class SearchPolicy:
         if hopeful:  # the true difference no worse than none (a regression measured so far may be noise) ...
             se = sigma * math.sqrt(1.0 / max(len(data.values[0]), 1) + 1.0 / max(len(data.values[-1]), 1))
             d = max(d + se, 0.0)
-            sigma *= math.sqrt(dof / chi2_quantile(1.0 - FUTILITY_SIGMA_Q, dof))  # ... and the noise at its low end
+            sigma *= math.sqrt(dof / chi2_quantile(1.0 - self.tuning.futility_sigma_q, dof))  # ... and the noise at its low end
         room = log_of_pct(tol) + d
         if room <= 0:
             return None
-        z = (normal_quantile(1.0 - self.settings.alpha * SAME_ALPHA_SHARE) if hopeful
-             else t_quantile(1.0 - self.settings.alpha * SAME_ALPHA_SHARE, dof))
+        z = (normal_quantile(1.0 - self.settings.alpha * self.tuning.same_alpha_share) if hopeful
+             else t_quantile(1.0 - self.settings.alpha * self.tuning.same_alpha_share, dof))
         n_a, n_b = len(data.values[0]), len(data.values[-1])
         for k in range(0, 100_000, 2):
             a, b = n_a + k // 2, n_b + k // 2

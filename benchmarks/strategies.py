@@ -149,6 +149,9 @@ _BASE = [
     Scenario("S4", "S2 with 15% untestable commits, some next to the culprit", 64, 3.0, 1.0, (-8.0,),
              untestable_frac=0.15),
     Scenario("S5", "64 commits, −10% at one commit and −6% at a later one", 64, 3.0, 1.0, (-10.0, -6.0)),
+    # issue #35: the smaller change first — a search that finds only the larger one names a commit after the first
+    # bad one (a false "first bad commit" that the culprit-in-truth score of S5 does not count: see wrong_first)
+    Scenario("S5r", "64 commits, −6% at one commit and −10% at a later one", 64, 3.0, 1.0, (-6.0, -10.0)),
     Scenario("S6", "S2 with a third of trials throttled (clock −10%, −6%), clock recorded", 64, 3.0, 1.0,
              (-8.0,), throttle_frac=1 / 3),
     Scenario("S6c", "S6 with the external clock cap (exogenous clock_cap_mhz) recorded too", 64, 3.0, 1.0,
@@ -905,6 +908,9 @@ def score(t: Target, res: dict) -> dict:
         "set_size": len(res["set"]) if res["set"] else len(named[:1]),
         # every simulated scenario is a slowdown (or nothing): any named improvement is a false one
         "false_improvement": bool(res.get("improvements", ())),
+        # the first commit named is not the first change (a real change, but a later one, called "first bad")
+        "wrong_first": bool(named) and bool(truth) and named[0] != min(truth) and not (
+            t.scn.untestable_frac and min(truth) in set(res["set"])),
         "budget_exhausted": res.get("budget_exhausted", math.nan),
         "effect_err": effect_err,
         "effect_bias": effect_bias,
@@ -1178,6 +1184,7 @@ def main(argv=None) -> int:
                 "mean_wall_hours": float(np.mean([r["wall_hours"] for r in rows])),
                 "mean_set_size": float(np.mean([r["set_size"] for r in rows])),
                 "false_improvement": float(np.mean([r["false_improvement"] for r in rows])),
+                "wrong_first": float(np.mean([r["wrong_first"] for r in rows])),
                 "budget_exhausted": _mean(rows, "budget_exhausted"),
                 # over runs with the right culprit (single-change scenarios, strategies that report an effect)
                 "effect_err_pts": _mean(rows, "effect_err"),
@@ -1209,16 +1216,17 @@ def main(argv=None) -> int:
         return 0
     if table:
         print(f"{'scn':6} {'strategy':24} {'acc':>6} {'false':>6} {'≤95%':>6} {'trials':>7} {'med':>5} {'GPU-h':>6} {'wall-h':>6} "
-              f"{'budget':>6} {'same':>5} {'fSame':>5} {'eqRef':>5} {'effErr':>6} {'bias':>6} {'cover':>6}")
+              f"{'budget':>6} {'same':>5} {'fSame':>5} {'wFirst':>6} {'eqRef':>5} {'effErr':>6} {'bias':>6} {'cover':>6}")
         for r in table:
             print(f"{r['scenario']:6} {r['strategy']:24} {r['accuracy']:6.3f} {r['false_blame']:6.3f} "
                   f"{r['false_blame_ci95'][1]:6.3f} "
                   f"{r['mean_trials']:7.1f} {r['median_trials']:5.0f} {r['mean_gpu_hours']:6.2f} {r['mean_wall_hours']:6.2f} {_fmt(r['budget_exhausted'], 6)} "
-                  f"{r['same_share']:5.2f} {r['false_same']:5.2f} {_fmt(r['equivalence_trials'], 5, 0)} "
+                  f"{r['same_share']:5.2f} {r['false_same']:5.2f} {r['wrong_first']:6.3f} {_fmt(r['equivalence_trials'], 5, 0)} "
                   f"{_fmt(r['effect_err_pts'], 6, 2)} {_fmt(r['effect_bias_pts'], 6, 2)} {_fmt(r['ci_coverage'], 6)}")
         print("acc: exact culprit (in the set for S4; both for S5; nothing named for A/A twins) · false: a named"
               " culprit that is wrong, any in an A/A twin, or an `improved` verdict · same: share ending `same` ·"
-              " fSame: `same` where something changed · eqRef: trials the known-σ equivalence test needs (A/A) ·"
+              " fSame: `same` where something changed · wFirst: the first commit named is a real change but not the first ·"
+              " eqRef: trials the known-σ equivalence test needs (A/A) ·"
               " budget: share ending with the trial budget spent ·"
               " effErr: mean |effect − true step| in points, bias: mean (effect − true step)"
               " and cover: share of culprit intervals holding the true step, both over runs with the right culprit")

@@ -512,6 +512,8 @@ def _outcome_fields(o, settings: StatsConfig) -> dict:
         "improvements": tuple(int(c[1:]) for c in (getattr(o, "improvements", ()) or ())),
         "budget_exhausted": bool(budget),
         "answer_probability": math.nan if ap is None else float(ap),
+        # an inconclusive end's price: the further trials it says settling would take (None: none stated)
+        "more_trials": getattr(o, "more_trials", None),
     }
 
 
@@ -917,6 +919,10 @@ def score(t: Target, res: dict) -> dict:
         "covered": covered,
         "answer_probability": res.get("answer_probability", math.nan),
         "verdict": res.get("verdict"),
+        # A/A twins ending inconclusive with a price: the trials it says the answer takes in all (spent + price),
+        # over those the known-σ equivalence test needs
+        "price_ratio": ((res.get("trials", t.trials) + res["more_trials"]) / equivalence_trials(t)
+                        if not truth and res.get("verdict") == "inconclusive" and res.get("more_trials") else math.nan),
     }
 
 
@@ -1192,6 +1198,9 @@ def main(argv=None) -> int:
                 "ci_coverage": _mean(rows, "covered"),
                 "effect_n": int(sum(1 for r in rows if math.isfinite(r["effect_err"]))),
                 "mean_answer_probability": _mean(rows, "answer_probability"),
+                # A/A twins: median of (trials + stated price) / the known-σ test's trials, over inconclusive ends
+                "price_ratio_median": _median(rows, "price_ratio"),
+                "price_ratio_n": int(sum(1 for r in rows if math.isfinite(r["price_ratio"]))),
                 # perfbisect's own verdicts (regressed / same / inconclusive ...): share of runs
                 "verdicts": {v: sum(1 for r in rows if r["verdict"] == v) / len(rows)
                              for v in sorted({r["verdict"] for r in rows if r["verdict"]})},

@@ -292,21 +292,9 @@ def median(values: Iterable[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def hodges_lehmann(values: Sequence[float]) -> float:
-    """The median of the Walsh averages (x_i + x_j) / 2, i ≤ j: a session's level from its runs.
-
-    On normal runs it is 95% as efficient as their mean (the median of 5 is 70%), and one wild run of five
-    moves it little (its breakdown point is 29%). Issue #35 measured the switch from the median of 5: 6–11% fewer
-    GPU-hours where runs inside a session spread as much as sessions do (docs/benchmarks.md).
-    """
-    walsh = [(a + b) / 2 for i, a in enumerate(values) for b in values[i:]]
-    return statistics.median(walsh)
-
-
 def trial_summary(runs: Sequence[RunResult]) -> float | None:
-    """The Hodges–Lehmann centre of log(metric) over usable runs: the unit of evidence of one trial."""
-    logs = [math.log(r.value) for r in runs if r.usable and r.value]
-    return hodges_lehmann(logs) if logs else None
+    """Median of log(metric) over usable runs: the unit of evidence of one trial."""
+    return median(math.log(r.value) for r in runs if r.usable and r.value)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Noise model and comparisons on trial summaries (log scale). The one home of scipy.
 
-The unit of evidence is the trial summary (the Hodges–Lehmann centre of log metric over one server session's runs).
+The unit of evidence is the trial summary (median of log metric over one server session's runs).
 Runs inside one session share one system state, so they are never counted as independent samples:
 every interval here is built from the spread *between* trials (σ_b), pooled with a stated prior so
 that two or three repeats cannot make the tool overconfident.

@@ -1,15 +1,14 @@
 """Runs per trial: how many measured runs one server session should hold (``workload.runs``).
 
 A trial costs a fixed part T_start — server start, readiness, warm-up, teardown, everything but its
-measured runs — plus R runs of T_run each. Its summary, the Hodges–Lehmann centre of R log run values
-(``model.trial_summary``), varies by
+measured runs — plus R runs of T_run each. Its summary, the median of R log run values, varies by
 
     Var(R) = σ_b² + c(R) · σ_w² / R
 
 where σ_b is the spread between sessions (restart, placement, clocks, heat), σ_w the spread of runs
-within one session, and c(R) the variance of that centre of R normal values relative to their mean's
-(``summary_efficiency``: 1 for R ≤ 2, 1.02 at R = 3, 1.07 at R = 5, 3/π as R grows; the median of 5, the
-summary before issue #35, had 1.43). Runs inside a
+within one session, and c(R) the variance of the median of R normal values relative to their mean's
+(``median_efficiency``: 1 for R ≤ 2, 1.35 at R = 3, 1.43 at R = 5, π/2 as R grows; even R do better
+than their odd neighbours because their median averages the two middle values). Runs inside a
 session never average σ_b away, so extra runs pay only against σ_w, while each extra session pays
 T_start again. A bisection needs a given total information Σ 1/Var over its trials; with R runs per
 trial one unit of it costs
@@ -20,7 +19,7 @@ At constant c, df/dR = T_run · σ_b² − T_start · c · σ_w² / R² = 0 give
 
     R* = sqrt(T_start · c · σ_w² / (T_run · σ_b²)),
 
-e.g. σ_b 3%, σ_w 8%, T_start 5.5 min, T_run 25 s, c = 1.07: R* = 10.0. ``optimal_runs`` minimises
+e.g. σ_b 3%, σ_w 8%, T_start 5.5 min, T_run 25 s, c = 1.43: R* = 11.6. ``optimal_runs`` minimises
 f(R) itself over the integers ``MIN_RUNS``..``MAX_RUNS`` with c = c(R), which lands within one run of
 the formula. The σ_b used is the noise model's between-trial figure; measured from trial summaries it
 also holds the runs' own share c·σ_w²/R₀, so R* from it leans towards fewer runs and more sessions
@@ -52,28 +51,28 @@ MIN_RUNS, MAX_RUNS = 3, 30  # what auto may choose: fewer leaves no median, more
 FALLBACK_RUNS = 5  # auto's choice before anything is measured on this host (the user's protocol)
 RECENT_TRIALS = 50  # timings and σ_w come from this many most recent trials
 
-# c(R) = R · Var(Hodges–Lehmann centre of R standard normal values), R = 1..30: 10⁶ seeded draws each
-# (numpy, default_rng([35, R]); its own error ±0.002). Beyond 30 the asymptote 3/π (efficiency 0.955).
-_SUMMARY_EFFICIENCY = (
-    1.0, 1.0, 1.022, 1.094, 1.074, 1.076, 1.077, 1.072, 1.074, 1.074,
-    1.069, 1.067, 1.068, 1.067, 1.065, 1.063, 1.064, 1.063, 1.062, 1.062,
-    1.062, 1.062, 1.062, 1.058, 1.060, 1.057, 1.055, 1.056, 1.060, 1.056,
+# c(R) = R · Var(median of R standard normal values), R = 1..30: exact (order-statistic integrals,
+# scipy.integrate, rounded). Beyond 30 the asymptote π/2.
+_MEDIAN_EFFICIENCY = (
+    1.0, 1.0, 1.346, 1.193, 1.434, 1.288, 1.473, 1.345, 1.495, 1.383,
+    1.509, 1.410, 1.518, 1.430, 1.525, 1.446, 1.531, 1.459, 1.535, 1.469,
+    1.538, 1.477, 1.541, 1.484, 1.544, 1.491, 1.546, 1.496, 1.547, 1.501,
 )
 
 
-def summary_efficiency(runs: int) -> float:
-    """c(R): the variance of a trial's summary of R runs over that of their mean (1 for the mean itself)."""
+def median_efficiency(runs: int) -> float:
+    """c(R): the variance of the median of R runs over that of their mean (1 for the mean itself)."""
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
-    return _SUMMARY_EFFICIENCY[runs - 1] if runs <= len(_SUMMARY_EFFICIENCY) else 3 / math.pi
+    return _MEDIAN_EFFICIENCY[runs - 1] if runs <= len(_MEDIAN_EFFICIENCY) else math.pi / 2
 
 
 def cost_per_information(runs: int, start_s: float, run_s: float, sigma_b: float, sigma_w: float) -> float:
     """f(R) = (T_start + R·T_run)·(σ_b² + c(R)·σ_w²/R): seconds per unit of 1/variance (σ on the log scale)."""
-    return (start_s + runs * run_s) * (sigma_b**2 + summary_efficiency(runs) * sigma_w**2 / runs)
+    return (start_s + runs * run_s) * (sigma_b**2 + median_efficiency(runs) * sigma_w**2 / runs)
 
 
-def closed_form_runs(start_s: float, run_s: float, sigma_b: float, sigma_w: float, c: float = 1.07) -> float:
+def closed_form_runs(start_s: float, run_s: float, sigma_b: float, sigma_w: float, c: float = 1.43) -> float:
     """R* = sqrt(T_start·c·σ_w² / (T_run·σ_b²)): the optimum at constant c (the module docstring)."""
     if run_s <= 0 or sigma_b <= 0:
         return math.inf
@@ -241,7 +240,7 @@ __all__ = [
     "TrialTimings",
     "closed_form_runs",
     "cost_per_information",
-    "summary_efficiency",
+    "median_efficiency",
     "optimal_runs",
     "runs_advice",
     "sibling_keys",

@@ -551,7 +551,7 @@ class TrialRunner:
             flagged += f", {detected} slow leading run{'s' if detected > 1 else ''} counted as warm-up"
         self.progress.info(
             f"  → {describe_workload(self.ws.config.workload).format(math.exp(result.summary))} "
-            f"({'centre of ' + str(len(result.usable_runs)) + ' runs' if len(result.usable_runs) != 1 else 'one run'}"
+            f"({'median of ' + str(len(result.usable_runs)) + ' runs' if len(result.usable_runs) != 1 else 'one run'}"
             f"{flagged}{extra})"
         )
 

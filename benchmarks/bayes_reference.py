@@ -67,14 +67,19 @@ class BayesBisection:
         ct, st, qt = self.cnt.sum(), self.s1.sum(), self.s2.sum()
         return c, s, q, ct - c, st - s, qt - q
 
+    @staticmethod
+    def _within(ng, sg, qg, nb, sb, qb) -> np.ndarray:
+        """SSW(k): the sum of squares of every trial about its side's mean, per hypothesis."""
+        return np.maximum((qg - sg * sg / ng) + (qb - sb * sb / nb), 0.0)
+
     # -- posterior ---------------------------------------------------------------------------
     def log_likelihood(self) -> np.ndarray:
         """log p(D | k) up to a constant common to every k, for k = 1..n-1 (index k-1)."""
-        ng, sg, qg, nb, sb, qb = self._sides()
+        sides = self._sides()
+        ng, nb = sides[0], sides[3]
         if (ng < 1).any() or (nb < 1).any():
             raise ValueError("both endpoints need a trial before the flat level priors give a posterior")
-        ssw = (qg - sg * sg / ng) + (qb - sb * sb / nb)
-        ssw = np.maximum(ssw, 0.0)
+        ssw = self._within(*sides)
         base = -0.5 * np.log(ng) - 0.5 * np.log(nb)
         if self.sigma is not None:
             return base - ssw / (2 * self.sigma ** 2)
@@ -97,16 +102,17 @@ class BayesBisection:
                 acc = 0.0
         return out
 
-    def best(self) -> tuple[int, float]:
-        return max(self.answers(), key=lambda a: a[1])
+    def best(self, post: np.ndarray | None = None) -> tuple[int, float]:
+        return max(self.answers(post), key=lambda a: a[1])
 
     # -- the next trial ----------------------------------------------------------------------
     def _side_predictives(self) -> tuple[np.ndarray, ...]:
         """Per hypothesis, the predictive of one more trial on each side: means, scales, dof (None: normal)."""
-        ng, sg, qg, nb, sb, qb = self._sides()
+        sides = self._sides()
+        ng, sg, _, nb, sb, _ = sides
         if self.sigma is not None:
             return sg / ng, sb / nb, self.sigma * np.sqrt(1 + 1 / ng), self.sigma * np.sqrt(1 + 1 / nb), None
-        ssw = np.maximum((qg - sg * sg / ng) + (qb - sb * sb / nb), 0.0)
+        ssw = self._within(*sides)
         a_n = self.nu0 / 2 + (self.trials - 2) / 2
         var = (self.nu0 * self.s0 ** 2 / 2 + ssw / 2) / a_n
         return sg / ng, sb / nb, np.sqrt(var * (1 + 1 / ng)), np.sqrt(var * (1 + 1 / nb)), 2 * a_n
@@ -147,8 +153,8 @@ class BayesBisection:
         hg_c = np.concatenate([np.cumsum((w * hg)[::-1])[::-1], [0.0]])
         return hmix - hb_c - hg_c
 
-    def next_commit(self) -> int:
-        gains = self.information_gains()
+    def next_commit(self, post: np.ndarray | None = None) -> int:
+        gains = self.information_gains(post)
         gains[list(self.untestable)] = -np.inf
         return int(np.argmax(gains))
 
@@ -166,7 +172,8 @@ def run(t, sigma: float | None, confidence: float = 0.99, budget: int = 120) -> 
     for j in (0, n - 1):
         b.add(j, t.measure(j).value)
     while True:
-        k, p = b.best()
+        post = b.posterior()  # once per step: the answer and the next commit both read it
+        k, p = b.best(post)
         if p >= confidence:
             cset = tuple(sorted(_untestable_run(b, k))) + (k,)
             return {"changes": (k,), "set": cset, "verdict": "regressed", "answer_probability": p,
@@ -174,7 +181,7 @@ def run(t, sigma: float | None, confidence: float = 0.99, budget: int = 120) -> 
         if b.trials >= budget:
             return {"changes": (), "set": (), "verdict": "inconclusive", "answer_probability": p,
                     "budget_exhausted": True}
-        j = b.next_commit()
+        j = b.next_commit(post)
         if not t.try_build(j):
             b.untestable.add(j)
             continue

@@ -59,7 +59,6 @@ START_MIN = 5.5 + 2 * 25 / 60  # a session's fixed part: start, readiness, 2 war
 RUN_MIN = 25 / 60  # one measured run
 RUNS = 5  # measured runs per trial (--runs; "auto": the cheapest count per unit of information, per scenario)
 SUMMARY = "median"  # a trial's summary of its runs' log values (--summary: median, mean, hl)
-TRIAL_MIN = START_MIN + RUNS * RUN_MIN
 BUILD_MIN = 0.5
 CLOCK_MHZ = 1980.0
 CLOCK_CAP_MHZ = 1780.0  # the external cap a throttled trial runs under

@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .engine import cost
-from .cluster import slurm
+from .executors import slurm
+from .executors.local import LocalExecutor
+from .executors.loop import Executor, SearchLoop
 from .measure.calibration import (
     CalibrationNoise, StartingNoise, calibration_lines, calibration_noise, keep_noise, noise_model, noise_model_and_note,
     starting_noise_for,
 )
 from .engine.bisect import Done, Measure, Observation, SearchPolicy, settles
-from .engine.search_replay import INDEX_REPLAY_WORK, SearchStart, decision_json, observations_of, stats_over
+from .engine.search_replay import INDEX_REPLAY_WORK, SearchStart, observations_of, stats_over
 from .settings import Config, StatsConfig
 from .doctor import Finding, run_doctor
 from .errors import StoreError, UsageError, WorkloadError
@@ -43,7 +45,7 @@ from .engine.regressed_path import decide as decide_path
 from .store import (
     BisectionRecord, ObservationRecord, Store, StoreLocation, TrialPurpose, is_unfinished, locate, open_store,
 )
-from .measure.trials import TrialRunner, interleaved, measure_modes, measured_trials, observe
+from .measure.trials import TrialRunner, interleaved, measure_modes, measured_trials
 from .measure.workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
 
 def measured_nothing(ws: Workspace, bisection_id: int) -> str | None:
@@ -374,10 +376,7 @@ def run_bisection(
         progress.info(f"{sha[:10]} {marked[sha]}: never measured, never blamed")
     policy = SearchPolicy(shas, cfg.stats, noise, history=start.history, higher_is_better=start.higher_is_better)
     try:
-        if cfg.executor.kind == "slurm":  # each observation a Slurm job, up to executor.nodes at once
-            outcome = slurm.search(ws, policy, observations, bisection_id, progress).outcome
-        else:
-            outcome = _search_here(ws, policy, observations, bisection_id, by_sha, noise, progress, wait_idle_s).outcome
+        outcome = _search(ws, policy, observations, bisection_id, by_sha, noise, progress, wait_idle_s).outcome
         outcome = _expand_merge_culprit(ws, outcome, by_sha)
         outcome = which_path(ws, outcome, shas, bisection_id, noise, progress, wait_idle_s)
     finally:
@@ -399,37 +398,49 @@ def run_bisection(
     )
 
 
-def _search_here(ws: Workspace, policy: SearchPolicy, observations: list[Observation], bisection_id: int,
-                 by_sha: dict[str, Commit], noise: NoiseModel, progress: Progress, wait_idle_s: float) -> Done:
-    """The search with its trials on this machine, one at a time (``[executor] kind = "local"``):
-    each observation stored as it lands; progress says where the search stands and what is left."""
-    cfg, store = ws.config, ws.store
-    runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=policy.commits[0])  # the good endpoint's client
-    # The estimate the bisection started with: a resumed one leaves its own endpoint trials out, so its
-    # "expected" count does not jump at the resume (one noisy trial a side is no better a guess of the effect).
-    effect = endpoint_effect(ws, policy.commits[0], policy.commits[-1], besides=bisection_id)
-    estimate = cost.estimate(ws, len(policy.commits), noise, effect,
-                             higher_is_better=describe_metric(cfg).higher_is_better)
-    started, done_here, best = time.monotonic(), 0, ("", None)
-    while True:
-        action = policy.next(observations)
-        if isinstance(action, Done):
-            return action
-        commit = by_sha[action.commit]
+def _search(ws: Workspace, policy: SearchPolicy, observations: list[Observation], bisection_id: int,
+            by_sha: dict[str, Commit], noise: NoiseModel, progress: Progress, wait_idle_s: float) -> Done:
+    """The search over the configured executor (``executors.loop``): its trials on this machine one at a time
+    (``[executor] kind = "local"``), or as Slurm jobs up to ``executor.nodes`` at once; each observation stored
+    as it lands with the decision that asked for it."""
+    if ws.config.executor.kind == "slurm":
+        executor: Executor = slurm.SlurmExecutor(ws, bisection_id, progress)
+
+        def announce(measure: Measure, _observations: Sequence[Observation]) -> None:
+            progress.info(f"{measure.commit[:10]} ({measure.phase}): {measure.reason}")
+    else:
+        runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=policy.commits[0])  # the good endpoint's client
+        executor = LocalExecutor(runner, bisection_id, by_sha)
+        announce = _LocalNarration(ws, policy, bisection_id, by_sha, noise, progress, len(observations))
+    return SearchLoop(ws.store, policy, bisection_id, executor, progress, announce, observations).run()
+
+
+class _LocalNarration:
+    """What a local search says before each trial: where it stands and what is left (``search_status``)."""
+
+    def __init__(self, ws: Workspace, policy: SearchPolicy, bisection_id: int, by_sha: dict[str, Commit],
+                 noise: NoiseModel, progress: Progress, stored: int):
+        cfg = ws.config
+        self.stats, self.bisection_id, self.by_sha, self.progress, self.stored = cfg.stats, bisection_id, by_sha, progress, stored
+        # The estimate the bisection started with: a resumed one leaves its own endpoint trials out, so its
+        # "expected" count does not jump at the resume (one noisy trial a side is no better a guess of the effect).
+        effect = endpoint_effect(ws, policy.commits[0], policy.commits[-1], besides=bisection_id)
+        self.estimate = cost.estimate(ws, len(policy.commits), noise, effect,
+                                      higher_is_better=describe_metric(cfg).higher_is_better)
+        self.started, self.best = time.monotonic(), ("", None)
+
+    def __call__(self, action: Measure, observations: Sequence[Observation]) -> None:
+        commit, estimate = self.by_sha[action.commit], self.estimate
         if action.best:
-            best = (action.best, action.p)
-        elapsed = time.monotonic() - started
+            self.best = (action.best, action.p)
+        done_here = len(observations) - self.stored
+        elapsed = time.monotonic() - self.started
         step_s = elapsed / done_here if done_here else (estimate.trial_s and estimate.trial_s * estimate.modes)
-        status = search_status(bisection_id, action, len(observations), cfg.stats, estimate.trials, elapsed,
-                               step_s or None, best=best, short=commit.short)
-        progress.search(status)
+        status = search_status(self.bisection_id, action, len(observations), self.stats, estimate.trials, elapsed,
+                               step_s or None, best=self.best, short=commit.short)
+        self.progress.search(status)
         # numbered as the budget counts trials (an untestable commit tried is not one: the next attempt keeps its number)
-        progress.info(f"[{status.trial}] {commit.short} ({action.phase}): {action.reason}")
-        obs, trial_ids = observe(runner, commit, bisection_id, seq=len(observations), vary_layout=action.vary_layout)
-        store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag,
-                              layout=obs.layout, host=obs.host, decision=decision_json(action))
-        observations.append(obs)
-        done_here += 1
+        self.progress.info(f"[{status.trial}] {commit.short} ({action.phase}): {action.reason}")
 
 
 def search_status(bisection_id: int, action: Measure, observations: int, stats: StatsConfig, expected: int,

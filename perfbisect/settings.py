@@ -258,7 +258,7 @@ class CostConfig:
 
 @dataclass(frozen=True)
 class ExecutorConfig:
-    """[executor]: where a bisection's trials run (perfbisect/cluster/slurm.py for "slurm")."""
+    """[executor]: where a bisection's trials run (perfbisect/executors/slurm.py for "slurm")."""
 
     kind: str = "local"  # "local": on this machine, one at a time; "slurm": one Slurm job per observation
     nodes: int = 1  # slurm: jobs in flight at once (k nodes, each job takes a whole node)

@@ -19,17 +19,19 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
 from perfbisect.config import parse_config
+from perfbisect.engine.search_replay import replay
+from perfbisect.store import open_store
 from perfbisect.demo.target import make_demo_target
 from perfbisect.errors import ConfigError
 from perfbisect.runtime.locks import NODE_LOCK_NAME
 from perfbisect.settings import ExecutorConfig
-from perfbisect.cluster.slurm import DB_ENV, SCRIPT, idle_nodes, job_db_argument, sbatch_argv
+from perfbisect.executors.slurm import DB_ENV, SCRIPT, idle_nodes, job_db_argument, sbatch_argv
 
 pytestmark = pytest.mark.slow
 
@@ -302,6 +304,34 @@ def test_the_report_names_the_node_and_job_of_each_trial(scenario):
     assert f"job {s.attached_job}" in html and s.cluster.node in html
 
 
+def test_the_report_replays_and_checks_every_decision_like_a_local_one(scenario):
+    """Each job keeps the decision that submitted it, with what it was decided on; its observation carries it on,
+    and the report's replay recomputes every one in that context (the jobs in flight, the node) and checks it."""
+    s = scenario
+    stored = {seq: json.loads(d) for seq, d in rows(s.db, "select seq, decision from observations order by seq")}
+    assert stored and all(d is not None for d in stored.values()), stored
+    by_job = {seq: json.loads(d) for seq, d in rows(s.db, "select observation_seq, decision from jobs where state = 'observed'")}
+    assert by_job == stored  # the job's decision is its observation's, retried and re-attached jobs included
+    commits = {seq: c for seq, c in rows(s.db, "select seq, commit_sha from observations")}
+    assert all(d["commit"] == commits[seq] for seq, d in stored.items())
+    assert any(d["pending"] for d in stored.values())  # with two slots, some were decided with a job in flight
+    assert any(d["after"] != seq for seq, d in stored.items()) or any(d["host"] for d in stored.values())
+    store = open_store(s.db)
+    record = store.bisection(rows(s.db, "select id from bisections")[0][0])
+    replayed = replay(record, store.observations(record.id))
+    assert (replayed["compared"], replayed["mismatches"]) == (len(stored), 0), replayed["batch_mismatches"]
+    assert "each of its" in replayed["note"] and "checked" in replayed["note"]
+    html = Path(re.search(r"report: (\S+\.html)", s.resume.out + s.resume.stderr).group(1)).read_text()
+    assert f"Each of the {len(stored)} replayed decisions is the one the search made live." in " ".join(html.split())
+
+    # A decision changed after the fact is caught: the check is not a tautology.
+    seq, first = next((k, d) for k, d in stored.items() if d["pending"])
+    tampered = [replace(o, decision={**o.decision, "reason": o.decision["reason"] + " (edited)"}) if o.seq == seq else o
+                for o in store.observations(record.id)]
+    again = replay(record, tampered)
+    assert (again["compared"], again["mismatches"], again["batch_mismatches"]) == (len(stored), 1, [seq])
+
+
 def test_sigterm_cancels_the_jobs_in_flight_and_says_how_to_resume(scenario):
     s = scenario
     t = s.terminated
@@ -390,7 +420,7 @@ def test_executor_config_keys_are_checked(tmp_path):
 
 def test_a_store_password_reaches_the_job_through_its_environment_never_its_command_line(tmp_path, monkeypatch):
     from perfbisect.store import locate
-    from perfbisect.cluster import slurmjob
+    from perfbisect.executors import slurmjob
 
     url = "postgresql+psycopg://perf:s3cr3t@db.internal:5432/results"
     arg, env = job_db_argument(locate(url))

@@ -54,7 +54,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "measure": ("build", "envs", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",
                 "versions_probe", "calibration", "run_allocation", "workspace", "trials"),
     "report": ("render", "console", "markdown", "trial_tables", "views", "logdetail", "report"),
-    "cluster": ("slurm", "slurmjob", "slurm_job.sh"),
+    "executors": ("loop", "local", "slurm", "slurmjob", "slurm_job.sh"),
     "hook": ("notify", "checkqueue", "hook", "check", "hookworker"),
 }
 # Top-level modules that stay where they are on purpose (values, config, use cases, the command line).
@@ -63,7 +63,7 @@ KEPT_AT_TOP = {"app", "cli", "config", "doctor", "errors", "init_template", "int
 # Layers, lowest first: a module may import its own layer and the ones before it, never a later one.
 # (``store`` and ``demo`` were packages before; the top-level modules — values, config, use cases, the
 # CLI — are checked by their own rules in tests/test_layers.py.)
-ORDER: tuple[str, ...] = ("runtime", "store", "git", "engine", "measure", "report", "cluster", "hook", "demo")
+ORDER: tuple[str, ...] = ("runtime", "store", "git", "engine", "measure", "report", "executors", "hook", "demo")
 DESCRIPTIONS: dict[str, str] = {
     "runtime": "What every layer runs things with: child processes and their process groups, file locks, polling, log tails.",
     "store": "The results database (SQLAlchemy, Alembic migrations in db/).",
@@ -71,7 +71,7 @@ DESCRIPTIONS: dict[str, str] = {
     "engine": "Statistics and search: the noise model, the change-point posterior, the bisection policy, its lookahead and cost, which path regressed.",
     "measure": "One trial: build, its environment, server, workload, system state, host checks, versions, calibration, run allocation, the workspace a command opens.",
     "report": "Everything that turns results into text or HTML: terminal lines, Markdown, the console, report views and templates.",
-    "cluster": "Slurm: submitting trials as jobs and the job's own entry point.",
+    "executors": "Where a search's trials run: the one search loop, and the executors it drives (this host; Slurm jobs and the job's own entry point).",
     "hook": "The post-`git pull` hook: installing it, the queue, the detached worker, the check it runs, notifications.",
     "demo": "The demo target and the SGLang emulator that stands in for the GPU server.",
 }

@@ -78,6 +78,51 @@ def decision_json(action: Measure | Done) -> dict[str, Any]:
     return {"commit": action.commit, "phase": action.phase, "reason": action.reason}
 
 
+def same_decision(live: Mapping[str, Any], action: Measure | Done) -> bool:
+    """Whether a stored decision is the one replayed (what it asked for; the context it was decided on aside)."""
+    return {k: live.get(k) for k in ("commit", "phase", "reason")} == decision_json(action)
+
+
+def decided_here(live: Mapping[str, Any], seq: int) -> bool:
+    """Whether a stored decision was made on the observations before its own (``seq`` of them) with nothing in
+    flight and no node asked for: what a one-at-a-time replay recomputes. A decision stored without its
+    context (before migration 0008) is taken as such."""
+    return live.get("after", seq) == seq and not live.get("pending") and live.get("host") is None
+
+
+def check_in_context(policy: SearchPolicy, obs: Sequence[Observation], observations: Sequence[Any],
+                     work: int) -> dict[str, Any]:
+    """Replay each stored decision made in another context than a one-at-a-time search's — with results of
+    later decisions landed first, or measurements in flight (``executors.loop.batch_decision``) — on the
+    observations stored then, with the same measurements in flight and for the same node, and compare.
+    ``work``: the units it may spend (``step_work`` each); the rest is counted as unchecked."""
+    compared = mismatches = unchecked = spent = 0
+    differ: list[int] = []
+    for seq, o in enumerate(observations):
+        live = getattr(o, "decision", None)
+        if not live or decided_here(live, seq):
+            continue
+        after = int(live.get("after", seq))
+        cost = step_work(after, policy.n)
+        if spent + cost > work:
+            unchecked += 1
+            continue
+        spent += cost
+        pending = [(str(c), h) for c, h in live.get("pending") or ()]
+        host = live.get("host")
+        try:
+            action = policy.next_batch(obs[:after], 1, pending=pending, hosts=[host])
+        except (PerfbisectError, ValueError, FloatingPointError, np.linalg.LinAlgError):  # pragma: no cover
+            unchecked += 1
+            continue
+        compared += 1
+        picked = action[0] if isinstance(action, list) and action else action
+        if isinstance(picked, list) or not same_decision(live, picked):  # [] : it would have waited
+            mismatches += 1
+            differ.append(seq)
+    return {"compared": compared, "mismatches": mismatches, "unchecked": unchecked, "work": spent, "differ": differ}
+
+
 def stats_config(settings: Mapping[str, Any]) -> StatsConfig:
     """The stats settings a bisection stored, as a StatsConfig (keys this version lacks are dropped)."""
     names = {f.name for f in dataclasses.fields(StatsConfig)}
@@ -197,10 +242,12 @@ def replay(record: Any, observations: Sequence[Any], higher_is_better: bool = Tr
         if not isinstance(action, Done):
             nxt = {"commit": action.commit[:10], "phase": action.phase, "reason": action.reason}
         live = observations[k].decision if k < n and getattr(observations[k], "decision", None) else None
+        if live is not None and not decided_here(live, k):
+            live = None  # decided with other results or jobs in flight: checked in its own context below
         agrees = None
         if live is not None:
             compared += 1
-            agrees = dict(live) == decision_json(action)
+            agrees = same_decision(live, action)
             mismatches += 0 if agrees else 1
         top = max(range(policy.n), key=lambda i: mass[i])
         steps.append({
@@ -210,15 +257,26 @@ def replay(record: Any, observations: Sequence[Any], higher_is_better: bool = Tr
             "live_commit": (live or {}).get("commit", "")[:10], "live_reason": (live or {}).get("reason", ""),
             **{"next_" + a: b for a, b in nxt.items()},
         })
+    batch = check_in_context(policy, obs, observations, work)  # a budget of its own: each is a decision that ran
+    compared += batch["compared"]
+    mismatches += batch["mismatches"]
+    spent += batch["work"]
     first = policy.next([]) if n else None
     opening = first.reason if first is not None and not isinstance(first, Done) else ""
-    if not compared and any(getattr(o, "host", None) for o in observations) and not note:
+    if batch["compared"] or batch["unchecked"]:
+        note = (f"this search ran with measurements in flight (jobs on a cluster): each of its {batch['compared']} "
+                f"decisions is replayed with what it was decided on (the results stored then and the jobs in flight) "
+                f"and checked" + (f", {batch['unchecked']} left unchecked within the replay's work budget"
+                                  if batch["unchecked"] else "")
+                + "; the steps below show what the search, one trial at a time, decides after each result")
+    elif not compared and any(getattr(o, "host", None) for o in observations) and not note:
         note = ("this search ran as batches of jobs on several nodes: the replay shows what the search, one trial "
                 "at a time, decides after each result (the batches' own picks also counted the jobs in flight)")
     final = done[n][0] if n in done else None
     return {"steps": steps, "cells": cells, "sampled": len(done) < n, "shown": len(done), "total": n, "_final": final,
             "noise": start.noise.describe(), "opening": opening, "note": note, "work": spent,
             "cpu_capped": capped, "compared": compared, "mismatches": mismatches,
+            "batch_mismatches": batch["differ"],
             "history": len(start.history)}
 
 

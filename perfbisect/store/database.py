@@ -460,7 +460,7 @@ class Store:
         # Whether the process that wrote an owner string still runs: /proc here, the owner lock when shared.
         self.owner_alive = shared.owner_checker(engine, self.owner) if self.shared else owner_alive
         self.recovered: tuple[list[int], list[int]] = ([], [])
-        # Set by a cluster job (perfbisect.cluster.slurmjob): every trial it begins records its job and node.
+        # Set by a cluster job (perfbisect.executors.slurmjob): every trial it begins records its job and node.
         self.job_id: str | None = None
         self.node: str | None = None
 
@@ -738,12 +738,14 @@ class Store:
         with self.session(write=True) as s:
             return queries.set_bisection_running(s, bisection_id, self.owner, self.owner_alive)
 
-    # --- cluster jobs (perfbisect.cluster.slurm) -------------------------------------------------------
+    # --- cluster jobs (perfbisect.executors.slurm) -------------------------------------------------------
 
-    def add_job(self, bisection_id: int, slot: int, attempt: int, commit: str, executor: str, job_name: str) -> int:
-        """Store a job about to be submitted (before sbatch, so a crash cannot lose track of it)."""
+    def add_job(self, bisection_id: int, slot: int, attempt: int, commit: str, executor: str, job_name: str,
+                decision: Mapping[str, Any] | None = None) -> int:
+        """Store a job about to be submitted (before sbatch, so a crash cannot lose track of it), with the
+        decision that asked for it (None: a which-path job)."""
         with self.session(write=True) as s:
-            return jobs.insert_job(s, bisection_id, slot, attempt, commit, executor, job_name)
+            return jobs.insert_job(s, bisection_id, slot, attempt, commit, executor, job_name, decision)
 
     def job(self, row_id: int) -> JobRecord:
         with self.session() as s:

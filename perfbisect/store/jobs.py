@@ -1,4 +1,4 @@
-"""The jobs table: one row per observation submitted to a cluster (``perfbisect.cluster.slurm``).
+"""The jobs table: one row per observation submitted to a cluster (``perfbisect.executors.slurm``).
 
 Two writers share a row and never overwrite each other's columns: the controller (submission, the
 state Slurm reports, the observation it became, "lost") and the job on its node (its result or its
@@ -46,6 +46,7 @@ class JobRecord:
     result: Mapping[str, Any] | None
     error: str | None
     observation_seq: int | None
+    decision: Mapping[str, Any] | None = None  # what submitted it (executors.loop.batch_decision)
 
 
 def _record(row: JobRow) -> JobRecord:
@@ -55,14 +56,16 @@ def _record(row: JobRow) -> JobRecord:
         slurm_state=row.slurm_state, node=row.node, submitted_at=row.submitted_at, started_at=row.started_at,
         finished_at=row.finished_at, result=dict(row.result) if row.result is not None else None,
         error=row.error, observation_seq=row.observation_seq,
+        decision=dict(row.decision) if row.decision is not None else None,
     )
 
 
 def insert_job(session: Session, bisection_id: int, slot: int, attempt: int, commit: str, executor: str,
-               job_name: str) -> int:
+               job_name: str, decision: Mapping[str, Any] | None = None) -> int:
     row = JobRow(
         bisection_id=bisection_id, slot=slot, attempt=attempt, commit_sha=commit, executor=executor,
         job_name=job_name, state=SUBMITTED, submitted_at=time.time(),
+        decision=dict(decision) if decision is not None else None,
     )
     session.add(row)
     session.flush()

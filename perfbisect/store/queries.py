@@ -333,7 +333,7 @@ def recover_interrupted(
     )
     for row in running:
         # A cluster job's trial runs on another node: its job's state, not a local pid, says whether
-        # it is alive; the controller that watches the job closes it (perfbisect.cluster.slurm).
+        # it is alive; the controller that watches the job closes it (perfbisect.executors.slurm).
         if row.job_id is not None or owner_alive(row.owner):
             continue
         row.status = TrialStatus.FAILED.value

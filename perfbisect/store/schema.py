@@ -210,7 +210,7 @@ class NoiseEstimateRow(Base):
 
 
 class JobRow(Base):
-    """One observation's trials submitted to a cluster as a job (``perfbisect.cluster.slurm``).
+    """One observation's trials submitted to a cluster as a job (``perfbisect.executors.slurm``).
 
     The controller owns ``state`` ("submitted" while in flight, "observed" once its result is an
     observation, "lost" when the cluster ended it without a result), ``slurm_state`` and
@@ -236,6 +236,9 @@ class JobRow(Base):
     result: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     observation_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The decision that submitted it, with what it was decided on (executors.loop.batch_decision; NULL: a
+    # which-path job, or stored before migration 0008). Its observation carries it on.
+    decision: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON, nullable=True)
 
     __table_args__ = (Index(None, "bisection_id", "state"), Index(None, "job_id"))
 

@@ -1,10 +1,10 @@
 """The Slurm executor: each observation's trials run as one Slurm job on a whole node.
 
-The controller (``search``, called by ``app.run_bisection`` when ``[executor] kind = "slurm"``)
-asks the policy for up to k measurements (``SearchPolicy.next_batch``), stores a ``jobs`` row for
-each and submits it with ``sbatch --parsable --exclusive`` (argument lists only: the fixed script
-``slurm_job.sh`` execs ``python -m perfbisect.cluster.slurmjob`` with its arguments). It then polls: a job
-stores its own result in the results database (``perfbisect.cluster.slurmjob``), which the controller turns
+The search loop (``executors.loop.SearchLoop``, run by ``app.run_bisection`` with this executor when
+``[executor] kind = "slurm"``) asks the policy for up to k measurements (``SearchPolicy.next_batch``); the
+executor stores a ``jobs`` row for each, with the decision that asked for it, and submits it with ``sbatch --parsable --exclusive`` (argument lists only: the fixed script
+``slurm_job.sh`` execs ``python -m perfbisect.executors.slurmjob`` with its arguments). It then polls: a job
+stores its own result in the results database (``perfbisect.executors.slurmjob``), which the controller turns
 into the next observation (``seq`` = completion order, ``host`` = the node); a job Slurm reports
 ended (``scontrol show job``) without a result was lost by the cluster (cancelled, preempted, node
 failure, time limit, failed to start): an infrastructure failure, stored as such on the job and its
@@ -24,18 +24,19 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
-from ..engine.bisect import Done, Observation, SearchPolicy
+from ..engine.bisect import Measure, Observation
 from ..model import Commit
 from ..errors import InfrastructureError, UsageError
 from ..settings import ExecutorConfig
 from ..store.location import StoreLocation
 from ..store.jobs import OBSERVED, RESULT, SUBMITTED, JobRecord
 from ..measure.workspace import Progress, Workspace
+from .loop import Landed
 
 SCRIPT = Path(__file__).with_name("slurm_job.sh")
-JOB_MODULE = "perfbisect.cluster.slurmjob"
+JOB_MODULE = "perfbisect.executors.slurmjob"
 DB_ENV = "PERFBISECT_JOB_DB"  # the store URL with its password, for the job (never on its command line)
 COMMAND_TIMEOUT_S = 120.0
 CANCEL_WAIT_S = 120.0  # scancel: SIGTERM, then SIGKILL after the cluster's KillWait (30 s by default)
@@ -200,7 +201,10 @@ def cancel(job_ids: Sequence[str]) -> None:
 
 
 class SlurmExecutor:
-    """The jobs of one bisection: submit, watch, collect results, resubmit what the cluster lost."""
+    """The jobs of one bisection: submit, watch, collect results, resubmit what the cluster lost
+    (``executors.loop.Executor``: the search loop drives it as it drives the local one)."""
+
+    what = "Slurm jobs"
 
     def __init__(self, ws: Workspace, bisection_id: int, progress: Progress):
         if ws.config.path is None:
@@ -220,6 +224,8 @@ class SlurmExecutor:
         self._tag = hashlib.sha256(str(ws.db_path).encode()).hexdigest()[:8]
         jobs = ws.store.jobs(bisection_id)
         self.next_slot = max((j.slot for j in jobs), default=-1) + 1
+        self.slots = self.cfg.nodes
+        self.held: dict[tuple[int, ...], int] = {}  # trial ids -> the seq of the observation they are
 
     @property
     def pending(self) -> list[tuple[str, str | None]]:
@@ -230,10 +236,15 @@ class SlurmExecutor:
         return self.out_dir / f"{job.job_name}-{job.job_id}.out"
 
     # -- submission -------------------------------------------------------------------------------
-    def submit(self, commit: str, *, slot: int | None = None, attempt: int = 1, host: str | None = None,
-               extra: Sequence[str] | None = None) -> JobRecord:
+    def submit(self, measure: Measure, decision: dict[str, Any]) -> None:
+        """The search loop's measurement as a job, pinned to the node the policy asked for (if any)."""
+        self.submit_job(measure.commit, host=measure.host, decision=decision)
+
+    def submit_job(self, commit: str, *, slot: int | None = None, attempt: int = 1, host: str | None = None,
+                   extra: Sequence[str] | None = None, decision: Mapping[str, Any] | None = None) -> JobRecord:
         """Store the job, then sbatch it; the row exists first so that a crash cannot lose it.
-        ``extra``: the job's own arguments (a which-path job's, kept for its resubmissions)."""
+        ``extra``: the job's own arguments (a which-path job's, kept for its resubmissions); ``decision``:
+        the search's decision that asked for it (kept with the row; its observation carries it on)."""
         store = self.ws.store
         if slot is None:
             slot, self.next_slot = self.next_slot, self.next_slot + 1
@@ -243,7 +254,7 @@ class SlurmExecutor:
             self.extra[slot] = list(extra)
         extra = self.extra.get(slot, [])
         name = f"perfbisect-{self._tag}-b{self.bisection_id}-s{slot}-a{attempt}" + (MODES_SUFFIX if extra else "")
-        row_id = store.add_job(self.bisection_id, slot, attempt, commit, "slurm", name)
+        row_id = store.add_job(self.bisection_id, slot, attempt, commit, "slurm", name, decision=decision)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         db, env = job_db_argument(self.ws.db_path)
         args = [sys.executable, "--config", str(self.ws.config.path), "--db", db, "--row", str(row_id), *extra]
@@ -294,7 +305,7 @@ class SlurmExecutor:
             )
 
     # -- watching ---------------------------------------------------------------------------------
-    def collect(self) -> list[JobRecord]:
+    def collect_jobs(self) -> list[JobRecord]:
         """Jobs whose results are stored (oldest first); lost jobs are resubmitted on the way."""
         store = self.ws.store
         ready: list[JobRecord] = []
@@ -358,7 +369,54 @@ class SlurmExecutor:
                 f"Nothing was blamed on the commit. Check the nodes (`sinfo -R`) and [executor] time_limit, "
                 f"raise [executor] retries if the cluster preempts often, then `perfbisect resume {self.bisection_id}`."
             )
-        self.submit(job.commit, slot=job.slot, attempt=job.attempt + 1, host=self.pins.get(job.slot))
+        self.submit_job(job.commit, slot=job.slot, attempt=job.attempt + 1, host=self.pins.get(job.slot),
+                        decision=job.decision)
+
+    # -- the search loop's side (executors.loop.Executor) ---------------------------------------------
+    def resume(self, observations: list[Observation]) -> None:
+        """Before the loop: each stored observation's node from its job, the results already observed (a job
+        observed just before a kill is not observed twice), and the jobs still in flight re-attached."""
+        store = self.ws.store
+        nodes = {j.observation_seq: j.node for j in store.jobs(self.bisection_id, (OBSERVED,))}
+        observations[:] = [replace(o, host=nodes.get(o.seq, o.host)) for o in observations]
+        self.held = {tuple(o.trial_ids): o.seq for o in store.observations(self.bisection_id)}
+        self.reattach()
+
+    def free_hosts(self, free: int) -> list[str | None]:
+        """Idle nodes go to the policy, which pins measurements to them (a node's first trials are references
+        for its level offset); the other free slots run wherever Slurm says."""
+        hosts: list[str | None] = list(idle_nodes(self.cfg)[:free])
+        return [*hosts, *([None] * (free - len(hosts)))]
+
+    def collect(self) -> list[Landed]:
+        """The search's results that landed, as observations to store (oldest first)."""
+        landed = []
+        for job in self.collect_jobs():
+            result = dict(job.result or {})
+            trial_ids = tuple(int(t) for t in result.get("trial_ids", []))
+            if trial_ids and trial_ids in self.held:  # observed just before a kill: not twice
+                self.ws.store.job_observed(job.id, self.held[trial_ids])
+                continue
+            obs = Observation(
+                commit=job.commit, value=result.get("value"), covariates=dict(result.get("covariates") or {}),
+                at=result.get("at"), flag=result.get("flag"), host=job.node, layout=result.get("layout"),
+            )
+            landed.append(Landed(obs, trial_ids, dict(job.decision) if job.decision else None, handle=job))
+        return landed
+
+    def observed(self, landed: Landed, seq: int) -> None:
+        job = landed.handle
+        self.ws.store.job_observed(job.id, seq)
+        self.held[landed.trial_ids] = seq
+        value = "untestable" if landed.observation.value is None else "measured"
+        self.progress.info(f"[{seq + 1}] job {job.job_id} on {job.node}: {job.commit[:10]} {value}")
+
+    def wait(self) -> None:
+        time.sleep(self.cfg.poll_s)
+
+    def interrupted_line(self, ids: Sequence[str]) -> str:
+        return (f"cancelled the Slurm jobs in flight ({', '.join(ids)}) with scancel; their commits are measured "
+                f"again on resume")
 
     def cancel_all(self, why: str) -> list[str]:
         """scancel every job in flight, wait until Slurm has ended them (each job tears its server
@@ -385,7 +443,7 @@ def is_modes_job(job: JobRecord) -> bool:
 
 
 def modes_arguments(pair: Sequence[Commit], modes: Sequence[str], target: int) -> list[str]:
-    """The arguments a which-path job gets after ``--row`` (``perfbisect.cluster.slurmjob``)."""
+    """The arguments a which-path job gets after ``--row`` (``perfbisect.executors.slurmjob``)."""
     return ["--pair", pair[0].sha, pair[1].sha, "--target", str(target), *(f"--mode={m}" for m in modes)]
 
 
@@ -402,11 +460,11 @@ def measure_modes(ws: Workspace, bisection_id: int, pair: Sequence[Commit], mode
     try:
         executor.reattach(modes=extra)
         if not executor.in_flight:
-            job = executor.submit(pair[1].sha, extra=extra)
+            job = executor.submit_job(pair[1].sha, extra=extra)
             progress.info(f"job {job.job_id} measures {', '.join(modes)} at {pair[0].short} and {pair[1].short} "
                           f"(which path regressed)")
         while executor.in_flight:
-            for job in executor.collect():
+            for job in executor.collect_jobs():
                 ran += int((job.result or {}).get("ran", 0))
             if executor.in_flight:
                 time.sleep(ws.config.executor.poll_s)
@@ -416,64 +474,3 @@ def measure_modes(ws: Workspace, bisection_id: int, pair: Sequence[Commit], mode
             progress.warn(f"cancelled the which-path job ({', '.join(ids)}) with scancel; `perfbisect resume` measures it again")
         raise
     return ran
-
-
-def search(ws: Workspace, policy: SearchPolicy, observations: list[Observation], bisection_id: int,
-           progress: Progress) -> Done:
-    """Run the search with its trials as Slurm jobs, up to ``executor.nodes`` at once."""
-    store = ws.store
-    k = ws.config.executor.nodes
-    nodes = {j.observation_seq: j.node for j in store.jobs(bisection_id, (OBSERVED,))}
-    observations[:] = [replace(o, host=nodes.get(o.seq, o.host)) for o in observations]
-    held = {tuple(o.trial_ids): o.seq for o in store.observations(bisection_id)}
-    executor = SlurmExecutor(ws, bisection_id, progress)
-    try:
-        executor.reattach()
-        while True:
-            for job in executor.collect():
-                result = dict(job.result or {})
-                trial_ids = [int(t) for t in result.get("trial_ids", [])]
-                if trial_ids and tuple(trial_ids) in held:  # observed just before a kill: not twice
-                    store.job_observed(job.id, held[tuple(trial_ids)])
-                    continue
-                obs = Observation(
-                    commit=job.commit, value=result.get("value"), covariates=dict(result.get("covariates") or {}),
-                    seq=len(observations), at=result.get("at"), flag=result.get("flag"), host=job.node,
-                    layout=result.get("layout"),
-                )
-                store.add_observation(bisection_id, obs.seq, obs.commit, obs.value, trial_ids, obs.covariates, flag=obs.flag,
-                                      layout=obs.layout, host=obs.host)
-                store.job_observed(job.id, obs.seq)
-                held[tuple(trial_ids)] = obs.seq
-                observations.append(obs)
-                value = "untestable" if obs.value is None else "measured"
-                progress.info(f"[{obs.seq + 1}] job {job.job_id} on {job.node}: {job.commit[:10]} {value}")
-            free = k - len(executor.in_flight)
-            pending = executor.pending
-            # Idle nodes go to the policy, which pins measurements to them (a node's first trials
-            # are references for its level offset); the other free slots run wherever Slurm says.
-            hosts = idle_nodes(ws.config.executor)[:free] if free > 0 else []
-            hosts = [*hosts, *([None] * (free - len(hosts)))]
-            action = policy.next_batch(observations, free, pending=pending, hosts=hosts) if free > 0 else []
-            if isinstance(action, Done):
-                if executor.in_flight:
-                    ids = executor.cancel_all("cancelled: the search finished without this measurement")
-                    progress.info(f"search finished: cancelled jobs {', '.join(ids)} still in flight")
-                return action
-            for measure in action:
-                progress.info(f"{measure.commit[:10]} ({measure.phase}): {measure.reason}")
-                executor.submit(measure.commit, host=getattr(measure, "host", None))
-            if not executor.in_flight:
-                raise InfrastructureError(
-                    f"The search of bisection #{bisection_id} asked for nothing while no job was in flight; "
-                    f"this is a bug, please report it. `perfbisect resume {bisection_id}` continues from what is stored."
-                )
-            time.sleep(ws.config.executor.poll_s)
-    except KeyboardInterrupt:
-        ids = executor.cancel_all("cancelled: perfbisect was interrupted")
-        if ids:
-            progress.warn(
-                f"cancelled the Slurm jobs in flight ({', '.join(ids)}) with scancel; their commits are measured "
-                f"again on resume"
-            )
-        raise

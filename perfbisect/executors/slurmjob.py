@@ -1,9 +1,9 @@
-"""One Slurm job of a bisection, on its node: ``python -m perfbisect.cluster.slurmjob --config C --db D --row N``.
+"""One Slurm job of a bisection, on its node: ``python -m perfbisect.executors.slurmjob --config C --db D --row N``.
 
 A which-path job (``--pair BEFORE CULPRIT --target N --mode=M ...``, from ``slurm.measure_modes``) measures
 those modes at both commits instead (``trials.measure_modes``) and stores the trials it ran on the row.
 
-Started by ``slurm_job.sh`` (submitted by ``perfbisect.cluster.slurm``). It opens the config and the results
+Started by ``slurm_job.sh`` (submitted by ``perfbisect.executors.slurm``). It opens the config and the results
 database exactly as the controller named them, takes this node's locks (a per-node cache directory
 under the config's cache_dir, and the GPU node lock), measures the row's commit once with the
 ordinary ``TrialRunner``/``observe`` (prepare/build, server, workload, teardown, system-state
@@ -38,11 +38,11 @@ def node_name() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfbisect.cluster.slurmjob", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m perfbisect.executors.slurmjob", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="the perfbisect.toml of the bisection")
     parser.add_argument("--db", required=True, help="the results database, as the controller named it")
     parser.add_argument("--row", required=True, type=int, help="the jobs row this job measures")
-    # A which-path job (perfbisect.cluster.slurm.measure_modes): the modes at the pair, not an observation.
+    # A which-path job (perfbisect.executors.slurm.measure_modes): the modes at the pair, not an observation.
     parser.add_argument("--pair", nargs=2, metavar=("BEFORE", "CULPRIT"), help="the commit before the culprit and the culprit")
     parser.add_argument("--mode", action="append", default=[], help="a mode to measure at both (repeated)")
     parser.add_argument("--target", type=int, default=0, help="measured trials wanted of each mode at each commit")
@@ -64,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
     # node's own, and --exclusive means one job at a time uses it.
     config = replace(config, target=replace(config.target, cache_dir=config.cache_dir / "nodes" / node))
     db = args.db
-    if db.startswith("env:"):  # a URL with a password: handed over in the environment (perfbisect.cluster.slurm)
+    if db.startswith("env:"):  # a URL with a password: handed over in the environment (perfbisect.executors.slurm)
         db = os.environ.get(db[len("env:"):], "")
         if not db:
             raise UsageError(

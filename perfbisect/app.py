@@ -39,6 +39,7 @@ from .git.targets import active_filters
 from .model import BisectOutcome, Commit, Comparison, TrialResult, TrialStatus, Verdict, median
 from .metrics import DECODE, describe as describe_metric
 from .metrics import describe_workload, stored_or_described
+from .workload_kinds import kind_of
 from .report.render import attribution_line, history_line, state_lines
 from .engine.stats import NoiseModel, compare, compare_sequential, log_of_pct, pct
 from .engine.regressed_path import decide as decide_path
@@ -393,7 +394,7 @@ def run_bisection(
         more = cost.more_trials_line(ws, outcome.more_trials, settles(outcome))
     return BisectResult(
         bisection_id=bisection_id, outcome=outcome, commits=by_sha, filtered=filtered, db_path=ws.db_path,
-        state=state_lines(trials, gpu_target=cfg.workload.kind != "command"), more=more, metric=metric.as_json(),
+        state=state_lines(trials, gpu_target=kind_of(cfg.workload).serves), more=more, metric=metric.as_json(),
         resumed=resumed.as_json() if resumed is not None else None,
     )
 

@@ -42,6 +42,7 @@ from .settings import (
     TargetConfig,
     WorkloadConfig,
 )
+from .workload_kinds import kind_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -412,7 +413,7 @@ def _server(sec: _Section, base: Path) -> ServerConfig:
 
 def _check_server(path: Path | None, server: ServerConfig, workload: WorkloadConfig) -> None:
     command = server.command
-    if workload.kind == "command":
+    if not kind_of(workload).serves:
         return  # the command starts whatever it measures: [server] is optional, its command unused
     if not command:
         raise ConfigError(
@@ -440,7 +441,7 @@ def _modes(sec: _Section, base: Path) -> dict[str, ModeConfig]:
 
 def _workload(sec: _Section, base: Path) -> WorkloadConfig:
     workload = WorkloadConfig(**_read_fields(sec, WorkloadConfig, "workload", base))
-    if workload.kind == "command" and not workload.command:
+    if kind_of(workload).requires == "command" and not workload.command:
         raise ConfigError(f"{sec.file}: workload.kind is 'command' but 'workload.command' is empty; give the benchmark command that prints a JSON object.")
     problem = metrics.unknown_quantity(workload) or metrics.direction_conflict(workload, sec.data.get("higher_is_better"))
     if problem:

@@ -18,6 +18,7 @@ from .measure.sysstate import collect_snapshot, throttle_reason_names
 from .measure.versions import target_versions
 from .errors import ConfigError, GitError, PatchError, PerfbisectError, StoreError
 from .git.targets import is_sglang_target, target_name
+from .workload_kinds import kind_of
 
 # Which check a failure to open the workspace belongs to.
 _OPENING: tuple[tuple[type, str], ...] = (
@@ -45,7 +46,7 @@ def _config(ctx: dict) -> list[Finding]:
     ctx["config"] = cfg
     modes = ", ".join(sorted(cfg.modes))
     out = [Finding("config", "ok", f"{cfg.path}: {target_name(cfg)} target; modes {modes}; metric {cfg.stats.metric}; {_trial_shape(cfg)}")]
-    if cfg.workload.kind == "command" and cfg.server.command:
+    if not kind_of(cfg.workload).serves and cfg.server.command:
         out.append(Finding("config", "info", "server.command is not used: a command workload starts what it measures (the [server] table can go)"))
     return out
 
@@ -53,7 +54,7 @@ def _config(ctx: dict) -> list[Finding]:
 def _trial_shape(cfg) -> str:
     """What one trial runs, in the target's own terms (tokens only where requests generate them)."""
     w = cfg.workload
-    if w.kind == "command":
+    if not kind_of(w).serves:
         better = "higher" if w.higher_is_better else "lower"
         return f"{w.warmup} warm-up + 1 measured invocation of workload.command per trial, metric '{w.metric}' ({better} is better)"
     runs = f"{w.runs} runs" if w.runs else "auto runs (workload.runs = 0)"
@@ -254,7 +255,7 @@ def _launch(ctx: dict) -> list[Finding]:
     ws = ctx["ws"]
     cfg = ws.config
     mode = cfg.modes.get("baseline") or next(iter(cfg.modes.values()))
-    if cfg.workload.kind == "command":
+    if not kind_of(cfg.workload).serves:
         return [_command_check(ws)]
     try:
         # The same locks as a trial: a launch next to a running bisection would disturb its numbers.

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from .model import RunResult
+from .workload_kinds import kind_of
 
 
 @dataclass(frozen=True)
@@ -150,11 +151,11 @@ def quantity_name(name: str) -> str:
 
 def describe_workload(workload: Any) -> Metric:
     """The metric each run of this workload yields (``settings.WorkloadConfig``)."""
-    kind = getattr(workload, "kind", "sglang")
+    keys = kind_of(workload).metric_keys
     key = getattr(workload, "metric", "tok_s")
-    if kind == "command":
+    if keys == "any":
         return Metric(key, key, _unit_of_key(key), bool(getattr(workload, "higher_is_better", True)))
-    if kind == "bench_serving":
+    if keys == "bench_serving":
         key = BENCH_SERVING_DEFAULT if key in ALIASES else key
         known = BENCH_SERVING_KEYS.get(key)
         return known or Metric(key, key, _unit_of_key(key), bool(getattr(workload, "higher_is_better", True)))
@@ -220,7 +221,7 @@ def unknown_quantity(workload: Any) -> str | None:
     """Why ``workload.metric`` names nothing this workload kind records (for a ConfigError), or None."""
     kind = getattr(workload, "kind", "sglang")
     key = getattr(workload, "metric", "tok_s")
-    if kind == "command" or kind == "bench_serving" or quantity_name(key) in QUANTITIES:
+    if kind_of(workload).metric_keys != "quantities" or quantity_name(key) in QUANTITIES:
         return None
     known = ", ".join(list(QUANTITIES) + list(ALIASES))
     return (f"key 'workload.metric' is {key!r}, which workload.kind = {kind!r} does not record. Known quantities: "

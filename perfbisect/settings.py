@@ -16,6 +16,7 @@ from typing import Annotated, Mapping
 
 from .errors import ConfigError
 from .model import content_hash
+from .workload_kinds import KINDS
 
 # A command: a list of arguments, or in the file a string split like a shell would (never run by one).
 Argv = Annotated[tuple[str, ...], "argv"]
@@ -33,7 +34,7 @@ SGLANG_IGNORE_PATHS: tuple[str, ...] = (
     "python/sglang/multimodal_gen/**",
 )
 
-WORKLOAD_KINDS: tuple[str, ...] = ("sglang", "openai-completions", "openai-chat", "command", "bench_serving")
+WORKLOAD_KINDS: tuple[str, ...] = tuple(KINDS)  # workload_kinds.KINDS: what each one is
 
 
 # One rule for every number perfbisect reads, config key or command-line flag: finite, and no

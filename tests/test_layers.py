@@ -27,7 +27,7 @@ _spec.loader.exec_module(restructure)
 MAY_IMPORT_APP = {"cli", "demo.run", "check"}
 MAY_IMPORT_CLI = {"__main__", "hookworker"}
 # Values every layer receives; they import nothing of perfbisect but each other.
-VALUE_MODULES = {"settings", "model", "errors", "placeholders", "layout"}
+VALUE_MODULES = {"settings", "model", "errors", "placeholders", "layout", "workload_kinds"}
 
 
 def named(graph: dict[str, set[str]], short: str) -> str:

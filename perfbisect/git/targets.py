@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .pathfilter import PathFilter
 from ..settings import SGLANG_IGNORE_PATHS, Config
+from ..workload_kinds import kind_of
 
 
 def is_sglang_target(config: Config) -> bool:
@@ -21,10 +22,9 @@ def is_sglang_target(config: Config) -> bool:
     A ``command`` workload runs no server, so only its kind could say "sglang", and it never does:
     a command workload is not an SGLang target even in an SGLang checkout (set ``[filters] ignore``).
     """
-    if config.workload.kind == "command":
-        return False
-    if config.workload.kind == "sglang":
-        return True
+    said = kind_of(config.workload).sglang
+    if said is not None:
+        return said
     return any("sglang" in arg.lower() for arg in config.server.command)
 
 
@@ -32,9 +32,7 @@ def target_name(config: Config) -> str:
     """How doctor and plan name the target: "SGLang", "command workload", "OpenAI-compatible server"."""
     if is_sglang_target(config):
         return "SGLang"
-    if config.workload.kind == "command":
-        return "command workload"
-    return "OpenAI-compatible server"
+    return kind_of(config.workload).title
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from ..runtime.locks import LockHeld
 from ..model import Commit, Verdict
 from .notify import notify, one_line, summary_line
 from ..runtime.polling import poll_until
+from ..workload_kinds import kind_of
 
 # Once a check runs, a trial that finds the GPUs taken waits this long for them before failing.
 TRIAL_WAIT_IDLE_S = DEFAULT_WAIT_IDLE_S
@@ -254,7 +255,7 @@ def run_job(config: Config, queue: CheckQueue, job: Job, progress: Progress) -> 
     try:
         # A command target runs no server and holds no GPU (exclusive() takes no GPU lock for it either):
         # waiting for the GPUs to be free for idle_s would only delay its check, by idle_s on every pull.
-        gpu_target = config.workload.kind != "command"
+        gpu_target = kind_of(config.workload).serves
         with Workspace.open(config) as ws, ExitStack() as held:
             while True:
                 if gpu_target:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Sequence
 from .calibration import noise_model_for_key, run_logs
 from ..model import NoiseKey, TrialResult, TrialStatus
 from ..engine.stats import pct
+from ..workload_kinds import kind_of
 
 if TYPE_CHECKING:  # the workspace is only passed through
     from .workspace import Workspace
@@ -200,10 +201,9 @@ def runs_advice(ws: "Workspace", mode_name: str) -> RunsAdvice:
     w = cfg.workload
     configured = w.runs
     fallback = configured or FALLBACK_RUNS
-    if w.kind in ("command", "bench_serving"):
-        what = ("one measured invocation of workload.command per trial" if w.kind == "command"
-                else "bench_serving runs every request in one invocation, one measured result per trial")
-        return RunsAdvice(configured, fallback, None, nothing_to_choose=what)
+    single = kind_of(w).single_invocation
+    if single:
+        return RunsAdvice(configured, fallback, None, nothing_to_choose=single)
     keys = sibling_keys(ws, mode_name)
     host = ws.host
     stored = [t for t in ws.store.trials(mode=mode_name) if t.identity.host == host and t.identity.workload_hash in keys]

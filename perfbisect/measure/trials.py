@@ -50,6 +50,7 @@ from ..store import Store, owner_alive, process_owner
 from .external_workloads import run_bench_serving, run_command_workload
 from .workload import avg_spec_accept_length, read_server_info, run_workload, server_info_warnings
 from .workspace import Progress, Workspace
+from ..workload_kinds import kind_of
 
 
 @dataclass
@@ -316,7 +317,7 @@ class TrialRunner:
         self.progress.info(f"trial #{trial_id}: {commit.short} [{mode.name}] {commit.subject[:60]}")
         self.progress.detail(f"  layout {layout.id}: {_layout_words(layout, prepared.worktree)}")
         session = _Session(trial_id, self.ws.store, self.progress, describe_workload(self.ws.config.workload))
-        what = "workload.command" if self.ws.config.workload.kind == "command" else "server and benchmark"
+        what = "server and benchmark" if kind_of(self.ws.config.workload).serves else "workload.command"
         self.progress.detail(f"{prepared.commit.short} [{mode.name}]: running the {what}; its runs show as they land")
         status, error = self._measure(session, prepared, mode, log_path, layout)
         if versions is None:
@@ -383,7 +384,7 @@ class TrialRunner:
         released = gpu_memory_released(gpu_baseline, tolerance_mib=1024) if gpu_baseline else None
         try:
             with session.sampler:
-                if self.ws.config.workload.kind == "command":
+                if kind_of(self.ws.config.workload).client == "command":
                     self._run_command(session, prepared, mode, log_path, layout)
                 else:
                     self._run_server(session, prepared, mode, log_path, released, layout)
@@ -447,7 +448,7 @@ class TrialRunner:
             if refused is not None:
                 raise refused
             workload = self._workload(mode)
-            if cfg.workload.kind == "bench_serving":
+            if kind_of(cfg.workload).client == "bench_serving":
                 env = {**cfg.server.env, **mode.env}
                 # The client of one fixed revision, with the user's interpreter: a change to the
                 # client, or to a commit's pins, cannot move what it reports.

@@ -48,6 +48,7 @@ from ..settings import WorkloadConfig
 from ..errors import ConfigError, ServerDied, WorkloadError
 from ..model import RunResult
 from .warmup import MIN_LATER_RUNS, extra_runs_bound, leading_warmup
+from ..workload_kinds import KINDS, kind_of
 
 # The user's protocol: short prompts of 26–34 tokens (counted as words and punctuation marks,
 # which is close to what a BPE tokenizer gives for plain English).
@@ -72,10 +73,11 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
 
 _SERVER_PROBE_TIMEOUT_S = 5.0
 _CONNECT_TIMEOUT_S = 10.0
-_KINDS = {
+# The endpoint of each request format perfbisect's own client speaks (workload_kinds.WorkloadKind.requests).
+_ENDPOINTS = {
     "sglang": "/generate",
-    "openai-completions": "/v1/completions",
-    "openai-chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
 }
 
 
@@ -244,8 +246,8 @@ class _Stream:
         return int(round(sum(k for _, k in self.arrivals)))
 
 
-def _payload(kind: str, cfg: WorkloadConfig, prompt: str, ignore_eos: bool) -> dict[str, Any]:
-    if kind == "sglang":
+def _payload(style: str, cfg: WorkloadConfig, prompt: str, ignore_eos: bool) -> dict[str, Any]:
+    if style == "sglang":
         return {
             "text": prompt,
             "sampling_params": {
@@ -263,20 +265,20 @@ def _payload(kind: str, cfg: WorkloadConfig, prompt: str, ignore_eos: bool) -> d
         "stream_options": {"include_usage": True},
         "ignore_eos": ignore_eos,  # SGLang's extra field; OpenAI proper ignores it
     }
-    if kind == "openai-chat":
+    if style == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
     return body
 
 
-def _on_event(kind: str, event: dict[str, Any], t: float, rec: _Stream, state: dict[str, Any]) -> None:
+def _on_event(style: str, event: dict[str, Any], t: float, rec: _Stream, state: dict[str, Any]) -> None:
     """Fold one SSE data object into the record."""
     if "error" in event and not event.get("choices") and "meta_info" not in event:
         err = event["error"]
         rec.error = f"server error in stream: {err.get('message', err) if isinstance(err, dict) else err}"
         return
-    if kind == "sglang":
+    if style == "sglang":
         meta = event.get("meta_info") or {}
         rec.request_id = meta.get("id", rec.request_id)
         if meta.get("prompt_tokens") is not None:
@@ -312,7 +314,7 @@ def _on_event(kind: str, event: dict[str, Any], t: float, rec: _Stream, state: d
             rec.finished = True
 
 
-def _stream_one(client: httpx.Client, url: str, kind: str, payload: dict[str, Any]) -> _Stream:
+def _stream_one(client: httpx.Client, url: str, style: str, payload: dict[str, Any]) -> _Stream:
     """Send one streaming request and timestamp every chunk as it arrives. Never raises."""
     rec = _Stream(t_request=time.perf_counter())
     state: dict[str, Any] = {}
@@ -343,7 +345,7 @@ def _stream_one(client: httpx.Client, url: str, kind: str, payload: dict[str, An
                         rec.error = f"unparseable stream chunk from {url}: {body[:200]!r}"
                         return rec
                     if isinstance(event, dict):
-                        _on_event(kind, event, t, rec, state)
+                        _on_event(style, event, t, rec, state)
     except httpx.ConnectError as exc:
         rec.error, rec.connection_lost = f"connection refused by {url}: {exc}", True
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
@@ -356,7 +358,7 @@ def _stream_one(client: httpx.Client, url: str, kind: str, payload: dict[str, An
         rec.error = f"request to {url} failed: {type(exc).__name__}: {exc}"
     if rec.error is None and not rec.finished:
         rec.error = f"the stream from {url} ended without a final chunk after {rec.tokens} tokens"
-    if kind != "sglang" and rec.reported_tokens is not None and len(rec.arrivals) > 1:
+    if style != "sglang" and rec.reported_tokens is not None and len(rec.arrivals) > 1:
         # OpenAI chunks don't say how many tokens they carry: spread the reported total evenly
         # over the chunks after the first (which carries the prefill token).
         per_chunk = (rec.reported_tokens - 1) / (len(rec.arrivals) - 1)
@@ -477,13 +479,15 @@ def run_workload(
     re-mark what it stored) and as many more runs are measured, up to ``warmup.extra_runs_bound``, so
     the trial keeps its run count; the runs that replace them are looked at again the same way.
     """
-    if cfg.kind not in _KINDS:
+    style = kind_of(cfg).requests
+    if style is None:
+        speaks = ", ".join(k.name for k in KINDS.values() if k.requests)
         raise WorkloadError(
-            f"run_workload cannot run workload.kind = {cfg.kind!r}: it speaks {', '.join(_KINDS)}. "
+            f"run_workload cannot run workload.kind = {cfg.kind!r}: it speaks {speaks}. "
             f"Use run_command_workload for kind = 'command'."
         )
     base = base_url.rstrip("/")
-    url = base + _KINDS[cfg.kind]
+    url = base + _ENDPOINTS[style]
     prompts = load_prompts(cfg)
     concurrency = max(1, cfg.concurrency)
     timeout = httpx.Timeout(cfg.request_timeout_s, connect=_CONNECT_TIMEOUT_S)
@@ -507,9 +511,9 @@ def run_workload(
             batch = [prompts[(next_prompt + j) % len(prompts)] for j in range(concurrency)]
             next_prompt += concurrency
             if concurrency == 1:
-                recs = [_stream_one(client, url, cfg.kind, _payload(cfg.kind, cfg, batch[0], ignore_eos))]
+                recs = [_stream_one(client, url, style, _payload(style, cfg, batch[0], ignore_eos))]
             else:
-                futures = [pool.submit(_stream_one, client, url, cfg.kind, _payload(cfg.kind, cfg, p, ignore_eos)) for p in batch]
+                futures = [pool.submit(_stream_one, client, url, style, _payload(style, cfg, p, ignore_eos)) for p in batch]
                 recs = [f.result() for f in futures]
             run = metrics.with_quantity(_summarise(index, warmup, cfg, recs), cfg)
             lost = any(r.connection_lost for r in recs)

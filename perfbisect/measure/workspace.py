@@ -29,6 +29,7 @@ from ..model import NoiseKey
 from .server import port_holders, port_in_use
 from ..store import Store, StoreLocation, locate, open_store
 from ..git.targets import active_filters
+from ..workload_kinds import kind_of
 
 
 class Progress:
@@ -146,7 +147,7 @@ def check_cache_dir(config: Config) -> None:
 def preflight(ws: Workspace) -> None:
     """Fail fast on what would break every trial: a server command that does not exist, a busy fixed port."""
     cfg = ws.config
-    if cfg.workload.kind == "command":
+    if not kind_of(cfg.workload).serves:
         argv = expand(cfg.workload.command, python=cfg.target.python, worktree=str(cfg.target.repo))
         what = "workload.command"
     else:
@@ -158,7 +159,7 @@ def preflight(ws: Workspace) -> None:
             f"{cfg.path}: {what} starts with '{exe}', which is not an executable on PATH or a path to one. "
             f"Fix {what} (for SGLang: [\"{{python}}\", \"-m\", \"sglang.launch_server\", ...]) or target.python."
         )
-    if cfg.workload.kind != "command" and cfg.server.port and port_in_use(cfg.server.host, cfg.server.port):
+    if kind_of(cfg.workload).serves and cfg.server.port and port_in_use(cfg.server.host, cfg.server.port):
         holders = port_holders(cfg.server.port)
         who = f" (held by pid {', '.join(map(str, holders))})" if holders else ""
         raise ConfigError(
@@ -172,7 +173,7 @@ def exclusive(ws: Workspace, progress: Progress | None = None, *, wait: bool = F
     With a shared store the node is locked in the database too, where every user of it sees the holder."""
     progress = progress or Progress()
     cfg = ws.config
-    gpu = gpu and cfg.workload.kind != "command"  # no server, no GPU: its repository's lock is all it needs
+    gpu = gpu and kind_of(cfg.workload).serves  # no server, no GPU: its repository's lock is all it needs
     shared_lock = ws.store.node_lock() if gpu else None
     return locks.exclusive(
         cfg.cache_dir,

@@ -11,8 +11,6 @@ from .database import (
     default_db_path,
     make_engine,
     open_store,
-    owner_alive,
-    process_owner,
 )
 from .jobs import JobRecord
 from .location import StoreLocation, locate, mask
@@ -45,6 +43,4 @@ __all__ = [
     "make_engine",
     "mask",
     "open_store",
-    "owner_alive",
-    "process_owner",
 ]

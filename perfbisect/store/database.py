@@ -12,7 +12,6 @@ by code that wants several steps in one transaction. Where it is comes from ``lo
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -37,6 +36,7 @@ from ..model import (
     TrialStatus,
     content_hash,
 )
+from ..runtime.liveness import owner_alive, process_owner
 from . import jobs
 from .jobs import JobRecord
 from . import queries, shared
@@ -62,56 +62,6 @@ def default_db_path(repo: Path) -> Path:
             target = Path(text[len("gitdir:") :].strip())
             dot_git = target if target.is_absolute() else (Path(repo) / target).resolve()
     return dot_git / "perfbisect" / DB_FILENAME
-
-
-def process_owner() -> str:
-    """``host:pid:start`` of this process; recovery uses it to tell live trials from dead ones."""
-    pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{_process_start(pid)}"
-
-
-def owner_alive(owner: str) -> bool:
-    """Whether the process that wrote ``owner`` (see ``process_owner``) is still running here.
-
-    An owner from another host name counts as gone: SQLite files are not shared across machines,
-    and a container restart changes the host name, so waiting for it would wait forever.
-    """
-    host, _, rest = owner.partition(":")
-    pid_text, _, start = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    state, now_start = _process_state(pid)
-    if state == "Z":  # killed but not yet reaped by its parent: gone for our purposes
-        return False
-    # The pid may have been reused by an unrelated process since: compare start times.
-    return start in ("", "?") or now_start in (start, "?")
-
-
-def _process_start(pid: int) -> str:
-    return _process_state(pid)[1]
-
-
-def _process_state(pid: int) -> tuple[str, str]:
-    """("Z" for a zombie, else "R"; start time in clock ticks since boot), or ("?", "?") where there is none.
-
-    The start is in clock ticks (proc(5)'s starttime), as owner strings have always been written:
-    psutil's create_time is boot time + ticks / CLK_TCK, so rounding gives the ticks back exactly."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        status, created = proc.status(), proc.create_time()
-        ticks = round((created - psutil.boot_time()) * os.sysconf("SC_CLK_TCK"))
-    except (psutil.Error, OSError, ValueError):
-        return "?", "?"
-    return ("Z" if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) else "R"), str(ticks)
 
 
 def _read_only_connection(path: Path, busy_timeout_s: float) -> Any:

@@ -2,7 +2,10 @@
 Alembic migrations in db/.
 
 SQLAlchemy is imported only inside this package. ``open_store`` is the app layer's entry point;
-``perfbisect.store.queries`` holds the session-taking query functions behind it.
+the session-taking query functions behind it are grouped by what they read and write:
+``perfbisect.store.trial_queries`` (trials and runs), ``bisection_queries`` (bisections and
+observations), ``noise_queries``, ``comparison_queries``, ``jobs`` (cluster jobs) and ``recovery``
+(what a dead process left running).
 """
 
 from .database import (

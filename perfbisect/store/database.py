@@ -3,8 +3,9 @@ SQLAlchemy, migrated by Alembic.
 
 ``open_store(path)`` gives a ``Store`` that owns the engine and runs each call in its own short
 transaction, so every run is committed the moment it lands and a crash loses nothing stored. The
-query functions it calls (``perfbisect.store.queries``) take a ``Session`` and can be used directly
-by code that wants several steps in one transaction. Where it is comes from ``location.locate``
+query functions it calls (``trial_queries``, ``bisection_queries``, ``noise_queries``,
+``comparison_queries``, ``jobs``, ``recovery``) take a ``Session`` and can be used directly by code
+that wants several steps in one transaction. Where it is comes from ``location.locate``
 (``--db PATH`` or ``--db URL``); a shared store also holds this process's owner lock
 (``shared.OwnerLock``) while it is open, which is how other hosts tell its trials are still alive.
 """
@@ -37,12 +38,12 @@ from ..model import (
     content_hash,
 )
 from ..runtime.liveness import owner_alive, process_owner
-from . import jobs
+from . import bisection_queries, comparison_queries, jobs, noise_queries, recovery, shared, trial_queries
+from .codec import json_part
 from .jobs import JobRecord
-from . import queries, shared
 from .location import StoreLocation, locate, mask
 from .migrations import upgrade_to_head
-from .queries import TrialDetails
+from .trial_queries import TrialDetails
 from .records import BisectionRecord, ComparisonRecord, NoiseEstimate, ObservationRecord, TrialPurpose
 
 DB_FILENAME = "results.sqlite"
@@ -472,7 +473,7 @@ class Store:
     ) -> int:
         """Store a new running trial (and the layout it runs under) and return its id."""
         with self.session(write=True) as s:
-            return queries.insert_trial(
+            return trial_queries.insert_trial(
                 s,
                 identity,
                 purpose,
@@ -488,17 +489,17 @@ class Store:
     def trial_count(self, commit: str, mode: str) -> int:
         """How many trials of (commit, mode) are stored, whatever their status (the layout draw's counter)."""
         with self.session() as s:
-            return queries.count_trials(s, commit, mode)
+            return trial_queries.count_trials(s, commit, mode)
 
     def add_run(self, trial_id: int, run: RunResult) -> None:
         """Store one run, committed before this returns."""
         with self.session(write=True) as s:
-            queries.insert_run(s, trial_id, run)
+            trial_queries.insert_run(s, trial_id, run)
 
     def mark_detected_warmup(self, trial_id: int, indices: Sequence[int]) -> int:
         """Re-mark measured runs (by index) of a running trial as warm-up found after the fact."""
         with self.session(write=True) as s:
-            return queries.mark_detected_warmup(s, trial_id, indices)
+            return trial_queries.mark_detected_warmup(s, trial_id, indices)
 
     def finish_trial(
         self,
@@ -517,19 +518,19 @@ class Store:
         # Encode first: a value that cannot be stored fails before any row is touched.
         details = TrialDetails.encode(system, system_samples, env_checks, server_info, versions)
         with self.session(write=True) as s:
-            return queries.finish_trial(
+            return trial_queries.finish_trial(
                 s, trial_id, status, details, error=error, finished_at=finished_at
             )
 
     def trial(self, trial_id: int) -> TrialResult:
         """One stored trial with its runs."""
         with self.session() as s:
-            return queries.load_trial(s, trial_id)
+            return trial_queries.load_trial(s, trial_id)
 
     def trial_samples(self, trial_id: int) -> dict[str, Any] | None:
         """The compact system-state samples stored with a trial."""
         with self.session() as s:
-            return queries.trial_samples(s, trial_id)
+            return trial_queries.trial_samples(s, trial_id)
 
     def trials(
         self,
@@ -544,7 +545,7 @@ class Store:
     ) -> list[TrialResult]:
         """Stored trials matching the filters, oldest first, with their runs."""
         with self.session() as s:
-            return queries.select_trials(
+            return trial_queries.select_trials(
                 s,
                 commit=commit,
                 mode=mode,
@@ -560,12 +561,12 @@ class Store:
     ) -> list[list[TrialResult]]:
         """Repeated OK trials of identical builds under one noise key: A/A data for σ_b."""
         with self.session() as s:
-            return queries.identical_build_groups(s, noise_key, min_size=min_size)
+            return trial_queries.identical_build_groups(s, noise_key, min_size=min_size)
 
     def unfinished_trials(self) -> list[TrialResult]:
         """Trials still marked running (see ``records.is_unfinished``)."""
         with self.session() as s:
-            return queries.unfinished_trials(s)
+            return trial_queries.unfinished_trials(s)
 
     def recover_interrupted(self, *, force: bool = False) -> tuple[list[int], list[int]]:
         """Mark trials/bisections left running by a dead process failed ("interrupted") / interrupted.
@@ -576,17 +577,17 @@ class Store:
         alive = (lambda _owner: False) if force else self.owner_alive
         with self.session() as s:
             # Most opens find nothing to recover: look before taking the write lock.
-            if not queries.has_running(s):
+            if not recovery.has_running(s):
                 return [], []
         with self.session(write=True) as s:
-            return queries.recover_interrupted(s, alive)
+            return recovery.recover_interrupted(s, alive)
 
     def release_own(self) -> tuple[list[int], list[int]]:
         """Mark this process's running trials and bisections interrupted (an orderly Ctrl-C or
         SIGTERM exit), along with any left by dead processes. Returns (trial ids, bisection ids)."""
         mine = self.owner
         with self.session(write=True) as s:
-            return queries.recover_interrupted(s, lambda owner: owner != mine and self.owner_alive(owner))
+            return recovery.recover_interrupted(s, lambda owner: owner != mine and self.owner_alive(owner))
 
     # --- bisections ----------------------------------------------------------------------------
 
@@ -610,11 +611,11 @@ class Store:
         ``config_hash`` defaults to the content hash of those settings; ``search_start`` is what the
         search starts from (``search_replay.SearchStart.as_json``), so a report replays this search.
         """
-        encoded = queries.json_part("settings", settings if settings is not None else {})
+        encoded = json_part("settings", settings if settings is not None else {})
         if config_hash is None:
             config_hash = content_hash(encoded)
         with self.session(write=True) as s:
-            return queries.insert_bisection(
+            return bisection_queries.insert_bisection(
                 s,
                 good=good,
                 bad=bad,
@@ -645,48 +646,48 @@ class Store:
         """Append one observation (committed before this returns); ``host`` and ``decision``: the node
         the search was told measured it and the decision that asked for it (what a report replays)."""
         with self.session(write=True) as s:
-            queries.insert_observation(s, bisection_id, seq, commit, value, trial_ids, covariates, flag=flag, layout=layout,
-                                       host=host, decision=decision)
+            bisection_queries.insert_observation(s, bisection_id, seq, commit, value, trial_ids, covariates,
+                                                 flag=flag, layout=layout, host=host, decision=decision)
 
     def add_noise_estimate(self, estimate: NoiseEstimate) -> None:
         """Keep a measured noise level (committed before this returns)."""
         with self.session(write=True) as s:
-            queries.insert_noise_estimate(s, estimate)
+            noise_queries.insert_noise_estimate(s, estimate)
 
     def noise_estimates(self, mode: str, workload_hash: str) -> list[NoiseEstimate]:
         """Stored noise estimates for (mode, workload) on every host, newest first."""
         with self.session() as s:
-            return queries.load_noise_estimates(s, mode, workload_hash)
+            return noise_queries.load_noise_estimates(s, mode, workload_hash)
 
     def observations(self, bisection_id: int) -> list[ObservationRecord]:
         """A bisection's observations in replay order."""
         with self.session() as s:
-            return queries.load_observations(s, bisection_id)
+            return bisection_queries.load_observations(s, bisection_id)
 
     def finish_bisection(self, bisection_id: int, outcome: BisectOutcome) -> BisectionRecord:
         """Store the outcome and mark the bisection done."""
         with self.session(write=True) as s:
-            return queries.finish_bisection(s, bisection_id, outcome)
+            return bisection_queries.finish_bisection(s, bisection_id, outcome)
 
     def bisection(self, bisection_id: int) -> BisectionRecord:
         """One stored bisection."""
         with self.session() as s:
-            return queries.load_bisection(s, bisection_id)
+            return bisection_queries.load_bisection(s, bisection_id)
 
     def bisections(self, limit: int = 20) -> list[BisectionRecord]:
         """The most recent bisections, newest first."""
         with self.session() as s:
-            return queries.list_bisections(s, limit)
+            return bisection_queries.list_bisections(s, limit)
 
     def latest_unfinished_bisection(self) -> BisectionRecord | None:
         """The newest bisection that was interrupted (what `perfbisect resume` continues)."""
         with self.session() as s:
-            return queries.latest_unfinished_bisection(s, self.owner_alive)
+            return bisection_queries.latest_unfinished_bisection(s, self.owner_alive)
 
     def resume_bisection(self, bisection_id: int) -> BisectionRecord:
         """Mark an interrupted bisection running again, owned by this process."""
         with self.session(write=True) as s:
-            return queries.set_bisection_running(s, bisection_id, self.owner, self.owner_alive)
+            return bisection_queries.set_bisection_running(s, bisection_id, self.owner, self.owner_alive)
 
     # --- cluster jobs (perfbisect.cluster.slurm) -------------------------------------------------------
 
@@ -750,7 +751,7 @@ class Store:
     ) -> int:
         """Store one comparison and return its id (``metric_info``: ``metrics.Metric.as_json()``)."""
         with self.session(write=True) as s:
-            return queries.insert_comparison(
+            return comparison_queries.insert_comparison(
                 s,
                 a=a,
                 b=b,
@@ -768,4 +769,4 @@ class Store:
     ) -> list[ComparisonRecord]:
         """The most recent comparisons, newest first."""
         with self.session() as s:
-            return queries.list_comparisons(s, limit, bisection_id=bisection_id)
+            return comparison_queries.list_comparisons(s, limit, bisection_id=bisection_id)

@@ -8,13 +8,8 @@ observations), ``noise_queries``, ``comparison_queries``, ``jobs`` (cluster jobs
 (what a dead process left running).
 """
 
-from .database import (
-    DB_FILENAME,
-    Store,
-    default_db_path,
-    make_engine,
-    open_store,
-)
+from .connections import make_engine
+from .database import Store, open_store
 from .jobs import JobRecord
 from .location import StoreLocation, locate, mask
 from .records import (
@@ -27,6 +22,7 @@ from .records import (
     TrialPurpose,
     is_unfinished,
 )
+from .sqlite_file import DB_FILENAME, default_db_path
 
 __all__ = [
     "DB_FILENAME",

@@ -178,7 +178,7 @@ def split_own_servers(
     pidfiles under ``cache_dir/servers``), which are described as what they are instead."""
     from .measure.trials import server_pidfiles
     from .measure.server import group_and_session
-    from .store import owner_alive
+    from .runtime.liveness import owner_alive
 
     groups = {pf.pgid: pf for pf in server_pidfiles(cache_dir)} if cache_dir is not None else {}
     others: list[tuple[int, int, str]] = []

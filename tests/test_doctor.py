@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.doctor import split_own_servers
-from perfbisect.store import process_owner
+from perfbisect.runtime.liveness import process_owner
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_without_pidfiles_every_holder_is_another_process(tmp_path, sleepers):
 def _owner_of_a_live_process() -> tuple[subprocess.Popen, str]:
     """A live process other than this one, and its owner string as perfbisect writes it."""
     child = subprocess.Popen(
-        [sys.executable, "-c", "from perfbisect.store import process_owner; import time; "
+        [sys.executable, "-c", "from perfbisect.runtime.liveness import process_owner; import time; "
          "print(process_owner(), flush=True); time.sleep(120)"],
         stdout=subprocess.PIPE, text=True, start_new_session=True,
     )

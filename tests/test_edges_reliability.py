@@ -200,7 +200,7 @@ def test_a_signal_in_the_first_seconds_exits_128_plus_it_and_says_so(project, tm
 def _open_at_once(target: str, paths: list[str], barrier, results) -> None:
     """Open each of ``paths`` in turn, all processes at the same moment (one barrier per path)."""
     from perfbisect.store import open_store
-    from perfbisect.store.database import make_engine
+    from perfbisect.store.connections import make_engine
 
     for path in paths:
         try:

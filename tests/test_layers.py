@@ -118,7 +118,7 @@ def test_the_graph_sees_imports_of_every_kind() -> None:
     graph = import_graph()
     assert named(graph, "app") in graph[named(graph, "cli")]  # loaded lazily, named in a string
     assert named(graph, "trials") in graph[named(graph, "doctor")]  # imported inside a function
-    assert "perfbisect.store.queries" in graph["perfbisect.store.database"]  # `from . import queries`
+    assert "perfbisect.store.trial_queries" in graph["perfbisect.store.database"]  # `from . import trial_queries`
     assert named(graph, "settings") in graph[named(graph, "config")]
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
 

@@ -29,6 +29,7 @@ from perfbisect.model import (
     TrialStatus,
     Verdict,
 )
+from perfbisect.runtime.liveness import owner_alive, process_owner
 from perfbisect.store import (
     INTERRUPTED_ERROR,
     TrialPurpose,
@@ -36,8 +37,6 @@ from perfbisect.store import (
     default_db_path,
     is_unfinished,
     open_store,
-    owner_alive,
-    process_owner,
 )
 from perfbisect.store.migrations import head_revision, schema_diffs
 

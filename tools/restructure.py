@@ -48,7 +48,7 @@ ROOT_PACKAGE = "perfbisect"
 
 # Package → the top-level modules (or package directories, or other files) it holds, in pipeline order.
 PACKAGES: dict[str, tuple[str, ...]] = {
-    "runtime": ("children", "logtail", "locks", "polling"),
+    "runtime": ("children", "liveness", "logtail", "locks", "polling"),
     "git": ("pathfilter", "gitrepo", "patches", "worktrees", "pins", "plan", "skips", "targets"),
     "engine": ("stats", "changepoint", "effects", "lookahead", "bisect", "search_replay", "cost", "regressed_path"),
     "measure": ("build", "envs", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",
@@ -65,7 +65,7 @@ KEPT_AT_TOP = {"app", "cli", "config", "doctor", "errors", "init_template", "int
 # CLI — are checked by their own rules in tests/test_layers.py.)
 ORDER: tuple[str, ...] = ("runtime", "store", "git", "engine", "measure", "report", "executors", "hook", "demo")
 DESCRIPTIONS: dict[str, str] = {
-    "runtime": "What every layer runs things with: child processes and their process groups, file locks, polling, log tails.",
+    "runtime": "What every layer runs things with: child processes and their process groups, whether a process is still alive, file locks, polling, log tails.",
     "store": "The results database (SQLAlchemy, Alembic migrations in db/).",
     "git": "The target's history: the repository, path filters, the patch stack, worktrees, pinned dependencies, the plan of a range, skipped commits.",
     "engine": "Statistics and search: the noise model, the change-point posterior, the bisection policy, its lookahead and cost, which path regressed.",

@@ -101,8 +101,8 @@ def make_results(
     """Write the repository and the database (see the module docstring); trials are spread over bisections.
     ``drift_pct_per_trial``: the machine slows (or speeds up) by this much per trial, on top of the step."""
     from ..store import open_store
-    from ..store import queries
-    from ..store.queries import TrialDetails
+    from ..store import bisection_queries, trial_queries
+    from ..store.trial_queries import TrialDetails
     from ..store.samples import compact
 
     rng = random.Random(seed)
@@ -134,10 +134,10 @@ def make_results(
                     clock = 1500.0 if throttled else 1980.0
                     ident = TrialIdentity(shas[i], "a1b2c3d4e5f60718", f"build{i:04d}", "baseline", "m0de", "w0rk",
                                           "2xNVIDIA-H200-drv580.159.04-3f2a9c1e")
-                    tid = queries.insert_trial(s, ident, "bisect", owner=store.owner, bisection_id=bid, started_at=t)
+                    tid = trial_queries.insert_trial(s, ident, "bisect", owner=store.owner, bisection_id=bid, started_at=t)
                     for r in range(runs_per_trial + 1):
                         v = level * session_factor * math.exp(rng.gauss(0, 0.008))
-                        queries.insert_run(s, tid, RunResult(
+                        trial_queries.insert_run(s, tid, RunResult(
                             index=r, warmup=(r == 0), requested_tokens=256, output_tokens=256, prompt_tokens=30,
                             ttft_s=0.05 + rng.random() * 0.01, decode_tok_s=v, e2e_tok_s=v * 0.97,
                             itl_p50_ms=1000 / v, itl_p99_ms=1300 / v,
@@ -153,10 +153,10 @@ def make_results(
                          EnvCheck(pid=200 + k, cmdline="sglang::scheduler_TP1", missing=("NCCL_PROTO",))),
                         {"version": "0.5.6"}, {"torch": "2.11.0", "sglang": "0.5.6", "cuda": "13.0", "nccl": "2.28.3"},
                     )
-                    result = queries.finish_trial(s, tid, TrialStatus.OK, details, finished_at=t + 30)
+                    result = trial_queries.finish_trial(s, tid, TrialStatus.OK, details, finished_at=t + 30)
                     flag = "[baseline] throttled: SwThermalSlowdown in 50% of samples" if throttled else None
-                    queries.insert_observation(s, bid, k, shas[i], result.summary, [tid],
-                                               result.system.as_covariates(), flag=flag)
+                    bisection_queries.insert_observation(s, bid, k, shas[i], result.summary, [tid],
+                                                         result.system.as_covariates(), flag=flag)
                     t += 40
             cmp = Comparison(Verdict.REGRESSED, step_pct, step_pct - 1.5, step_pct + 1.5, sigma_pct, "synthetic",
                              per_bisection // 2, per_bisection // 2, 0.001, 3.0, "synthetic step")

@@ -46,7 +46,8 @@ from ..model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, T
 from ..runtime.children import signal_group
 from .served import Served, fallback_refusal, served_from_log
 from .server import ServerSession, process_cmdline
-from ..store import Store, owner_alive, process_owner
+from ..runtime.liveness import owner_alive, process_owner
+from ..store import Store
 from .external_workloads import run_bench_serving, run_command_workload
 from .workload import avg_spec_accept_length, read_server_info, run_workload, server_info_warnings
 from .workspace import Progress, Workspace

@@ -106,14 +106,14 @@ def state_samples(store: Any, trials: Sequence[TrialResult], budget: int = MAX_S
     from ..store.samples import expand_compact
 
     rows: list[dict[str, Any]] = []
-    from ..store import queries
+    from ..store import trial_queries
 
     budget = max(2, min(budget, MAX_SAMPLES // max(1, len(trials))))
     ids = [t.id for t in trials if t.id is not None]
     stored: dict[int, Any] = {}
     with store.session() as s:  # one transaction for all of them, not one per trial
         for tid in ids:
-            stored[tid] = queries.trial_samples(s, tid)
+            stored[tid] = trial_queries.trial_samples(s, tid)
     for t in trials:
         if t.id is None:
             continue

@@ -2,18 +2,14 @@
 Alembic migrations in db/.
 
 SQLAlchemy is imported only inside this package. ``open_store`` is the app layer's entry point;
-``perfbisect.store.queries`` holds the session-taking query functions behind it.
+the session-taking query functions behind it are grouped by what they read and write:
+``perfbisect.store.trial_queries`` (trials and runs), ``bisection_queries`` (bisections and
+observations), ``noise_queries``, ``comparison_queries``, ``jobs`` (cluster jobs) and ``recovery``
+(what a dead process left running).
 """
 
-from .database import (
-    DB_FILENAME,
-    Store,
-    default_db_path,
-    make_engine,
-    open_store,
-    owner_alive,
-    process_owner,
-)
+from .connections import make_engine
+from .database import Store, open_store
 from .jobs import JobRecord
 from .location import StoreLocation, locate, mask
 from .records import (
@@ -26,6 +22,7 @@ from .records import (
     TrialPurpose,
     is_unfinished,
 )
+from .sqlite_file import DB_FILENAME, default_db_path
 
 __all__ = [
     "DB_FILENAME",
@@ -45,6 +42,4 @@ __all__ = [
     "make_engine",
     "mask",
     "open_store",
-    "owner_alive",
-    "process_owner",
 ]

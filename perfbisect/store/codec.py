@@ -4,7 +4,8 @@
 rebuilds the exact value from the declared field types (a stored outcome loads back as a
 ``BisectOutcome`` whose ``endpoint_comparison`` is a ``Comparison``, its verdict a ``Verdict``, its
 tuples tuples). Keys a newer model no longer has are ignored and fields an older row lacks take
-their defaults, so history written by one version stays readable by the next.
+their defaults, so history written by one version stays readable by the next. ``json_part`` is
+``encode`` for a part of a row, failing with a ``StoreError`` that names the part.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
+
+from ..errors import StoreError
 
 T = TypeVar("T")
 
@@ -87,6 +90,17 @@ def decode(tp: Any, data: Any) -> Any:
 def load(cls: type[T], data: Any) -> T:
     """Typed ``decode`` for a model dataclass: ``load(BisectOutcome, row.outcome)``."""
     return decode(cls, data)
+
+
+def json_part(name: str, value: Any) -> Any:
+    """``encode(value)``, or a StoreError naming ``name`` when it cannot be stored."""
+    try:
+        return encode(value)
+    except TypeError as exc:
+        raise StoreError(
+            f"The {name} cannot be stored: {exc}. Pass plain JSON values (str, int, float, bool, "
+            "None, lists, dicts) or perfbisect.model dataclasses."
+        ) from exc
 
 
 @functools.lru_cache(maxsize=None)

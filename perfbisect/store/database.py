@@ -3,24 +3,24 @@ SQLAlchemy, migrated by Alembic.
 
 ``open_store(path)`` gives a ``Store`` that owns the engine and runs each call in its own short
 transaction, so every run is committed the moment it lands and a crash loses nothing stored. The
-query functions it calls (``perfbisect.store.queries``) take a ``Session`` and can be used directly
-by code that wants several steps in one transaction. Where it is comes from ``location.locate``
-(``--db PATH`` or ``--db URL``); a shared store also holds this process's owner lock
-(``shared.OwnerLock``) while it is open, which is how other hosts tell its trials are still alive.
+query functions it calls (``trial_queries``, ``bisection_queries``, ``noise_queries``,
+``comparison_queries``, ``jobs``, ``recovery``) take a ``Session`` and can be used directly by code
+that wants several steps in one transaction. Where it is comes from ``location.locate`` (``--db PATH``
+or ``--db URL``); the engine from ``connections``; a SQLite file is checked first (``sqlite_file``),
+and what fails is told in ``faults``'s words. A shared store also holds this process's owner lock
+(``shared.OwnerLock``) while it is open, which is how other hosts tell its trials are still alive;
+a SQLite file's owners are this host's processes (``perfbisect.runtime.liveness``).
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from ..errors import StoreError, StoreWriteError
@@ -37,184 +37,17 @@ from ..model import (
     TrialStatus,
     content_hash,
 )
-from . import jobs
+from ..runtime.liveness import owner_alive, process_owner
+from . import bisection_queries, comparison_queries, jobs, noise_queries, recovery, shared, trial_queries
+from .codec import json_part
+from .connections import DEFAULT_BUSY_TIMEOUT_S, make_engine
+from .faults import connect_error, disk_fault, is_locked, locked_message, reason_of
 from .jobs import JobRecord
-from . import queries, shared
 from .location import StoreLocation, locate, mask
 from .migrations import upgrade_to_head
-from .queries import TrialDetails
 from .records import BisectionRecord, ComparisonRecord, NoiseEstimate, ObservationRecord, TrialPurpose
-
-DB_FILENAME = "results.sqlite"
-DEFAULT_BUSY_TIMEOUT_S = 30.0
-PG_CONNECT_TIMEOUT_S = 10
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_BEGIN_MODES = {"DEFERRED", "IMMEDIATE", "EXCLUSIVE"}
-
-
-def default_db_path(repo: Path) -> Path:
-    """``<repo>/.git/perfbisect/results.sqlite``, following the ``.git`` file of a worktree."""
-    dot_git = Path(repo) / ".git"
-    if dot_git.is_file():
-        # A linked worktree or submodule: ".git" holds "gitdir: <path>".
-        text = dot_git.read_text(encoding="utf-8", errors="replace").strip()
-        if text.startswith("gitdir:"):
-            target = Path(text[len("gitdir:") :].strip())
-            dot_git = target if target.is_absolute() else (Path(repo) / target).resolve()
-    return dot_git / "perfbisect" / DB_FILENAME
-
-
-def process_owner() -> str:
-    """``host:pid:start`` of this process; recovery uses it to tell live trials from dead ones."""
-    pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{_process_start(pid)}"
-
-
-def owner_alive(owner: str) -> bool:
-    """Whether the process that wrote ``owner`` (see ``process_owner``) is still running here.
-
-    An owner from another host name counts as gone: SQLite files are not shared across machines,
-    and a container restart changes the host name, so waiting for it would wait forever.
-    """
-    host, _, rest = owner.partition(":")
-    pid_text, _, start = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    state, now_start = _process_state(pid)
-    if state == "Z":  # killed but not yet reaped by its parent: gone for our purposes
-        return False
-    # The pid may have been reused by an unrelated process since: compare start times.
-    return start in ("", "?") or now_start in (start, "?")
-
-
-def _process_start(pid: int) -> str:
-    return _process_state(pid)[1]
-
-
-def _process_state(pid: int) -> tuple[str, str]:
-    """("Z" for a zombie, else "R"; start time in clock ticks since boot), or ("?", "?") where there is none.
-
-    The start is in clock ticks (proc(5)'s starttime), as owner strings have always been written:
-    psutil's create_time is boot time + ticks / CLK_TCK, so rounding gives the ticks back exactly."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        status, created = proc.status(), proc.create_time()
-        ticks = round((created - psutil.boot_time()) * os.sysconf("SC_CLK_TCK"))
-    except (psutil.Error, OSError, ValueError):
-        return "?", "?"
-    return ("Z" if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) else "R"), str(ticks)
-
-
-def _read_only_connection(path: Path, busy_timeout_s: float) -> Any:
-    """A SQLite connection that cannot write ``path``. A WAL database needs its -shm file: where it
-    cannot be created (a read-only directory, where nothing can be writing either) the file is
-    opened as immutable."""
-    import sqlite3
-    from urllib.parse import quote
-
-    uri = f"file:{quote(str(path))}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, check_same_thread=False)
-    try:
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
-        return conn
-    except sqlite3.OperationalError as exc:
-        conn.close()
-        if _locked(str(exc)):  # a writer holds it: reading it as immutable could see a half-written page
-            raise
-        return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=busy_timeout_s, check_same_thread=False)
-
-
-def _locked(reason: str) -> bool:
-    """Whether SQLite's ``reason`` is another connection's lock (SQLITE_BUSY, SQLITE_LOCKED), not a fault of the file."""
-    low = reason.lower()
-    return "database is locked" in low or "table is locked" in low or "database is busy" in low
-
-
-def _switch_to_wal(cursor: Any, busy_timeout_s: float) -> None:
-    """``PRAGMA journal_mode = WAL``, waiting (up to the busy timeout) while another connection creates
-    the same new file. SQLite refuses that switch at once, without its busy handler, when a second
-    connection is writing the file's first page: the switch would have to turn its read lock into a
-    write lock, and waiting for that could deadlock. Two perfbisect commands opening one new database
-    at the same moment meet exactly that; the loser retries here instead of calling the file locked."""
-    deadline = time.monotonic() + busy_timeout_s
-    pause = 0.005
-    while True:
-        try:
-            cursor.execute("PRAGMA journal_mode = WAL")
-            return
-        except Exception as exc:  # sqlite3.OperationalError; the driver's module is not imported here
-            if not _locked(str(exc)) or time.monotonic() >= deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
-
-
-def make_engine(db: "StoreLocation | Path | str", busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
-                read_only: bool = False) -> Engine:
-    """An engine on ``db``. SQLite: WAL, foreign keys and a busy timeout on every connection
-    (``read_only``: opened so it cannot write, for commands that only read); PostgreSQL: psycopg 3,
-    a connect timeout, and a ping before a pooled connection is reused."""
-    location = locate(db)
-    if location.shared:
-        return _pg_engine(location, busy_timeout_s)
-    if read_only:
-        path = location.path
-        assert path is not None
-        engine = create_engine("sqlite://", creator=lambda: _read_only_connection(path, busy_timeout_s))
-    else:
-        engine = create_engine(location.url, connect_args={"timeout": busy_timeout_s})
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let SQLAlchemy's "begin" event emit BEGIN itself (pysqlite's implicit BEGIN is deferred
-        # and would make two writers deadlock-fail instead of waiting for each other).
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            if not read_only:  # setting it may write; a read-only file keeps whatever mode it has
-                _switch_to_wal(cursor, busy_timeout_s)
-            cursor.execute("PRAGMA foreign_keys = ON")
-        finally:
-            cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(connection: Any) -> None:
-        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
-        if mode not in _BEGIN_MODES:
-            raise ValueError(f"sqlite_begin must be one of {sorted(_BEGIN_MODES)}, not {mode!r}")
-        connection.exec_driver_sql(f"BEGIN {mode}")
-
-    return engine
-
-
-def _pg_engine(location: StoreLocation, busy_timeout_s: float) -> Engine:
-    try:
-        return create_engine(
-            location.url,
-            pool_pre_ping=True,
-            connect_args={
-                "connect_timeout": PG_CONNECT_TIMEOUT_S,
-                "application_name": "perfbisect",
-                # A lock wait as long as SQLite's busy timeout, then an error instead of a hang.
-                "options": f"-c lock_timeout={int(busy_timeout_s * 1000)}",
-            },
-        )
-    except (ImportError, NoSuchModuleError) as exc:
-        raise StoreError(
-            f"The results database {location} is on PostgreSQL, which needs the psycopg 3 driver, and it "
-            f"cannot be imported ({exc}). Install it with `pip install 'perfbisect[postgres]'` (or "
-            f"`pip install 'psycopg[binary]'`), or use a SQLite file with --db PATH."
-        ) from None
+from .sqlite_file import check_file, check_integrity
+from .trial_queries import TrialDetails
 
 
 def open_store(
@@ -237,23 +70,23 @@ def open_store(
         return _open_shared(location, recover=recover, busy_timeout_s=busy_timeout_s)
     db_path = location.path
     assert db_path is not None
-    _check_file(db_path, writable=not read_only)
+    check_file(db_path, writable=not read_only)
     engine = make_engine(location, busy_timeout_s, read_only=read_only)
     try:
-        _check_integrity(engine, db_path, busy_timeout_s)
+        check_integrity(engine, db_path, busy_timeout_s)
         upgrade_to_head(engine, db_path)
     except StoreError:
         engine.dispose()
         raise
     except SQLAlchemyError as exc:
         engine.dispose()
-        full = disk_fault(_reason(exc), db_path)
+        full = disk_fault(reason_of(exc), db_path)
         if full:
             raise StoreWriteError(full) from exc
-        if _locked(_reason(exc)):
-            raise StoreWriteError(locked_message(db_path, _reason(exc), busy_timeout_s)) from exc
+        if is_locked(reason_of(exc)):
+            raise StoreWriteError(locked_message(db_path, reason_of(exc), busy_timeout_s)) from exc
         raise StoreError(
-            f"Cannot open the results database {db_path}: {_reason(exc)}. If the file is damaged or "
+            f"Cannot open the results database {db_path}: {reason_of(exc)}. If the file is damaged or "
             "not a perfbisect database, move it aside (perfbisect starts a new one) or pass "
             "--db PATH; if it is locked, wait for the other perfbisect process to finish."
         ) from exc
@@ -287,159 +120,6 @@ def _open_shared(location: StoreLocation, *, recover: bool, busy_timeout_s: floa
         raise StoreError(connect_error(location, exc)) from None
     store = Store(location, engine, owner_lock=owner_lock)
     return _recover_on_open(store, recover)
-
-
-def connect_error(location: StoreLocation, exc: BaseException) -> str:
-    """One paragraph for a PostgreSQL server that cannot be used: what failed and what to do."""
-    reason = mask(" ".join(_reason(exc).split()) if isinstance(exc, SQLAlchemyError) else str(exc), location.password)
-    url = location.url
-    host = url.host or "the local socket"
-    where = f"{host}:{url.port or 5432}"
-    low = reason.lower()
-    if "password authentication failed" in low or "no password supplied" in low or "authentication failed" in low:
-        fix = (
-            f"the server at {where} refused user '{url.username or '(default)'}'. Fix the user name or "
-            "password: put the password in PGPASSWORD or ~/.pgpass (or in the URL, which perfbisect "
-            "never prints), and check the server's pg_hba.conf allows this host"
-        )
-    elif "does not exist" in low and "database" in low:
-        fix = (
-            f"the server at {where} has no database '{url.database}'. Create it once with "
-            f"`createdb -h {url.host or 'localhost'} -p {url.port or 5432} {url.database}` (perfbisect creates "
-            "its tables itself), or fix the name in the URL"
-        )
-    elif any(w in low for w in ("connection refused", "could not connect", "timeout expired", "timed out",
-                                "could not translate host name", "name or service not known",
-                                "no route to host", "network is unreachable", "connection failed")):
-        fix = (
-            f"no PostgreSQL server answers at {where}. Start it, or fix the host and port in --db / "
-            f"[store] url (`pg_isready -h {url.host or 'localhost'} -p {url.port or 5432}` checks), or "
-            "use a SQLite file with --db PATH"
-        )
-    else:
-        fix = "check the URL, the server's logs and that this user may create tables in that database"
-    return (
-        f"Cannot use the results database {location}: {reason}. In short, {fix}. Nothing was stored."
-    )
-
-
-def locked_message(db_path: object, reason: str, busy_timeout_s: float) -> str:
-    """A results database another process kept locked past the busy timeout: not damaged, so never
-    "move it aside" (that would start an empty database beside the results)."""
-    return (
-        f"The results database {db_path} stayed locked for {busy_timeout_s:g} s (SQLite: {reason}): another "
-        f"process is writing it, a perfbisect command or a tool holding it open. The file is not damaged: do "
-        f"not move it aside. Let that process finish (or stop it), then run the command again."
-    )
-
-
-def _check_integrity(engine: Engine, db_path: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
-    """PRAGMA quick_check: a damaged file is refused before anything reads results from it or
-    writes more into it (a bisection resumed on a torn page would replay wrong observations)."""
-    if not db_path.is_file() or db_path.stat().st_size == 0:
-        return
-    try:
-        with engine.connect() as conn:
-            rows = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA quick_check(5)").fetchall()]
-            conn.rollback()
-    except SQLAlchemyError as exc:
-        if _locked(_reason(exc)):  # another process's lock says nothing about the file
-            raise StoreWriteError(locked_message(db_path, _reason(exc), busy_timeout_s)) from exc
-        rows = [_reason(exc)]
-    full = disk_fault("; ".join(rows), db_path) if rows != ["ok"] else None
-    if full:
-        raise StoreWriteError(full)
-    if rows != ["ok"]:
-        raise StoreError(
-            f"The results database {db_path} is damaged (SQLite quick_check: {'; '.join(rows)[:300]}). "
-            f"perfbisect will not read or add results to it. Move it aside (perfbisect then starts a new "
-            f"one), try `sqlite3 {db_path} .recover > recovered.sql` to save what is readable, or pass "
-            f"another file with --db PATH."
-        )
-
-
-def _read_only_reason(path: Path) -> str | None:
-    """Why ``path`` (a directory or a file) cannot be written, or None when it can."""
-    try:
-        if os.statvfs(path).f_flag & os.ST_RDONLY:
-            return "is on a read-only file system"
-    except OSError:
-        return None
-    if not os.access(path, os.W_OK):
-        return "is not writable by this user"
-    return None
-
-
-def _check_file(db_path: Path, writable: bool = True) -> None:
-    if db_path.is_dir():
-        raise StoreError(
-            f"The results database path {db_path} is a directory; pass a file path such as "
-            f"{db_path / DB_FILENAME}."
-        )
-    if not writable:
-        _check_header(db_path)
-        return
-    try:
-        db_path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(
-            f"Cannot create the directory {db_path.parent} for the results database: "
-            f"{exc.strerror or exc}. Choose a writable location with --db PATH."
-        ) from exc
-    # SQLite in WAL mode writes beside the file (-wal, -shm): the directory must be writable too.
-    for path in (db_path, db_path.parent):
-        why = _read_only_reason(path) if path.exists() else None
-        if why:
-            raise StoreError(
-                f"The results database {db_path} cannot be written: {path} {why}. perfbisect stores "
-                f"every run as it lands, so it needs a writable database: pass --db PATH on a writable "
-                f"disk (copy the file there to keep its results)."
-            )
-    _check_header(db_path)
-
-
-def _check_header(db_path: Path) -> None:
-    if db_path.is_file():
-        try:
-            with db_path.open("rb") as fh:
-                header = fh.read(len(_SQLITE_MAGIC))
-        except OSError as exc:
-            raise StoreError(
-                f"Cannot read the results database {db_path}: {exc.strerror or exc}. Fix its "
-                "permissions or pass another file with --db PATH."
-            ) from exc
-        # An empty file is what a crashed first open can leave: SQLite treats it as a new database.
-        if header and header != _SQLITE_MAGIC:
-            raise StoreError(
-                f"{db_path} is not a SQLite database (it starts with {header[:8]!r}). perfbisect "
-                "keeps its results there; move that file aside (perfbisect then starts a new "
-                "database) or pass another path with --db PATH."
-            )
-
-
-# What SQLite (and the OS under it) says when the machine, not the file, is at fault.
-_DISK_FAULTS = ("database or disk is full", "no space left on device", "disk quota exceeded", "disk i/o error")
-
-
-def disk_fault(reason: str, db_path: object) -> str | None:
-    """A message for a results database failing because its disk is full (or failing), else None:
-    such a file is not damaged, and moving it aside would only lose results."""
-    low = reason.lower()
-    fault = next((f for f in _DISK_FAULTS if f in low), None)
-    if fault is None:
-        return None
-    return (
-        f"The disk holding the results database {db_path} is full or failing (SQLite: {reason}). The database "
-        f"is not damaged and results stored before this point are kept: do not move it aside. Free space on "
-        f"that disk (`perfbisect gc --build-cache` drops perfbisect's build cache), then run the command again; "
-        f"`perfbisect resume` continues a bisection."
-    )
-
-
-def _reason(exc: SQLAlchemyError) -> str:
-    orig = getattr(exc, "orig", None)
-    text = str(orig) if orig is not None else str(exc).splitlines()[0]
-    return text.rstrip(". ")
 
 
 class Store:
@@ -494,15 +174,15 @@ class Store:
             # bad argument: exit 4, like any measurement that broke.
             if self.shared:
                 raise StoreWriteError(
-                    f"The results database {self.path} failed: {mask(_reason(exc), self.path.password)}. "
+                    f"The results database {self.path} failed: {mask(reason_of(exc), self.path.password)}. "
                     "Results stored before this point are kept. Check that the PostgreSQL server is up "
                     "and reachable from this host, then `perfbisect resume` continues a bisection."
                 ) from exc
-            full = disk_fault(_reason(exc), self.path)
+            full = disk_fault(reason_of(exc), self.path)
             if full:
                 raise StoreWriteError(full) from exc
             raise StoreWriteError(
-                f"The results database {self.path} failed: {_reason(exc)}. Results stored before "
+                f"The results database {self.path} failed: {reason_of(exc)}. Results stored before "
                 "this point are kept. If it is locked, another perfbisect process is writing: let "
                 "it finish; otherwise check that the file is writable and the disk has space, then "
                 "`perfbisect resume` continues a bisection."
@@ -522,7 +202,7 @@ class Store:
     ) -> int:
         """Store a new running trial (and the layout it runs under) and return its id."""
         with self.session(write=True) as s:
-            return queries.insert_trial(
+            return trial_queries.insert_trial(
                 s,
                 identity,
                 purpose,
@@ -538,17 +218,17 @@ class Store:
     def trial_count(self, commit: str, mode: str) -> int:
         """How many trials of (commit, mode) are stored, whatever their status (the layout draw's counter)."""
         with self.session() as s:
-            return queries.count_trials(s, commit, mode)
+            return trial_queries.count_trials(s, commit, mode)
 
     def add_run(self, trial_id: int, run: RunResult) -> None:
         """Store one run, committed before this returns."""
         with self.session(write=True) as s:
-            queries.insert_run(s, trial_id, run)
+            trial_queries.insert_run(s, trial_id, run)
 
     def mark_detected_warmup(self, trial_id: int, indices: Sequence[int]) -> int:
         """Re-mark measured runs (by index) of a running trial as warm-up found after the fact."""
         with self.session(write=True) as s:
-            return queries.mark_detected_warmup(s, trial_id, indices)
+            return trial_queries.mark_detected_warmup(s, trial_id, indices)
 
     def finish_trial(
         self,
@@ -567,19 +247,19 @@ class Store:
         # Encode first: a value that cannot be stored fails before any row is touched.
         details = TrialDetails.encode(system, system_samples, env_checks, server_info, versions)
         with self.session(write=True) as s:
-            return queries.finish_trial(
+            return trial_queries.finish_trial(
                 s, trial_id, status, details, error=error, finished_at=finished_at
             )
 
     def trial(self, trial_id: int) -> TrialResult:
         """One stored trial with its runs."""
         with self.session() as s:
-            return queries.load_trial(s, trial_id)
+            return trial_queries.load_trial(s, trial_id)
 
     def trial_samples(self, trial_id: int) -> dict[str, Any] | None:
         """The compact system-state samples stored with a trial."""
         with self.session() as s:
-            return queries.trial_samples(s, trial_id)
+            return trial_queries.trial_samples(s, trial_id)
 
     def trials(
         self,
@@ -594,7 +274,7 @@ class Store:
     ) -> list[TrialResult]:
         """Stored trials matching the filters, oldest first, with their runs."""
         with self.session() as s:
-            return queries.select_trials(
+            return trial_queries.select_trials(
                 s,
                 commit=commit,
                 mode=mode,
@@ -610,12 +290,12 @@ class Store:
     ) -> list[list[TrialResult]]:
         """Repeated OK trials of identical builds under one noise key: A/A data for σ_b."""
         with self.session() as s:
-            return queries.identical_build_groups(s, noise_key, min_size=min_size)
+            return trial_queries.identical_build_groups(s, noise_key, min_size=min_size)
 
     def unfinished_trials(self) -> list[TrialResult]:
         """Trials still marked running (see ``records.is_unfinished``)."""
         with self.session() as s:
-            return queries.unfinished_trials(s)
+            return trial_queries.unfinished_trials(s)
 
     def recover_interrupted(self, *, force: bool = False) -> tuple[list[int], list[int]]:
         """Mark trials/bisections left running by a dead process failed ("interrupted") / interrupted.
@@ -626,17 +306,17 @@ class Store:
         alive = (lambda _owner: False) if force else self.owner_alive
         with self.session() as s:
             # Most opens find nothing to recover: look before taking the write lock.
-            if not queries.has_running(s):
+            if not recovery.has_running(s):
                 return [], []
         with self.session(write=True) as s:
-            return queries.recover_interrupted(s, alive)
+            return recovery.recover_interrupted(s, alive)
 
     def release_own(self) -> tuple[list[int], list[int]]:
         """Mark this process's running trials and bisections interrupted (an orderly Ctrl-C or
         SIGTERM exit), along with any left by dead processes. Returns (trial ids, bisection ids)."""
         mine = self.owner
         with self.session(write=True) as s:
-            return queries.recover_interrupted(s, lambda owner: owner != mine and self.owner_alive(owner))
+            return recovery.recover_interrupted(s, lambda owner: owner != mine and self.owner_alive(owner))
 
     # --- bisections ----------------------------------------------------------------------------
 
@@ -660,11 +340,11 @@ class Store:
         ``config_hash`` defaults to the content hash of those settings; ``search_start`` is what the
         search starts from (``search_replay.SearchStart.as_json``), so a report replays this search.
         """
-        encoded = queries.json_part("settings", settings if settings is not None else {})
+        encoded = json_part("settings", settings if settings is not None else {})
         if config_hash is None:
             config_hash = content_hash(encoded)
         with self.session(write=True) as s:
-            return queries.insert_bisection(
+            return bisection_queries.insert_bisection(
                 s,
                 good=good,
                 bad=bad,
@@ -695,48 +375,48 @@ class Store:
         """Append one observation (committed before this returns); ``host`` and ``decision``: the node
         the search was told measured it and the decision that asked for it (what a report replays)."""
         with self.session(write=True) as s:
-            queries.insert_observation(s, bisection_id, seq, commit, value, trial_ids, covariates, flag=flag, layout=layout,
-                                       host=host, decision=decision)
+            bisection_queries.insert_observation(s, bisection_id, seq, commit, value, trial_ids, covariates,
+                                                 flag=flag, layout=layout, host=host, decision=decision)
 
     def add_noise_estimate(self, estimate: NoiseEstimate) -> None:
         """Keep a measured noise level (committed before this returns)."""
         with self.session(write=True) as s:
-            queries.insert_noise_estimate(s, estimate)
+            noise_queries.insert_noise_estimate(s, estimate)
 
     def noise_estimates(self, mode: str, workload_hash: str) -> list[NoiseEstimate]:
         """Stored noise estimates for (mode, workload) on every host, newest first."""
         with self.session() as s:
-            return queries.load_noise_estimates(s, mode, workload_hash)
+            return noise_queries.load_noise_estimates(s, mode, workload_hash)
 
     def observations(self, bisection_id: int) -> list[ObservationRecord]:
         """A bisection's observations in replay order."""
         with self.session() as s:
-            return queries.load_observations(s, bisection_id)
+            return bisection_queries.load_observations(s, bisection_id)
 
     def finish_bisection(self, bisection_id: int, outcome: BisectOutcome) -> BisectionRecord:
         """Store the outcome and mark the bisection done."""
         with self.session(write=True) as s:
-            return queries.finish_bisection(s, bisection_id, outcome)
+            return bisection_queries.finish_bisection(s, bisection_id, outcome)
 
     def bisection(self, bisection_id: int) -> BisectionRecord:
         """One stored bisection."""
         with self.session() as s:
-            return queries.load_bisection(s, bisection_id)
+            return bisection_queries.load_bisection(s, bisection_id)
 
     def bisections(self, limit: int = 20) -> list[BisectionRecord]:
         """The most recent bisections, newest first."""
         with self.session() as s:
-            return queries.list_bisections(s, limit)
+            return bisection_queries.list_bisections(s, limit)
 
     def latest_unfinished_bisection(self) -> BisectionRecord | None:
         """The newest bisection that was interrupted (what `perfbisect resume` continues)."""
         with self.session() as s:
-            return queries.latest_unfinished_bisection(s, self.owner_alive)
+            return bisection_queries.latest_unfinished_bisection(s, self.owner_alive)
 
     def resume_bisection(self, bisection_id: int) -> BisectionRecord:
         """Mark an interrupted bisection running again, owned by this process."""
         with self.session(write=True) as s:
-            return queries.set_bisection_running(s, bisection_id, self.owner, self.owner_alive)
+            return bisection_queries.set_bisection_running(s, bisection_id, self.owner, self.owner_alive)
 
     # --- cluster jobs (perfbisect.executors.slurm) -------------------------------------------------------
 
@@ -802,7 +482,7 @@ class Store:
     ) -> int:
         """Store one comparison and return its id (``metric_info``: ``metrics.Metric.as_json()``)."""
         with self.session(write=True) as s:
-            return queries.insert_comparison(
+            return comparison_queries.insert_comparison(
                 s,
                 a=a,
                 b=b,
@@ -820,4 +500,4 @@ class Store:
     ) -> list[ComparisonRecord]:
         """The most recent comparisons, newest first."""
         with self.session() as s:
-            return queries.list_comparisons(s, limit, bisection_id=bisection_id)
+            return comparison_queries.list_comparisons(s, limit, bisection_id=bisection_id)

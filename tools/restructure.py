@@ -51,7 +51,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "runtime": ("children", "logtail", "locks", "polling"),
     "git": ("pathfilter", "gitrepo", "patches", "worktrees", "pins", "plan", "skips", "targets", "commit_facts"),
     "engine": ("stats", "changepoint", "effects", "lookahead", "bisect", "search_replay", "cost", "regressed_path"),
-    "measure": ("build", "envs", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",
+    "measure": ("build", "env_install", "envs", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",
                 "versions_probe", "calibration", "run_allocation", "workspace", "trials"),
     "report": ("render", "console", "markdown", "trial_tables", "view_rows", "verdict_text", "views", "comparison_views",
                "site_index", "logdetail", "report"),

@@ -942,14 +942,15 @@ def stored_results(db: Path | str | None, config: Config | None) -> Store:
 
 def report(store: Store, which: str = "latest", out: Path | None = None, config: Config | None = None) -> tuple[Path, dict]:
     """Render one stored bisection (``N``, ``bN``), comparison (``cN``) or the ``latest`` of either."""
-    from .report import views as report_views
+    from .git.commit_facts import bisection_facts, comparison_facts
+    from .report import comparison_views, views as report_views
     from .report.report import render_report, write_html
 
     kind, number = _report_target(store, which)
     if kind == "bisection":
-        view = report_views.bisection_view(store, number, config)
+        view = report_views.bisection_view(store, number, config, facts=bisection_facts(store, number, config))
     else:
-        view = report_views.comparison_view(store, number, config)
+        view = comparison_views.comparison_view(store, number, config, facts=comparison_facts(store, number, config))
     if out is not None and Path(out).expanduser().is_dir():  # -o DIR: the report goes into it, by its usual name
         out = Path(out).expanduser() / f"{kind}-{number}.html"
     path = write_html(render_report(view), out or report_path(store.path, f"{kind}-{number}", config))
@@ -985,7 +986,8 @@ def _report_target(store: Store, which: str) -> tuple[str, int]:
 
 def report_index(store: Store, directory: Path, config: Config | None = None, progress: Progress | None = None) -> Path:
     """A static site: every bisection's and comparison's report, and an index with a history chart per mode."""
-    from .report import views as report_views
+    from .git.commit_facts import bisection_facts, commit_facts
+    from .report import comparison_views, site_index, views as report_views
     from .report.report import render_index, render_report, write_html
 
     directory = Path(directory).expanduser().absolute()
@@ -993,10 +995,11 @@ def report_index(store: Store, directory: Path, config: Config | None = None, pr
     for b in store.bisections(1 << 30):
         # A site of many reports replays each search on a tighter budget (coarse to fine: the last
         # steps and the overall shape stay; `perfbisect report N` shows more).
-        views.append(report_views.bisection_view(store, b.id, config, replay_work=INDEX_REPLAY_WORK))
+        views.append(report_views.bisection_view(store, b.id, config, replay_work=INDEX_REPLAY_WORK,
+                                                 facts=bisection_facts(store, b.id, config)))
     for c in store.comparisons(1 << 30):
-        views.append(report_views.comparison_view(store, c.id, config))
-    entries, history = report_views.index_entries(views)
+        views.append(comparison_views.comparison_view(store, c.id, config, facts=commit_facts(config, (c.a, c.b))))
+    entries, history = site_index.index_entries(views)
     for view in views:  # entries are sorted by date: each view is written under its own name
         href = f"{view['kind']}-{view['id']}.html"
         write_html(render_report(view), directory / href)
@@ -1023,7 +1026,8 @@ def report_quietly(progress: Progress | None, render: Callable[[], Path]) -> Pat
 
 def calibration_report(ws: Workspace, result: CalibrateResult) -> Path:
     """The report of a calibration: its trials over time, the machine state and the noise it measured."""
-    from .report import views as report_views
+    from .git.commit_facts import commit_facts
+    from .report import comparison_views
     from .report.report import render_report, write_html
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -1031,12 +1035,13 @@ def calibration_report(ws: Workspace, result: CalibrateResult) -> Path:
     cfg = f" -c {ws.config.path}" if ws.config.path else ""
     per_build = max(sum(1 for t in result.trials if t.identity.commit == result.commit.sha), 2)
     spread = f" --spread-minutes {result.spread_minutes:g}" if result.spread_minutes else ""
-    view = report_views.trials_view(
+    view = comparison_views.trials_view(
         ws.store, f"perfbisect calibrate: {result.commit.short} and {result.against.short} [{result.mode}], "
         f"{len(result.trials)} trials interleaved", "calibrate",
         result.trials, a=result.commit.sha, b=result.against.sha, lines=result.lines, config=ws.config,
         reproduce=[f"perfbisect calibrate {result.commit.sha} --against {result.against.sha} --mode {result.mode} "
                    f"--trials {per_build}{spread}{cfg} --db {db}"],
+        facts=commit_facts(ws.config, (result.commit.sha, result.against.sha)),
     )
     view["id"] = f"{result.commit.short}-{stamp}"
     return write_html(render_report(view), report_path(db, f"calibrate-{result.commit.short}-{stamp}", ws.config))

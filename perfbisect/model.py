@@ -65,6 +65,26 @@ class Commit:
 
 
 @dataclass(frozen=True)
+class RepoFacts:
+    """What the target repository says of the commits a report shows, read once by the use case that
+    renders it (``git.commit_facts``) and handed to the report as plain values: the report renders from
+    these and the store, never from the target's git. Empty when the repository is not where the
+    bisection ran (the report then says the subjects are unknown).
+
+    ``range``: every commit of good..bad oldest first as the report lists it (filtered ones included),
+    empty for the stored candidates; ``commits``: per sha its ``author``, ``email``, ``date`` and
+    ``subject``; ``files``: the paths changed by each commit the answer names; ``variants``: per measured
+    commit, which patch files of the stack applied where a variant replaced the default one;
+    ``remote``: the ``origin`` URL (a forge link when it is a known forge)."""
+
+    range: tuple[str, ...] = ()
+    commits: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    variants: Mapping[str, str] = field(default_factory=dict)
+    remote: str | None = None
+
+
+@dataclass(frozen=True)
 class RunResult:
     """One measured (or warm-up) request: fixed prompt, fixed output length, streamed."""
 

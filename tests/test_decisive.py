@@ -572,7 +572,7 @@ def test_a_futile_range_prints_stopped_early_and_its_price():
     assert lines[0].startswith("INCONCLUSIVE")
     assert f"stopped early ({out.stopped_by})" in lines and f"to settle it: {price}" in lines
     assert not any(line.startswith("budget exhausted") for line in lines)
-    from perfbisect.report.views import verdict_view
+    from perfbisect.report.verdict_text import verdict_view
 
     view = verdict_view(out, "done", {}, {}, "ops/s", "ops", out.trials_used, 0.01, "machine-hours", 0.01, 2.0)
     assert "stopped early: the rest of the budget could not have settled it (futility: " in view["sentence"]

@@ -384,7 +384,7 @@ def test_plan_estimates_the_no_change_outcome_too(tmp_path):
 def test_an_inconclusive_pair_reads_as_one_answer_of_two_changes():
     from types import SimpleNamespace
 
-    from perfbisect.report.views import verdict_view
+    from perfbisect.report.verdict_text import verdict_view
     from perfbisect.model import BisectOutcome, Verdict
     from perfbisect.report.render import format_outcome
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.demo.results import make_results
-from perfbisect.report.views import commit_url
+from perfbisect.report.view_rows import commit_url
 from perfbisect.report.report import inert
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
@@ -159,6 +159,26 @@ def test_commit_links_only_for_known_forges():
     assert commit_url("https://example.com/a/b", sha) is None
     assert commit_url("https://github.com/a/b", "not-a-sha") is None
     assert inert({"k\x1b": ["\x1b[0m", 1.0, float("nan")]}) == {"k\\x1b": ["\\x1b[0m", 1.0, None]}
+
+
+def test_the_report_never_runs_git():
+    """A report renders from the store and the ``model.RepoFacts`` its use case read from the target
+    (``git.commit_facts``), never from the target's git: no module of the report imports the git layer."""
+    import ast
+
+    report = Path(__file__).resolve().parent.parent / "perfbisect" / "report"
+    found = []
+    for path in sorted(report.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                names = [a.name for a in node.names]
+                if (module.startswith("perfbisect.git") or (node.level == 2 and module.split(".")[0] == "git")
+                        or (node.level == 2 and not module and "git" in names)):
+                    found.append(f"{path.name}:{node.lineno}")
+            elif isinstance(node, ast.Import) and any(a.name.startswith("perfbisect.git") for a in node.names):
+                found.append(f"{path.name}:{node.lineno}")
+    assert found == []
 
 
 @needs_chromium

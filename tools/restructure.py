@@ -49,11 +49,12 @@ ROOT_PACKAGE = "perfbisect"
 # Package → the top-level modules (or package directories, or other files) it holds, in pipeline order.
 PACKAGES: dict[str, tuple[str, ...]] = {
     "runtime": ("children", "liveness", "logtail", "locks", "polling"),
-    "git": ("pathfilter", "gitrepo", "patches", "worktrees", "pins", "plan", "skips", "targets"),
+    "git": ("pathfilter", "gitrepo", "patches", "worktrees", "pins", "plan", "skips", "targets", "commit_facts"),
     "engine": ("stats", "changepoint", "effects", "lookahead", "bisect", "search_replay", "cost", "regressed_path"),
-    "measure": ("build", "envs", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",
+    "measure": ("build", "env_install", "envs", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",
                 "versions_probe", "calibration", "run_allocation", "workspace", "trials"),
-    "report": ("render", "console", "markdown", "trial_tables", "views", "logdetail", "report"),
+    "report": ("render", "console", "markdown", "trial_tables", "view_rows", "verdict_text", "views", "comparison_views",
+               "site_index", "logdetail", "report"),
     "executors": ("loop", "local", "slurm", "slurmjob", "slurm_job.sh"),
     "hook": ("notify", "checkqueue", "hook", "check", "hookworker"),
 }

@@ -14,7 +14,7 @@ import random
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..model import (
     BisectOutcome,
@@ -101,9 +101,6 @@ def make_results(
     """Write the repository and the database (see the module docstring); trials are spread over bisections.
     ``drift_pct_per_trial``: the machine slows (or speeds up) by this much per trial, on top of the step."""
     from ..store import open_store
-    from ..store import bisection_queries, trial_queries
-    from ..store.trial_queries import TrialDetails
-    from ..store.samples import compact
 
     rng = random.Random(seed)
     directory = Path(directory)
@@ -115,58 +112,79 @@ def make_results(
     culprit = shas[culprit_i]
     store = open_store(directory / "results.sqlite")
     ids = []
-    base_t = 1764000000.0
     per_bisection = max(2, trials // bisections)
     try:
         for b in range(bisections):
-            bid = store.begin_bisection(good=shas[0], bad=shas[-1], commits=shas, metric="baseline",
-                                        settings={"metric": "baseline", "max_trials_total": per_bisection},
-                                        target=str(directory / "repo"), started_at=base_t + b * 86400)
-            t = base_t + b * 86400
-            drift = rng.gauss(0, 0.02)
-            with store.session(write=True) as s:
-                for k in range(per_bisection):
-                    i = [0, commits - 1][k] if k < 2 else rng.randrange(commits)
-                    level = 500.0 * math.exp(drift) * (1 + step_pct / 100 if i >= culprit_i else 1.0)
-                    level *= math.exp(k * math.log1p(drift_pct_per_trial / 100))
-                    session_factor = math.exp(rng.gauss(0, sigma_pct / 100))
-                    throttled = rng.random() < 0.03
-                    clock = 1500.0 if throttled else 1980.0
-                    ident = TrialIdentity(shas[i], "a1b2c3d4e5f60718", f"build{i:04d}", "baseline", "m0de", "w0rk",
-                                          "2xNVIDIA-H200-drv580.159.04-3f2a9c1e")
-                    tid = trial_queries.insert_trial(s, ident, "bisect", owner=store.owner, bisection_id=bid, started_at=t)
-                    for r in range(runs_per_trial + 1):
-                        v = level * session_factor * math.exp(rng.gauss(0, 0.008))
-                        trial_queries.insert_run(s, tid, RunResult(
-                            index=r, warmup=(r == 0), requested_tokens=256, output_tokens=256, prompt_tokens=30,
-                            ttft_s=0.05 + rng.random() * 0.01, decode_tok_s=v, e2e_tok_s=v * 0.97,
-                            itl_p50_ms=1000 / v, itl_p99_ms=1300 / v,
-                        ))
-                    snaps = _samples(t, 12, clock, throttled, rng)
-                    system = SystemSummary(samples=len(snaps), sm_clock_mean_mhz=clock, sm_clock_min_mhz=clock - 30,
-                                           sm_clock_max_mhz=clock + 20, temperature_mean_c=60, temperature_max_c=66,
-                                           power_mean_w=900, throttled_fraction=0.5 if throttled else 0.0,
-                                           throttle_reasons_seen=0x20 if throttled else 0, load_avg_1m=1.5)
-                    details = TrialDetails.encode(
-                        system, compact(snaps),
-                        (EnvCheck(pid=100 + k, cmdline="python -m sglang.launch_server --tp 2 --port 30000"),
-                         EnvCheck(pid=200 + k, cmdline="sglang::scheduler_TP1", missing=("NCCL_PROTO",))),
-                        {"version": "0.5.6"}, {"torch": "2.11.0", "sglang": "0.5.6", "cuda": "13.0", "nccl": "2.28.3"},
-                    )
-                    result = trial_queries.finish_trial(s, tid, TrialStatus.OK, details, finished_at=t + 30)
-                    flag = "[baseline] throttled: SwThermalSlowdown in 50% of samples" if throttled else None
-                    bisection_queries.insert_observation(s, bid, k, shas[i], result.summary, [tid],
-                                                         result.system.as_covariates(), flag=flag)
-                    t += 40
-            cmp = Comparison(Verdict.REGRESSED, step_pct, step_pct - 1.5, step_pct + 1.5, sigma_pct, "synthetic",
-                             per_bisection // 2, per_bisection // 2, 0.001, 3.0, "synthetic step")
-            store.finish_bisection(bid, BisectOutcome(
-                verdict=Verdict.REGRESSED, good=shas[0], bad=shas[-1], culprit=culprit, effect_pct=step_pct,
-                endpoint_comparison=cmp, culprit_comparison=cmp, trials_used=per_bisection,
-                explanation="A synthetic bisection for report tests and benchmarks.", answer_probability=0.995,
-                noise_sigma_pct=sigma_pct, noise_dof=float(per_bisection - 2),
-            ))
-            ids.append(bid)
+            ids.append(_bisection(store, directory, shas, culprit_i, b, per_bisection, rng, runs_per_trial=runs_per_trial,
+                                  step_pct=step_pct, sigma_pct=sigma_pct, drift_pct_per_trial=drift_pct_per_trial))
     finally:
         store.close()
     return SyntheticResults(directory / "repo", directory / "results.sqlite", tuple(shas), culprit, tuple(ids))
+
+
+def _bisection(store: Any, directory: Path, shas: Sequence[str], culprit_i: int, b: int, per_bisection: int,
+               rng: random.Random, *, runs_per_trial: int, step_pct: float, sigma_pct: float,
+               drift_pct_per_trial: float) -> int:
+    """The ``b``-th finished bisection over ``shas``, a day after the one before: its endpoints measured
+    first, then random commits, ``step_pct`` slower from ``culprit_i`` on; its id."""
+    commits = len(shas)
+    culprit = shas[culprit_i]
+    base_t = 1764000000.0
+    bid = store.begin_bisection(good=shas[0], bad=shas[-1], commits=shas, metric="baseline",
+                                settings={"metric": "baseline", "max_trials_total": per_bisection},
+                                target=str(directory / "repo"), started_at=base_t + b * 86400)
+    t = base_t + b * 86400
+    drift = rng.gauss(0, 0.02)
+    with store.session(write=True) as s:
+        for k in range(per_bisection):
+            i = [0, commits - 1][k] if k < 2 else rng.randrange(commits)
+            level = 500.0 * math.exp(drift) * (1 + step_pct / 100 if i >= culprit_i else 1.0)
+            level *= math.exp(k * math.log1p(drift_pct_per_trial / 100))
+            _trial(s, store.owner, bid, k, shas[i], i, level, t, rng, sigma_pct, runs_per_trial)
+            t += 40
+    cmp = Comparison(Verdict.REGRESSED, step_pct, step_pct - 1.5, step_pct + 1.5, sigma_pct, "synthetic",
+                     per_bisection // 2, per_bisection // 2, 0.001, 3.0, "synthetic step")
+    store.finish_bisection(bid, BisectOutcome(
+        verdict=Verdict.REGRESSED, good=shas[0], bad=shas[-1], culprit=culprit, effect_pct=step_pct,
+        endpoint_comparison=cmp, culprit_comparison=cmp, trials_used=per_bisection,
+        explanation="A synthetic bisection for report tests and benchmarks.", answer_probability=0.995,
+        noise_sigma_pct=sigma_pct, noise_dof=float(per_bisection - 2),
+    ))
+    return bid
+
+
+def _trial(s: Any, owner: str, bid: int, k: int, sha: str, i: int, level: float, t: float, rng: random.Random,
+           sigma_pct: float, runs_per_trial: int) -> None:
+    """The ``k``-th trial of bisection ``bid`` (of ``sha``, the ``i``-th commit) at ``level`` tok/s: its
+    runs, sampled GPU state (throttled 3% of the time, then flagged), env checks and its observation."""
+    from ..store import bisection_queries, trial_queries
+    from ..store.trial_queries import TrialDetails
+    from ..store.samples import compact
+
+    session_factor = math.exp(rng.gauss(0, sigma_pct / 100))
+    throttled = rng.random() < 0.03
+    clock = 1500.0 if throttled else 1980.0
+    ident = TrialIdentity(sha, "a1b2c3d4e5f60718", f"build{i:04d}", "baseline", "m0de", "w0rk",
+                          "2xNVIDIA-H200-drv580.159.04-3f2a9c1e")
+    tid = trial_queries.insert_trial(s, ident, "bisect", owner=owner, bisection_id=bid, started_at=t)
+    for r in range(runs_per_trial + 1):
+        v = level * session_factor * math.exp(rng.gauss(0, 0.008))
+        trial_queries.insert_run(s, tid, RunResult(
+            index=r, warmup=(r == 0), requested_tokens=256, output_tokens=256, prompt_tokens=30,
+            ttft_s=0.05 + rng.random() * 0.01, decode_tok_s=v, e2e_tok_s=v * 0.97,
+            itl_p50_ms=1000 / v, itl_p99_ms=1300 / v,
+        ))
+    snaps = _samples(t, 12, clock, throttled, rng)
+    system = SystemSummary(samples=len(snaps), sm_clock_mean_mhz=clock, sm_clock_min_mhz=clock - 30,
+                           sm_clock_max_mhz=clock + 20, temperature_mean_c=60, temperature_max_c=66,
+                           power_mean_w=900, throttled_fraction=0.5 if throttled else 0.0,
+                           throttle_reasons_seen=0x20 if throttled else 0, load_avg_1m=1.5)
+    details = TrialDetails.encode(
+        system, compact(snaps),
+        (EnvCheck(pid=100 + k, cmdline="python -m sglang.launch_server --tp 2 --port 30000"),
+         EnvCheck(pid=200 + k, cmdline="sglang::scheduler_TP1", missing=("NCCL_PROTO",))),
+        {"version": "0.5.6"}, {"torch": "2.11.0", "sglang": "0.5.6", "cuda": "13.0", "nccl": "2.28.3"},
+    )
+    result = trial_queries.finish_trial(s, tid, TrialStatus.OK, details, finished_at=t + 30)
+    flag = "[baseline] throttled: SwThermalSlowdown in 50% of samples" if throttled else None
+    bisection_queries.insert_observation(s, bid, k, sha, result.summary, [tid], result.system.as_covariates(), flag=flag)

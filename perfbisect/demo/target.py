@@ -238,57 +238,17 @@ def make_demo_target(
     instead of timing the emulator, so a bisection's outcome does not depend on the machine's load.
     """
     root = Path(root).resolve()
-    if root.exists():
-        shutil.rmtree(root)
-    repo = root / "sglang"
-    repo.mkdir(parents=True)
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "config", "user.name", "Demo Upstream")
-    _git(repo, "config", "user.email", "upstream@example.invalid")
-    _git(repo, "config", "commit.gpgsign", "false")
-
+    repo = _new_repo(root)
     rng = random.Random(seed)
     when = 1_764_000_000  # fixed dates: the demo's history is the same on every machine
-    for rel, text in _FILES.items():
-        _write(repo, rel, text)
-    wheels = None
-    if pins:
-        wheels = root / "wheels"
-        write_wheel(wheels, DEMO_KERNEL, KERNEL_OLD)
-        write_wheel(wheels, DEMO_KERNEL_NEW, KERNEL_NEW)
-        write_wheel(wheels, DEMO_ATTN, ATTN_VERSION)
-        write_wheel(wheels, DEMO_ATTN_CUBIN, ATTN_VERSION)
-        _write(repo, "python/pyproject.toml", _pyproject(DEMO_KERNEL, KERNEL_OLD))
-    good = _commit(repo, "Initial import of the serving engine", when)
+    good, wheels = _initial_import(root, repo, pins, when)
 
     n_after = max(commits - 1, 8)
     planted_index = None if drift_only else (planted_at if planted_at is not None else (2 * n_after) // 3)
     bump_index = n_after // 3 if pins else None
     if bump_index is not None and bump_index == planted_index:
         bump_index -= 1
-    planted = pin_bump = None
-    for i in range(1, n_after + 1):
-        when += 3600
-        if planted_index is not None and i == planted_index and variant == "target":
-            planted = _plant_target_slowdown(repo, when)
-            continue
-        if bump_index is not None and i == bump_index:
-            _write(repo, "python/pyproject.toml", _pyproject(DEMO_KERNEL_NEW, KERNEL_NEW))
-            pin_bump = _commit(repo, f"Rename {DEMO_KERNEL} to {DEMO_KERNEL_NEW} and bump it to {KERNEL_NEW} (#{1000 + i})",
-                               when)
-            continue
-        if planted_index is not None and i == planted_index:
-            path = repo / "python/sglang/srt/speculative/eagle_worker.py"
-            path.write_text(path.read_text().replace(f"VERIFY_CYCLE_MS = {VERIFY_GOOD_MS}", f"VERIFY_CYCLE_MS = {VERIFY_BAD_MS}"))
-            _write(repo, "python/sglang/srt/speculative/eagle_worker.py", "\n\ndef reuse_draft_buffer():\n    return None\n", append=True)
-            planted = _commit(repo, "Speculative: reuse the draft buffer across verify steps", when)
-            continue
-        subject, edits = _HISTORY[(i - 1) % len(_HISTORY)]
-        for rel, text in edits.items():
-            _write(repo, rel, text.replace("\n\ndef ", f"\n\ndef v{i}_") if "def " in text else text, append=True)
-        if rng.random() < 0.15:  # some upstream commits also touch docs, as real ones do
-            _write(repo, "docs/index.md", f"\nNote {i}.\n", append=True)
-        _commit(repo, f"{subject} (#{1000 + i})", when)
+    planted, pin_bump = _upstream_history(repo, n_after, planted_index, bump_index, variant, rng, when)
     bad = _git(repo, "rev-parse", "HEAD")
 
     patches = root / "patches"
@@ -323,6 +283,70 @@ def make_demo_target(
         wheels=wheels,
         pin_bump=pin_bump,
     )
+
+
+def _new_repo(root: Path) -> Path:
+    """An empty repository at ``root/sglang`` (``root`` emptied first), committing as the demo's upstream."""
+    if root.exists():
+        shutil.rmtree(root)
+    repo = root / "sglang"
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "config", "user.name", "Demo Upstream")
+    _git(repo, "config", "user.email", "upstream@example.invalid")
+    _git(repo, "config", "commit.gpgsign", "false")
+    return repo
+
+
+def _initial_import(root: Path, repo: Path, pins: bool, when: int) -> tuple[str, Path | None]:
+    """The good end: the engine's files (with ``pins``, python/pyproject.toml pinning the old kernel,
+    and every pinned wheel written to ``root/wheels``); its sha and the wheel directory."""
+    for rel, text in _FILES.items():
+        _write(repo, rel, text)
+    wheels = None
+    if pins:
+        wheels = root / "wheels"
+        write_wheel(wheels, DEMO_KERNEL, KERNEL_OLD)
+        write_wheel(wheels, DEMO_KERNEL_NEW, KERNEL_NEW)
+        write_wheel(wheels, DEMO_ATTN, ATTN_VERSION)
+        write_wheel(wheels, DEMO_ATTN_CUBIN, ATTN_VERSION)
+        _write(repo, "python/pyproject.toml", _pyproject(DEMO_KERNEL, KERNEL_OLD))
+    return _commit(repo, "Initial import of the serving engine", when), wheels
+
+
+def _upstream_history(repo: Path, n_after: int, planted_index: int | None, bump_index: int | None, variant: str,
+                      rng: random.Random, when: int) -> tuple[str | None, str | None]:
+    """``n_after`` commits an hour apart after the initial import: upstream's mix (``_HISTORY``), the pin
+    bump at ``bump_index`` and the planted slowdown at ``planted_index``; their shas (planted, pin bump)."""
+    planted = pin_bump = None
+    for i in range(1, n_after + 1):
+        when += 3600
+        if planted_index is not None and i == planted_index and variant == "target":
+            planted = _plant_target_slowdown(repo, when)
+            continue
+        if bump_index is not None and i == bump_index:
+            _write(repo, "python/pyproject.toml", _pyproject(DEMO_KERNEL_NEW, KERNEL_NEW))
+            pin_bump = _commit(repo, f"Rename {DEMO_KERNEL} to {DEMO_KERNEL_NEW} and bump it to {KERNEL_NEW} (#{1000 + i})",
+                               when)
+            continue
+        if planted_index is not None and i == planted_index:
+            planted = _plant_speculative_slowdown(repo, when)
+            continue
+        subject, edits = _HISTORY[(i - 1) % len(_HISTORY)]
+        for rel, text in edits.items():
+            _write(repo, rel, text.replace("\n\ndef ", f"\n\ndef v{i}_") if "def " in text else text, append=True)
+        if rng.random() < 0.15:  # some upstream commits also touch docs, as real ones do
+            _write(repo, "docs/index.md", f"\nNote {i}.\n", append=True)
+        _commit(repo, f"{subject} (#{1000 + i})", when)
+    return planted, pin_bump
+
+
+def _plant_speculative_slowdown(repo: Path, when: int) -> str:
+    """The "speculative" variant's commit: a slower verify cycle (EAGLE-3 loses ~15%, the baseline nothing)."""
+    path = repo / "python/sglang/srt/speculative/eagle_worker.py"
+    path.write_text(path.read_text().replace(f"VERIFY_CYCLE_MS = {VERIFY_GOOD_MS}", f"VERIFY_CYCLE_MS = {VERIFY_BAD_MS}"))
+    _write(repo, "python/sglang/srt/speculative/eagle_worker.py", "\n\ndef reuse_draft_buffer():\n    return None\n", append=True)
+    return _commit(repo, "Speculative: reuse the draft buffer across verify steps", when)
 
 
 def _plant_target_slowdown(repo: Path, when: int) -> str:

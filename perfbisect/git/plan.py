@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 from .gitrepo import TargetRepo
 from ..model import Commit
 from .pathfilter import PathFilter
-from .patches import PatchConflict, PatchStack
+from .patches import PatchCheck, PatchConflict, PatchStack
 from .pins import PinGroup, span_text
 
 
@@ -144,7 +144,21 @@ def plan_range(
     skipped = skipped or {}
     commits = repo.first_parent_range(good, bad)
     checks = {c.commit.sha: c for c in stack.check_range(commits)} if (stack is not None and check_patches) else {}
+    return Plan(
+        good=commits[0],
+        bad=commits[-1],
+        entries=tuple(_entries(repo, commits, filters, checks, skipped)),
+        warnings=tuple(_skipped_endpoints(commits, skipped) + _unused_filters(repo, commits, filters)),
+        filters=filters.patterns,
+        patch_hash=stack.hash if stack is not None else None,
+    )
 
+
+def _entries(repo: TargetRepo, commits: Sequence[Commit], filters: PathFilter, checks: Mapping[str, PatchCheck],
+             skipped: Mapping[str, str]) -> list[PlanEntry]:
+    """One entry per commit, oldest first: measured (an endpoint, a merge, a change), or not and why (a
+    patch conflict; only filtered paths changed, so it inherits the last testable commit's result; marked
+    untestable)."""
     entries: list[PlanEntry] = []
     last_testable: str | None = None
     for i, c in enumerate(commits):
@@ -180,7 +194,11 @@ def plan_range(
         else:
             entries.append(PlanEntry(measure=True, reason=f"changes {len(paths)} path{'s' if len(paths) != 1 else ''}", **common))
         last_testable = c.sha
+    return entries
 
+
+def _skipped_endpoints(commits: Sequence[Commit], skipped: Mapping[str, str]) -> list[PlanWarning]:
+    """An endpoint marked untestable: measured all the same, and said so."""
     warnings = []
     for c in (commits[0], commits[-1]):
         if c.sha in skipped:
@@ -189,6 +207,12 @@ def plan_range(
                 f"{c.short} is marked untestable ({skipped[c.sha]}) but is an endpoint of the range: endpoints are "
                 f"always measured. Pick another endpoint, or undo the mark (`perfbisect skip --undo {c.short}`).",
             ))
+    return warnings
+
+
+def _unused_filters(repo: TargetRepo, commits: Sequence[Commit], filters: PathFilter) -> list[PlanWarning]:
+    """A path filter that matches no changed path of the range and no file of either endpoint (a typo)."""
+    warnings = []
     if filters.patterns:
         universe: set[str] = set()
         for c in commits[1:]:
@@ -208,14 +232,7 @@ def plan_range(
                     pat,
                 )
             )
-    return Plan(
-        good=commits[0],
-        bad=commits[-1],
-        entries=tuple(entries),
-        warnings=tuple(warnings),
-        filters=filters.patterns,
-        patch_hash=stack.hash if stack is not None else None,
-    )
+    return warnings
 
 
 def _describe_paths(paths: Sequence[str], limit: int = 3) -> str:

@@ -355,14 +355,7 @@ def run_bench_serving(
             f"workload.dataset_path for random token ids (--dataset-name random-ids)."
         )
     argv = bench_serving_argv(base_url, cfg, python, client, output_file)
-    full_env = _full_env(env, extra_env, python, client)
-    # Either variable set (to anything) is the user's choice, and decides for both: TRANSFORMERS_OFFLINE=1
-    # beside a user's HF_HUB_OFFLINE=0 would still keep transformers offline.
-    offline_set = not any(name in full_env for name in OFFLINE_ENV)
-    if offline_set:
-        full_env.update(OFFLINE_ENV)
-    source = client / "python" if (client / "python").is_dir() else client
-    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(source), full_env.get("PYTHONPATH", "")) if p)
+    full_env, offline_set = _bench_serving_env(env, extra_env, python, client)
     shown = " ".join(argv)
     try:
         run = run_bounded(argv, cwd=client, env=full_env, timeout_s=cfg.request_timeout_s, log_path=log_path,
@@ -374,24 +367,52 @@ def run_bench_serving(
             f"sglang.bench_serving ran longer than workload.request_timeout_s = {cfg.request_timeout_s:g} s and was "
             f"killed. Raise the timeout or ask for fewer requests; its output is in {log_path}."
         )
-    stderr = run.stderr
-    if run.returncode != 0 and (why := network_failure(stderr, base_url)):
+    if run.returncode != 0:
+        _bench_serving_failed(run.returncode, run.stderr, base_url, client, python, shown, offline_set, log_path)
+    return [parse_bench_serving(_bench_serving_result(output_file, key, shown, log_path), key)]
+
+
+def _bench_serving_env(env: dict[str, str], extra_env: Mapping[str, str] | None, python: str,
+                       client: Path) -> tuple[dict[str, str], bool]:
+    """The client's environment: the server's with the layout's on top, kept off the Hugging Face hub
+    unless the user chose otherwise (whether it was, the second value), and the client checkout's
+    ``python/`` first on ``PYTHONPATH``."""
+    full_env = _full_env(env, extra_env, python, client)
+    # Either variable set (to anything) is the user's choice, and decides for both: TRANSFORMERS_OFFLINE=1
+    # beside a user's HF_HUB_OFFLINE=0 would still keep transformers offline.
+    offline_set = not any(name in full_env for name in OFFLINE_ENV)
+    if offline_set:
+        full_env.update(OFFLINE_ENV)
+    source = client / "python" if (client / "python").is_dir() else client
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(source), full_env.get("PYTHONPATH", "")) if p)
+    return full_env, offline_set
+
+
+def _bench_serving_failed(returncode: int, stderr: str, base_url: str, client: Path, python: str, shown: str,
+                          offline_set: bool, log_path: Path) -> None:
+    """Raise what a failed bench_serving means: the machine's network (InfrastructureError), a client too
+    old for the config (ConfigError), else the workload failed (WorkloadError, with its stderr's tail)."""
+    if why := network_failure(stderr, base_url):
         raise InfrastructureError(_network_failure_message(why, stderr, offline_set, log_path))
-    if run.returncode != 0 and "invalid choice: 'random-ids'" in stderr:
+    if "invalid choice: 'random-ids'" in stderr:
         raise ConfigError(
             f"The benchmark client's sglang.bench_serving ({client}) predates --dataset-name random-ids (SGLang "
             f"0.4.5.post1 added it). Set workload.client_rev to a newer revision, or workload.dataset_path to a "
             f"ShareGPT-format JSON file on this machine (its prompts then come from --dataset-name random). "
             f"Full output in {log_path}."
         )
-    if run.returncode != 0:
-        missing = "No module named" in stderr and "sglang" in stderr
-        hint = (f"The target's interpreter {python} cannot import sglang.bench_serving (with the server's env); "
-                if missing else "")
-        raise WorkloadError(
-            f"{hint}sglang.bench_serving exited with status {run.returncode} ({shown}). Last lines of its stderr:\n"
-            f"{_tail(stderr) or '(empty)'}\nFull output in {log_path}."
-        )
+    missing = "No module named" in stderr and "sglang" in stderr
+    hint = (f"The target's interpreter {python} cannot import sglang.bench_serving (with the server's env); "
+            if missing else "")
+    raise WorkloadError(
+        f"{hint}sglang.bench_serving exited with status {returncode} ({shown}). Last lines of its stderr:\n"
+        f"{_tail(stderr) or '(empty)'}\nFull output in {log_path}."
+    )
+
+
+def _bench_serving_result(output_file: Path, key: str, shown: str, log_path: Path) -> dict[str, Any]:
+    """The last JSON object bench_serving wrote to ``output_file``; WorkloadError when there is none,
+    ConfigError when it has no ``key`` (workload.metric)."""
     lines = log_tail(output_file, lines=50, max_bytes=TAIL_BYTES).splitlines()
     obj = None
     for line in reversed(lines):
@@ -413,4 +434,4 @@ def run_bench_serving(
             f"{', '.join(sorted(k for k, v in obj.items() if isinstance(v, (int, float)))) or '(no numbers)'}. "
             f"Set workload.metric to one of these."
         )
-    return [parse_bench_serving(obj, key)]
+    return obj

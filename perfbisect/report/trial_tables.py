@@ -1,7 +1,7 @@
 """Trials as rows for a report's charts and tables: per trial, system-state samples, environment, failures.
 
 Plain values read from ``TrialResult`` records (and, for the state timeline, the samples the store
-keeps per trial); ``views`` assembles them into a report's view.
+keeps per trial); ``views`` and ``comparison_views`` assemble them into a report's view.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from pathlib import Path
 
 def run_cli(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """What ``perfbisect ARGS`` printed and returned, as a CompletedProcess (drop-in for subprocess.run)."""
-    from perfbisect import cli
+    from perfbisect.cli import main as cli
 
     saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -163,7 +163,7 @@ def test_bad_input_gives_its_exit_code(demo, tmp_path, case, monkeypatch, capsys
     """In this process, through the CLI's one error boundary (``cli.main``): what the servers, builds and
     workloads a case starts are real subprocesses; the interpreter start of each case is not the point
     (the last test runs the installed command for one case of each exit code)."""
-    from perfbisect import cli
+    from perfbisect.cli import main as cli
 
     argv = _prepare(demo, tmp_path, case)
     monkeypatch.chdir(demo.root)
@@ -232,7 +232,7 @@ def test_an_unexpected_exception_is_exit_4_with_one_paragraph(demo, tmp_path, mo
     import errno
 
     from perfbisect import app as core
-    from perfbisect import cli
+    from perfbisect.cli import main as cli
 
     def full_disk(*_args, **_kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")

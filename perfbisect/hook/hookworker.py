@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # the worker draining now looks at the queue again after releasing its lock
     sys.argv = ["perfbisect", "check", "--drain", "--config", args[0]]
     from . import check
-    from .. import cli
+    from ..cli import main as cli
 
     check.HELD_LOCK = lock
     try:

@@ -25,7 +25,7 @@ _spec.loader.exec_module(restructure)
 
 # Who may import the use cases (app) and the command line (cli): the layers above them.
 MAY_IMPORT_APP = {"cli", "demo.run", "check"}
-MAY_IMPORT_CLI = {"__main__", "hookworker"}
+MAY_IMPORT_CLI = {"__main__"}
 # Values every layer receives; they import nothing of perfbisect but each other.
 VALUE_MODULES = {"settings", "model", "errors", "placeholders", "layout"}
 
@@ -137,7 +137,7 @@ def _allowed_upward(name: str, target: str) -> bool:
 
 def _collapsed(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """Each package one node (its layer), each top-level module its own; the allowed entries into the
-    use cases and the CLI (the hook's worker runs `check --drain` behind the CLI's error boundary) left out."""
+    use cases and the CLI (the hook's check enters the use cases; `python -m perfbisect`, the CLI) left out."""
     node = {m: restructure.layer_of(m) or m for m in graph}
     out: dict[str, set[str]] = {n: set() for n in node.values()}
     for m, targets in graph.items():

@@ -28,13 +28,12 @@ if os.path.basename(sys.argv[0] if sys.argv else "") == "perfbisect":
 import errno  # after the handlers, on purpose
 import signal
 import traceback
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from .. import __version__
-from ..errors import EXIT_OK, EXIT_RUNTIME, PerfbisectError
+from ..errors import EXIT_OK, EXIT_RUNTIME, PerfbisectError, internal_error_message
 from ..interrupts import (
     forget_earlier_signals,
     install_signal_handlers,
@@ -117,19 +116,6 @@ def _root(
     if version:
         out_console.print(f"perfbisect {__version__}")
         raise typer.Exit()
-
-
-def internal_error_message(exc: BaseException) -> str:
-    """One paragraph for an exception no layer turned into a PerfbisectError (a bug, or an
-    environment failure nobody anticipated)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
-    return (
-        f"perfbisect stopped on an unexpected {type(exc).__name__}{where}: {exc}. Results stored before "
-        f"this point are kept. If the message points at the machine (disk full, permissions), fix that and "
-        f"run again (`perfbisect resume` continues a bisection); otherwise it is a bug: report it with the "
-        f"command line and the traceback that PERFBISECT_DEBUG=1 prints."
-    )
 
 
 def _usage_error(exc: BaseException) -> bool:

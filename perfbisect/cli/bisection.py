@@ -22,18 +22,18 @@ from .options import (
 )
 
 
-def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: str | None = None,
-                    report: tuple[Path, str] | None = None, spent: dict | None = None, fmt: str = "text") -> None:
+def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, fmt: str = "text") -> None:
     """Print a finished bisection (lines, or one JSON object) and exit with its documented code.
 
-    ``broken``: no trial measured anything (the server never started, every run failed). That is
-    a measurement that broke (4), not evidence too weak to decide (3). ``report``: the HTML report's
-    path and the short line that ends the text output.
+    ``finished`` (``app.FinishedBisection``): ``broken``, no trial measured anything (the server never
+    started, every run failed): that is a measurement that broke (4), not evidence too weak to decide
+    (3); ``report``, the HTML report's path and the short line that ends the text output; ``spent``.
     """
     from ..report.render import format_outcome, outcome_json
 
     from ..engine.cost import spent_line
 
+    report, spent = finished.report, finished.spent
     if json_out:
         # "resumed": what `resume` reused and discarded (app.Resumed.as_json); null for a run that was not resumed
         print_json({**outcome_json(result), "report": str(report[0]) if report else None, "spent": spent,
@@ -49,53 +49,35 @@ def _show_bisection(result, json_out: bool, fail_on_regression: bool, broken: st
             out_console.print(show(spent_line(spent, result.outcome.trials_used)))
         if report is not None:
             out_console.print(show(report[1]))
-    if broken:
-        print_error(nothing_measured(broken))
+    if finished.broken:
+        print_error(nothing_measured(finished.broken))
         raise typer.Exit(code=EXIT_RUNTIME)
     raise typer.Exit(code=exit_for(result.outcome.verdict, fail_on_regression))
 
 
-def _bisection_report(ws, result, progress) -> tuple[Path, str] | None:
-    """The HTML report of a bisection just finished and its short line (None, with a warning, if it cannot be written)."""
-    from ..report.report import short_line
-
-    def write() -> tuple[Path, str]:
-        path, view = app.report(ws.store, str(result.bisection_id), config=ws.config)
-        return path, short_line(view, path)
-
-    return app.report_quietly(progress, write)
-
-
-def _spent(ws, bisection_id: int) -> dict:
-    from ..engine import cost
-
-    gpus, unit = cost.hours_unit(ws.config)
-    return cost.spent(ws.store.trials(bisection_id=bisection_id, status=None), gpus, unit)
-
-
 def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
     """Before a bisection starts: ask when its estimate exceeds [cost] budget_gpu_hours (never with --yes)."""
-    from ..engine import cost
+    from ..engine.cost import format_duration
 
-    budget = ws.config.cost.budget_gpu_hours
-    if not budget or yes:
+    if yes:
         return
-    est = app.plan_estimate(ws, app.plan(ws, good, bad, check_patches=False))
-    if est.gpu_hours is None or est.gpu_hours <= budget:
+    over = app.over_budget(ws, good, bad)
+    if over is None:
         return
-    over = (
-        f"The estimate ({est.gpu_hours:.1f} {est.unit}, ~{est.trials} trials, {cost.format_duration(est.wall_s)}) "
-        f"exceeds [cost] budget_gpu_hours = {budget:g}."
+    est = over.estimate
+    sentence = (
+        f"The estimate ({est.gpu_hours:.1f} {est.unit}, ~{est.trials} trials, {format_duration(est.wall_s)}) "
+        f"exceeds [cost] budget_gpu_hours = {over.budget:g}."
     )
     if not sys.stdin.isatty():
         raise UsageError(
-            f"{over} stdin is not a terminal, so perfbisect cannot ask: pass --yes to start anyway, raise the "
+            f"{sentence} stdin is not a terminal, so perfbisect cannot ask: pass --yes to start anyway, raise the "
             f"budget, or narrow good..bad (`perfbisect plan` shows the estimate)."
         )
     for line in est.lines():
         err_console.print(show(line))
-    if not typer.confirm(f"{over} Start anyway?", default=False, err=True):
-        print_error(f"{over} Not started (answered no); pass --yes to skip this question.")
+    if not typer.confirm(f"{sentence} Start anyway?", default=False, err=True):
+        print_error(f"{sentence} Not started (answered no); pass --yes to skip this question.")
         raise typer.Exit(code=EXIT_USAGE)
 
 
@@ -130,10 +112,8 @@ def run(
         gpu = cfg.executor.kind == "local"
         with app.exclusive(ws, progress, wait=wait, gpu=gpu), interruptible(ws, resumable=True, options=resume_options(config, db), json_out=json_out):
             result = app.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
-            broken = app.measured_nothing(ws, result.bisection_id)
-            report = _bisection_report(ws, result, progress)
-            spent = _spent(ws, result.bisection_id)
-    _show_bisection(result, json_out, fail_on_regression, broken, report, spent, fmt)
+            finished = app.finished_bisection(ws, result, progress)
+    _show_bisection(result, finished, json_out, fail_on_regression, fmt)
 
 
 def resume(
@@ -164,10 +144,8 @@ def resume(
         bid = bisection if bisection is not None else app.latest_unfinished(ws)
         with interruptible(ws, resume_id=bid, resumable=True, options=resume_options(config, db), json_out=json_out):
             result = app.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
-        broken = app.measured_nothing(ws, result.bisection_id)
-        report = _bisection_report(ws, result, progress)
-        spent = _spent(ws, result.bisection_id)
-    _show_bisection(result, json_out, fail_on_regression, broken, report, spent)
+        finished = app.finished_bisection(ws, result, progress)
+    _show_bisection(result, finished, json_out, fail_on_regression)
 
 
 def demo(
@@ -272,15 +250,13 @@ def plan(
     cfg = load(config)
     app.check_effect(cfg, effect)  # before the plan: bad input is said at once
     with app.Workspace.open(cfg, db) as ws:
-        result = app.plan(ws, g, b, check_patches=not no_patch_check)
-        estimate = app.plan_estimate(ws, result, effect)
+        planned = app.plan_and_estimate(ws, g, b, check_patches=not no_patch_check, effect_pct=effect)
     if json_out:
-        print_json({**json_value(result), "estimate": estimate.as_dict()})
+        print_json({**json_value(planned.plan), "estimate": planned.estimate.as_dict()})
     else:
-        print_lines(format_plan(result) + estimate.lines())
-    conflict = app.endpoint_conflict(result)
-    if conflict:  # `run` refuses this range: say so, and exit as it would
-        print_error(conflict)
+        print_lines(format_plan(planned.plan) + planned.estimate.lines())
+    if planned.conflict:  # `run` refuses this range: say so, and exit as it would
+        print_error(planned.conflict)
         raise typer.Exit(code=EXIT_USAGE)
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 HEAVY = ("scipy", "alembic", "numpy", "jinja2", "sqlalchemy", "git", "httpx")
 COMMANDS = {"status": ["status"], "log": ["log"], "--help": ["--help"]}
 # What the detached worker a pull starts imports before it writes its first state ("waiting: ...").
-WORKER = ["-c", "import perfbisect.hook.hookworker, perfbisect.hook.check, perfbisect.cli"]
+WORKER = ["-c", "import perfbisect.hook.hookworker, perfbisect.hook.check, perfbisect.report.console"]
 TARGETS_S = {"status": 0.5, "log": 1.0}
 
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,15 +28,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfbisect.demo.target import make_demo_target  # noqa: E402
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfbisect.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "300"})
+from tests.cli_runner import run_command
 
 
 def plan(target, cfg, *extra: str) -> dict:
-    proc = cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(cfg), "--json", *extra)
+    proc = run_command("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(cfg), "--json", *extra, timeout=None)
     if proc.returncode != 0:
         raise SystemExit(proc.stderr)
     return json.loads(proc.stdout)["estimate"]
@@ -46,7 +40,7 @@ def plan(target, cfg, *extra: str) -> dict:
 
 def run(target, cfg) -> tuple[int, str]:
     t0 = time.monotonic()
-    proc = cli("run", f"good={target.good}", f"bad={target.bad}", "-c", str(cfg), "-q", "--yes")
+    proc = run_command("run", f"good={target.good}", f"bad={target.bad}", "-c", str(cfg), "-q", "--yes", timeout=None)
     if "trials used: " not in proc.stdout:
         raise SystemExit(f"run failed (exit {proc.returncode}): {proc.stderr}")
     used = int(re.search(r"trials used: (\d+)", proc.stdout).group(1))

@@ -1045,3 +1045,81 @@ def calibration_report(ws: Workspace, result: CalibrateResult) -> Path:
     )
     view["id"] = f"{result.commit.short}-{stamp}"
     return write_html(render_report(view), report_path(db, f"calibrate-{result.commit.short}-{stamp}", ws.config))
+
+
+# ------------------------------------------------------------------------------------------------
+# What the command line shows around a bisection: worked out here, printed there (cli/bisection.py)
+
+
+@dataclass(frozen=True)
+class OverBudget:
+    """A bisection about to start whose estimate exceeds ``[cost] budget_gpu_hours``: `run` asks first."""
+
+    estimate: cost.Estimate
+    budget: float  # [cost] budget_gpu_hours
+
+
+def over_budget(ws: Workspace, good: str, bad: str) -> OverBudget | None:
+    """Before a bisection of good..bad starts: its estimate when that exceeds ``[cost] budget_gpu_hours``;
+    None without a budget (the range is then not even planned), or when the estimate is within it or
+    its cost unknown (no trial time)."""
+    budget = ws.config.cost.budget_gpu_hours
+    if not budget:
+        return None
+    est = plan_estimate(ws, plan(ws, good, bad, check_patches=False))
+    if est.gpu_hours is None or est.gpu_hours <= budget:
+        return None
+    return OverBudget(est, budget)
+
+
+@dataclass(frozen=True)
+class PlannedRange:
+    """`perfbisect plan`'s answer: the range's plan, what bisecting it would cost, and why `run` would
+    refuse it (``endpoint_conflict``: the patch stack conflicts at an endpoint), else None."""
+
+    plan: Plan
+    estimate: cost.Estimate
+    conflict: str | None
+
+
+def plan_and_estimate(ws: Workspace, good: str, bad: str, *, check_patches: bool = True,
+                      effect_pct: float | None = None) -> PlannedRange:
+    """good..bad planned (``plan``) and its bisection estimated (``plan_estimate``, against ``effect_pct``
+    when given). Builds and runs nothing."""
+    planned = plan(ws, good, bad, check_patches=check_patches)
+    return PlannedRange(planned, plan_estimate(ws, planned, effect_pct), endpoint_conflict(planned))
+
+
+@dataclass(frozen=True)
+class FinishedBisection:
+    """What `run` and `resume` show after the search, besides its outcome."""
+
+    broken: str | None  # why no trial produced a number (``measured_nothing``): exit 4, not 3
+    report: tuple[Path, str] | None  # the HTML report and its short line; None when it could not be written (warned)
+    spent: dict  # what it spent (``bisection_spent``)
+
+
+def finished_bisection(ws: Workspace, result: BisectResult, progress: Progress) -> FinishedBisection:
+    """After a bisection: whether anything was measured, its HTML report (a failure to write it is a
+    warning, never hiding the verdict) and what it spent."""
+    broken = measured_nothing(ws, result.bisection_id)
+    written = _bisection_report(ws, result, progress)
+    return FinishedBisection(broken, written, bisection_spent(ws, result.bisection_id))
+
+
+def _bisection_report(ws: Workspace, result: BisectResult, progress: Progress) -> tuple[Path, str] | None:
+    """The HTML report of a bisection just finished and its short line (None, with a warning, if it cannot be written)."""
+    from .report.report import short_line
+
+    def write() -> tuple[Path, str]:
+        path, view = report(ws.store, str(result.bisection_id), config=ws.config)
+        return path, short_line(view, path)
+
+    return report_quietly(progress, write)
+
+
+def bisection_spent(ws: Workspace, bisection_id: int) -> dict:
+    """What a bisection spent (``cost.spent`` over all its trials): trials, wall time less the pauses, and
+    hours in the target's unit (GPU-hours × [cost] gpus, or machine-hours for a command target)."""
+    gpus, unit = cost.hours_unit(ws.config)
+    return cost.spent(ws.store.trials(bisection_id=bisection_id, status=None), gpus, unit)

@@ -2,13 +2,16 @@
 
 Library code raises these with a message that names the problem (file, key, commit, flag) and the
 fix; it never prints or exits. ``perfbisect.cli`` is the one place that turns them into
-``Error: ...`` on stderr and an exit status.
+``Error: ...`` on stderr and an exit status (and the hook's detached worker, which answers the same way
+in its log: ``perfbisect.hook.hookworker``); ``internal_error_message`` is the paragraph both give an
+exception that is none of these.
 """
 
 from __future__ import annotations
 
 import re
 import signal
+from pathlib import Path
 
 # Anything that looks like a URL, and password=... parameters.
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]+")
@@ -175,3 +178,18 @@ class StoreWriteError(StoreError):
     """The results database failed after it was opened (disk full, lock held too long)."""
 
     exit_code = EXIT_RUNTIME
+
+
+def internal_error_message(exc: BaseException) -> str:
+    """One paragraph for an exception no layer turned into a PerfbisectError (a bug, or an
+    environment failure nobody anticipated)."""
+    import traceback  # here: the CLI imports this module before its signal handlers are in, so it stays light
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return (
+        f"perfbisect stopped on an unexpected {type(exc).__name__}{where}: {exc}. Results stored before "
+        f"this point are kept. If the message points at the machine (disk full, permissions), fix that and "
+        f"run again (`perfbisect resume` continues a bisection); otherwise it is a bug: report it with the "
+        f"command line and the traceback that PERFBISECT_DEBUG=1 prints."
+    )

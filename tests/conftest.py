@@ -23,6 +23,7 @@ from typing import Callable
 
 import httpx
 import pytest
+from tests.cli_runner import run_command
 
 # Quiet, deterministic-enough defaults: tests that want drift or jitter set them explicitly.
 EMULATOR_TEST_ENV = {
@@ -114,10 +115,7 @@ def demo_run(tmp_path_factory, private_node_lock_for_the_session) -> DemoRun:
     once ended it inconclusive and failed every test that reads it."""
 
     def compute(base: Path) -> dict:
-        proc = subprocess.run(
-            [sys.executable, "-m", "perfbisect.cli", "demo", "--json", "--seeded", "--dir", str(base / "demo")],
-            capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
-        )
+        proc = run_command("demo", "--json", "--seeded", "--dir", str(base / "demo"), timeout=600)
         return _ran(proc)
 
     base, data = _once_per_run(tmp_path_factory, "demo-run", compute)
@@ -154,11 +152,8 @@ def compared_demo(tmp_path_factory, private_node_lock_for_the_session) -> Compar
 
     def compute(base: Path) -> dict:
         target = make_demo_target(base / "demo", commits=10, seeded=True)
-        proc = subprocess.run(
-            [sys.executable, "-m", "perfbisect.cli", "compare", target.good, target.planted, "--max-trials", "6",
-             "-c", str(target.config), "--db", str(base / "r.sqlite"), "--json"],
-            capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
-        )
+        proc = run_command("compare", target.good, target.planted, "--max-trials", "6", "-c", str(target.config),
+                           "--db", str(base / "r.sqlite"), "--json", timeout=600)
         return {"proc": _ran(proc), "target": {k: str(v) if isinstance(v, Path) else v
                                                 for k, v in dataclasses.asdict(target).items()}}
 

@@ -1,5 +1,5 @@
-"""The bad-input battery: every case runs the real CLI (in this process, through ``cli.main``, its one
-error boundary; four of them also as the installed command) and must give README's exit code
+"""The bad-input battery: every case runs the real CLI (in this process, through ``perfbisect.cli.main.main``,
+its one error boundary; four of them also as the installed command) and must give README's exit code
 (2 usage/config, 3 inconclusive, 4 measurement broke) with one paragraph on stderr and no traceback.
 
 A case is (id, edit of the demo config or None, extra setup, arguments, exit code, words the
@@ -9,15 +9,13 @@ message must hold). ``{config}``, ``{db}``, ``{good}``, ``{bad}``, ``{tmp}`` in 
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from perfbisect.demo.target import make_demo_target
+from tests.cli_runner import run_cli, run_command
 
 pytestmark = pytest.mark.slow
 
@@ -159,21 +157,12 @@ def _check(case, code: int, stdout: str, stderr: str) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_gives_its_exit_code(demo, tmp_path, case, monkeypatch, capsys):
-    """In this process, through the CLI's one error boundary (``cli.main``): what the servers, builds and
+def test_bad_input_gives_its_exit_code(demo, tmp_path, case):
+    """In this process, through the CLI's one error boundary (``run_cli``): what the servers, builds and
     workloads a case starts are real subprocesses; the interpreter start of each case is not the point
     (the last test runs the installed command for one case of each exit code)."""
-    from perfbisect import cli
-
-    argv = _prepare(demo, tmp_path, case)
-    monkeypatch.chdir(demo.root)
-    monkeypatch.setattr(sys, "argv", ["perfbisect", *argv])
-    monkeypatch.setattr(cli, "install_signal_handlers", lambda: None)  # the test process keeps its own
-    with pytest.raises(SystemExit) as exit_:
-        cli.main()
-    code = exit_.value.code if isinstance(exit_.value.code, int) else (0 if exit_.value.code is None else 1)
-    out = capsys.readouterr()
-    _check(case, code, out.out, out.err)
+    proc = run_cli(*_prepare(demo, tmp_path, case), cwd=demo.root)
+    _check(case, proc.returncode, proc.stdout, proc.stderr)
 
 
 @pytest.mark.parametrize("name", ["unknown-flag", "config-not-toml", "one-trial-budget", "measure-server-never-starts"])
@@ -181,8 +170,7 @@ def test_the_installed_command_gives_the_same_exit_codes(demo, tmp_path, name):
     """The `perfbisect` process itself (its entry point, Click's usage errors, exit statuses), one case per code."""
     (case,) = [c for c in CASES if c[0] == name]
     argv = _prepare(demo, tmp_path, case)
-    proc = subprocess.run([sys.executable, "-m", "perfbisect.cli", *argv], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "COLUMNS": "300"}, cwd=demo.root)
+    proc = run_command(*argv, cwd=demo.root)
     _check(case, proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -190,9 +178,8 @@ def test_json_never_holds_nan_and_lines_never_say_nan(demo, tmp_path):
     """A one-trial budget leaves no estimate: JSON says null (NaN is not JSON), the lines say n/a."""
     config = tmp_path / "perfbisect.toml"
     config.write_text(_apply_edit(demo.config.read_text(), ("min_effect_pct = 3.0", "min_effect_pct = 3.0\nmax_trials_total = 1")))
-    base = [sys.executable, "-m", "perfbisect.cli", "run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(config)]
-    env = {**os.environ, "COLUMNS": "300"}
-    proc = subprocess.run([*base, "--db", str(tmp_path / "a.sqlite"), "--json"], capture_output=True, text=True, timeout=300, env=env)
+    base = ["run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(config)]
+    proc = run_command(*base, "--db", str(tmp_path / "a.sqlite"), "--json")
     assert proc.returncode == 3, proc.stderr
 
     def refuse(constant: str) -> None:
@@ -200,7 +187,7 @@ def test_json_never_holds_nan_and_lines_never_say_nan(demo, tmp_path):
 
     data = json.loads(proc.stdout, parse_constant=refuse)
     assert data["verdict"] == "inconclusive" and data["effect_pct"] is None
-    lines = subprocess.run([*base, "--db", str(tmp_path / "b.sqlite")], capture_output=True, text=True, timeout=300, env=env)
+    lines = run_command(*base, "--db", str(tmp_path / "b.sqlite"))
     assert lines.returncode == 3 and "nan%" not in lines.stdout.lower(), lines.stdout
 
 
@@ -222,27 +209,22 @@ def test_port_in_use_is_a_config_error(demo, tmp_path):
         port = sock.getsockname()[1]
         config = tmp_path / "perfbisect.toml"
         config.write_text(demo.config.read_text().replace("ready_timeout_s = 60", f"ready_timeout_s = 60\nport = {port}"))
-        proc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "measure", "-c", str(config), "--db", str(tmp_path / "r.sqlite")],
-                              capture_output=True, text=True, timeout=300)
+        proc = run_command("measure", "-c", str(config), "--db", str(tmp_path / "r.sqlite"))
     assert proc.returncode == 2 and f"Port {port}" in proc.stderr
 
 
-def test_an_unexpected_exception_is_exit_4_with_one_paragraph(demo, tmp_path, monkeypatch, capsys):
+def test_an_unexpected_exception_is_exit_4_with_one_paragraph(demo, tmp_path, monkeypatch):
     """The CLI boundary: an error no layer anticipated (here a full disk while removing worktrees)."""
     import errno
 
     from perfbisect import app as core
-    from perfbisect import cli
 
     def full_disk(*_args, **_kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(core, "gc", full_disk)  # the one fake here: a disk cannot be filled safely in a test
-    monkeypatch.setattr(sys, "argv", ["perfbisect", "gc", "-c", str(demo.config)])
-    monkeypatch.setattr(cli, "install_signal_handlers", lambda: None)
-    with pytest.raises(SystemExit) as exit_:
-        cli.main()
-    assert exit_.value.code == 4
-    err = " ".join(capsys.readouterr().err.split())
+    proc = run_cli("gc", "-c", str(demo.config))
+    assert proc.returncode == 4
+    err = " ".join(proc.stderr.split())
     assert err.startswith("Error: perfbisect stopped on an unexpected OSError")
     assert "No space left on device" in err and "Traceback" not in err

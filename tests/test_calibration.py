@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from perfbisect.model import NoiseKey
 from perfbisect.engine.stats import variance_ratio_test
 from perfbisect.store import NoiseEstimate
 from perfbisect.measure.workspace import Workspace
+from tests.cli_runner import run_command
 
 KEY = NoiseKey("host-a", "baseline", "m1", "w1")
 
@@ -71,11 +70,6 @@ def demo(tmp_path_factory):
     return make_demo_target(tmp_path_factory.mktemp("calibrate") / "demo", commits=10)
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfbisect.cli", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "COLUMNS": "300"})
-
-
 def test_calibrate_interleaves_two_builds_stores_its_dof_and_names_a_disagreement(demo, tmp_path):
     """A bisection on this host measured 25% (30 dof) — far more than the emulator's ~2% sessions:
     calibrate says they disagree, names both figures, and the next bisection starts from the 25%."""
@@ -83,7 +77,7 @@ def test_calibrate_interleaves_two_builds_stores_its_dof_and_names_a_disagreemen
     config = load_config(demo.config)
     with Workspace.open(config, db) as ws:
         keep_noise(ws, ["baseline"], 25.0, 30, "bisection #7: residual noise of 31 trials after the change(s) and drift")
-    proc = cli("calibrate", "HEAD", "-n", "3", "-m", "baseline", "-c", str(demo.config), "--db", str(db), "--json")
+    proc = run_command("calibrate", "HEAD", "-n", "3", "-m", "baseline", "-c", str(demo.config), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     head = subprocess.run(["git", "-C", str(demo.repo), "rev-parse", "HEAD", "HEAD~1"], capture_output=True, text=True,
@@ -114,8 +108,8 @@ def test_calibrate_interleaves_two_builds_stores_its_dof_and_names_a_disagreemen
 def test_calibrate_refuses_a_partner_that_cannot_interleave(demo, tmp_path):
     """--against the same build, or a root commit without --against: a usage error before any trial."""
     db = str(tmp_path / "r.sqlite")
-    itself = cli("calibrate", "HEAD", "--against", "HEAD", "-c", str(demo.config), "--db", db)
+    itself = run_command("calibrate", "HEAD", "--against", "HEAD", "-c", str(demo.config), "--db", db)
     assert itself.returncode == 2 and "itself" in itself.stderr and "Traceback" not in itself.stderr
-    root = cli("calibrate", demo.good, "-c", str(demo.config), "--db", db)
+    root = run_command("calibrate", demo.good, "-c", str(demo.config), "--db", db)
     assert root.returncode == 2 and "--against REV2" in " ".join(root.stderr.split())
     assert not Path(db).exists() or sqlite3.connect(db).execute("select count(*) from trials").fetchone() == (0,)

@@ -1,31 +1,20 @@
 """Bad input gets one clear paragraph on stderr (problem + fix), exit status 2, and loses nothing.
 
 These run the real `perfbisect` CLI against a real demo repository, in this process through its error
-boundary (tests/cli_in_process.py); the first test also runs the installed command.
+boundary (tests/cli_runner.py); the first test also runs the installed command.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from perfbisect.demo.target import make_demo_target
-from tests.cli_in_process import run_cli
-
-
-cli = run_cli
-
-
-def installed(*args: str) -> subprocess.CompletedProcess:
-    """The `perfbisect` command as a process of its own."""
-    return subprocess.run([sys.executable, "-m", "perfbisect.cli", *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "COLUMNS": "200"})
+from tests.cli_runner import run_cli, run_command
 
 
 @pytest.fixture(scope="module")
@@ -41,51 +30,51 @@ def error_of(proc: subprocess.CompletedProcess) -> str:
 
 
 def test_help_has_examples_on_every_command():
-    top = installed("--help")
+    top = run_command("--help")
     assert top.returncode == 0 and "perfbisect run good=bba2fc4 bad=HEAD" in top.stdout
     for command in ("run", "resume", "demo", "plan", "measure", "compare", "calibrate", "doctor", "init", "log", "gc", "report"):
-        proc = cli(command, "--help")
+        proc = run_cli(command, "--help")
         assert proc.returncode == 0, command
         assert "Example:" in proc.stdout, command
-    assert "Example:" in cli("patches", "check", "--help").stdout
+    assert "Example:" in run_cli("patches", "check", "--help").stdout
 
 
 def test_unknown_revision(demo):
-    msg = error_of(cli("run", "good=nosuchrev", "bad=HEAD", "-c", str(demo.config)))
+    msg = error_of(run_cli("run", "good=nosuchrev", "bad=HEAD", "-c", str(demo.config)))
     assert "nosuchrev" in msg and str(demo.repo) in msg
 
 
 def test_good_equals_bad(demo):
-    msg = error_of(cli("run", "good=HEAD", "bad=HEAD", "-c", str(demo.config)))
+    msg = error_of(run_cli("run", "good=HEAD", "bad=HEAD", "-c", str(demo.config)))
     assert "same commit" in msg
 
 
 def test_good_not_ancestor_of_bad(demo):
-    msg = error_of(cli("run", f"good={demo.bad}", f"bad={demo.good}", "-c", str(demo.config)))
+    msg = error_of(run_cli("run", f"good={demo.bad}", f"bad={demo.good}", "-c", str(demo.config)))
     assert "ancestor" in msg and ("swap" in msg.lower() or "merge-base" in msg)
 
 
 def test_range_syntax(demo):
-    msg = error_of(cli("run", "good:HEAD~2", "-c", str(demo.config)))
+    msg = error_of(run_cli("run", "good:HEAD~2", "-c", str(demo.config)))
     assert "good=REV bad=REV" in msg
-    msg = error_of(cli("run", "good=HEAD~2", "-c", str(demo.config)))
+    msg = error_of(run_cli("run", "good=HEAD~2", "-c", str(demo.config)))
     assert "bad revision is missing" in msg
 
 
 def test_missing_and_malformed_config(tmp_path):
-    msg = error_of(cli("run", "good=a", "bad=b", "-c", str(tmp_path / "nope.toml")))
+    msg = error_of(run_cli("run", "good=a", "bad=b", "-c", str(tmp_path / "nope.toml")))
     assert "No config file" in msg and "perfbisect init" in msg
     bad = tmp_path / "perfbisect.toml"
     bad.write_text("[server\ncommand = 1\n")
-    msg = error_of(cli("run", "good=a", "bad=b", "-c", str(bad)))
+    msg = error_of(run_cli("run", "good=a", "bad=b", "-c", str(bad)))
     assert "not valid TOML" in msg and str(bad) in msg
     bad.write_text('[server]\ncommand = ["x", "{port}"]\n[workload]\nrunz = 3\n')
-    msg = error_of(cli("run", "good=a", "bad=b", "-c", str(bad)))
+    msg = error_of(run_cli("run", "good=a", "bad=b", "-c", str(bad)))
     assert "unknown key 'runz' in [workload]" in msg
 
 
 def test_config_from_environment_variable(demo, tmp_path):
-    proc = cli("plan", f"good={demo.good}", "bad=HEAD", cwd=tmp_path, env={"PERFBISECT_CONFIG": str(demo.config)})
+    proc = run_cli("plan", f"good={demo.good}", "bad=HEAD", cwd=tmp_path, env={"PERFBISECT_CONFIG": str(demo.config)})
     assert proc.returncode == 0, proc.stderr
     assert "to measure" in proc.stdout
 
@@ -102,7 +91,7 @@ def test_server_command_not_found(demo, tmp_path):
     config = _variant(demo, tmp_path, 'command = ["{python}", "-m", "perfbisect.demo.emulator"',
                       'command = ["/opt/no-such/sglang-server", "-m", "perfbisect.demo.emulator"')
     db = tmp_path / "r.sqlite"
-    msg = error_of(cli("run", f"good={demo.good}", "bad=HEAD", "-c", str(config), "--db", str(db)))
+    msg = error_of(run_cli("run", f"good={demo.good}", "bad=HEAD", "-c", str(config), "--db", str(db)))
     assert "/opt/no-such/sglang-server" in msg and "server.command" in msg
 
 
@@ -112,34 +101,34 @@ def test_port_already_in_use(demo, tmp_path):
         sock.listen()
         port = sock.getsockname()[1]
         config = _variant(demo, tmp_path, "ready_timeout_s = 60", f"ready_timeout_s = 60\nport = {port}")
-        msg = error_of(cli("measure", "HEAD", "-c", str(config), "--db", str(tmp_path / "r.sqlite")))
+        msg = error_of(run_cli("measure", "HEAD", "-c", str(config), "--db", str(tmp_path / "r.sqlite")))
     assert f"Port {port}" in msg and "server.port = 0" in msg
 
 
 def test_errors_keep_stored_results(demo, tmp_path):
     """A stored result survives a later command that fails on bad input."""
     db = tmp_path / "r.sqlite"
-    ok = cli("measure", "HEAD", "--mode", "baseline", "-c", str(demo.config), "--db", str(db), "-q")
+    ok = run_cli("measure", "HEAD", "--mode", "baseline", "-c", str(demo.config), "--db", str(db), "-q")
     assert ok.returncode == 0, ok.stderr
     before = sqlite3.connect(db).execute("select count(*) from runs").fetchone()[0]
-    error_of(cli("run", "good=nosuchrev", "bad=HEAD", "-c", str(demo.config), "--db", str(db)))
+    error_of(run_cli("run", "good=nosuchrev", "bad=HEAD", "-c", str(demo.config), "--db", str(db)))
     after = sqlite3.connect(db).execute("select count(*) from runs").fetchone()[0]
     assert before == after > 0
-    log = cli("log", "-c", str(demo.config), "--db", str(db))
+    log = run_cli("log", "-c", str(demo.config), "--db", str(db))
     assert log.returncode == 0
 
 
 def test_not_a_database(demo, tmp_path):
     junk = tmp_path / "junk.sqlite"
     junk.write_text("this is not sqlite")
-    msg = error_of(cli("log", "--db", str(junk), "-c", str(demo.config)))
+    msg = error_of(run_cli("log", "--db", str(junk), "-c", str(demo.config)))
     assert str(junk) in msg
     assert junk.read_text() == "this is not sqlite"
 
 
 def test_init_writes_a_valid_sglang_config(tmp_path):
     # The NCCL tuning written is what this environment sets (here: one variable), not one node's.
-    proc = cli("init", "--path", str(tmp_path / "perfbisect.toml"), "--model", "/m/kimi", "--draft", "/m/eagle",
+    proc = run_cli("init", "--path", str(tmp_path / "perfbisect.toml"), "--model", "/m/kimi", "--draft", "/m/eagle",
                env={"NCCL_ALGO": "Tree"})
     assert proc.returncode == 0, proc.stderr
     from perfbisect.config import load_config
@@ -153,5 +142,5 @@ def test_init_writes_a_valid_sglang_config(tmp_path):
     from perfbisect.git.targets import active_filters
 
     assert "docs/**" in active_filters(cfg).patterns
-    again = cli("init", "--path", str(tmp_path / "perfbisect.toml"))
+    again = run_cli("init", "--path", str(tmp_path / "perfbisect.toml"))
     assert again.returncode == 2 and "--force" in again.stderr

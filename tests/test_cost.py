@@ -8,11 +8,9 @@ in `plan`, and `--format markdown`. No duration or rate is asserted.
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,14 +21,7 @@ from perfbisect.demo.target import make_demo_target
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel
 from perfbisect.report.markdown import md
-
-
-def cli(*args: str, cwd: Path | None = None, env: dict | None = None, stdin=subprocess.DEVNULL) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "perfbisect.cli", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=300, stdin=stdin,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
+from tests.cli_runner import run_command
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +42,7 @@ def finished(demo, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("finished")
     cfg = _with_cost(demo, tmp, "trial_minutes = 8.4\ngpus = 8\nbudget_gpu_hours = 0.5")
     db = tmp / "r.sqlite"
-    proc = cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db), "-q", "--yes",
+    proc = run_command("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db), "-q", "--yes",
                env={"PERFBISECT_HEARTBEAT_S": "0.5"})
     assert proc.returncode == 0, proc.stderr
     return cfg, db, proc
@@ -59,7 +50,7 @@ def finished(demo, tmp_path_factory):
 
 def test_plan_estimates_from_config_and_counts_agree_with_rows(demo, tmp_path):
     cfg = _with_cost(demo, tmp_path, "trial_minutes = 8.4\ngpus = 8")
-    proc = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(tmp_path / "empty.sqlite"))
+    proc = run_command("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(tmp_path / "empty.sqlite"))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     rows = [line for line in lines if re.match(r"^[0-9a-f]{10}  ", line)]
@@ -75,7 +66,7 @@ def test_plan_estimates_from_config_and_counts_agree_with_rows(demo, tmp_path):
         assert "prior: 5.0%" in how  # a fresh host: the search starts from the config's prior noise
     # --json carries the same estimate: the median of its simulations, with their 10th–90th range.
     db = str(tmp_path / "empty.sqlite")
-    j = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", db, "--json")
+    j = run_command("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", db, "--json")
     assert j.returncode == 0, j.stderr
     e = json.loads(j.stdout)["estimate"]
     runs = e["simulated_trials"]
@@ -93,11 +84,11 @@ def test_plan_estimates_from_config_and_counts_agree_with_rows(demo, tmp_path):
         assert est.startswith(f"estimate: ~{e['trials']} trials ({e['trials_low']}–{e['trials_high']} in 80% of simulated runs)")
     else:
         assert est.startswith(f"estimate: ~{e['trials']} trials, at most {e['max_trials']}")
-    told = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", db, "--json", "--effect", "40")
+    told = run_command("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", db, "--json", "--effect", "40")
     assert told.returncode == 0, told.stderr
     told_est = json.loads(told.stdout)["estimate"]
     assert told_est["effect_pct"] == pytest.approx(40.0) and told_est["effect_source"] == "given: --effect"
-    bad = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", db, "--effect", "140")
+    bad = run_command("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", db, "--effect", "140")
     assert bad.returncode == 2 and "--effect" in bad.stderr and "between 0 and 100" in " ".join(bad.stderr.split())
     assert "Traceback" not in bad.stderr
 
@@ -132,7 +123,7 @@ def test_spent_wall_time_leaves_out_a_pause():
 
 
 def test_plan_without_any_trial_cost_says_it_is_unknown(demo, tmp_path):
-    proc = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--db", str(tmp_path / "e.sqlite"))
+    proc = run_command("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--db", str(tmp_path / "e.sqlite"))
     assert proc.returncode == 0, proc.stderr
     assert "time unknown" in proc.stdout and "trial_minutes" in proc.stdout
 
@@ -140,7 +131,7 @@ def test_plan_without_any_trial_cost_says_it_is_unknown(demo, tmp_path):
 def test_run_over_budget_without_a_terminal_refuses_with_exit_2(demo, tmp_path):
     cfg = _with_cost(demo, tmp_path, "trial_minutes = 8.4\ngpus = 8\nbudget_gpu_hours = 0.5")
     db = tmp_path / "r.sqlite"
-    proc = cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db))
+    proc = run_command("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db))
     assert proc.returncode == 2, proc.stderr
     text = " ".join(proc.stderr.split())
     assert text.startswith("Error: ") and "budget_gpu_hours" in text and "--yes" in text
@@ -161,31 +152,31 @@ def test_run_with_yes_heartbeat_and_spent(finished):
 
 def test_plan_learns_the_trial_cost_noise_and_effect_from_stored_trials(demo, finished):
     cfg, db, _ = finished
-    proc = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db))
+    proc = run_command("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     assert "stored trials on this host" in proc.stdout
     how = next(line for line in proc.stdout.splitlines() if line.startswith("  how: "))
     assert "the endpoints' stored trials on this host" in how and "learned on this host by bisection #1" in how
-    est = json.loads(cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db), "--json").stdout)["estimate"]
+    est = json.loads(run_command("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(cfg), "--db", str(db), "--json").stdout)["estimate"]
     assert est["effect_source"].startswith("the endpoints' stored trials") and est["effect_pct"] > 0
     assert est["trial_s_source"].startswith("median of ")
 
 
 def test_log_id_shows_one_bisection_in_detail(finished):
     cfg, db, _ = finished
-    proc = cli("log", "1", "-c", str(cfg), "--db", str(db))
+    proc = run_command("log", "1", "-c", str(cfg), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.startswith("bisection #1 ") and "verdict: regressed" in out and "effect " in out
     assert "good endpoint" in out and "bad endpoint" in out and "← first bad commit" in out
     assert re.search(r"\d+ trials? ", out) and "report: " in out and "spent: " in out
-    missing = cli("log", "7", "-c", str(cfg), "--db", str(db))
+    missing = run_command("log", "7", "-c", str(cfg), "--db", str(db))
     assert missing.returncode == 2 and "No bisection #7" in missing.stderr
 
 
 def test_run_progress_lines_and_markdown_summary(demo, tmp_path):
     db = tmp_path / "r.sqlite"
-    proc = cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--db", str(db), "--format", "markdown")
+    proc = run_command("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--db", str(db), "--format", "markdown")
     assert proc.returncode == 0, proc.stderr
     # stderr is not a terminal: one plain status line per trial
     status = [line for line in proc.stderr.splitlines() if " of at most " in line]
@@ -202,23 +193,23 @@ def test_run_progress_lines_and_markdown_summary(demo, tmp_path):
 
 def test_commands_in_the_demo_directory_find_the_demos_database(demo_run):
     root = demo_run.dir  # `perfbisect demo --dir root` (conftest, shared)
-    log = cli("log", cwd=root)
+    log = run_command("log", cwd=root)
     assert log.returncode == 0, log.stderr
     assert log.stdout.startswith("bisection #1 ")
-    assert cli("log", "1", cwd=root).stdout.startswith("bisection #1 ")
-    report = cli("report", "latest", cwd=root)
+    assert run_command("log", "1", cwd=root).stdout.startswith("bisection #1 ")
+    report = run_command("report", "latest", cwd=root)
     assert report.returncode == 0 and str(root / "reports") in report.stdout
 
 
 def test_compare_prints_its_arguments_in_the_order_given(demo, tmp_path):
     db = tmp_path / "r.sqlite"
     a, b = demo.bad, demo.good  # deliberately the later commit first
-    proc = cli("compare", a, b, "-c", str(demo.config), "--db", str(db), "--max-trials", "2")
+    proc = run_command("compare", a, b, "-c", str(demo.config), "--db", str(db), "--max-trials", "2")
     assert proc.returncode in (0, 3), proc.stderr
     assert proc.stdout.splitlines()[0].startswith(f"{a[:10]} vs {b[:10]} ")
-    log = cli("log", "-c", str(demo.config), "--db", str(db))
+    log = run_command("log", "-c", str(demo.config), "--db", str(db))
     assert f"{a[:10]} vs {b[:10]}" in log.stdout
-    md_out = cli("compare", a, b, "-c", str(demo.config), "--db", str(db), "--max-trials", "2", "--format", "markdown")
+    md_out = run_command("compare", a, b, "-c", str(demo.config), "--db", str(db), "--max-trials", "2", "--format", "markdown")
     assert md_out.returncode in (0, 3), md_out.stderr
     text = md_out.stdout
     assert text.startswith("### ") and text.index(f"| A | `{a[:10]}`") < text.index(f"| B | `{b[:10]}`")
@@ -230,18 +221,18 @@ def test_check_format_markdown(demo, tmp_path):
     # `same`, which takes the comparison's whole trial budget to settle.
     cfg = tmp_path / "perfbisect.toml"
     cfg.write_text(demo.config.read_text() + '\n[hook]\nmodes = ["eagle3"]\n')
-    proc = cli("check", demo.good, demo.bad, "-c", str(cfg), "--db", str(db), "--action", "check", "--format", "markdown")
+    proc = run_command("check", demo.good, demo.bad, "-c", str(cfg), "--db", str(db), "--action", "check", "--format", "markdown")
     assert proc.returncode in (0, 3), proc.stderr
     assert proc.stdout.startswith("### ") and "perfbisect check" in proc.stdout and "| range | `" in proc.stdout
 
 
 def test_format_is_checked(demo):
-    proc = cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--format", "html")
+    proc = run_command("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--format", "html")
     assert proc.returncode == 2 and "--format" in proc.stderr
 
 
 def test_patches_check_groups_identical_rows(demo):
-    proc = cli("patches", "check", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config))
+    proc = run_command("patches", "check", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 2, proc.stdout  # 12 commits that all apply the same way: one row and the total
@@ -255,7 +246,7 @@ def test_plan_exits_2_when_the_bad_endpoint_conflicts(tmp_path):
     repo = target.root / "sglang"
     (repo / touched).write_text("# rewritten upstream: the patch no longer applies\n")
     subprocess.run(["git", "-C", str(repo), "commit", "-qam", "Rewrite a patched file"], check=True)
-    proc = cli("plan", f"good={target.good}", "bad=HEAD", "-c", str(target.config))
+    proc = run_command("plan", f"good={target.good}", "bad=HEAD", "-c", str(target.config))
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "SKIP" in proc.stdout.splitlines()[-3] or "patch conflict" in proc.stdout
     assert "does not apply at the bad endpoint" in " ".join(proc.stderr.split())

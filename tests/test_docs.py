@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer.main
 
-from perfbisect.cli import cli
+from perfbisect.cli.main import cli
 from perfbisect.config import known_keys
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")

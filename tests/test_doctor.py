@@ -16,6 +16,7 @@ import pytest
 
 from perfbisect.doctor import split_own_servers
 from perfbisect.runtime.liveness import process_owner
+from tests.cli_runner import run_command
 
 
 @pytest.fixture
@@ -102,8 +103,7 @@ _FINDING = re.compile(r"^\s*(ok|warn|error|info) ([^:]+): (.*)$")
 
 def _doctor(*args: str) -> tuple[subprocess.CompletedProcess, dict[str, list[tuple[str, str]]]]:
     """Run `perfbisect doctor`; its findings by check: [(state, message), ...]."""
-    proc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "doctor", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "COLUMNS": "400"})
+    proc = run_command("doctor", *args, columns=400)
     findings: dict[str, list[tuple[str, str]]] = {}
     for line in proc.stdout.splitlines():
         m = _FINDING.match(line)
@@ -147,8 +147,7 @@ def test_doctor_on_the_demo_target_checks_config_repo_patches_store_noise_and_a_
 
     # Two trials of one build: the A/A data the noise model pools, found under the same noise key
     # the trials were stored with.
-    measured = subprocess.run([sys.executable, "-m", "perfbisect.cli", "measure", "HEAD", "-m", "baseline", "-n", "2",
-                               "-c", str(target.config), "--db", str(db), "-q"], capture_output=True, text=True, timeout=300)
+    measured = run_command("measure", "HEAD", "-m", "baseline", "-n", "2", "-c", str(target.config), "--db", str(db), "-q")
     assert measured.returncode == 0, measured.stderr
     proc, found = _doctor("-c", str(target.config), "--db", str(db))
     assert proc.returncode == 0, proc.stdout + proc.stderr

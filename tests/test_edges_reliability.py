@@ -25,8 +25,8 @@ import pytest
 
 from perfbisect.config import load_config
 from perfbisect.errors import EXIT_RUNTIME, EXIT_USAGE, ConfigError
-from tests.cli_in_process import run_cli
 from tests.repo_factory import RepoFactory
+from tests.cli_runner import run_cli, run_command
 
 # A CPU benchmark: no server, no GPU. BENCH_SLEEP_S slows each run where a test needs the command to last.
 BENCH = """\
@@ -65,11 +65,6 @@ def command_config(directory: Path, repo: Path, extra: str = "", runs: int = 2) 
         "[stats]\nmax_trials_total = 12\n" + extra
     )
     return config
-
-
-def cli(*args: str, stdout=subprocess.PIPE, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfbisect.cli", *args], stdout=stdout, stderr=subprocess.PIPE,
-                          text=True, timeout=timeout, env={**os.environ, "COLUMNS": "300", **(env or {})})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -370,7 +365,7 @@ def test_a_full_stdout_exits_4_with_a_message(project, tmp_path, args):
     db = _stored(tmp_path)
     words = [args[0], *([f"good={shas[0]}", f"bad={shas[-1]}"] if args[0] == "plan" else []), *args[1:]]
     with open("/dev/full", "w") as full:
-        proc = cli(*words, "-c", str(config), "--db", str(db), stdout=full)
+        proc = run_command(*words, "-c", str(config), "--db", str(db), stdout=full)
     assert proc.returncode == EXIT_RUNTIME, (proc.returncode, proc.stderr)
     message = " ".join(proc.stderr.split())
     assert "standard output" in message and "No space left on device" in message, message
@@ -386,7 +381,7 @@ def test_a_closed_stdout_exits_4_not_1(project, tmp_path):
     read, write = os.pipe()
     os.close(read)
     try:
-        proc = cli("log", "-c", str(config), "--db", str(db), stdout=write)
+        proc = run_command("log", "-c", str(config), "--db", str(db), stdout=write)
     finally:
         os.close(write)
     assert proc.returncode == EXIT_RUNTIME, (proc.returncode, proc.stderr)
@@ -412,7 +407,7 @@ def test_the_hook_check_of_a_command_target_never_waits_for_gpus(project, tmp_pa
     try:
         deadline = time.monotonic() + 400  # a bound on a hang; a check of 3 commits takes seconds
         while proc.poll() is None:
-            status = json.loads(cli("status", "--json", "-c", str(config)).stdout or "{}")
+            status = json.loads(run_command("status", "--json", "-c", str(config)).stdout or "{}")
             detail = json.dumps(status.get("worker", {}))
             assert "GPU" not in detail, f"a command target waits for GPUs: {detail}"
             assert time.monotonic() < deadline, "the check did not finish"
@@ -440,7 +435,7 @@ def test_the_markdown_summary_shows_commands_as_code_and_counts_in_the_singular(
     shas.append(r.commit("c1 docs", {"docs/guide.md": "how\n"}))
     shas.append(r.commit("c2 slower", {"rate.txt": "70\n"}))
     config = command_config(tmp_path / "w", r.path, '[filters]\nignore = ["docs/**"]\n')
-    proc = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "r.sqlite"),
+    proc = run_command("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "r.sqlite"),
                "--format", "markdown", timeout=540)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout

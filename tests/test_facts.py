@@ -19,7 +19,7 @@ import pytest
 
 from perfbisect.metrics import level_text, pct_text, unit_of_key
 from tests.repo_factory import RepoFactory
-from tests.test_cli import cli
+from tests.cli_runner import run_cli
 from tests.test_report import CHROMIUM, chromium, needs_chromium
 
 BENCH = """\
@@ -77,7 +77,7 @@ def test_a_metric_speaks_its_own_unit_everywhere(tmp_path, key, unit, higher, sc
     direction = "higher is better" if higher else "lower is better"
 
     # Terminal: each run's value and the closing line in the metric's unit, never seconds or tok/s.
-    proc = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db))
+    proc = run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     runs = re.findall(r"^  run 0: (.*)$", proc.stderr, re.M)
     assert runs, proc.stderr
@@ -98,13 +98,13 @@ def test_a_metric_speaks_its_own_unit_everywhere(tmp_path, key, unit, higher, sc
     assert "machine-hours" in spent and "GPU" not in spent, spent  # a command target holds no GPU
 
     # JSON: the description, the culprit, the unit.
-    data = json.loads(cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db),
+    data = json.loads(run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db),
                           "--json").stdout)
     assert data["metric"]["unit"] == unit and data["metric"]["higher_is_better"] is higher
     assert data["culprit"] == shas[3] and data["culprit_is_set"] is False
 
     # Markdown (a comparison: its own stored description).
-    md = cli("compare", shas[0], shas[-1], "-c", str(config), "--db", str(db), "--max-trials", "3",
+    md = run_cli("compare", shas[0], shas[-1], "-c", str(config), "--db", str(db), "--max-trials", "3",
              "--format", "markdown")
     assert md.returncode in (0, 3), md.stderr
     row = next(line for line in md.stdout.splitlines() if line.startswith("| metric |"))
@@ -120,11 +120,11 @@ def test_a_metric_speaks_its_own_unit_everywhere(tmp_path, key, unit, higher, sc
     elsewhere.mkdir()
     moved = elsewhere / "copy.sqlite"
     shutil.copy(db, moved)
-    listed = json.loads(cli("log", "--db", str(moved), "--json", cwd=elsewhere).stdout)
+    listed = json.loads(run_cli("log", "--db", str(moved), "--json", cwd=elsewhere).stdout)
     assert {b["metric"]["unit"] for b in listed["bisections"]} == {unit}
     assert {c["metric"]["unit"] for c in listed["comparisons"]} == {unit}
     assert all(b["metric"]["higher_is_better"] is higher for b in listed["bisections"])
-    detail = cli("log", "1", "--db", str(moved), cwd=elsewhere)
+    detail = run_cli("log", "1", "--db", str(moved), cwd=elsewhere)
     assert detail.returncode == 0, detail.stderr
     assert f"metric: {key} ({key}{', ' + unit if unit else ''}, {direction})" in detail.stdout, detail.stdout
     medians = re.findall(r"median (\S+)( \S+)?  ", detail.stdout)
@@ -133,7 +133,7 @@ def test_a_metric_speaks_its_own_unit_everywhere(tmp_path, key, unit, higher, sc
     assert "decode" not in detail.stdout and "tok/s" not in detail.stdout
 
     for which in ("1", "c1"):
-        report = cli("report", which, "--db", str(moved), "--json", cwd=elsewhere)
+        report = run_cli("report", which, "--db", str(moved), "--json", cwd=elsewhere)
         assert report.returncode == 0, report.stderr
         path = Path(json.loads(report.stdout)["report"])
         assert path.name.startswith("copy-"), path  # named after its database: two databases never collide
@@ -154,11 +154,11 @@ def test_a_metric_speaks_its_own_unit_everywhere(tmp_path, key, unit, higher, sc
 def test_report_text_states_levels_and_counts_in_label_order(tmp_path):
     config, shas, repo = project(tmp_path, "ops_per_s", True, 1000.0)
     db = tmp_path / "results.sqlite"
-    proc = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--json")
+    proc = run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     ends, step = data["endpoint_comparison"], data["culprit_comparison"]
-    text = cli("log", "1", "--db", str(db)).stdout
+    text = run_cli("log", "1", "--db", str(db)).stdout
     assert "no build steps" not in text  # the log shows trials, the report's note is below
     dom = chromium(Path(data["report"]).as_uri(), tmp_path, "--dump-dom").stdout
     evidence = dom.split('id="evidence"', 1)[1]
@@ -218,7 +218,7 @@ def test_a_cpu_run_is_not_blocked_by_another_projects_node_lock(tmp_path, holder
     other = holder(locks, "perfbisect-gpu-node.lock=ex")
     config, shas, repo = project(tmp_path, "ops_per_s", True, 1000.0)
     env = {"PERFBISECT_LOCK_DIR": str(locks)}
-    proc = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "r.sqlite"),
+    proc = run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "r.sqlite"),
                "--json", env=env)
     assert proc.returncode == 0, proc.stderr  # a command target holds its repository's lock only
     assert json.loads(proc.stdout)["culprit"] == shas[3]
@@ -231,7 +231,7 @@ def test_a_gpu_run_is_refused_with_the_lock_dir_and_wait_named_and_one_json_erro
     target = make_demo_target(tmp_path / "demo", commits=10)
     locks = tmp_path / "locks"
     other = holder(locks, "perfbisect-gpu-node.lock=ex")
-    proc = cli("measure", "HEAD", "-c", str(target.config), "--db", str(tmp_path / "r.sqlite"), "--json",
+    proc = run_cli("measure", "HEAD", "-c", str(target.config), "--db", str(tmp_path / "r.sqlite"), "--json",
                env={"PERFBISECT_LOCK_DIR": str(locks)})
     assert proc.returncode == 4, (proc.stdout, proc.stderr)
     error = json.loads(proc.stdout)  # exactly one JSON object on stdout
@@ -265,7 +265,7 @@ def test_json_failures_are_one_json_object(tmp_path):
         (["run", "--bogus"], 2, "UsageError"),
         (["log", "--db", str(tmp_path / "none.sqlite")], 2, "UsageError"),
     ):
-        proc = cli(*args, "--json", cwd=tmp_path)
+        proc = run_cli(*args, "--json", cwd=tmp_path)
         assert proc.returncode == code, (args, proc.stderr)
         data = json.loads(proc.stdout)
         assert data["exit_code"] == code and data["kind"] == kind and data["error"], data
@@ -273,7 +273,7 @@ def test_json_failures_are_one_json_object(tmp_path):
 
 
 def test_help_keeps_bracketed_config_names_and_shows_no_bool():
-    shown = {command: cli(*command.split(), "--help").stdout for command in ("run", "skip", "check", "log", "compare")}
+    shown = {command: run_cli(*command.split(), "--help").stdout for command in ("run", "skip", "check", "log", "compare")}
     joined = " ".join(" ".join(text.split()) for text in shown.values())
     for name in ("[store] url", "[cost] budget_gpu_hours", "[filters] skip", "[hook] action"):
         assert name in joined, name
@@ -284,34 +284,34 @@ def test_help_keeps_bracketed_config_names_and_shows_no_bool():
 def test_ci_commands_compare_fails_on_regression_doctor_and_log_speak_json(tmp_path):
     config, shas, repo = project(tmp_path, "ops_per_s", True, 1000.0)
     db = tmp_path / "r.sqlite"
-    proc = cli("compare", shas[0], shas[-1], "-c", str(config), "--db", str(db), "--max-trials", "4",
+    proc = run_cli("compare", shas[0], shas[-1], "-c", str(config), "--db", str(db), "--max-trials", "4",
                "--fail-on-regression")
     assert proc.returncode == 1, (proc.stdout, proc.stderr)  # B is 25% slower: the CI job fails
     assert re.search(r"medians: A [0-9,]+ ops/s, B [0-9,]+ ops/s \(ops_per_s, higher is better\)", proc.stdout)
     assert re.search(r"effect \(B vs A\): -\d+\.\d% \(99\.9% interval", proc.stdout), proc.stdout
-    same = cli("compare", shas[0], shas[1], "-c", str(config), "--db", str(db), "--max-trials", "4",
+    same = run_cli("compare", shas[0], shas[1], "-c", str(config), "--db", str(db), "--max-trials", "4",
                "--fail-on-regression")
     assert same.returncode in (0, 3), same.stderr
-    doctor = cli("doctor", "-c", str(config), "--db", str(db), "--json")
+    doctor = run_cli("doctor", "-c", str(config), "--db", str(db), "--json")
     data = json.loads(doctor.stdout)
     assert doctor.returncode == (2 if not data["ok"] else 0) and data["findings"]
     messages = " ".join(f["message"] for f in data["findings"])
     assert "nvidia-ml-py" not in messages  # a command target is not told to install a GPU library
-    log = json.loads(cli("log", "-c", str(config), "--db", str(db), "--json").stdout)
+    log = json.loads(run_cli("log", "-c", str(config), "--db", str(db), "--json").stdout)
     assert [c["verdict"] for c in log["comparisons"]][-1] == "regressed" and log["bisections"] == []
 
 
 def test_demo_variants_keep_their_folders_and_log_finds_them(tmp_path, private_node_lock):
-    first = cli("demo", "--commits", "10", "--seeded", "--json", cwd=tmp_path)
+    first = run_cli("demo", "--commits", "10", "--seeded", "--json", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     planted = json.loads(first.stdout)
-    drift = cli("demo", "--commits", "10", "--seeded", "--drift-only", "--json", cwd=tmp_path)
+    drift = run_cli("demo", "--commits", "10", "--seeded", "--drift-only", "--json", cwd=tmp_path)
     assert drift.returncode in (0, 3), drift.stderr
     second = json.loads(drift.stdout)
     assert Path(planted["demo_dir"]) == tmp_path / ".perfbisect" / "demo"
     assert Path(second["demo_dir"]) == tmp_path / ".perfbisect" / "demo-drift"
     assert (tmp_path / ".perfbisect" / "demo" / "results.sqlite").is_file() and Path(planted["report"]).is_file()
-    log = cli("log", cwd=tmp_path)  # at the repository root, right after the demos: no config here
+    log = run_cli("log", cwd=tmp_path)  # at the repository root, right after the demos: no config here
     assert log.returncode == 0, log.stderr
     assert log.stdout.startswith("bisection #1 ") and "demo-drift" in log.stderr
     assert "-c CONFIG or --db PATH" in log.stderr
@@ -373,10 +373,10 @@ def test_the_live_line_fits_80_columns_and_its_eta_says_when_it_is_a_floor(tmp_p
 def test_plan_estimates_the_no_change_outcome_too(tmp_path):
     config, shas, repo = project(tmp_path, "ops_per_s", True, 1000.0)
     args = ("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "p.sqlite"))
-    data = json.loads(cli(*args, "--json").stdout)["estimate"]
+    data = json.loads(run_cli(*args, "--json").stdout)["estimate"]
     assert isinstance(data["trials_if_no_change"], int) and data["trials_if_no_change"] >= 2, data
     assert data["hours_unit"] == "machine-hours"
-    text = cli(*args).stdout
+    text = run_cli(*args).stdout
     assert re.search(r"^  if nothing changed: ~\d+ trials?", text, re.M), text
     assert "GPU" not in text.split("estimate:", 1)[1]
 

@@ -21,13 +21,9 @@ from perfbisect.hook.checkqueue import CheckQueue, Entry, coalesce
 from perfbisect.config import load_config
 from perfbisect.errors import ConfigError
 from tests.hook_setup import git, make_pull_setup
+from tests.cli_runner import run_command
 
 USER_HOOK = b"#!/bin/sh\n# the user's own hook\nprintf '%s|' \"$@\" >> \"$0.ran\"\ncat >> \"$0.stdin\"\nexit 3\n"
-
-
-def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfbisect.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200", **(env or {})}, timeout=120)
 
 
 def wait_until(predicate, timeout: float = 60.0, what: str = "condition"):
@@ -192,7 +188,7 @@ def test_a_busy_gpu_makes_the_check_wait_and_pulls_meanwhile_are_coalesced(tmp_p
     assert (done[1]["old"], done[1]["new"], done[1]["coalesced"]) == (a, c, 2)
     assert b not in (done[1]["old"], done[1]["new"])
     assert all(d["verdict"] in ("same", "inconclusive", "improved", "regressed") and d["report"] for d in done)
-    final = json.loads(cli("status", "--json", "-c", str(setup.config)).stdout)
+    final = json.loads(run_command("status", "--json", "-c", str(setup.config)).stdout)
     assert final["queued"] == [] and final["worker"]["phase"] in ("idle",)
     assert [r["new"] for r in final["results"]] == [c, a]
 
@@ -227,7 +223,7 @@ def test_git_pull_checks_the_range_and_bisects_the_planted_regression(tmp_path):
     assert result["mode"] == "eagle3" and result["bisection"] and Path(result["report"]).exists()
     assert result["comparisons"]["eagle3"]["verdict"] == "regressed"
     assert (setup.clone / ".git" / "hooks" / "post-merge.perfbisect-orig.ran").exists()
-    status = cli("status", "-c", str(setup.config))
+    status = run_command("status", "-c", str(setup.config))
     assert f"culprit {setup.target.planted[:10]}" in status.stdout and "report:" in status.stdout
     # The next pull prints the result once (its own check waits on a busy GPU and is stopped here).
     setup.push_commit("docs/x.md", "x\n", "docs: x")

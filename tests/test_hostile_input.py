@@ -12,13 +12,9 @@ from pathlib import Path
 import pytest
 
 from perfbisect.errors import mask_secrets
+from tests.cli_runner import run_command
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfbisect.cli", *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, timeout=timeout, env={**os.environ, "COLUMNS": "300", **(env or {})})
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:
@@ -129,7 +125,7 @@ def test_a_utf16_or_binary_config_is_exit_2(demo, tmp_path, encoding):
         config.write_bytes(b"[target]\nrepo = \"\xff\xfe\x00\x81\"\n")
     else:
         config.write_bytes(demo.config.read_text().encode("utf-16"))
-    proc = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(config))
+    proc = run_command("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(config))
     text = one_line(proc)
     assert proc.returncode == 2, text
     assert ("UTF-16" if encoding == "utf-16" else "not UTF-8") in text and "must be UTF-8" in text
@@ -145,7 +141,7 @@ def test_a_utf16_or_binary_config_is_exit_2(demo, tmp_path, encoding):
 ])
 def test_non_finite_and_absurd_config_numbers_are_exit_2(demo, tmp_path, old, new, needle):
     config = _edited(demo, tmp_path, old, new)
-    proc = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(config))
+    proc = run_command("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(config))
     text = one_line(proc)
     assert proc.returncode == 2, text
     assert needle in text
@@ -161,7 +157,7 @@ def test_non_finite_and_absurd_config_numbers_are_exit_2(demo, tmp_path, old, ne
 ])
 def test_non_finite_and_absurd_flags_are_exit_2(demo, tmp_path, args, needle):
     argv = [a.format(good=demo.good, bad=demo.bad) for a in args]
-    proc = cli(*argv, "-c", str(demo.config), "--db", str(tmp_path / "r.sqlite"))
+    proc = run_command(*argv, "-c", str(demo.config), "--db", str(tmp_path / "r.sqlite"))
     text = one_line(proc)
     assert proc.returncode == 2, text
     assert needle in text
@@ -171,7 +167,7 @@ def test_non_finite_and_absurd_flags_are_exit_2(demo, tmp_path, args, needle):
 def test_report_into_an_existing_directory_writes_there_and_leaves_no_tmp(results, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    proc = cli("report", "latest", "-o", str(out), "--db", str(results.db))
+    proc = run_command("report", "latest", "-o", str(out), "--db", str(results.db))
     assert proc.returncode == 0, one_line(proc)
     written = sorted(p.name for p in out.iterdir())
     assert len(written) == 1 and written[0].endswith(".html") and not written[0].startswith(".")
@@ -180,7 +176,7 @@ def test_report_into_an_existing_directory_writes_there_and_leaves_no_tmp(result
 def test_report_to_an_unwritable_path_is_a_clear_error_without_tmp(results, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory\n")
-    proc = cli("report", "latest", "-o", str(blocker / "x.html"), "--db", str(results.db))
+    proc = run_command("report", "latest", "-o", str(blocker / "x.html"), "--db", str(results.db))
     text = one_line(proc)
     assert proc.returncode == 2, text
     assert "Cannot write the report" in text
@@ -205,14 +201,14 @@ def test_hook_install_checks_everything_before_replacing_anything(demo, tmp_path
 
 
 def test_good_given_twice_is_refused(demo):
-    proc = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "--good", demo.bad, "-c", str(demo.config))
+    proc = run_command("plan", f"good={demo.good}", f"bad={demo.bad}", "--good", demo.bad, "-c", str(demo.config))
     text = one_line(proc)
     assert proc.returncode == 2, text
     assert "given twice" in text and "--good" in text
 
 
 def test_an_empty_db_is_refused(demo, tmp_path):
-    proc = cli("log", "--db", "", "-c", str(demo.config))
+    proc = run_command("log", "--db", "", "-c", str(demo.config))
     text = one_line(proc)
     assert proc.returncode == 2, text
     assert "--db is empty" in text
@@ -221,7 +217,7 @@ def test_an_empty_db_is_refused(demo, tmp_path):
 def test_a_plain_string_notify_command_is_refused(demo, tmp_path):
     config = tmp_path / "perfbisect.toml"
     config.write_text(demo.config.read_text() + '\n[hook]\nnotify_command = "notify-send {line}"\n')
-    proc = cli("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(config))
+    proc = run_command("plan", f"good={demo.good}", f"bad={demo.bad}", "-c", str(config))
     text = one_line(proc)
     assert proc.returncode == 2, text
     assert "'hook.notify_command'" in text and "list of arguments" in text
@@ -252,10 +248,10 @@ def test_log_and_report_read_a_read_only_database(results, tmp_path):
     before = db.read_bytes()
     locked = _make_read_only(db, ro)
     try:
-        proc = cli("log", "--db", str(db), cwd=tmp_path)
+        proc = run_command("log", "--db", str(db), cwd=tmp_path)
         assert proc.returncode == 0, one_line(proc)
         assert "#" in proc.stdout or "bisection" in proc.stdout.lower()
-        proc = cli("report", "latest", "--db", str(db), "-o", str(tmp_path / "r.html"), cwd=tmp_path)
+        proc = run_command("report", "latest", "--db", str(db), "-o", str(tmp_path / "r.html"), cwd=tmp_path)
         assert proc.returncode == 0, one_line(proc)
         assert (tmp_path / "r.html").is_file()
         assert db.read_bytes() == before and sorted(p.name for p in ro.iterdir()) == ["results.sqlite"]
@@ -302,7 +298,7 @@ def test_gpus_taken_mid_run_are_waited_for_then_the_run_finishes(demo, tmp_path)
     try:
         waiting = None
         for _ in range(600):
-            status = cli("status", "--json", "-c", str(config), env={"PERFBISECT_FAKE_GPU_BUSY_FILE": str(tmp_path / "gpu-busy")})
+            status = run_command("status", "--json", "-c", str(config), env={"PERFBISECT_FAKE_GPU_BUSY_FILE": str(tmp_path / "gpu-busy")})
             state = json.loads(status.stdout)
             if state.get("gpu_wait"):
                 waiting = state["gpu_wait"]
@@ -310,7 +306,7 @@ def test_gpus_taken_mid_run_are_waited_for_then_the_run_finishes(demo, tmp_path)
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.5)
         assert waiting is not None and waiting["pid"] == proc.pid and "pid 4242" in waiting["who"]
-        lines = cli("status", "-c", str(config)).stdout
+        lines = run_command("status", "-c", str(config)).stdout
         assert f"waiting for the GPUs (pid {proc.pid}): pid 4242" in " ".join(lines.split())
         (tmp_path / "gpu-busy").unlink()  # the neighbour's job ended
         out, err = proc.communicate(timeout=300)
@@ -323,14 +319,14 @@ def test_gpus_taken_mid_run_are_waited_for_then_the_run_finishes(demo, tmp_path)
     assert "waiting for the GPUs: pid 4242" in flat and "GPUs free again after" in flat
     trials = json.loads(out)["trials"]["baseline"]
     assert len(trials) == 2  # both measured: the second after the wait
-    assert json.loads(cli("status", "--json", "-c", str(config)).stdout)["gpu_wait"] is None
+    assert json.loads(run_command("status", "--json", "-c", str(config)).stdout)["gpu_wait"] is None
 
 
 def test_wait_idle_0_keeps_the_refusal(demo, tmp_path):
     config = _gpu_config(demo, tmp_path)
     (tmp_path / "took-gpus").write_text("")
     (tmp_path / "gpu-busy").write_text("4242\n")
-    proc = cli("measure", "-m", "baseline", "-n", "2", "--wait-idle", "0", "-c", str(config), "--db", str(tmp_path / "r.sqlite"),
+    proc = run_command("measure", "-m", "baseline", "-n", "2", "--wait-idle", "0", "-c", str(config), "--db", str(tmp_path / "r.sqlite"),
                cwd=tmp_path, env={"PERFBISECT_FAKE_GPU_BUSY_FILE": str(tmp_path / "gpu-busy")})
     text = one_line(proc)
     assert proc.returncode == 4, text

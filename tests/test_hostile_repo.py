@@ -6,8 +6,6 @@ stack. Ranges, patch checks, plans and the CLI must read it exactly and print it
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from perfbisect.git.pathfilter import PathFilter
 from perfbisect.git.patches import PatchStack, check_patches
 from perfbisect.git.plan import plan_range
 from tests.repo_factory import RepoFactory, lines
+from tests.cli_runner import run_command
 
 ODD_FILES = (
     "python/sglang/srt/módulo_ñ.py",
@@ -73,11 +72,6 @@ def test_patch_touching_quoted_and_non_ascii_names_applies(hostile):
     assert not plan.skipped
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfbisect.cli", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "COLUMNS": "300"})
-
-
 def _config(r: RepoFactory, patches: Path, tmp_path: Path) -> Path:
     config = tmp_path / "perfbisect.toml"
     config.write_text(
@@ -103,7 +97,7 @@ def test_cli_prints_repository_text_inert_and_sees_no_conflict(hostile, tmp_path
     config = _config(r, patches, tmp_path)
     out = {}
     for args in (["plan", f"good={shas[0]}", f"bad={shas[-1]}"], ["patches", "check", f"good={shas[0]}", f"bad={shas[-1]}"]):
-        proc = out[args[0]] = _cli(*args, "-c", str(config), "--db", str(tmp_path / "r.sqlite"))
+        proc = out[args[0]] = run_command(*args, "-c", str(config), "--db", str(tmp_path / "r.sqlite"))
         assert proc.returncode == 0, proc.stderr
         assert "CONFLICT" not in proc.stdout and "does not apply" not in proc.stdout, proc.stdout
         for ch in RAW_CONTROL:
@@ -116,7 +110,7 @@ def test_measure_in_a_repository_whose_path_holds_a_placeholder(hostile, tmp_pat
     through no shell (test_config checks that the '{host}' inside is not expanded a second time)."""
     r, shas, patches = hostile
     config = _config(r, patches, tmp_path)
-    proc = _cli("measure", shas[-1], "-c", str(config), "--db", str(tmp_path / "r.sqlite"), "--json")
+    proc = run_command("measure", shas[-1], "-c", str(config), "--db", str(tmp_path / "r.sqlite"), "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)["trials"]["baseline"]
     assert [round(row["tok_s"], 6) for row in rows] == [100.0]

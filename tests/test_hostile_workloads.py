@@ -19,6 +19,7 @@ from perfbisect.errors import WorkloadError
 from perfbisect.measure.external_workloads import run_command_workload
 import psutil
 from perfbisect.settings import WorkloadConfig
+from tests.cli_runner import run_cli, run_command
 
 
 def _cfg(script: Path, **kw) -> WorkloadConfig:
@@ -202,9 +203,8 @@ def test_a_bisection_over_a_hostile_workload_ends_and_is_not_left_running(tmp_pa
         text = text.replace(old, new, 1)
     demo.config.write_text(text)
     db = tmp_path / "r.sqlite"
-    proc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "run", f"good={demo.good}", f"bad={demo.bad}", "--yes",
-                           "-c", str(demo.config), "--db", str(db)], capture_output=True, text=True, timeout=600,
-                          cwd=demo.root, env={**os.environ, "COLUMNS": "300"})
+    proc = run_command("run", f"good={demo.good}", f"bad={demo.bad}", "--yes", "-c", str(demo.config), "--db", str(db),
+                       timeout=600, cwd=demo.root)
     flat = " ".join(proc.stderr.split())
     assert "unexpected" not in flat and "Traceback" not in flat, flat[-3000:]
     assert proc.returncode in (3, 4), flat[-3000:]  # inconclusive or nothing measured: never a crash
@@ -220,7 +220,6 @@ def test_compare_over_a_workload_that_leaves_a_daemon_ends_with_its_reason_not_a
     killed): compare said "results database failed: NOT NULL constraint failed: comparisons.effect_pct"
     (exit 4) — it tried to store a comparison of nothing. It now ends with the workload's own reason,
     exit 4 (a runtime failure, as documented), the trials kept, nothing left running."""
-    from tests.cli_in_process import run_cli
     from tests.repo_factory import RepoFactory
 
     r = RepoFactory(tmp_path / "repo")

@@ -21,16 +21,12 @@ from perfbisect.init_template import (
 )
 from perfbisect.metrics import BENCH_SERVING_DEFAULT
 from perfbisect.settings import WorkloadConfig
+from tests.cli_runner import run_command
 
 FLAGS = json.loads((Path(__file__).parent / "fixtures" / "sglang" / "flags.json").read_text())
 ROOT = Path(__file__).resolve().parent.parent
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-
-
-def cli(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfbisect.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300, env={**os.environ, "COLUMNS": "200", **(env or {})})
 
 
 def model_dir(tmp_path: Path, auto_map: bool) -> Path:
@@ -170,7 +166,7 @@ def test_sglang_init_output_plans_against_an_sglang_shaped_repository(tmp_path):
                     "--commits", "40", "--files", "300"], check=True, capture_output=True, timeout=300)
     _git(repo, "checkout", "-q", "main")
     model = model_dir(tmp_path, auto_map=True)
-    proc = cli("init", "--model", str(model), "--draft", "/m/eagle", "--python", sys.executable, cwd=repo,
+    proc = run_command("init", "--model", str(model), "--draft", "/m/eagle", "--python", sys.executable, cwd=repo,
                env={"NCCL_PROTO": "LL"})
     assert proc.returncode == 0, proc.stderr
     assert "--trust-remote-code" in proc.stdout and "NCCL_PROTO" in proc.stdout
@@ -183,7 +179,7 @@ def test_sglang_init_output_plans_against_an_sglang_shaped_repository(tmp_path):
     _git(repo, "checkout", "-q", "main")
     cfg = load_config(repo / "perfbisect.toml")
     assert cfg.server.env["NCCL_PROTO"] == "LL" and "--trust-remote-code" in cfg.server.command
-    plan = cli("plan", "good=HEAD~30", "bad=HEAD", "--json", cwd=repo)
+    plan = run_command("plan", "good=HEAD~30", "bad=HEAD", "--json", cwd=repo)
     assert plan.returncode == 0, plan.stderr
     data = json.loads(plan.stdout)
     entries = data["entries"] if isinstance(data, dict) else data
@@ -205,7 +201,7 @@ def test_vllm_init_builds_by_default_and_plans_against_a_vllm_shaped_repository(
         rel = ("vllm/engine.py", "docs/index.md", "csrc/attention.cu")[i % 3]
         (repo / rel).write_text((repo / rel).read_text() + f"# change {i}\n")
         _git(repo, "commit", "-qam", f"change {i}")
-    proc = cli("init", "--openai", "--model", "/m/llama", "--python", sys.executable, cwd=repo)
+    proc = run_command("init", "--openai", "--model", "/m/llama", "--python", sys.executable, cwd=repo)
     assert proc.returncode == 0, proc.stderr
     cfg = load_config(repo / "perfbisect.toml")
     steps = {s.name: s for s in cfg.build.steps}
@@ -215,5 +211,5 @@ def test_vllm_init_builds_by_default_and_plans_against_a_vllm_shaped_repository(
     assert kernels.command[2] == "{worktree}/.perfbisect-build-venv/bin/python"
     assert "--system-site-packages" in steps["build-venv"].command and "vllm/**/*.so" in kernels.artifacts
     assert cfg.server.env["PYTHONPATH"] == "{worktree}"
-    plan = cli("plan", "good=HEAD~6", "bad=HEAD", "--json", cwd=repo)
+    plan = run_command("plan", "good=HEAD~6", "bad=HEAD", "--json", cwd=repo)
     assert plan.returncode == 0, plan.stderr

@@ -23,7 +23,7 @@ from perfbisect.store import open_store
 from perfbisect.measure.workspace import Progress, Workspace
 from perfbisect.git.worktrees import slot_name
 from tests.repo_factory import RepoFactory
-from tests.test_cli import cli
+from tests.cli_runner import run_cli
 
 BENCH = """\
 import json, os, pathlib, random, sys
@@ -117,7 +117,7 @@ def test_every_trial_runs_under_its_own_layout_and_stores_what_its_process_saw(p
     seen = tmp_path / "seen.jsonl"
     config = write_config(tmp_path, r.path, seen)
     db = tmp_path / "r.sqlite"
-    proc = cli("measure", shas[0], "-m", "baseline", "-n", "6", "-c", str(config), "--db", str(db))
+    proc = run_cli("measure", shas[0], "-m", "baseline", "-n", "6", "-c", str(config), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     with open_store(db) as store:
         trials = store.trials(status=None)
@@ -141,7 +141,7 @@ def test_randomize_false_runs_every_trial_under_the_fixed_layout(project, tmp_pa
     seen = tmp_path / "seen.jsonl"
     config = write_config(tmp_path, r.path, seen, "[layout]\nrandomize = false\n")
     db = tmp_path / "r.sqlite"
-    proc = cli("measure", shas[0], "-m", "baseline", "-n", "3", "-c", str(config), "--db", str(db))
+    proc = run_cli("measure", shas[0], "-m", "baseline", "-n", "3", "-c", str(config), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     with open_store(db) as store:
         assert [t.layout for t in store.trials(status=None)] == [FIXED] * 3
@@ -155,7 +155,7 @@ def test_a_hash_seed_the_config_sets_wins_and_the_layout_records_none(project, t
     seen = tmp_path / "seen.jsonl"
     config = write_config(tmp_path, r.path, seen, '[modes.baseline.env]\nPYTHONHASHSEED = "7"\n')
     db = tmp_path / "r.sqlite"
-    proc = cli("measure", shas[1], "-m", "baseline", "-n", "3", "-c", str(config), "--db", str(db))
+    proc = run_cli("measure", shas[1], "-m", "baseline", "-n", "3", "-c", str(config), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     with open_store(db) as store:
         layouts = [t.layout for t in store.trials(status=None)]
@@ -208,12 +208,12 @@ def test_observations_carry_their_trials_layouts_and_a_resume_keeps_the_stored_o
     assert len(seen_lines(seen)) == len(trials)  # no trial ran twice
 
     # `perfbisect log ID` lists each commit's layouts; the report has a table of them (escaped).
-    log = cli("log", str(result.bisection_id), "-c", str(config), "--db", str(db))
+    log = run_cli("log", str(result.bisection_id), "-c", str(config), "--db", str(db))
     assert log.returncode == 0, log.stderr
     first = trials[after[0].trial_ids[0]].layout.id
     assert "layouts " in log.stdout and first in log.stdout
     html = tmp_path / "report.html"
-    report = cli("report", str(result.bisection_id), "-o", str(html), "-c", str(config), "--db", str(db))
+    report = run_cli("report", str(result.bisection_id), "-o", str(html), "-c", str(config), "--db", str(db))
     assert report.returncode == 0, report.stderr
     text = html.read_text()
     assert "<h3>Layouts</h3>" in text and f'<td class="sha">{first}</td>' in text

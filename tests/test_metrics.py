@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 from perfbisect.config import parse_config
@@ -16,7 +15,7 @@ from perfbisect.errors import ConfigError
 from perfbisect.metrics import describe_workload
 from perfbisect.measure.external_workloads import parse_bench_serving
 from perfbisect.demo.target import make_demo_target
-from tests.test_cli import cli
+from tests.cli_runner import run_cli, run_command
 
 import pytest
 
@@ -47,13 +46,13 @@ def test_a_seconds_metric_prints_seconds_and_a_sane_effect(tmp_path):
                      f'[workload]\nkind = "command"\ncommand = ["{{python}}", "{script}"]\nmetric = "seconds"\n'
                      'higher_is_better = false', metric="baseline")
     db = tmp_path / "r.sqlite"
-    proc = cli("measure", "HEAD", "-m", "baseline", "-n", "2", "-c", str(config), "--db", str(db))
+    proc = run_cli("measure", "HEAD", "-m", "baseline", "-n", "2", "-c", str(config), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
     assert "tok/s" not in out, out
     assert " s, " in proc.stdout or " s\n" in proc.stdout, proc.stdout
     assert "lower is better" in proc.stdout
-    data = json.loads(cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(db),
+    data = json.loads(run_cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(db),
                           "--json").stdout)
     assert data["metric"]["unit"] == "s" and data["metric"]["higher_is_better"] is False
     assert 0 < data["trials"]["baseline"][0]["value"] < 1
@@ -84,10 +83,8 @@ def test_bisect_on_itl_p99_names_the_planted_commit(tmp_path):
     config.write_text(text.replace('metric = "tok_s"', 'metric = "itl_p99_ms"\nhigher_is_better = false')
                       .replace("[stats]\n", "[stats]\nmode_trials = 0\n", 1))
     db = tmp_path / "r.sqlite"
-    proc = subprocess.run(
-        [sys.executable, "-m", "perfbisect.cli", "run", f"good={target.good}", f"bad={target.bad}", "-c", str(config),
-         "--db", str(db), "--json"], capture_output=True, text=True, timeout=540,
-    )
+    proc = run_command("run", f"good={target.good}", f"bad={target.bad}", "-c", str(config), "--db", str(db), "--json",
+                       timeout=540)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["verdict"] == "regressed" and result["culprit"] == target.planted, result
@@ -99,10 +96,10 @@ def test_bisect_on_itl_p99_names_the_planted_commit(tmp_path):
 def test_measure_shows_itl(tmp_path):
     target = make_demo_target(tmp_path / "demo", commits=6)
     db = tmp_path / "r.sqlite"
-    proc = cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(target.config), "--db", str(db))
+    proc = run_cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(target.config), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     assert "ITL p50" in proc.stdout and "p99" in proc.stdout and "tok/s" in proc.stdout
-    data = json.loads(cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(target.config), "--db", str(db),
+    data = json.loads(run_cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(target.config), "--db", str(db),
                           "--json").stdout)
     row = data["trials"]["baseline"][0]
     assert row["itl_p50_ms"] > 0 and row["itl_p99_ms"] >= row["itl_p50_ms"]
@@ -160,7 +157,7 @@ def test_bench_serving_workload_runs_the_targets_module_and_reads_its_json(tmp_p
                      '[workload]\nkind = "bench_serving"\nmetric = "median_ttft_ms"\ncommand = ["--tokenizer", "demo/tok"]',
                      metric="baseline")
     db = tmp_path / "r.sqlite"
-    proc = cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(db), "--json")
+    proc = run_cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["metric"]["name"] == "median_ttft_ms" and data["metric"]["unit"] == "ms"
@@ -198,7 +195,7 @@ def test_a_change_to_the_benchmark_client_inside_the_range_cannot_be_blamed(tmp_
                      '[workload]\nkind = "bench_serving"\nmetric = "output_throughput"', metric="baseline")
     config.write_text(config.read_text() + "max_trials_total = 12\n")
     db = tmp_path / "r.sqlite"
-    proc = cli("run", f"good={good}", f"bad={bad}", "-c", str(config), "--db", str(db), "--json")
+    proc = run_cli("run", f"good={good}", f"bad={bad}", "-c", str(config), "--db", str(db), "--json")
     assert proc.returncode in (0, 3), proc.stderr
     result = json.loads(proc.stdout)
     assert result["culprit"] is None and halved not in result.get("culprit_set", [])
@@ -211,7 +208,7 @@ def test_a_change_to_the_benchmark_client_inside_the_range_cannot_be_blamed(tmp_
     # workload.client_rev names another revision: that client measures instead (here the halved one).
     pinned = config.read_text().replace('metric = "output_throughput"', f'metric = "output_throughput"\nclient_rev = "{halved}"')
     config.write_text(pinned)
-    measured = cli("measure", good, "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(tmp_path / "m.sqlite"), "--json")
+    measured = run_cli("measure", good, "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(tmp_path / "m.sqlite"), "--json")
     assert measured.returncode == 0, measured.stderr
     assert 48 <= json.loads(measured.stdout)["trials"]["baseline"][0]["value"] <= 52
 
@@ -230,7 +227,7 @@ def test_output_throughput_at_a_concurrency_with_the_built_in_client(tmp_path):
     config = _config(target, tmp_path, '[workload]\nkind = "sglang"',
                      '[workload]\nkind = "sglang"\nmetric = "output_tok_s"\nconcurrency = 4')
     db = tmp_path / "r.sqlite"
-    proc = cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(db), "--json")
+    proc = run_cli("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(config), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["metric"]["name"] == "output_tok_s" and data["metric"]["unit"] == "tok/s"

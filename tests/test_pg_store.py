@@ -30,7 +30,7 @@ from perfbisect.store import is_unfinished, locate, open_store
 from perfbisect.store.migrations import current_revision, head_revision, schema_diffs
 from perfbisect.store.schema import ObservationRow, RunRow, TrialRow
 from tests.pg_server import PASSWORD
-from tests.test_cli import cli
+from tests.cli_runner import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_CONFIG = {"target": {"repo": "."}, "server": {"command": ["python", "-m", "x", "--port", "{port}"]},
@@ -225,7 +225,7 @@ def test_a_trial_owned_on_another_host_is_alive_while_its_process_holds_the_stor
 def test_a_demo_bisection_through_a_postgresql_url_names_the_planted_commit(pg_url, tmp_path):
     demo_dir = tmp_path / "demo"
     started = time.monotonic()
-    proc = cli("demo", "--json", "--commits", "12", "--dir", str(demo_dir), "--db", pg_url)
+    proc = run_cli("demo", "--json", "--commits", "12", "--dir", str(demo_dir), "--db", pg_url)
     print(f"demo bisection on PostgreSQL: {time.monotonic() - started:.1f} s")
     assert proc.returncode == 0, proc.stderr
     _no_password(proc.stdout, proc.stderr)
@@ -241,7 +241,7 @@ def test_a_demo_bisection_through_a_postgresql_url_names_the_planted_commit(pg_u
         assert len(store.trials(bisection_id=bisection.id, status=None, purpose="bisect")) == result["trials_used"]
         assert len(store.observations(bisection.id)) >= result["trials_used"] // 2
     # A reading command takes the same URL.
-    log = cli("log", "1", "--db", pg_url, "-c", str(demo_dir / "perfbisect.toml"))
+    log = run_cli("log", "1", "--db", pg_url, "-c", str(demo_dir / "perfbisect.toml"))
     assert log.returncode == 0, log.stderr
     assert result["planted"][:10] in log.stdout
     _no_password(log.stdout, log.stderr)
@@ -262,7 +262,7 @@ def _error(proc: subprocess.CompletedProcess) -> str:
 
 def test_an_unreachable_server_is_one_clear_error(tmp_path):
     port = _free_port()  # nothing listens there
-    msg = _error(cli("log", "--db", f"postgresql+psycopg://perfbisect:{PASSWORD}@127.0.0.1:{port}/results", cwd=tmp_path))
+    msg = _error(run_cli("log", "--db", f"postgresql+psycopg://perfbisect:{PASSWORD}@127.0.0.1:{port}/results", cwd=tmp_path))
     assert f"no PostgreSQL server answers at 127.0.0.1:{port}" in msg and "pg_isready" in msg
     assert "perfbisect:***@127.0.0.1" in msg
 

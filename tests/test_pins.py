@@ -19,6 +19,7 @@ from perfbisect.errors import EnvironmentBuildError
 from perfbisect.git.gitrepo import TargetRepo
 from perfbisect.git.pins import PinReader, PinSet, read_pins, wheel_problem
 from tests.repo_factory import RepoFactory
+from tests.cli_runner import run_command
 
 PYPROJECT = """\
 [project]
@@ -317,16 +318,14 @@ def test_gc_build_cache_removes_the_environments_but_keeps_one_a_running_command
                                sys.executable, str(target.wheels), "0.2.0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == cache.key(pins["0.2.0"])
-        gc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "gc", "--build-cache", "-c", str(target.config)],
-                            capture_output=True, text=True, timeout=300)
+        gc = run_command("gc", "--build-cache", "-c", str(target.config))
         assert gc.returncode == 0, gc.stderr
         assert "removed 1 pinned environment (" in gc.stdout and "1 in use by a running command kept" in gc.stdout, gc.stdout
         assert cache.lookup(pins["0.1.0"]) is None and cache.lookup(pins["0.2.0"]) is not None
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
-    gc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "gc", "--build-cache", "-c", str(target.config)],
-                        capture_output=True, text=True, timeout=300)
+    gc = run_command("gc", "--build-cache", "-c", str(target.config))
     assert gc.returncode == 0 and "removed 1 pinned environment (" in gc.stdout and "kept" not in gc.stdout, gc.stdout
     assert cache.lru_entries() == []
 

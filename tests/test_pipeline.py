@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.demo.target import VERIFY_BAD_MS, VERIFY_GOOD_MS, make_demo_target
+from tests.cli_runner import run_command
 
 pytestmark = pytest.mark.slow
 
@@ -24,14 +25,6 @@ GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
     "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
 }
-
-
-def cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "perfbisect.cli", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=timeout,
-        env={**os.environ, "COLUMNS": "200"},
-    )
 
 
 def git(repo: Path, *args: str) -> str:
@@ -95,7 +88,7 @@ def test_demo_names_the_planted_commit(demo_run, tmp_path):
     copy = tmp_path / "again.sqlite"
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as src, sqlite3.connect(copy) as dst:
         src.backup(dst)
-    again = cli("run", f"good={result['good']}", f"bad={result['bad']}", "-c", str(demo / "perfbisect.toml"),
+    again = run_command("run", f"good={result['good']}", f"bad={result['bad']}", "-c", str(demo / "perfbisect.toml"),
                 "--db", str(copy), "--json", cwd=demo)
     assert again.returncode == 0, again.stderr
     assert "learned on this host by bisection #1" in again.stderr
@@ -109,7 +102,7 @@ def test_which_path_regressed_on_each_demo_variant(tmp_path, variant):
     says which path regressed. Low session noise (0.3%) keeps the answer off the machine's load."""
     target = make_demo_target(tmp_path / "demo", commits=10, variant=variant, session_sigma=0.003, run_sigma=0.003)
     db = tmp_path / "r.sqlite"
-    proc = cli("run", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--db", str(db), "--json",
+    proc = run_command("run", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--db", str(db), "--json",
                cwd=target.root)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
@@ -135,7 +128,7 @@ def test_which_path_regressed_on_each_demo_variant(tmp_path, variant):
         assert rp["break_even_after"] == pytest.approx(rp["break_even_before"], rel=0.1)
         assert "baseline_tok_s" in rp["moved"]
     # The terminal verdict and the report say it too; the report highlights the columns that moved.
-    text = cli("report", "latest", "--db", str(db), cwd=target.root)
+    text = run_command("report", "latest", "--db", str(db), cwd=target.root)
     assert text.returncode == 0, text.stderr
     html = Path(text.stdout.split("report: ", 1)[1].strip()).read_text()
     assert 'id="which-path"' in html and rp["summary"].split(" (")[0] in html
@@ -148,7 +141,7 @@ def test_which_path_regressed_on_each_demo_variant(tmp_path, variant):
 def test_drift_only_demo_blames_nothing(tmp_path):
     """Sessions differ and the machine drifts (−0.3% per invocation), no code changes: seeded, so the
     answer is the same under any load — `same`, the interval inside ±3%, nothing blamed."""
-    proc = cli("demo", "--json", "--drift-only", "--seeded", "--dir", str(tmp_path / "demo"), "--seed", "11")
+    proc = run_command("demo", "--json", "--drift-only", "--seeded", "--dir", str(tmp_path / "demo"), "--seed", "11")
     result = json.loads(proc.stdout)
     assert result["planted"] is None
     assert result["culprit"] is None and result["culprit_set"] == []
@@ -184,17 +177,17 @@ def test_conflicting_patch_and_never_ready_commits_are_skipped_not_blamed(tmp_pa
     config.write_text(config.read_text().replace("ready_timeout_s = 60", "ready_timeout_s = 3"))
 
     # `patches check` shows the conflict before any GPU time is spent.
-    check = cli("patches", "check", f"good={late}", "bad=HEAD", "-c", str(config))
+    check = run_command("patches", "check", f"good={late}", "bad=HEAD", "-c", str(config))
     assert check.returncode == 0, check.stderr
-    first = cli("patches", "check", f"good={target.good}", f"bad={late}", "-c", str(config))
+    first = run_command("patches", "check", f"good={target.good}", f"bad={late}", "-c", str(config))
     assert "CONFLICT" in first.stdout and "0004-" in first.stdout and "scheduler.py" in first.stdout
 
     # The stack does not apply at the original good commit: refused with a clear message.
-    refused = cli("run", f"good={target.good}", "bad=HEAD", "-c", str(config), "--db", str(tmp_path / "r.sqlite"))
+    refused = run_command("run", f"good={target.good}", "bad=HEAD", "-c", str(config), "--db", str(tmp_path / "r.sqlite"))
     assert refused.returncode == 2
     assert "does not apply at the good endpoint" in refused.stderr
 
-    proc = cli("run", f"good={late}", "bad=HEAD", "-c", str(config), "--db", str(tmp_path / "r.sqlite"), "--json")
+    proc = run_command("run", f"good={late}", "bad=HEAD", "-c", str(config), "--db", str(tmp_path / "r.sqlite"), "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["verdict"] == "regressed"
@@ -232,7 +225,7 @@ def test_crash_in_the_middle_loses_nothing_and_resume_repeats_no_trial(tmp_path)
     before_runs = db_rows(db, "select count(*) from runs")[0][0]
     assert len(before_obs) >= 4 and before_runs > 0
 
-    resumed = cli("resume", "-c", str(target.config), "--db", str(db), "--json")
+    resumed = run_command("resume", "-c", str(target.config), "--db", str(db), "--json")
     assert resumed.returncode == 0, resumed.stderr
     result = json.loads(resumed.stdout)
     assert result["culprit"] == target.planted
@@ -242,7 +235,7 @@ def test_crash_in_the_middle_loses_nothing_and_resume_repeats_no_trial(tmp_path)
     assert "resuming bisection" in resumed.stderr
     # Nothing is left unfinished, and the killed trial (if any) is marked, with its runs kept.
     assert db_rows(db, "select count(*) from trials where finished_at is null") == [(0,)]
-    log = cli("log", "-c", str(target.config), "--db", str(db))
+    log = run_command("log", "-c", str(target.config), "--db", str(db))
     assert "regressed" in log.stdout and target.planted[:10] in log.stdout
 
 
@@ -259,7 +252,7 @@ def test_merge_culprit_names_the_merged_branch(tmp_path):
     merge = git(repo, "rev-parse", "HEAD")
     commit_edit(repo, "README.md", "shaped like SGLang", "shaped like SGLang (tip)", "README tweak")
     db = tmp_path / "r.sqlite"
-    proc = cli("run", f"good={target.bad}", "bad=HEAD", "-c", str(target.config), "--db", str(db), "--json")
+    proc = run_command("run", f"good={target.bad}", "bad=HEAD", "-c", str(target.config), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     # The merge stands for its branch: the answer is a set, so no one commit is named (issue #21).
@@ -286,7 +279,7 @@ def test_command_workload_measures_through_the_same_store(tmp_path):
     )
     config.write_text(text.replace('metric = "eagle3"', 'metric = "baseline"'))
     db = tmp_path / "r.sqlite"
-    proc = cli("measure", "HEAD", "-m", "baseline", "-n", "2", "-c", str(config), "--db", str(db), "--json")
+    proc = run_command("measure", "HEAD", "-m", "baseline", "-n", "2", "-c", str(config), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)["trials"]["baseline"]
     assert [round(r["tok_s"]) for r in rows] == [500, 500]
@@ -313,13 +306,13 @@ def test_compare_and_calibrate_store_and_explain(compared_demo, tmp_path):
     order = [c for (c,) in db_rows(db, "select commit_sha from trials order by id")]
     assert order[:4] == [target.good, target.planted, target.planted, target.good]  # A B B A
     assert db_rows(db, "select count(*) from comparisons") == [(1,)]
-    same = cli("compare", target.good, target.good, "--max-trials", "3", "-m", "baseline", "-c", str(target.config),
+    same = run_command("compare", target.good, target.good, "--max-trials", "3", "-m", "baseline", "-c", str(target.config),
                "--db", str(db), "--json")
     assert same.returncode == 3, same.stderr
     aa = json.loads(same.stdout)
     assert aa["verdict"] == "inconclusive" and aa["n_a"] == aa["n_b"] == 3, aa["explanation"]
     assert aa["ci_low_pct"] < -3 and aa["ci_high_pct"] > 3  # too wide for `same` at this budget
-    cal = cli("calibrate", "HEAD", "-n", "2", "-m", "baseline", "-c", str(target.config), "--db", str(db))
+    cal = run_command("calibrate", "HEAD", "-n", "2", "-m", "baseline", "-c", str(target.config), "--db", str(db))
     assert cal.returncode == 0, cal.stderr
     assert "σ_b" in cal.stdout and "σ_w" in cal.stdout and "smallest regression detectable" in cal.stdout
 
@@ -348,7 +341,7 @@ def test_the_demo_bisects_across_a_pin_bump_with_one_environment_per_pin_set(tmp
     assert refused.returncode == 1 and "demo-sglang-kernel with required version 0.2.0 is not installed" in refused.stderr
     # plan --json: the range by pin set, each group's commits.
     shas = git(target.repo, "rev-list", "--reverse", "--first-parent", "HEAD").split()
-    planned = json.loads(cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json").stdout)
+    planned = json.loads(run_command("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json").stdout)
     groups = planned["pin_groups"]
     attn = {"demo-attn": "==0.1.0", "demo-attn-cubin": "==0.1.0"}
     assert [g["pins"] for g in groups] == [{**attn, "demo-kernel": "==0.1.0"}, {**attn, "demo-sglang-kernel": "==0.2.0"}]
@@ -363,7 +356,7 @@ def test_the_demo_bisects_across_a_pin_bump_with_one_environment_per_pin_set(tmp
     text = target.config.read_text()
     assert "[stats]\n" in text
     target.config.write_text(text.replace("[stats]\n", "[stats]\nmax_trials_total = 8\n", 1))
-    proc = cli("run", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json", timeout=600)
+    proc = run_command("run", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json", timeout=600)
     assert proc.returncode in (0, 3), proc.stderr  # whatever the verdict under this machine's load
     db = target.root / "results.sqlite"
     assert db_rows(db, "select count(*) from trials where status != 'ok'") == [(0,)], db_rows(db, "select status, error from trials")
@@ -376,11 +369,11 @@ def test_the_demo_bisects_across_a_pin_bump_with_one_environment_per_pin_set(tmp
     assert proc.stderr.count("built the environment") == 2
     stamps = [p.stat().st_mtime_ns for p in envs]
     # A second command builds nothing: each pin set's environment comes from the cache.
-    again = cli("measure", target.bad, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(tmp_path / "m.sqlite"))
+    again = run_command("measure", target.bad, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(tmp_path / "m.sqlite"))
     assert again.returncode == 0, again.stderr
     assert "built the environment" not in again.stderr and "demo-sglang-kernel==0.2.0): cached" in again.stderr
     assert [p.stat().st_mtime_ns for p in envs] == stamps and len(list((target.root / "envs").glob("*/env.json"))) == 2
-    planned = json.loads(cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json").stdout)
+    planned = json.loads(run_command("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json").stdout)
     assert [g["built"] for g in planned["pin_groups"]] == [True, True]
     # The user's interpreter has exactly what it had before: no package, no file added or changed.
     assert _interpreter_state(sys.executable) == before
@@ -399,11 +392,11 @@ def test_a_patch_in_the_stack_that_bumps_the_pin_gets_an_environment_of_the_bump
     (target.patches / "0099-local-bump-demo-kernel.patch").write_text(git(scratch, "format-patch", "-1", "--stdout", "HEAD") + "\n")
     git(target.repo, "worktree", "remove", "--force", str(scratch))
     before_bump = git(target.repo, "rev-parse", f"{target.pin_bump}^")
-    planned = json.loads(cli("plan", f"good={target.good}", f"bad={before_bump}", "-c", str(target.config), "--json").stdout)
+    planned = json.loads(run_command("plan", f"good={target.good}", f"bad={before_bump}", "-c", str(target.config), "--json").stdout)
     assert [g["pins"] for g in planned["pin_groups"]] == [  # as patched, for every commit
         {"demo-attn": "==0.1.0", "demo-attn-cubin": "==0.1.0", "demo-sglang-kernel": "==0.2.0"}]
     db = tmp_path / "r.sqlite"
-    proc = cli("measure", target.good, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(db))
+    proc = run_command("measure", target.good, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     assert db_rows(db, "select status from trials") == [("ok",)], db_rows(db, "select status, error from trials")
     envs = list((target.root / "envs").glob("*/env.json"))
@@ -415,13 +408,13 @@ def test_a_patch_in_the_stack_that_bumps_the_pin_gets_an_environment_of_the_bump
 def test_a_pin_set_without_its_wheel_is_untestable_with_that_reason(tmp_path):
     target = make_demo_target(tmp_path / "demo", commits=10)
     (target.wheels / "demo_sglang_kernel-0.2.0-py3-none-any.whl").unlink()
-    plan = cli("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config))
+    plan = run_command("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config))
     assert "CANNOT BUILD: no wheel for demo-sglang-kernel==0.2.0 in [build] wheel_dir" in plan.stdout
     assert "would be skipped as untestable" in plan.stdout
-    doctor = cli("doctor", "--range", f"{target.good}..{target.bad}", "-c", str(target.config))
+    doctor = run_command("doctor", "--range", f"{target.good}..{target.bad}", "-c", str(target.config))
     assert doctor.returncode == 2 and "pinned environments" in doctor.stdout and "cannot be built: no wheel for demo-sglang-kernel==0.2.0" in doctor.stdout
     db = tmp_path / "r.sqlite"
-    proc = cli("measure", target.bad, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(db))
+    proc = run_command("measure", target.bad, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(db))
     (status, error), = db_rows(db, "select status, error from trials")
     assert status == "skipped" and error.startswith("pinned dependencies cannot be installed")
     assert "demo-sglang-kernel==0.2.0" in error and "wheel_dir" in error, error

@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from perfbisect.demo.results import make_results
 from perfbisect.report.view_rows import commit_url
 from perfbisect.report.report import inert
+from tests.cli_runner import run_command
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 needs_chromium = pytest.mark.skipif(
@@ -32,13 +32,6 @@ PAYLOADS = [
     "\x1b[31mRED terminal\x1b[0m \x07bell",
     "quotes \" ' & ampersand </textarea>",
 ]
-
-
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "perfbisect.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, "COLUMNS": "200"},
-    )
 
 
 def chromium(url: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -95,23 +88,23 @@ def test_demo_writes_its_report_and_names_it_in_json(demo):
 def test_report_command_latest_ids_and_errors(demo, tmp_path):
     db = demo["db"]
     out = tmp_path / "r.html"
-    proc = cli("report", "latest", "--db", db, "-o", str(out))
+    proc = run_command("report", "latest", "--db", db, "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert out.is_file() and f"report: {out}" in proc.stdout
     assert demo["culprit"][:10] in proc.stdout and "%" in proc.stdout and "tok/s" in proc.stdout
-    same = cli("report", str(demo["bisection_id"]), "--db", db, "--json")
+    same = run_command("report", str(demo["bisection_id"]), "--db", db, "--json")
     assert json.loads(same.stdout)["verdict"]["cls"] == "regressed"
-    missing = cli("report", "c42", "--db", db)
+    missing = run_command("report", "c42", "--db", db)
     assert missing.returncode == 2 and "No comparison #42" in missing.stderr
-    wrong = cli("report", "x1", "--db", db)
+    wrong = run_command("report", "x1", "--db", db)
     assert wrong.returncode == 2 and "give a bisection id" in wrong.stderr
-    nodb = cli("report", "--db", str(tmp_path / "none.sqlite"))
+    nodb = run_command("report", "--db", str(tmp_path / "none.sqlite"))
     assert nodb.returncode == 2 and "No results database" in nodb.stderr
 
 
 def test_index_site_links_every_report(demo, tmp_path):
     site = tmp_path / "site"
-    proc = cli("report", "--index", str(site), "--db", demo["db"])
+    proc = run_command("report", "--index", str(site), "--db", demo["db"])
     assert proc.returncode == 0, proc.stderr
     index = (site / "index.html").read_text()
     name = f"bisection-{demo['bisection_id']}.html"
@@ -223,11 +216,11 @@ def test_compare_and_calibrate_write_reports(compared_demo, tmp_path):
     assert result["verdict"] == "regressed", result["explanation"]
     html = Path(result["report"]).read_text()
     assert Path(result["report"]).is_absolute() and target.planted in html and "B vs A" in html
-    cal = cli("calibrate", "HEAD", "-n", "2", "-m", "baseline", "-c", str(target.config), "--db", str(db), "--json")
+    cal = run_command("calibrate", "HEAD", "-n", "2", "-m", "baseline", "-c", str(target.config), "--db", str(db), "--json")
     assert cal.returncode == 0, cal.stderr
     report = Path(json.loads(cal.stdout)["report"])
     assert report.is_file() and "NOISE CALIBRATION" in report.read_text()
-    text = cli("report", f"c{result['comparison_id']}", "--db", str(db))
+    text = run_command("report", f"c{result['comparison_id']}", "--db", str(db))
     assert text.returncode == 0 and "report: " in text.stdout
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from perfbisect.report.report import ROLE_COLORS, SIDE_COLORS
 from tests.test_report import needs_chromium, probe_page
+from tests.cli_runner import run_command
 
 PROBE = """<script>
 window.perfbisectCharts.then(function () { setTimeout(function () {
@@ -55,11 +56,6 @@ def _copy_db(src: Path, dst: Path) -> Path:
     with sqlite3.connect(f"file:{src}?mode=ro", uri=True) as a, sqlite3.connect(dst) as b:
         a.backup(b)
     return dst
-
-
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfbisect.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -185,7 +181,7 @@ def test_a_fitted_drift_is_drawn_with_both_sides(tmp_path):
 def test_index_history_is_per_commit_with_fixed_role_colours(demo_run, compared_demo, tmp_path):
     db = _copy_db(Path(demo_run.result["db"]), tmp_path / "demo.sqlite")
     site = tmp_path / "site"
-    proc = cli("report", "--index", str(site), "--db", str(db))
+    proc = run_command("report", "--index", str(site), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     page = probe(site / "index.html", tmp_path, 900)
     assert page["scrollWidth"] <= page["innerWidth"]
@@ -203,7 +199,7 @@ def test_index_history_is_per_commit_with_fixed_role_colours(demo_run, compared_
     assert all("culprit" in chart["legend"] for chart in charts)
     # The same role keeps its colour on another database's index (a comparison: A and B).
     site2 = tmp_path / "site2"
-    proc = cli("report", "--index", str(site2), "--db", str(compared_demo.db_copy(tmp_path)))
+    proc = run_command("report", "--index", str(site2), "--db", str(compared_demo.db_copy(tmp_path)))
     assert proc.returncode == 0, proc.stderr
     other = probe(site2 / "index.html", tmp_path, 1400)
     for chart in other["charts"].values():
@@ -242,7 +238,7 @@ def test_command_target_report_has_no_server_help(tmp_path):
     text = text.replace('metric = "eagle3"', 'metric = "baseline"')
     config = tmp_path / "perfbisect.toml"
     config.write_text(text)
-    proc = cli("run", f"good={target.good}", f"bad={target.bad}", "-c", str(config), "--db", str(tmp_path / "r.sqlite"),
+    proc = run_command("run", f"good={target.good}", f"bad={target.bad}", "-c", str(config), "--db", str(tmp_path / "r.sqlite"),
                "--json", timeout=540)
     from perfbisect.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION
 
@@ -294,7 +290,7 @@ def test_resume_continues_from_the_stored_start_and_its_report_replays_it(tmp_pa
                            target.bad], capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
     bid = int(made.stdout.strip())
-    proc = cli("resume", str(bid), "-c", str(target.config), "--db", str(db), "--json", timeout=540)
+    proc = run_command("resume", str(bid), "-c", str(target.config), "--db", str(db), "--json", timeout=540)
     assert proc.returncode in (0, 1, 3), proc.stderr
     assert "noise model (as this bisection started)" in proc.stderr and "a start stored with this bisection" in proc.stderr
     with open_store(db) as store:

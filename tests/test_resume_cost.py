@@ -3,7 +3,7 @@ makes the same decisions, so it measures the same commits in the same order and 
 after the same number of trials; and `resume` says what it reused and what it threw away.
 
 Real demo repositories, real SQLite, real trials (the seeded `command` workload as a subprocess per run),
-`perfbisect resume` through the CLI's own entry point (tests/cli_in_process.py). Measured with the seeded
+`perfbisect resume` through the CLI's own entry point (tests/cli_runner.py). Measured with the seeded
 workload (perfbisect/demo/seeded.py): a trial's value is a function of the code, the mode and how many times
 that commit and mode were measured before (counters under PERFBISECT_SEEDED_STATE, per demo directory), so
 two demo directories built alike give the same value to the same trial. The one input a search reads that is
@@ -29,7 +29,7 @@ from perfbisect.engine.search_replay import decision_json, observations_of, poli
 from perfbisect.measure.sysstate import collectors
 from perfbisect.measure.sysstate.readings import CpuReading
 from perfbisect.store import open_store
-from tests.cli_in_process import run_cli
+from tests.cli_runner import run_cli
 
 pytestmark = pytest.mark.slow
 

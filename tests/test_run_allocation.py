@@ -4,10 +4,7 @@ from stored noise and timings — seeded into a real results database, then appl
 from __future__ import annotations
 
 import math
-import os
 import sqlite3
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -25,6 +22,7 @@ from perfbisect.measure.run_allocation import (
     runs_advice,
 )
 from perfbisect.measure.workspace import Workspace
+from tests.cli_runner import run_command
 
 
 def test_median_efficiency_is_the_variance_of_a_median_over_that_of_a_mean():
@@ -96,9 +94,7 @@ def test_auto_runs_come_from_stored_noise_and_timings_and_a_trial_holds_them(tmp
         fixed = runs_advice(ws, "baseline")
     assert fixed.runs == 5 and fixed.recommended == 18 and fixed.saving_pct > 0 and "18 would reach" in fixed.line()
 
-    proc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "measure", "HEAD", "-m", "baseline", "-n", "1",
-                           "-c", str(config_path), "--db", str(db)],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    proc = run_command("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(config_path), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     assert "auto → 18" in proc.stderr
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:

@@ -18,6 +18,7 @@ from perfbisect.engine.changepoint import SPARSE_ABOVE, Evidence, posterior, spa
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel
 from tests.repo_factory import fast_history
+from tests.cli_runner import run_command
 
 PRIOR = dict(sigma0=0.02, dof0=10, level_ratio=25.0, min_step=math.log(1.01), no_change_prior=0.5,
              two_change_prior=0.1)
@@ -125,11 +126,8 @@ def _config(tmp_path: Path, repo: Path) -> Path:
 
 
 def _plan(tmp_path: Path, cfg: Path, good: str, bad: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "perfbisect.cli", "plan", f"good={good}", f"bad={bad}", "-c", str(cfg),
-         "--db", str(tmp_path / "r.sqlite"), "--no-patch-check"],
-        capture_output=True, text=True, timeout=600,
-    )
+    return run_command("plan", f"good={good}", f"bad={bad}", "-c", str(cfg), "--db", str(tmp_path / "r.sqlite"),
+                       "--no-patch-check", timeout=600)
 
 
 def test_plan_warns_when_the_range_is_long_and_says_what_the_run_holds(tmp_path):

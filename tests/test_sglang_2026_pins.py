@@ -20,7 +20,7 @@ from perfbisect.demo.wheels import write_wheel
 from perfbisect.errors import EnvironmentBuildError
 from perfbisect.git.pins import PinRules, read_pins, wheel_requirements
 from perfbisect.measure.envs import EnvCache
-from tests.cli_in_process import run_cli
+from tests.cli_runner import run_cli
 from tests.repo_factory import RepoFactory
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "pyproject"

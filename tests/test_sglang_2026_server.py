@@ -309,7 +309,7 @@ def test_a_fallback_to_the_python_tree_core_is_recorded_and_refused_when_the_mod
 def test_doctor_launch_says_which_tree_core_served_and_errors_on_a_fallback_the_mode_refuses(tmp_path):
     import json
 
-    from tests.cli_in_process import run_cli
+    from tests.cli_runner import run_cli
 
     reason = "this installation contains neither the Rust TreeCore extension nor its sources"
     target = demo(tmp_path, server_env=f'PERFBISECT_EMULATOR_TREE_CORE_FALLBACK = "{reason}"\n',

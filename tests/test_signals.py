@@ -21,6 +21,7 @@ import pytest
 
 from perfbisect.config import load_config
 from perfbisect.demo.target import make_demo_target
+from tests.cli_runner import run_command
 
 pytestmark = pytest.mark.slow
 
@@ -232,10 +233,7 @@ def test_second_command_on_the_same_repository_refuses_and_leaves_the_first_alon
         head = subprocess.run(["git", "-C", str(cache_dir / "worktrees" / worktrees[0]), "rev-parse", "HEAD"],
                               capture_output=True, text=True, check=True).stdout
         for command in (["measure", demo.good, "-m", "baseline"], ["run", f"good={demo.good}", f"bad={demo.bad}"], ["gc"]):
-            second = subprocess.run(
-                [sys.executable, "-m", "perfbisect.cli", *command, "-c", str(config), "--db", str(tmp_path / "other.sqlite")],
-                capture_output=True, text=True, timeout=EVENT_TIMEOUT_S,
-            )
+            second = run_command(*command, "-c", str(config), "--db", str(tmp_path / "other.sqlite"), timeout=EVENT_TIMEOUT_S)
             assert second.returncode == 4, (command, second.stderr)
             msg = " ".join(second.stderr.split())
             assert f"pid {first.proc.pid}" in msg and "perfbisect measure HEAD" in msg and "--wait" in msg, msg
@@ -284,11 +282,8 @@ def test_resume_refuses_a_bisection_whose_process_is_alive(demo, tmp_path):
         # Another cache dir, so the repository lock does not stop it first: the store must.
         other = tmp_path / "other.toml"
         other.write_text(demo.config.read_text().replace("\ncache_dir = ", f"\ncache_dir = {str(tmp_path / 'c')!r}\n# the demo's was: "))
-        resumed = subprocess.run(
-            [sys.executable, "-m", "perfbisect.cli", "resume", str(bid), "-c", str(other), "--db", str(db)],
-            capture_output=True, text=True, timeout=EVENT_TIMEOUT_S,
-            env={**os.environ, "PERFBISECT_LOCK_DIR": str(tmp_path / "locks")},
-        )
+        resumed = run_command("resume", str(bid), "-c", str(other), "--db", str(db), timeout=EVENT_TIMEOUT_S,
+                              env={"PERFBISECT_LOCK_DIR": str(tmp_path / "locks")})
         assert resumed.returncode == 2, resumed.stderr
         assert "still running" in resumed.stderr and re.search(rf"\b{run.proc.pid}\b", resumed.stderr)
     finally:

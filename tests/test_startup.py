@@ -19,7 +19,7 @@ NEVER = ("scipy", "numpy", "alembic", "jinja2")
 PROBE = """
 import json, sys
 sys.argv = ["perfbisect", *json.loads(sys.argv[1])]
-from perfbisect.cli import main
+from perfbisect.cli.main import main
 try:
     main()
     code = 0

@@ -18,7 +18,7 @@ from perfbisect.config import load_config
 from perfbisect.errors import ConfigError
 from perfbisect.git.targets import active_filters, is_sglang_target
 from tests.repo_factory import RepoFactory
-from tests.test_cli import cli
+from tests.cli_runner import run_cli
 
 BENCH = """\
 import json, pathlib, random, sys
@@ -75,7 +75,7 @@ def test_command_workload_without_server_finds_the_culprit(project, tmp_path):
     config = command_config(tmp_path, r.path)
     assert load_config(config).server.command == ()
     db = tmp_path / "r.sqlite"
-    proc = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--json")
+    proc = run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["verdict"] == "regressed" and result["culprit"] == shas[4], result["explanation"]
@@ -89,7 +89,7 @@ def test_exit_125_makes_a_commit_untestable_never_blamed(tmp_path):
     r, shas = make_project(tmp_path / "proj", ["100", "100", "untestable", "75", "75", "75"])
     config = command_config(tmp_path, r.path)
     db = tmp_path / "r.sqlite"
-    proc = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--json")
+    proc = run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["verdict"] == "regressed", result["explanation"]
@@ -99,19 +99,19 @@ def test_exit_125_makes_a_commit_untestable_never_blamed(tmp_path):
     assert set(result["culprit_set"]) >= {shas[3], shas[4]}
     assert db_rows(db, "select culprit from bisections") == [(None,)]
     # Every other view of it says the same: the log, its detail, the markdown summary, the index.
-    listed = cli("log", "--db", str(db), "-c", str(config))
+    listed = run_cli("log", "--db", str(db), "-c", str(config))
     assert listed.returncode == 0 and "culprit" not in listed.stdout.replace("culprit one of", ""), listed.stdout
-    detail = cli("log", "1", "--db", str(db), "-c", str(config))
+    detail = run_cli("log", "1", "--db", str(db), "-c", str(config))
     assert f"culprit one of {shas[3][:10]}, {shas[4][:10]}" in detail.stdout, detail.stdout
     site = tmp_path / "site"
-    assert cli("report", "--index", str(site), "--db", str(db), "-c", str(config)).returncode == 0
+    assert run_cli("report", "--index", str(site), "--db", str(db), "-c", str(config)).returncode == 0
     index = (site / "index.html").read_text()
     row = index.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
     assert "one of" in row and shas[3][:10] in row and shas[4][:10] in row, row
-    md = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--format", "markdown")
+    md = run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--format", "markdown")
     assert md.returncode == 0, md.stderr
     assert f"| first bad commit | one of `{shas[3][:10]}`, `{shas[4][:10]}`" in md.stdout, md.stdout
-    text = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db))
+    text = run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db))
     assert "first bad commit: one of these 2" in text.stdout and f"first bad commit: {shas[4][:10]}" not in text.stdout
     # What the hook sends: no culprit named, the set and its flag instead.
     from perfbisect.hook.notify import payload, summary_line
@@ -128,50 +128,50 @@ def test_exit_125_makes_a_commit_untestable_never_blamed(tmp_path):
 def test_skip_marks_persist_and_the_search_never_measures_them(project, tmp_path):
     r, shas = project
     config = command_config(tmp_path, r.path)
-    marked = cli("skip", shas[5][:10], "--reason", "flaky build", "-c", str(config))
+    marked = run_cli("skip", shas[5][:10], "--reason", "flaky build", "-c", str(config))
     assert marked.returncode == 0, marked.stderr
     assert f"marked untestable: {shas[5][:10]}" in marked.stdout
     try:
-        listed = cli("skip", "-c", str(config))  # a fresh process: read back from <cache_dir>/skipped.json
+        listed = run_cli("skip", "-c", str(config))  # a fresh process: read back from <cache_dir>/skipped.json
         assert listed.returncode == 0 and shas[5][:10] in listed.stdout and "flaky build" in listed.stdout
-        plan = cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "p.sqlite"))
+        plan = run_cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "p.sqlite"))
         assert plan.returncode == 0, plan.stderr
         line = next(ln for ln in plan.stdout.splitlines() if ln.startswith(shas[5][:10]))
         assert "SKIP" in line and "perfbisect skip" in line and "flaky build" in line
         db = tmp_path / "r.sqlite"
-        proc = cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--json")
+        proc = run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--json")
         assert proc.returncode == 0, proc.stderr
         result = json.loads(proc.stdout)
         assert result["culprit"] == shas[4] and shas[5] in result["skipped"]
         assert db_rows(db, f"select count(*) from trials where commit_sha = '{shas[5]}'") == [(0,)]
     finally:
-        undo = cli("skip", "--undo", shas[5][:10], "-c", str(config))
+        undo = run_cli("skip", "--undo", shas[5][:10], "-c", str(config))
     assert undo.returncode == 0 and f"unmarked: {shas[5][:10]}" in undo.stdout
-    assert "no commit is marked untestable" in cli("skip", "-c", str(config)).stdout
+    assert "no commit is marked untestable" in run_cli("skip", "-c", str(config)).stdout
 
 
 def test_filters_skip_in_the_config_and_a_bad_revision_there(project, tmp_path):
     r, shas = project
     config = command_config(tmp_path, r.path, f'[filters]\nskip = ["{shas[2]}"]\n')
-    plan = cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "p.sqlite"), "--json")
+    plan = run_cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "p.sqlite"), "--json")
     assert plan.returncode == 0, plan.stderr
     entry = next(e for e in json.loads(plan.stdout)["entries"] if e["commit"]["sha"] == shas[2])
     assert entry["measure"] is False and "[filters] skip" in entry["skip"]
     bad = command_config(tmp_path, r.path, '[filters]\nskip = ["no-such-rev"]\n')
-    proc = cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(bad), "--db", str(tmp_path / "p.sqlite"))
+    proc = run_cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(bad), "--db", str(tmp_path / "p.sqlite"))
     assert proc.returncode == 2 and "filters.skip" in proc.stderr and "no-such-rev" in proc.stderr
 
 
 def test_plan_names_the_filters_and_only_sglang_targets_get_sglangs(project, tmp_path):
     r, shas = project
     config = command_config(tmp_path, r.path, '[filters]\nignore = ["docs/**"]\n')
-    proc = cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "p.sqlite"), "--json")
+    proc = run_cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "p.sqlite"), "--json")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["default_filters"] == [] and plan["default_filters_of"] is None
     assert plan["user_filters"] == ["docs/**"] and plan["filters"] == ["docs/**"]
     assert "not an SGLang target" in plan["filters_note"]
-    text = cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "p.sqlite"))
+    text = run_cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "p.sqlite"))
     assert "filters: no default path filters (not an SGLang target: command workload); yours ([filters] ignore): docs/**" in text.stdout
     assert "filtered: only docs/guide.md" in text.stdout
     # The same repository as an SGLang target (an OpenAI workload against sglang.launch_server): SGLang's defaults.
@@ -181,7 +181,7 @@ def test_plan_names_the_filters_and_only_sglang_targets_get_sglangs(project, tmp
     (tmp_path / "sglang.toml").write_text(sglang)
     cfg = load_config(tmp_path / "sglang.toml")
     assert is_sglang_target(cfg) and active_filters(cfg).defaults_of == "SGLang"
-    proc = cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(tmp_path / "sglang.toml"), "--db", str(tmp_path / "p.sqlite"), "--json")
+    proc = run_cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(tmp_path / "sglang.toml"), "--db", str(tmp_path / "p.sqlite"), "--json")
     plan = json.loads(proc.stdout)
     assert plan["default_filters_of"] == "SGLang" and "docs/**" in plan["default_filters"]
     assert plan["filters_note"].startswith("SGLang's default path filters")
@@ -191,17 +191,17 @@ def test_plan_names_the_filters_and_only_sglang_targets_get_sglangs(project, tmp
 def test_init_templates_load_and_plan_a_real_repository(project, tmp_path, flag, kind):
     r, shas = project
     path = tmp_path / "perfbisect.toml"
-    proc = cli("init", flag, "--path", str(path), "--python", sys.executable)
+    proc = run_cli("init", flag, "--path", str(path), "--python", sys.executable)
     assert proc.returncode == 0, proc.stderr
     cfg = load_config(path)
     assert cfg.workload.kind == kind and not is_sglang_target(cfg) and active_filters(cfg).patterns == ()
     assert (cfg.server.command == ()) == (kind == "command")
     # The template's repo = "." is the folder it was written to: point it at the project.
     path.write_text(path.read_text().replace('repo = "."', f"repo = {json.dumps(str(r.path))}"))
-    plan = cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(path), "--db", str(tmp_path / "p.sqlite"))
+    plan = run_cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(path), "--db", str(tmp_path / "p.sqlite"))
     assert plan.returncode == 0, plan.stderr
     assert f"{len(shas)} commits: {len(shas)} to measure" in plan.stdout
-    both = cli("init", "--command", "--openai", "--path", str(tmp_path / "x.toml"))
+    both = run_cli("init", "--command", "--openai", "--path", str(tmp_path / "x.toml"))
     assert both.returncode == 2 and "one of them" in both.stderr
 
 
@@ -216,7 +216,7 @@ def test_a_server_workload_still_needs_server_command(tmp_path):
 def test_doctor_on_a_command_target_speaks_neither_sglang_nor_tokens(project, tmp_path):
     r, _ = project
     config = command_config(tmp_path, r.path)
-    proc = cli("doctor", "--launch", "-c", str(config), "--db", str(tmp_path / "d.sqlite"))
+    proc = run_cli("doctor", "--launch", "-c", str(config), "--db", str(tmp_path / "d.sqlite"))
     out = proc.stdout
     assert "command workload target" in out and "no server to launch" in out, out
     assert "sglang" not in out.lower() and "tokens" not in out, out

@@ -8,7 +8,6 @@ import math
 import os
 import sqlite3
 import subprocess
-import sys
 
 import pytest
 
@@ -17,6 +16,7 @@ from perfbisect.model import RunResult
 from perfbisect.settings import WorkloadConfig
 from perfbisect.measure.warmup import extra_runs_bound, leading_warmup
 from perfbisect.measure.workload import run_workload
+from tests.cli_runner import run_command
 
 
 def test_only_slow_leading_runs_are_warm_up():
@@ -88,9 +88,7 @@ def test_measure_stores_the_detected_warm_up_flagged_and_keeps_the_run_count(tmp
     subprocess.run(["git", "-C", str(target.repo), "add", "-A"], check=True, env=env)
     subprocess.run(["git", "-C", str(target.repo), "commit", "-qm", "engine: compile kernels lazily"], check=True, env=env)
     db = tmp_path / "r.sqlite"
-    proc = subprocess.run([sys.executable, "-m", "perfbisect.cli", "measure", "HEAD", "-m", "baseline", "-n", "1",
-                           "-c", str(target.config), "--db", str(db), "--json"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    proc = run_command("measure", "HEAD", "-m", "baseline", "-n", "1", "-c", str(target.config), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     assert "counted as warm-up" in proc.stderr
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:

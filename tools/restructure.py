@@ -58,13 +58,14 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "executors": ("loop", "local", "slurm", "slurmjob", "slurm_job.sh"),
     "hook": ("notify", "checkqueue", "hook", "check", "hookworker"),
 }
-# Top-level modules that stay where they are on purpose (values, config, use cases, the command line).
-KEPT_AT_TOP = {"app", "cli", "config", "doctor", "errors", "init_template", "interrupts", "layout", "metrics",
+# Top-level modules that stay where they are on purpose (values, config, use cases, `python -m perfbisect`).
+KEPT_AT_TOP = {"app", "config", "doctor", "errors", "init_template", "interrupts", "layout", "metrics",
                 "model", "placeholders", "resources", "settings", "workload_kinds", "__main__"}
 # Layers, lowest first: a module may import its own layer and the ones before it, never a later one.
-# (``store`` and ``demo`` were packages before; the top-level modules — values, config, use cases, the
-# CLI — are checked by their own rules in tests/test_layers.py.)
-ORDER: tuple[str, ...] = ("runtime", "store", "git", "engine", "measure", "report", "executors", "hook", "demo")
+# (``store``, ``demo`` and ``cli`` were packages before; the top-level modules — values, config, use
+# cases — are checked by their own rules in tests/test_layers.py. ``cli``, the command line, is the top
+# layer: it stands on the use cases, and nothing beneath imports it.)
+ORDER: tuple[str, ...] = ("runtime", "store", "git", "engine", "measure", "report", "executors", "hook", "demo", "cli")
 DESCRIPTIONS: dict[str, str] = {
     "runtime": "What every layer runs things with: child processes and their process groups, whether a process is still alive, file locks, polling, log tails.",
     "store": "The results database (SQLAlchemy, Alembic migrations in db/).",
@@ -75,6 +76,7 @@ DESCRIPTIONS: dict[str, str] = {
     "executors": "Where a search's trials run: the one search loop, and the executors it drives (this host; Slurm jobs and the job's own entry point).",
     "hook": "The post-`git pull` hook: installing it, the queue, the detached worker, the check it runs, notifications.",
     "demo": "The demo target and the SGLang emulator that stands in for the GPU server.",
+    "cli": "The command line (Typer + Rich): the `perfbisect` command, its commands by what they do, and its one error boundary.",
 }
 TEXT_SUFFIXES = {".md", ".toml", ".sh", ".txt", ".cfg", ".ini", ".yaml", ".yml", ".j2", ".mako"}
 TEXT_DIRS = ("perfbisect", "tests", "benchmarks", "tools", "db", "docs", ".ci", "hooks", "templates")
@@ -324,8 +326,8 @@ def architecture_section() -> str:
         rows.append(f"| `perfbisect/{pkg}/` | {DESCRIPTIONS[pkg]} | {names} |")
     rows += ["", "Layers, lowest first: " + " → ".join(f"`{p}`" for p in ORDER) + ". A module imports its own "
              "package and the ones before it, never a later one; the values (`errors`, `model`, `layout`, `settings`, "
-             "`placeholders`), `config`, the use cases (`app`, `doctor`) and the command line (`cli`) stay at the top "
-             "(tests/test_layers.py checks all of it).", "", MARK_END]
+             "`placeholders`), `config` and the use cases (`app`, `doctor`) stay at the top, beneath the command line "
+             "(`cli`), which nothing imports but `python -m perfbisect` (tests/test_layers.py checks all of it).", "", MARK_END]
     return "\n".join(rows)
 
 

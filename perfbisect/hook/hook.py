@@ -197,7 +197,7 @@ def status(repo: Path) -> dict:
             problems.append(f"the interpreter the hook calls ({python or 'none'}) is missing: reinstall perfbisect, then `perfbisect hook install`")
         else:
             try:
-                probe = subprocess.run([python, "-c", "import perfbisect.cli, perfbisect.hook.hookworker"], capture_output=True, text=True, timeout=60,
+                probe = subprocess.run([python, "-c", "import perfbisect.hook.hookworker, perfbisect.hook.checkqueue, perfbisect.report.console"], capture_output=True, text=True, timeout=60,
                                        stdin=subprocess.DEVNULL)
                 if probe.returncode != 0:
                     last = (probe.stderr.strip().splitlines() or ["no output"])[-1]

@@ -1,0 +1,281 @@
+"""The commands of a bisection: `run`, `resume`, `plan`, `patches check`, and `demo` (a bisection of a
+demo target built for it). Each parses, calls the use cases (``perfbisect.app``), prints the outcome and
+exits with its documented code; the budget question before a run is asked here.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import EXIT_RUNTIME, EXIT_USAGE, UsageError
+from ..interrupts import interruptible, resume_options, say_interrupted, signal_name
+from ..report.console import ConsoleProgress, err_console, out_console, print_error, print_json, print_lines, print_report, show
+from ..settings import DEFAULT_WAIT_IDLE_S
+from .options import (
+    DEMO_DIRS, BadOpt, ConfigOpt, DbOpt, FailOnRegressionOpt, FormatOpt, GoodOpt, JsonOpt, QuietOpt, RevArgs,
+    WaitIdleOpt, WaitOpt, YesOpt, app, checked_number, exit_for, load, nothing_measured, output_format, parse_revs,
+)
+
+
+def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, fmt: str = "text") -> None:
+    """Print a finished bisection (lines, or one JSON object) and exit with its documented code.
+
+    ``finished`` (``app.FinishedBisection``): ``broken``, no trial measured anything (the server never
+    started, every run failed): that is a measurement that broke (4), not evidence too weak to decide
+    (3); ``report``, the HTML report's path and the short line that ends the text output; ``spent``.
+    """
+    from ..report.render import format_outcome, outcome_json
+
+    from ..engine.cost import spent_line
+
+    report, spent = finished.report, finished.spent
+    if json_out:
+        # "resumed": what `resume` reused and discarded (app.Resumed.as_json); null for a run that was not resumed
+        print_json({**outcome_json(result), "report": str(report[0]) if report else None, "spent": spent,
+                    "resumed": getattr(result, "resumed", None)})
+    elif fmt == "markdown":
+        from ..report.markdown import bisection_markdown
+
+        out_console.out(bisection_markdown(result, report[0] if report else None, spent), highlight=False)
+    else:
+        for line in format_outcome(result):
+            out_console.print(show(line))
+        if spent is not None:
+            out_console.print(show(spent_line(spent, result.outcome.trials_used)))
+        if report is not None:
+            out_console.print(show(report[1]))
+    if finished.broken:
+        print_error(nothing_measured(finished.broken))
+        raise typer.Exit(code=EXIT_RUNTIME)
+    raise typer.Exit(code=exit_for(result.outcome.verdict, fail_on_regression))
+
+
+def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
+    """Before a bisection starts: ask when its estimate exceeds [cost] budget_gpu_hours (never with --yes)."""
+    from ..engine.cost import format_duration
+
+    if yes:
+        return
+    over = app.over_budget(ws, good, bad)
+    if over is None:
+        return
+    est = over.estimate
+    sentence = (
+        f"The estimate ({est.gpu_hours:.1f} {est.unit}, ~{est.trials} trials, {format_duration(est.wall_s)}) "
+        f"exceeds [cost] budget_gpu_hours = {over.budget:g}."
+    )
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"{sentence} stdin is not a terminal, so perfbisect cannot ask: pass --yes to start anyway, raise the "
+            f"budget, or narrow good..bad (`perfbisect plan` shows the estimate)."
+        )
+    for line in est.lines():
+        err_console.print(show(line))
+    if not typer.confirm(f"{sentence} Start anyway?", default=False, err=True):
+        print_error(f"{sentence} Not started (answered no); pass --yes to skip this question.")
+        raise typer.Exit(code=EXIT_USAGE)
+
+
+def run(
+    revs: RevArgs = None,
+    good: GoodOpt = None,
+    bad: BadOpt = None,
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
+    wait: WaitOpt = False,
+    fail_on_regression: FailOnRegressionOpt = False,
+    yes: YesOpt = False,
+    fmt: FormatOpt = "text",
+) -> None:
+    """Bisect good..bad and name the commit that changed performance beyond noise.
+
+    Example:  perfbisect run good=bba2fc4 bad=HEAD
+    Example:  perfbisect run --good v0.5.0 --bad origin/main --json
+    Example:  perfbisect run good=v0.5.0 bad=HEAD --yes --format markdown >> "$GITHUB_STEP_SUMMARY"
+    """
+
+    g, b = parse_revs(revs or [], good, bad)
+    fmt = output_format(fmt, json_out)
+    cfg = load(config)
+    progress = ConsoleProgress(quiet)
+    with app.Workspace.open(cfg, db) as ws:
+        _confirm_budget(ws, g, b, yes)
+        # Slurm jobs take their own node's lock; the controller holds only the repository's.
+        gpu = cfg.executor.kind == "local"
+        with app.exclusive(ws, progress, wait=wait, gpu=gpu), interruptible(ws, resumable=True, options=resume_options(config, db), json_out=json_out):
+            result = app.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
+            finished = app.finished_bisection(ws, result, progress)
+    _show_bisection(result, finished, json_out, fail_on_regression, fmt)
+
+
+def resume(
+    bisection: Annotated[Optional[int], typer.Argument(help="Bisection id (default: the latest unfinished).")] = None,
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    wait_idle: WaitIdleOpt = DEFAULT_WAIT_IDLE_S,
+    wait: WaitOpt = False,
+    fail_on_regression: FailOnRegressionOpt = False,
+) -> None:
+    """Continue an interrupted bisection without repeating any stored trial, as the search it started as.
+
+    It decides with the settings it started with ([stats]: metric, budget, thresholds; a config changed
+    since is named and not used) and from its stored observations, so it measures what the uninterrupted
+    run would have. It says what it reused: the stored observations and their trials, a finished trial no
+    observation holds yet (used, not measured again), and a trial the interruption cut short (discarded: a
+    trial is one server session; its commit is measured again). --json has the same under "resumed".
+
+    Example:  perfbisect resume
+    Example:  perfbisect resume 3 --json
+    """
+
+    cfg = load(config)
+    progress = ConsoleProgress(quiet)
+    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait, gpu=cfg.executor.kind == "local"):
+        bid = bisection if bisection is not None else app.latest_unfinished(ws)
+        with interruptible(ws, resume_id=bid, resumable=True, options=resume_options(config, db), json_out=json_out):
+            result = app.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
+        finished = app.finished_bisection(ws, result, progress)
+    _show_bisection(result, finished, json_out, fail_on_regression)
+
+
+def demo(
+    directory: Annotated[
+        Optional[Path], typer.Option("--dir", help="Where to build the demo (default: ./.perfbisect/demo, or ./.perfbisect/demo-drift with --drift-only).")
+    ] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    drift_only: Annotated[
+        bool, typer.Option("--drift-only", help="Plant no code change, only session drift: nothing must be blamed.")
+    ] = False,
+    commits: Annotated[int, typer.Option("--commits", callback=checked_number, min=10, max=400, help="Length of the demo history.")] = 36,
+    seed: Annotated[int, typer.Option("--seed", callback=checked_number, help="Seed of the emulator's noise.")] = 7,
+    variant: Annotated[str, typer.Option(
+        "--variant", help="What the planted commit slows: 'speculative' (EAGLE-3's verify cycle only) or 'target' "
+                          "(the target model: both modes)."
+    )] = "speculative",
+    db: DbOpt = None,
+    seeded: Annotated[
+        bool, typer.Option("--seeded", help="Compute each trial's speed from the code with seeded noise instead of timing "
+                           "the emulator: the same outcome on an idle and a busy machine (CI).")
+    ] = False,
+) -> None:
+    """Build a throwaway SGLang-shaped repository with a planted slowdown and bisect it for real.
+
+    Everything is the real pipeline (worktrees, patch stack, builds, server processes, HTTP
+    streaming, SQLite, statistics, search); only the GPU server is replaced by perfbisect's
+    SGLang emulator.
+
+    Example:  perfbisect demo
+    Example:  perfbisect demo --json --drift-only
+    Example:  perfbisect demo --variant target
+    Example:  perfbisect demo --seeded
+    """
+    from ..demo.run import demo_pins, demo_report, run_demo
+    from ..demo.target import VARIANTS
+    from ..report.render import format_outcome, outcome_json
+
+    if variant not in VARIANTS:
+        raise UsageError(f"--variant is {variant!r}; use one of {', '.join(VARIANTS)} (what the planted commit slows).")
+
+    try:
+        progress = ConsoleProgress(quiet)
+        result, target = run_demo(
+            directory or Path.cwd() / ".perfbisect" / DEMO_DIRS[1 if drift_only else 0],
+            progress,
+            drift_only=drift_only,
+            commits=commits,
+            seed=seed,
+            db=db,
+            variant=variant,
+            seeded=seeded,
+        )
+        report = app.report_quietly(progress, lambda: demo_report(target, result, db))
+    except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
+        signum = getattr(exc, "signum", signal.SIGINT)
+        say_interrupted(f"Interrupted by {signal_name(signum)}: the demo's servers were stopped.")
+        raise typer.Exit(code=128 + signum) from None
+    if json_out:
+        data = outcome_json(result)
+        data["planted"] = target.planted
+        data["variant"] = target.variant
+        data["pins"] = demo_pins(target, result, db)
+        data["demo_dir"] = str(target.root)
+        data["report"] = str(report) if report else None
+        print_json(data)
+    else:
+        for line in format_outcome(result):
+            out_console.print(show(line))
+        planted = target.planted[:10] if target.planted else "nothing (drift only)"
+        hit = (result.outcome.culprit == target.planted) if target.planted else result.outcome.culprit is None
+        mark = "[green]✓[/green]" if hit else "[red]✗[/red]"
+        out_console.print(f"{mark} planted: {show(planted)}")
+        pins = demo_pins(target, result, db)
+        if pins is not None:
+            ok = pins["environments"] == 2 and pins["untestable_trials"] == 0
+            out_console.print(f"{'[green]✓[/green]' if ok else '[red]✗[/red]'} {show(pins['line'])}")
+            for line in pins["lines"]:
+                out_console.print(show(line))
+        print_report(report)
+    raise typer.Exit(code=exit_for(result.outcome.verdict, False))
+
+
+def plan(
+    revs: RevArgs = None,
+    good: GoodOpt = None,
+    bad: BadOpt = None,
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+    no_patch_check: Annotated[bool, typer.Option("--no-patch-check", help="Skip checking the patch stack at each commit.")] = False,
+    effect: Annotated[Optional[float], typer.Option("--effect", callback=checked_number, metavar="PCT", help="The regression you saw, in percent (e.g. 15): the estimate simulates the search against it (default: the endpoints' stored trials, else 5 × stats.min_effect_pct).")] = None,
+) -> None:
+    """List good..bad: which commits would be measured, which not, and why, and what the bisection
+    would cost (trials, wall time, GPU-hours, with a range). Builds and runs nothing.
+
+    Example:  perfbisect plan good=bba2fc4 bad=HEAD --effect 15
+    """
+    from ..report.render import format_plan, json_value
+
+    g, b = parse_revs(revs or [], good, bad)
+    cfg = load(config)
+    app.check_effect(cfg, effect)  # before the plan: bad input is said at once
+    with app.Workspace.open(cfg, db) as ws:
+        planned = app.plan_and_estimate(ws, g, b, check_patches=not no_patch_check, effect_pct=effect)
+    if json_out:
+        print_json({**json_value(planned.plan), "estimate": planned.estimate.as_dict()})
+    else:
+        print_lines(format_plan(planned.plan) + planned.estimate.lines())
+    if planned.conflict:  # `run` refuses this range: say so, and exit as it would
+        print_error(planned.conflict)
+        raise typer.Exit(code=EXIT_USAGE)
+
+
+def patches_check(
+    revs: RevArgs = None,
+    good: GoodOpt = None,
+    bad: BadOpt = None,
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Show for every commit in good..bad whether the patch stack applies (and which variant).
+
+    Nothing is built or run: see conflicts before spending GPU hours.
+
+    Example:  perfbisect patches check good=bba2fc4 bad=HEAD
+    """
+    from ..report.render import format_patch_checks
+
+    g, b = parse_revs(revs or [], good, bad)
+    with app.Workspace.open(load(config), db) as ws:
+        checks = app.patches_check(ws, g, b)
+    print_lines(format_patch_checks(checks))

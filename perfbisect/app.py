@@ -160,13 +160,26 @@ def check_effect(cfg: Config, effect_pct: float | None) -> bool:
     return higher
 
 
+def trial_time(ws: Workspace) -> cost.TrialTime:
+    """What one trial of this config takes on this host: its stored trials' durations (same modes and workload,
+    start to finish), else ``[cost] trial_minutes``."""
+    durations: list[float] = []
+    for name in ws.config.metric_modes:
+        key = ws.noise_key(ws.config.mode(name))
+        durations += [
+            t.finished_at - t.started_at for t in ws.store.trials(noise_key=key, status=None)
+            if t.finished_at and t.started_at and t.finished_at > t.started_at
+        ]
+    return cost.trial_time(durations, ws.config)
+
+
 def plan_estimate(ws: Workspace, plan: Plan, effect_pct: float | None = None, budget_s: float = cost.SIM_BUDGET_S) -> cost.Estimate:
     """`plan`'s estimate: the search simulated with the noise `run` would start from and the
     regression the user states, else the one the endpoints' stored trials show, else the default."""
     higher = check_effect(ws.config, effect_pct)
     effect = (effect_pct, "given: --effect") if effect_pct is not None else endpoint_effect(ws, plan.good.sha, plan.bad.sha)
     return cost.estimate(
-        ws, plan_candidates(plan), noise_model(ws, ws.config.metric_modes), effect,
+        ws.config, trial_time(ws), plan_candidates(plan), noise_model(ws, ws.config.metric_modes), effect,
         higher_is_better=higher, budget_s=budget_s,
     )
 
@@ -391,7 +404,7 @@ def run_bisection(
     trials = store.trials(bisection_id=bisection_id, status=None)
     more = None
     if outcome.more_trials:  # what it would settle: the tolerance, or a check on the best answer left open
-        more = cost.more_trials_line(ws, outcome.more_trials, settles(outcome))
+        more = cost.more_trials_line(cfg, trial_time(ws), outcome.more_trials, settles(outcome))
     return BisectResult(
         bisection_id=bisection_id, outcome=outcome, commits=by_sha, filtered=filtered, db_path=ws.db_path,
         state=state_lines(trials, gpu_target=kind_of(cfg.workload).serves), more=more, metric=metric.as_json(),
@@ -426,7 +439,7 @@ class _LocalNarration:
         # The estimate the bisection started with: a resumed one leaves its own endpoint trials out, so its
         # "expected" count does not jump at the resume (one noisy trial a side is no better a guess of the effect).
         effect = endpoint_effect(ws, policy.commits[0], policy.commits[-1], besides=bisection_id)
-        self.estimate = cost.estimate(ws, len(policy.commits), noise, effect,
+        self.estimate = cost.estimate(cfg, trial_time(ws), len(policy.commits), noise, effect,
                                       higher_is_better=describe_metric(cfg).higher_is_better)
         self.started, self.best = time.monotonic(), ("", None)
 

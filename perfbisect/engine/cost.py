@@ -18,9 +18,9 @@ fitted formula alone is used:
 (fitted to the demo and benchmarks/strategies.py; benchmarks/plan_estimate.py measures both against
 real runs). With several metric modes (``ratio:``), each step runs one trial per mode.
 
-Minutes per trial: the median duration of the trials stored on this host for the same mode and
-workload (``Workspace.noise_key``: start to finish, build and server start included), else
-``[cost] trial_minutes``, else unknown. GPU-hours = trial hours × ``[cost] gpus``.
+Minutes per trial (``TrialTime``, read by the caller: the engine never opens the store): the median duration of
+the trials stored on this host for the same mode and workload (``Workspace.noise_key``: start to finish, build and
+server start included), else ``[cost] trial_minutes``, else unknown. GPU-hours = trial hours × ``[cost] gpus``.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import numpy as np
 from ..model import median
 from ..settings import StatsConfig
 from .stats import NoiseModel, log_of_pct, pct
+from ..workload_kinds import kind_of
 
 ENDPOINT_TRIALS = 2
 CONFIRM_TRIALS = 2
@@ -56,7 +57,7 @@ def hours_unit(config) -> tuple[int, str]:
     """(factor, unit) of a target's hours: [cost] gpus and "GPU-hours" for a server target; 1 and
     "machine-hours" for a `command` workload, which starts no server and is given no GPU."""
     gpus = max(int(getattr(getattr(config, "cost", None), "gpus", 1) or 1), 1)
-    if getattr(getattr(config, "workload", None), "kind", "") == "command" and gpus == 1:
+    if not kind_of(getattr(config, "workload", None)).serves and gpus == 1:
         return 1, "machine-hours"  # unless [cost] gpus says its trials hold GPUs (a command driving a GPU job)
     return gpus, "GPU-hours"
 
@@ -269,20 +270,23 @@ class Estimate:
         }
 
 
-def trial_seconds(ws, mode_names: Sequence[str]) -> tuple[float | None, str]:
-    """Seconds one trial takes here: stored trials of this host/mode/workload, else the config."""
-    durations: list[float] = []
-    for name in mode_names:
-        key = ws.noise_key(ws.config.mode(name))
-        durations += [
-            t.finished_at - t.started_at for t in ws.store.trials(noise_key=key, status=None)
-            if t.finished_at and t.started_at and t.finished_at > t.started_at
-        ]
+@dataclass(frozen=True)
+class TrialTime:
+    """Seconds one trial takes here, and where that figure comes from (None: unknown)."""
+
+    seconds: float | None
+    source: str = "unknown"
+
+
+def trial_time(durations: Sequence[float], config) -> TrialTime:
+    """From the durations of the trials stored on this host for the same modes and workload (the caller reads
+    them: ``app.trial_time``), else ``[cost] trial_minutes``, else unknown."""
     if durations:
-        return median(durations), f"median of {len(durations)} stored trial{'s' if len(durations) != 1 else ''} on this host"
-    if ws.config.cost.trial_minutes > 0:
-        return ws.config.cost.trial_minutes * 60.0, "[cost] trial_minutes"
-    return None, "unknown"
+        n = len(durations)
+        return TrialTime(median(list(durations)), f"median of {n} stored trial{'s' if n != 1 else ''} on this host")
+    if config.cost.trial_minutes > 0:
+        return TrialTime(config.cost.trial_minutes * 60.0, "[cost] trial_minutes")
+    return TrialTime(None, "unknown")
 
 
 def default_effect(settings: StatsConfig) -> tuple[float, str]:
@@ -294,7 +298,8 @@ def default_effect(settings: StatsConfig) -> tuple[float, str]:
 
 
 def estimate(
-    ws,
+    cfg,
+    timing: TrialTime,
     candidates: int,
     noise: NoiseModel | None = None,
     effect: tuple[float, str] | None = None,
@@ -302,14 +307,14 @@ def estimate(
     higher_is_better: bool = True,
     budget_s: float = SIM_BUDGET_S,
 ) -> Estimate:
-    """Trials, wall time and GPU-hours of a bisection over ``candidates`` commits on this host.
+    """Trials, wall time and GPU-hours of a bisection over ``candidates`` commits on this host (``timing``: what
+one trial takes here, ``app.trial_time``).
 
     ``noise``: the model `run` would start from (``app.noise_model``), else the configured prior;
     ``effect``: (percent, where it comes from), else ``default_effect``.
     """
-    cfg = ws.config
     modes = cfg.metric_modes
-    trial_s, source = trial_seconds(ws, modes)
+    trial_s, source = timing.seconds, timing.source
     cap = cfg.stats.max_trials_total
     noise = noise or NoiseModel.prior(cfg.stats.prior_sigma_pct)
     effect_pct, effect_source = effect or default_effect(cfg.stats)
@@ -322,11 +327,10 @@ def estimate(
     )
 
 
-def more_trials_line(ws, trials: int, what: str) -> str:
+def more_trials_line(cfg, timing: TrialTime, trials: int, what: str) -> str:
     """"about N more trials (X of wall time, Y GPU-hours at ...)": what an inconclusive answer would cost to settle."""
-    cfg = ws.config
     modes = cfg.metric_modes
-    trial_s, source = trial_seconds(ws, modes)
+    trial_s, source = timing.seconds, timing.source
     n = trials * len(modes)
     head = f"{what} would take about {n} more trial{'s' if n != 1 else ''}"
     if trial_s is None:

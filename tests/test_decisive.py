@@ -12,7 +12,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from perfbisect.engine.bisect import Done, Measure, Observation, SearchPolicy
+from perfbisect.engine.bisect import SearchPolicy
+from perfbisect.engine.observations import Done, Measure, Observation
 from perfbisect.engine.tuning import DEFAULT_TUNING as T
 from perfbisect.engine.changepoint import Evidence, outlier_scale, posterior
 from perfbisect.model import Verdict

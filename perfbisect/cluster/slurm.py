@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from ..engine.bisect import Done, Observation, SearchPolicy
+from ..engine.bisect import SearchPolicy
+from ..engine.observations import Done, Observation
 from ..model import Commit
 from ..errors import InfrastructureError, UsageError
 from ..settings import ExecutorConfig

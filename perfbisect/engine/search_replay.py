@@ -25,7 +25,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .bisect import Done, Measure, Observation, SearchPolicy
+from .bisect import SearchPolicy
+from .observations import Done, Measure, Observation
 from .changepoint import level_step
 from ..errors import PerfbisectError
 from ..settings import StatsConfig

@@ -20,7 +20,7 @@ from ..metrics import DECODE, Metric, describe_workload, level_text, pct_text, s
 from ..measure.build import NO_BUILD_STEPS_HASH
 from ..errors import PerfbisectError, UsageError
 from ..model import BisectOutcome, Comparison, TrialResult, TrialStatus, Verdict, median
-from ..engine.bisect import settles
+from ..engine.outcomes import settles
 from ..engine.search_replay import REPLAY_WORK, engine_fit, replay, stats_config
 from ..engine.regressed_path import lines as regressed_path_lines
 from .trial_tables import (

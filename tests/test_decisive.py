@@ -15,7 +15,8 @@ import pytest
 from perfbisect.engine.bisect import SearchPolicy
 from perfbisect.engine.observations import Done, Measure, Observation
 from perfbisect.engine.tuning import DEFAULT_TUNING as T
-from perfbisect.engine.changepoint import Evidence, outlier_scale, posterior
+from perfbisect.engine.change_posterior import Evidence
+from perfbisect.engine.changepoint import outlier_scale, posterior
 from perfbisect.model import Verdict
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel, compare, compare_sequential

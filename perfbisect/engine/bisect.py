@@ -53,7 +53,8 @@ from typing import Sequence
 import numpy as np
 
 from .change_checks import LocatedChecks
-from .changepoint import RHO_GRID, RHO_PRIOR, ChangePosterior, Evidence, outlier_scale, posterior
+from .change_posterior import ChangePosterior, Evidence
+from .changepoint import RHO_GRID, RHO_PRIOR, outlier_scale, posterior
 from .decision import DecisionSteps
 from ..errors import UsageError
 from .observations import Done, Measure, Observation, SearchData

@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .changepoint import ChangePosterior
+from .change_posterior import ChangePosterior
 from .effects import Step
 from ..metrics import short_probability
 from ..model import Comparison, Verdict

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from .change_checks import Gate, Located
-from .changepoint import ChangePosterior
+from .change_posterior import ChangePosterior
 from .effects import Step, endpoint_comparison, is_regression, located_step, ruled_out_pct, step_comparison
 from .lookahead import best_trial
 from ..metrics import level_text, short_probability
@@ -85,7 +85,8 @@ class DecisionSteps:
         # Located: size each change under the posterior; the culprit is the first regression. Every check below
         # either passes, asks for a trial that can still settle it (saying where it stands), or ends the search
         # `inconclusive` with the best answer and the price of settling it: a verdict never skips its own check.
-        look.steps = [located_step(look.post, look.top_key, b, self._parent(b, data), look.counts) for b in look.top_key]
+        look.steps = [located_step(look.post, look.top_key, b, self._parent(b, data), look.counts)
+                      for b in look.top_key]
         for step in (self._one_change_check, self._located_checks, self._layout_recheck):
             act = step(look)
             if act is not None:
@@ -279,7 +280,8 @@ class DecisionSteps:
     def _located_checks(self, look: Look) -> Measure | Done | None:
         """The gates on each located change's pair (change_checks.py), in order: its direction, the trials on each
         side (and on each endpoint, for a small step), the commit against its parent on their own trials and
-        beyond the spread of repeats of one build. The first open one is confirmed (``_confirm``); None when all pass."""
+        beyond the spread of repeats of one build. The first open one is confirmed (``_confirm``); None when all
+        pass."""
         data, post, steps, ctx = look.data, look.post, look.steps, look.located
         for st in steps:
             gate = self._direction_gate(st)

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .changepoint import Evidence
+from .change_posterior import Evidence
 from ..model import BisectOutcome
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .changepoint import ChangePosterior
+from .change_posterior import ChangePosterior
 from .effects import Step
 from ..metrics import level_text, short_probability
 from ..model import BisectOutcome, Comparison, Verdict

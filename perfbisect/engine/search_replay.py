@@ -27,7 +27,7 @@ import numpy as np
 
 from .bisect import SearchPolicy
 from .observations import Done, Measure, Observation
-from .changepoint import level_step
+from .change_posterior import level_step
 from ..errors import PerfbisectError
 from ..settings import StatsConfig
 from .stats import NoiseModel, t_quantile

@@ -16,7 +16,8 @@ import pytest
 from perfbisect.engine import cost
 from perfbisect.engine.bisect import SearchPolicy
 from perfbisect.engine.observations import Done, Measure, Observation
-from perfbisect.engine.stats import NoiseModel, compare, covariate_notes
+from perfbisect.engine.covariates import covariate_notes
+from perfbisect.engine.stats import NoiseModel, compare
 from perfbisect.model import Verdict
 from perfbisect.report.render import comparison_line, format_comparison, format_outcome, outcome_json
 from perfbisect.settings import StatsConfig

@@ -50,8 +50,8 @@ ROOT_PACKAGE = "perfbisect"
 PACKAGES: dict[str, tuple[str, ...]] = {
     "runtime": ("children", "logtail", "locks", "polling"),
     "git": ("pathfilter", "gitrepo", "patches", "worktrees", "pins", "plan", "skips", "targets"),
-    "engine": ("stats", "change_posterior", "changepoint", "effects", "lookahead", "observations", "outcomes",
-               "change_checks", "decision", "bisect", "search_replay", "cost", "regressed_path"),
+    "engine": ("stats", "covariates", "change_posterior", "changepoint", "effects", "lookahead", "observations",
+               "outcomes", "change_checks", "decision", "bisect", "search_replay", "cost", "regressed_path"),
     "measure": ("build", "envs", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",
                 "versions_probe", "calibration", "run_allocation", "workspace", "trials"),
     "report": ("render", "console", "markdown", "trial_tables", "views", "logdetail", "report"),

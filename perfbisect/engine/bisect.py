@@ -60,7 +60,8 @@ from ..errors import UsageError
 from .observations import Done, Measure, Observation, SearchData
 from .outcomes import Outcomes
 from ..settings import StatsConfig
-from .stats import PRIOR_DOF_CAP, NoiseModel, covariate_notes, log_of_pct, pooled_squares, variance_ratio_test
+from .covariates import covariate_notes
+from .stats import PRIOR_DOF_CAP, NoiseModel, log_of_pct, pooled_squares, variance_ratio_test
 from .tuning import DEFAULT_TUNING, Tuning
 
 

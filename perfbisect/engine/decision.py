@@ -2,7 +2,7 @@
 
 One decision is a sequence of named steps over an explicit state, the ``Look``: each step either answers —
 a trial to run (``Measure``) or the outcome (``Done``) — or returns None and hands the look to the next.
-In order (the numbers are those of ``bisect``'s docstring):
+In order:
 
 1. ``_endpoints_first``: each endpoint measured once before anything else (an untestable one ends the search);
 2. ``_look``: the posterior over "no change", "one change at k", "two changes" and what the endpoints say

@@ -23,7 +23,9 @@ from .measure.calibration import (
     CalibrationNoise, StartingNoise, calibration_lines, calibration_noise, keep_noise, noise_model, noise_model_and_note,
     starting_noise_for,
 )
-from .engine.bisect import Done, Measure, Observation, SearchPolicy, settles
+from .engine.bisect import SearchPolicy
+from .engine.observations import Done, Measure, Observation
+from .engine.outcomes import settles
 from .engine.search_replay import INDEX_REPLAY_WORK, SearchStart, observations_of, stats_over
 from .settings import Config, StatsConfig
 from .doctor import Finding, run_doctor

@@ -102,7 +102,7 @@ def choose(settings: LayoutSettings, *, commit: str, mode: str, counter: int, ha
     seed. ``hash_seed_pinned``: the config's own env sets PYTHONHASHSEED, so the layout leaves it
     (and records None). What ran is what the trial stores, not this recipe: changing it later never
     changes a stored layout. ``vary``: the search asks for this trial under another layout (a layout
-    re-check of a small change, ``bisect.Measure.vary_layout``): with ``randomize = false`` it draws
+    re-check of a small change, ``observations.Measure.vary_layout``): with ``randomize = false`` it draws
     the padding and the hash seed anyway, in the one worktree slot there is.
     """
     if not settings.randomize and not vary:

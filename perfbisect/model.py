@@ -200,7 +200,7 @@ class SystemSummary:
         """Numeric state variables the statistics may relate to trial summaries.
 
         Mediators (the load's own clock, temperature, power, throttled time) are only ever shown;
-        ``start_temperature_c`` and ``other_load`` are exogenous and may adjust (stats.covariate_notes).
+        ``start_temperature_c`` and ``other_load`` are exogenous and may adjust (covariates.covariate_notes).
         """
         out = {
             "sm_clock_mean_mhz": self.sm_clock_mean_mhz,

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from perfbisect.engine.bisect import Done, Measure, Observation, SearchPolicy
+from perfbisect.engine.bisect import SearchPolicy
+from perfbisect.engine.observations import Done, Measure, Observation
 from perfbisect.settings import StatsConfig
 from perfbisect.errors import UsageError
 from perfbisect.model import Verdict

@@ -12,9 +12,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from perfbisect.engine.bisect import Done, Measure, Observation, SearchPolicy
+from perfbisect.engine.bisect import SearchPolicy
+from perfbisect.engine.observations import Done, Measure, Observation
 from perfbisect.engine.tuning import DEFAULT_TUNING as T
-from perfbisect.engine.changepoint import Evidence, outlier_scale, posterior
+from perfbisect.engine.change_posterior import Evidence
+from perfbisect.engine.changepoint import outlier_scale, posterior
 from perfbisect.model import Verdict
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel, compare, compare_sequential

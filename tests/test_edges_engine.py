@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 from perfbisect.engine import cost
-from perfbisect.engine.bisect import Done, Measure, Observation, SearchPolicy
-from perfbisect.engine.stats import NoiseModel, compare, covariate_notes
+from perfbisect.engine.bisect import SearchPolicy
+from perfbisect.engine.observations import Done, Measure, Observation
+from perfbisect.engine.covariates import covariate_notes
+from perfbisect.engine.stats import NoiseModel, compare
 from perfbisect.model import Verdict
 from perfbisect.report.render import comparison_line, format_comparison, format_outcome, outcome_json
 from perfbisect.settings import StatsConfig
@@ -126,7 +128,7 @@ def test_a_check_the_rest_of_the_budget_cannot_settle_stops_at_once_with_its_pri
     assert re.search(r"z \d+\.\d+ against \d+\.\d+ needed", out.explanation), out.explanation
     # the text says it stopped early and why; the price line names what it settles (not the tolerance)
     assert f"stopped early ({out.stopped_by})" in format_outcome(_result(out))
-    from perfbisect.engine.bisect import settles
+    from perfbisect.engine.outcomes import settles
 
     assert settles(out) == "settling the check still open on the best answer"
 

@@ -13,8 +13,11 @@ import numpy as np
 import pytest
 
 from perfbisect.engine import changepoint
-from perfbisect.engine.bisect import Done, Observation, SearchPolicy, _weakest_split, _weakest_split_lifted
-from perfbisect.engine.changepoint import SPARSE_ABOVE, Evidence, posterior, sparse_footprint
+from perfbisect.engine.bisect import SearchPolicy
+from perfbisect.engine.change_checks import _weakest_split, _weakest_split_lifted
+from perfbisect.engine.observations import Done, Observation
+from perfbisect.engine.change_posterior import Evidence
+from perfbisect.engine.changepoint import SPARSE_ABOVE, posterior, sparse_footprint
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel
 from tests.repo_factory import fast_history

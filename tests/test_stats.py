@@ -10,10 +10,9 @@ import pytest
 from perfbisect.measure.calibration import detectable_lines
 from perfbisect.settings import StatsConfig
 from perfbisect.model import Verdict
+from perfbisect.engine.covariates import adjust, attribute
 from perfbisect.engine.stats import (
     NoiseModel,
-    adjust,
-    attribute,
     compare,
     history_shift,
     min_detectable_effect,
@@ -190,7 +189,7 @@ def test_repeated_looks_on_aa_pairs_keep_the_false_verdict_rate_within_alpha():
 
 
 def test_mediators_are_shown_and_exogenous_state_adjusts():
-    from perfbisect.engine.stats import covariate_notes
+    from perfbisect.engine.covariates import covariate_notes
 
     rng = np.random.default_rng(18)
     builds = [0] * 8 + [1] * 8
@@ -214,7 +213,7 @@ def test_a_state_that_marks_only_two_trials_is_not_fitted(monkeypatch):
     two, whose summaries happened to be lower, and the fit said "adjusted" at p = 0.006 — a dummy for two trials,
     not a state that varies. The same summaries, the load in the stored trials: no attribution; with a third
     trial off the commonest value the fit is allowed again (whatever it then finds)."""
-    from perfbisect.engine.stats import COVARIATE_MIN_OFF_MODE, covariate_notes
+    from perfbisect.engine.covariates import COVARIATE_MIN_OFF_MODE, covariate_notes
 
     y = [LOG82 + v / 100 for v in (0.0, 2.0, 4.06, 1.0, 3.25, 4.59, 3.12, -1.52, -5.76, -0.24)]
     builds = [0, 24, 24, 0, 0, 24, 24, 0, 0, 24]
@@ -227,7 +226,7 @@ def test_a_state_that_marks_only_two_trials_is_not_fitted(monkeypatch):
     covs3 = [{"other_load": v} for v in [3.68] * 7 + [3.70] * 3]
     assert attribute(y, covs3, builds, keys=("other_load",)) is not None
     # without the guard: aa-3's own sentence (p = 0.006, within-build noise 2.8% → 1.7%, adjusted)
-    from perfbisect.engine import stats as S
-    monkeypatch.setattr(S, "COVARIATE_MIN_OFF_MODE", 0)
+    from perfbisect.engine import covariates
+    monkeypatch.setattr(covariates, "COVARIATE_MIN_OFF_MODE", 0)
     old = attribute(y, covs, builds, keys=("other_load",))
     assert old is not None and old.adjusted and old.p_value == pytest.approx(0.006, abs=5e-4)

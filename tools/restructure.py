@@ -50,7 +50,8 @@ ROOT_PACKAGE = "perfbisect"
 PACKAGES: dict[str, tuple[str, ...]] = {
     "runtime": ("children", "liveness", "logtail", "locks", "polling"),
     "git": ("pathfilter", "gitrepo", "patches", "worktrees", "pins", "plan", "skips", "targets", "commit_facts"),
-    "engine": ("stats", "changepoint", "effects", "lookahead", "bisect", "search_replay", "cost", "regressed_path"),
+    "engine": ("stats", "covariates", "change_posterior", "changepoint", "effects", "lookahead", "observations",
+               "outcomes", "change_checks", "decision", "bisect", "search_replay", "cost", "regressed_path"),
     "measure": ("build", "env_install", "envs", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",
                 "versions_probe", "calibration", "run_allocation", "workspace", "trials"),
     "report": ("render", "console", "markdown", "trial_tables", "view_rows", "verdict_text", "views", "comparison_views",

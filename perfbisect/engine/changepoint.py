@@ -36,15 +36,19 @@ O(edges²) pairs however long the range is, the masses of "no change", "one chan
 are those of the full model, and the commits a trial is chosen among are the edges (``edges``),
 where the look-ahead's expected gains are exact. Memory and time per decision are bounded by the
 number of trials, not by the range.
+
+The value ``posterior`` returns — ``ChangePosterior``, what it answers, and the ``Evidence`` it is fitted on —
+is change_posterior.py's; this module scores the hypotheses (``posterior``: ``_dense_posterior`` up to
+SPARSE_ABOVE commits, ``_sparse_posterior`` beyond) and down-weights wild sessions (``outlier_scale``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from .change_posterior import ChangePosterior, Evidence, RhoFit, level_step
 from .stats import normal_cdf
 
 # Drift scales (random-walk variance per trial, as a multiple of σ²) and their prior weights:
@@ -66,287 +70,6 @@ SPARSE_ABOVE = 200
 # shrink to one commit) and at this many evenly spaced commits (so a second change anywhere has a bin).
 EDGE_QUANTILES = 48
 EDGE_GRID = 32
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """Usable trials regrouped for the model: commit index, run-order position and log value each."""
-
-    commit: np.ndarray  # int, per trial
-    time: np.ndarray  # float, run-order position per trial (gaps where trials were excluded)
-    value: np.ndarray  # float, log summaries
-    n: int  # number of commits in the range
-    next_testable: np.ndarray  # per commit index, the next testable commit at or after it
-    host: np.ndarray | None = None  # int, per trial, the node that measured it; None = one host
-    scale: np.ndarray | None = None  # float ≥ 1, per trial, its noise variance as a multiple of σ²; None = all 1
-
-    @property
-    def several_hosts(self) -> bool:
-        """Whether more than one node measured these trials (only then is a host offset modelled)."""
-        return self.host is not None and len(np.unique(self.host)) > 1
-
-    @property
-    def trials(self) -> int:
-        return len(self.value)
-
-
-@dataclass
-class _RhoFit:
-    """Per drift scale: the whitened design, data and prefix sums every hypothesis reads from."""
-
-    rho: float
-    host_ratio: float  # prior variance of a host's level offset, as a multiple of σ² (0 = not modelled)
-    logdet_v: float
-    L: np.ndarray
-    W: np.ndarray  # L⁻¹ Z
-    u: np.ndarray  # L⁻¹ (y − m0)
-    q: float  # uᵀu
-    CM: np.ndarray  # 2-D prefix sums of WᵀW, (m+1)×(m+1)
-    Cv: np.ndarray  # prefix sums of Wᵀu, m+1
-    # The commit index of each column of W (sparse posterior: the measured commits and the endpoints);
-    # None: one column per commit of the range (m = n).
-    cols: np.ndarray | None = None
-
-    def column(self, b):
-        """Columns of W before boundary ``b`` (commit indices, scalar or array): the prefix-sum index."""
-        return b if self.cols is None else np.searchsorted(self.cols, b)
-
-
-@dataclass
-class ChangePosterior:
-    """Posterior over (hypothesis, drift scale) pairs, with what the look-ahead and reports need."""
-
-    b1: np.ndarray  # first boundary; == n means no change
-    b2: np.ndarray  # second boundary; == n means at most one change
-    rho_index: np.ndarray
-    logw: np.ndarray
-    w: np.ndarray  # normalised over every (hypothesis, ρ) pair
-    beta: np.ndarray  # (H, 3) segment levels, posterior means (log scale, absolute)
-    cov: np.ndarray  # (H, 3, 3) posterior covariance of the levels divided by s2
-    s2: np.ndarray  # (H,) posterior noise variance estimate
-    dof: float  # ν0 + N: the Student-t degrees of freedom of every predictive
-    keys: list[tuple[int, ...]]  # per hypothesis, its reportable answer (skip sets merged; () = none)
-    groups: dict[tuple[int, ...], float]
-    p_none: float
-    rho_weights: tuple[float, ...]  # posterior of each drift scale
-    fits: list[_RhoFit]
-    m0: float
-    times: np.ndarray
-    n: int
-    hosts: np.ndarray | None = None  # per trial, its host index, when host offsets are modelled
-    host_ratio: float = 0.0  # prior variance of a host offset / σ² (0 = one host, nothing modelled)
-    evidence: Evidence | None = None  # what it was fitted on (drift_path, outlier_scale read it)
-    # Sparse posterior only (None otherwise): the commits bins end at (the look-ahead's candidates), and
-    # per hypothesis the boundaries each of b1, b2 stands for, (lo, hi] (b1 and b2 are representatives)
-    # and how many (b1, b2) of the full model it stands for.
-    edges: np.ndarray | None = None
-    span1: np.ndarray | None = None  # (H, 2)
-    span2: np.ndarray | None = None  # (H, 2)
-    mult: np.ndarray | None = None
-
-    @property
-    def sparse(self) -> bool:
-        """Whether hypotheses are bins of boundaries (a long range) rather than single commits."""
-        return self.edges is not None
-
-    @property
-    def p_one(self) -> float:
-        """Posterior of "exactly one change"."""
-        return sum(p for k, p in self.groups.items() if len(k) == 1)
-
-    @property
-    def p_two(self) -> float:
-        """Posterior of "two changes"."""
-        return sum(p for k, p in self.groups.items() if len(k) == 2)
-
-    def change_mass(self) -> list[float]:
-        """Per commit, the posterior mass of every answer that names it as a change point."""
-        if self.sparse:
-            return self._spread_mass().tolist()
-        mass = [0.0] * self.n
-        for key, p in self.groups.items():
-            for b in key:
-                mass[b] += p
-        return mass
-
-    def _spread_mass(self) -> np.ndarray:
-        """Sparse posterior: per commit, the mass of the answers naming it, each bin's mass spread evenly
-        over the boundaries it stands for (their likelihoods are equal) and moved to the next testable commit."""
-        n = self.n
-        per_b = self._boundary_mass()
-        nt = self.evidence.next_testable
-        mass = np.zeros(n)
-        np.add.at(mass, nt[1:n], per_b[1:n])
-        return mass
-
-    def _boundary_mass(self) -> np.ndarray:
-        """Sparse posterior: per boundary 0..n − 1, the mass of hypotheses with a change there (either one)."""
-        n = self.n
-        per_b = np.zeros(n + 2)
-        inner = (self.b2 < n) & (self.span1[:, 0] == self.span2[:, 0])  # both changes in one bin
-        for span, on in ((self.span1, (self.b1 < n) & ~inner), (self.span2, (self.b2 < n) & ~inner)):
-            lo, hi, w = span[on, 0], span[on, 1], self.w[on]
-            share = w / np.maximum(hi - lo, 1)
-            np.add.at(per_b, lo + 1, share)
-            np.add.at(per_b, hi + 1, -share)
-        per_b = np.cumsum(per_b)[:n]
-        if inner.any():
-            # pairs lo < b1 < b2 ≤ hi: b1 = x has hi − x partners, b2 = y has y − lo − 1
-            lows, at = np.unique(self.span1[inner, 0], return_inverse=True)
-            mass = np.bincount(at, weights=self.w[inner])
-            his = np.zeros(len(lows), dtype=int)
-            his[at] = self.span1[inner, 1]
-            for lo, hi, m in zip(lows.tolist(), his.tolist(), mass.tolist()):
-                x = np.arange(lo + 1, hi + 1)
-                pairs = (hi - lo) * (hi - lo - 1) / 2
-                per_b[x] += m * ((hi - x) + (x - lo - 1)) / pairs
-        return per_b
-
-    def answer(self) -> tuple[tuple[int, ...], float]:
-        """The best answer and how sure the posterior is of it, given that something changed.
-
-        With one change likelier than two, the answer is the commit most probably a change point,
-        scored by the mass of every hypothesis containing it (a possible small second change
-        elsewhere does not make this one less certain). Once two changes are likelier, both must
-        be located: the answer is the best pair and its own mass.
-        """
-        p_two, p_one = self.p_two, self.p_one
-        some = max(p_one + p_two, 1e-300)
-        if p_two < p_one:
-            if self.sparse:
-                mass = self._spread_mass()
-                # the first of equal masses, as below (a bin's commits share its mass up to rounding)
-                b = int(np.flatnonzero(mass >= mass.max() * (1.0 - 1e-9))[0])
-                return (b,), min(float(mass[b]) / some, 1.0)
-            b, p = max(enumerate(self.change_mass()), key=lambda kv: (kv[1], -kv[0]))
-            return (b,), min(p / some, 1.0)
-        if self.sparse:
-            # a bin pair's mass is shared evenly by the pairs of commits it stands for: the answer is one of them
-            pairs: dict[tuple[int, ...], float] = {}
-            for k, wi in zip(self.keys, (self.w / self.mult).tolist()):
-                if len(k) == 2:
-                    pairs[k] = pairs.get(k, 0.0) + wi
-            key, p = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
-            return key, min(p / max(p_two, 1e-300), 1.0)
-        pairs = {k: p for k, p in self.groups.items() if len(k) == 2}
-        key, p = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
-        return key, min(p / max(p_two, 1e-300), 1.0)
-
-    def top(self, key: tuple[int, ...] | None = None) -> int:
-        """Index of the most probable (hypothesis, ρ) pair, optionally among those with answer ``key``."""
-        if key is None:
-            return int(np.argmax(self.logw))
-        mask = np.array([k == key for k in self.keys])
-        if self.sparse and not mask.any():
-            # the answer is a commit inside a bin: the hypotheses whose bins hold it
-            mask = (self.span1[:, 0] < key[0]) & (key[0] <= self.span1[:, 1])
-            mask &= (self.b2 == self.n) if len(key) == 1 else (self.span2[:, 0] < key[1]) & (key[1] <= self.span2[:, 1])
-        return int(np.argmax(np.where(mask, self.logw, -np.inf)))
-
-    @property
-    def sigma_top(self) -> float:
-        """Posterior noise σ (log) under the most probable change hypothesis."""
-        none = self.b1 == self.n
-        i = int(np.argmax(np.where(none, -np.inf, self.logw))) if (~none).any() else self.top()
-        return float(math.sqrt(self.s2[i]))
-
-    def drift_path(self, ev: Evidence) -> np.ndarray | None:
-        """The drift fitted at each trial of ``ev`` (log, the trials' order) under the most probable
-        pair, or None when that pair has no drift (ρ = 0). ``ev`` must be the evidence it was fitted on."""
-        h = self.top()
-        fit = self.fits[int(self.rho_index[h])]
-        if fit.rho == 0.0:
-            return None
-        seg = np.searchsorted(np.asarray([int(self.b1[h]), int(self.b2[h])]), ev.commit, side="right")
-        resid = ev.value - self.beta[h][seg]
-        K = np.minimum(ev.time[:, None], ev.time[None, :])
-        alpha = np.linalg.solve(fit.L.T, np.linalg.solve(fit.L, resid))
-        return fit.rho * K @ alpha
-
-    def predict(self, idx: np.ndarray, commits: np.ndarray, t_new: float,
-                host: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Predictive location and scale of one new trial of each commit at time ``t_new``, per hypothesis.
-
-        Returns (loc, scale), each (len(idx), len(commits)): a Student-t with ``dof`` degrees of
-        freedom. The drift at ``t_new`` is predicted from the residuals (kriging under the random
-        walk); its uncertainty and the levels' uncertainty widen the scale. When host offsets are
-        modelled, ``host`` is the node the trial would run on (its offset is predicted from its
-        trials so far; None or a node with no trials yet: an unknown offset, the prior's width).
-        """
-        if self.host_ratio > 0.0:
-            return self._predict_hosts(idx, commits, t_new, host)
-        b1, b2 = self.b1[idx], self.b2[idx]
-        seg = (commits[None, :] >= b1[:, None]).astype(int) + (commits[None, :] >= b2[:, None]).astype(int)
-        beta = self.beta[idx]
-        loc = np.take_along_axis(beta, seg, axis=1)
-        cov = self.cov[idx]
-        lvar = np.take_along_axis(cov.reshape(len(idx), 9), seg * 4, axis=1)  # diagonal entries (s, s)
-        extra_mean = np.zeros(len(idx))
-        extra_var = np.zeros(len(idx))
-        rho_i = self.rho_index[idx]
-        for r, fit in enumerate(self.fits):
-            sel = rho_i == r
-            if not sel.any() or fit.rho == 0.0:
-                continue
-            k = np.minimum(self.times, t_new)
-            wk = np.linalg.solve(fit.L, k)
-            a = float(wk @ fit.u)
-            gvec = fit.W.T @ wk  # n
-            Cg = np.concatenate([[0.0], np.cumsum(gvec)])
-            bounds = fit.column(np.stack([np.zeros_like(b1[sel]), b1[sel], b2[sel], np.full_like(b1[sel], self.n)], axis=1))
-            segsum = Cg[bounds[:, 1:]] - Cg[bounds[:, :-1]]  # (h, 3)
-            centred = beta[sel] - self.m0
-            extra_mean[sel] = fit.rho * (a - (segsum * centred).sum(axis=1))
-            extra_var[sel] = max(fit.rho * t_new - fit.rho**2 * float(wk @ wk), 0.0)
-        loc = loc + extra_mean[:, None]
-        scale = np.sqrt(self.s2[idx][:, None] * (1.0 + extra_var[:, None] + lvar))
-        return loc, scale
-
-    def _predict_hosts(self, idx: np.ndarray, commits: np.ndarray, t_new: float,
-                       host: int | None) -> tuple[np.ndarray, np.ndarray]:
-        """``predict`` when host offsets are modelled: the new trial's covariance with the stored
-        ones is the drift's ρ·min(t, t_new) plus the host offset's λ for trials of the same node."""
-        b1, b2 = self.b1[idx], self.b2[idx]
-        seg = (commits[None, :] >= b1[:, None]).astype(int) + (commits[None, :] >= b2[:, None]).astype(int)
-        beta = self.beta[idx]
-        loc = np.take_along_axis(beta, seg, axis=1)
-        cov = self.cov[idx]
-        lvar = np.take_along_axis(cov.reshape(len(idx), 9), seg * 4, axis=1)
-        extra_mean = np.zeros(len(idx))
-        extra_var = np.zeros(len(idx))
-        rho_i = self.rho_index[idx]
-        same = (self.hosts == host).astype(float) if host is not None else np.zeros(len(self.times))
-        for r, fit in enumerate(self.fits):
-            sel = rho_i == r
-            if not sel.any():
-                continue
-            k = fit.rho * np.minimum(self.times, t_new) + self.host_ratio * same
-            c_new = fit.rho * t_new + self.host_ratio
-            wk = np.linalg.solve(fit.L, k)
-            a = float(wk @ fit.u)
-            gvec = fit.W.T @ wk
-            Cg = np.concatenate([[0.0], np.cumsum(gvec)])
-            bounds = fit.column(np.stack([np.zeros_like(b1[sel]), b1[sel], b2[sel], np.full_like(b1[sel], self.n)], axis=1))
-            segsum = Cg[bounds[:, 1:]] - Cg[bounds[:, :-1]]
-            centred = beta[sel] - self.m0
-            extra_mean[sel] = a - (segsum * centred).sum(axis=1)
-            extra_var[sel] = max(c_new - float(wk @ wk), 0.0)
-        loc = loc + extra_mean[:, None]
-        scale = np.sqrt(self.s2[idx][:, None] * (1.0 + extra_var[:, None] + lvar))
-        return loc, scale
-
-
-def level_step(beta: np.ndarray, cov: np.ndarray, s2: np.ndarray | float, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-    """Step from level ``a`` to level ``b`` (log) and its standard error.
-
-    ``beta`` (…, k) levels, ``cov`` (…, k, k) their covariance divided by ``s2`` (…): one hypothesis,
-    or every hypothesis at once along the leading axes. The upper triangle's ``cov[a, b]`` is read
-    (a < b), so every caller gets the same bits from a covariance that inversion left not quite
-    symmetric.
-    """
-    d = beta[..., b] - beta[..., a]
-    se = np.sqrt(s2 * np.maximum(cov[..., a, a] + cov[..., b, b] - 2 * cov[..., a, b], 1e-300))
-    return d, se
 
 
 def _hypotheses(n: int, two: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -384,7 +107,7 @@ def _answers(hb1: np.ndarray, hb2: np.ndarray, copies: int, w: np.ndarray, nt: l
 
 
 def _fit_rho(ev: Evidence, y: np.ndarray, rho: float, host_ratio: float = 0.0,
-             cols: np.ndarray | None = None) -> _RhoFit:
+             cols: np.ndarray | None = None) -> RhoFit:
     """Whitened design and prefix sums for drift scale ``rho``; ``cols``: the commits that get a column
     (sorted; None = every commit of the range: O(n²) prefix sums)."""
     N = ev.trials
@@ -413,10 +136,10 @@ def _fit_rho(ev: Evidence, y: np.ndarray, rho: float, host_ratio: float = 0.0,
     CM = np.zeros((n + 1, n + 1))
     CM[1:, 1:] = M.cumsum(axis=0).cumsum(axis=1)
     Cv = np.concatenate([[0.0], np.cumsum(W.T @ u)])
-    return _RhoFit(rho, host_ratio, logdet, L, W, u, float(u @ u), CM, Cv, cols)
+    return RhoFit(rho, host_ratio, logdet, L, W, u, float(u @ u), CM, Cv, cols)
 
 
-def _score(fit: _RhoFit, lo: np.ndarray, hi: np.ndarray, none: np.ndarray, two: np.ndarray, *, g: float,
+def _score(fit: RhoFit, lo: np.ndarray, hi: np.ndarray, none: np.ndarray, two: np.ndarray, *, g: float,
            dof0: float, N: int, a_k: np.ndarray, log_k: np.ndarray, min_step: float):
     """Log marginal likelihood (min_step truncation included), levels, their covariance / s2 and s2 of
     each hypothesis, given its segments' (lo, hi) prefix-sum indices, (H, 3) each."""
@@ -478,7 +201,7 @@ def posterior(
     node, and the spread of offsets the prior allows, carry a step. With one node it is ignored.
     """
     lam = host_ratio if ev.several_hosts else 0.0
-    n, N = ev.n, ev.trials
+    n = ev.n
     m0 = float(ev.value.mean())
     y = ev.value - m0
     g = level_ratio
@@ -488,6 +211,19 @@ def posterior(
             two_change_prior=two_change_prior, rho_grid=rho_grid, rho_prior=rho_prior, sigma_scales=sigma_scales,
             extra_edges=extra_edges,
         )
+    return _dense_posterior(
+        ev, y, m0, lam, g=g, sigma0=sigma0, dof0=dof0, min_step=min_step, no_change_prior=no_change_prior,
+        two_change_prior=two_change_prior, rho_grid=rho_grid, rho_prior=rho_prior, sigma_scales=sigma_scales,
+    )
+
+
+def _dense_posterior(ev: Evidence, y: np.ndarray, m0: float, lam: float, *, g: float, sigma0: float, dof0: float,
+                     min_step: float, no_change_prior: float, two_change_prior: float,
+                     rho_grid: tuple[float, ...], rho_prior: tuple[float, ...],
+                     sigma_scales: tuple[tuple[float, float], ...] | None) -> ChangePosterior:
+    """``posterior`` for a range of up to SPARSE_ABOVE commits: every commit and every pair of commits is its own
+    hypothesis, scored once per drift scale."""
+    n, N = ev.n, ev.trials
     hb1, hb2 = _hypotheses(n, two_change_prior > 0)
     H = len(hb1)
     none = hb1 == n
@@ -606,7 +342,7 @@ def _sparse_posterior(ev: Evidence, y: np.ndarray, m0: float, lam: float, *, g: 
                        two_change_prior)
 
 
-def _score_bins(ev: Evidence, fits: list[tuple[_RhoFit, float]], edges: np.ndarray, m0: float, lam: float,
+def _score_bins(ev: Evidence, fits: list[tuple[RhoFit, float]], edges: np.ndarray, m0: float, lam: float,
                 score: dict, no_change_prior: float, two_change_prior: float) -> ChangePosterior:
     """The sparse posterior over the bins between ``edges`` (which hold every measured commit)."""
     n, N = ev.n, ev.trials
@@ -709,4 +445,5 @@ def outlier_scale(post: ChangePosterior, share: float = OUTLIER_SHARE, variance:
     return 1.0 / ((1.0 - pi) + pi / variance)
 
 
-__all__ = ["ChangePosterior", "EDGE_GRID", "EDGE_QUANTILES", "Evidence", "RHO_GRID", "RHO_PRIOR", "SIGMA_SCALES", "SPARSE_ABOVE", "level_step", "outlier_scale", "posterior", "sparse_footprint"]
+__all__ = ["EDGE_GRID", "EDGE_QUANTILES", "RHO_GRID", "RHO_PRIOR", "SIGMA_SCALES", "SPARSE_ABOVE", "outlier_scale", "posterior",
+           "sparse_footprint"]

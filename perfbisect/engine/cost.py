@@ -93,7 +93,8 @@ def simulate_trials(
     seed. Past ``budget_s`` seconds of CPU time the result is empty (the caller falls back to the
     fitted formula): all simulations or none, so the answer does not depend on the machine's load.
     """
-    from .bisect import Done, Observation, SearchPolicy  # the search itself (heavy: numpy/scipy posteriors)
+    from .bisect import SearchPolicy  # the search itself (heavy: numpy/scipy posteriors)
+    from .observations import Done, Observation
 
     n = max(int(candidates), 2)
     commits = [f"{i:040x}" for i in range(n)]

@@ -1,6 +1,6 @@
 """How big a change is, read off the change-point posterior: the numbers behind a bisection's verdict.
 
-Pure functions of a ``changepoint.ChangePosterior`` and the trial counts per commit (no I/O):
+Pure functions of a ``change_posterior.ChangePosterior`` and the trial counts per commit (no I/O):
 
 - ``located_step``: the step at a located change under the most probable hypothesis naming it, with
   the trials on each side;
@@ -9,7 +9,7 @@ Pure functions of a ``changepoint.ChangePosterior`` and the trial counts per com
   level, drift as in the posterior), and the probability that the bad end is faster;
 - ``ruled_out_pct``: the size of regression the endpoints already rule out.
 
-Both comparisons are Student-t intervals on a difference of posterior levels (``changepoint.level_step``).
+Both comparisons are Student-t intervals on a difference of posterior levels (``change_posterior.level_step``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .changepoint import ChangePosterior, level_step
+from .change_posterior import ChangePosterior, level_step
 from ..settings import StatsConfig
 from ..model import Comparison, Verdict
 from ..metrics import level_text

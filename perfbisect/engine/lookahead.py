@@ -1,6 +1,6 @@
 """The one-step look-ahead: which commit's next trial is expected to tell the most about the answer.
 
-Pure numpy over a ``changepoint.ChangePosterior`` (no I/O, no state): for each candidate commit, the
+Pure numpy over a ``change_posterior.ChangePosterior`` (no I/O, no state): for each candidate commit, the
 posterior's predictive distribution of one more trial (drift included) is laid on a grid; the
 expected entropy of the answer after that trial, subtracted from its entropy now, is the trial's
 expected information gain. ``bisect.SearchPolicy`` measures the commit with the largest gain.
@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .changepoint import ChangePosterior
+from .change_posterior import ChangePosterior
 
 # Hypotheses kept for the look-ahead once sorted by posterior mass (the rest hold < 1e-6 of it).
 MAX_HYPOTHESES = 160

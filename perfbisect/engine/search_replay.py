@@ -25,8 +25,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .bisect import Done, Measure, Observation, SearchPolicy
-from .changepoint import level_step
+from .bisect import SearchPolicy
+from .observations import Done, Measure, Observation
+from .change_posterior import level_step
 from ..errors import PerfbisectError
 from ..settings import StatsConfig
 from .stats import NoiseModel, t_quantile

@@ -2,10 +2,10 @@
 
 Each constant of ``bisect.SearchPolicy`` lives here as a field of the frozen ``Tuning``; the policy reads
 ``self.tuning`` (``DEFAULT_TUNING`` unless one is passed), so a test or a benchmark that wants another value
-builds ``replace(DEFAULT_TUNING, name=value)`` and hands it to the policy instead of patching a module. The
-numbers quoted in the comments are simulations of ``benchmarks/strategies.py`` (cells named as there; the
-rounds are those of docs/benchmarks.md), measured on seeds 0–299; the held-out seeds of issue #35 (from
-100,000) are where they are checked.
+builds ``replace(DEFAULT_TUNING, name=value)`` and hands it to the policy instead of patching a module. Each
+comment says what its constant means and why it has its value; the simulations that chose the values
+(benchmarks/strategies.py, cells and rounds named as there) are in docs/benchmarks.md, "The engine's tuning
+constants: how each value was chosen".
 """
 
 from __future__ import annotations
@@ -47,22 +47,17 @@ class Tuning:
     # change sits on its bad side, so a share of it would look weakest exactly there.
     suspected_change_z: float = 3.5
     # A second change is suspected too when, on either side of the located change, the endpoint and the commit
-    # next to the change differ by residual_gap_z standard errors or more: one step would leave each side flat
-    # (S5: the endpoints differ by ~16% while the located step is ~10%; what is left over is the second
-    # change). Then each side must show a step of the usual size at residual_probe_z standard errors (the
-    # floor stays: looking for a floor-sized step at this z is what cost S1 ~17 trials).
-    residual_gap_z: float = 2.0  # at 1.0: S5 88%, S2 31.2 trials; at 2.0: S5 79%, S2 25.5 (docs/benchmarks.md)
+    # next to the change differ by this many standard errors or more: one step would leave each side flat.
+    residual_gap_z: float = 2.0
+    # ...then each side must show a step of the usual size at this many standard errors (the floor size at this
+    # z costs a one-change range too many trials).
     residual_probe_z: float = 4.0
-    # Between residual_confirm_z and residual_gap_z standard errors the gap is measured again before one change is
-    # accepted: the commit of the pair with fewer trials, until each has residual_confirm_max, while at least
-    # residual_confirm_hidden commits between them have no trial (where a second change could hide unseen). S5's misses
-    # were named after 14–19 trials with the second change's gap at 1–2 se on two trials a side; a real gap then grows
-    # past residual_gap_z and the probe looks, noise shrinks back (100 seeds, round 7: S5 80 → 92%, S2 27.3 → 28.3
-    # trials, S1 unchanged; at 4 a side 86%, at 8 no better than 6; without the unmeasured stretch S1 paid +1.6 trials).
-    # Each side's gap is looked at, the larger first: a gap on the bad side was left alone while the good side's pair,
-    # noise, used up its re-measures. From 0.85 se (round 8, 300 seeds: S5 89.0 → 91.7%, S2 27.6 → 28.4 trials; from
-    # 0.7 S5 93.0% but S2 29.2; 1.0 with both sides looked at: 88% on seeds 100–199 against 87).
+    # A gap between residual_confirm_z and residual_gap_z standard errors is measured again before one change is
+    # accepted (each side's, the larger first): a real one grows past residual_gap_z and the probe looks, noise
+    # shrinks back.
     residual_confirm_z: float = 0.85
+    # ...on the pair's commit with fewer trials, until each has residual_confirm_max (more found nothing more),
+    # while at least residual_confirm_hidden commits between them have no trial (where a second change could hide).
     residual_confirm_max: int = 6
     residual_confirm_hidden: int = 4
     # Prior sd of one node's level offset (percent): how differently two nodes of one cluster may run the
@@ -78,8 +73,7 @@ class Tuning:
     # located, not waved through because it is smaller than the tolerance.
     same_no_change: float = 0.5
     # The share of alpha one look may spend on "no regression ≥ X%" and on "the bad end is faster": both are
-    # checked after every trial, and a fixed-level bound checked that often crosses by chance (checked by
-    # simulation at the tolerance's edge, benchmarks/strategies.py TE and TE-R, and on every A/A twin).
+    # checked after every trial, and a fixed-level bound checked that often crosses by chance.
     same_alpha_share: float = LOOK_ALPHA_SHARE
     # Layout re-check of a change smaller than stats.layout_check_pct: its commit and its parent each run
     # under at least layout_min_distinct layouts, and with any one layout's trials left out the step keeps
@@ -99,42 +93,27 @@ class Tuning:
     pure_alpha: float = 0.003
     # A named change smaller than this many σ (the larger of that spread and the stated σ: a few repeats of a
     # lumpy noise look tight by chance) carries at least small_step_trials trials on each side and
-    # ends_before_naming on each endpoint: two sessions a side of a few-valued noise (R1 replays 4 sessions)
-    # line up with a wrong split too often.
+    # ends_before_naming on each endpoint: two sessions a side of a few-valued noise line up with a wrong split.
     small_step_sigmas: float = 4.0
     small_step_trials: int = 3
     ends_before_naming: int = 2
     # The t test above is looked at again after every further trial of the pair: look k (k = trials of the pair
-    # beyond 2·min_trials_at_change, plus one) is at pure_alpha / k for the first pure_look_knee looks, so a pair
-    # measured many times cannot cross it through a lucky run of sessions (R2's and TE-R's late wrong names came
-    # after 18–70 trials; at 1/k, 300 seeds: false R2 2.7 → 1.0%, TE-R 2.7 → 0.7%, R1 1.0 → 0.3%, S1 11.1 → 11.4
-    # trials). Past the knee the level falls as 1/k² (pure_alpha·KNEE / k²; the whole divisor is raised to
-    # pure_look_power, 0 = one look): at 1/k alone the level spent grows like log k without bound, and with the
-    # budget at 120 trials TE-R's pairs were looked at up to ~90 times (false names 1.0 → 1.3%); with the knee the
-    # sum over any number of looks stays under 4·pure_alpha and no pair of at most 13 trials (k ≤ 10) is judged
-    # differently from before (TE-R 1.0%, R1 56.4 → 61.6 trials, R2 43.5 → 46.7; 300 seeds each, round 6).
+    # beyond 2·min_trials_at_change, plus one) is at pure_alpha / k up to pure_look_knee looks and at
+    # pure_alpha·knee / k² after it (the divisor raised to pure_look_power; 0 = one look), so a lucky run of sessions
+    # cannot cross it and the level spent over any number of looks stays under 4·pure_alpha.
     pure_look_power: float = 1.0
     pure_look_knee: float = 10.0
-    # One σ served the whole range: on a host whose sessions spread far more on one side of a change than on
-    # the other (the H200 of the validation runs: 10.9% host-bound before its planted slowdown, 0.8% after), the
-    # noisy side's wobble was named as a change (benchmarks/strategies.py HS: 2.7% of runs, its twin 1.0%). When
-    # the repeats' spreads of the best answer's segments differ beyond chance (the two-sided F test of the
-    # noisiest against the quietest at this level), each trial's variance is scaled by its segment's spread over
-    # the quietest one's and the posterior refitted (HS 0.7%, twin 0.3%, at ~5 more trials; 21 cells with one
-    # spread as before).
+    # When the repeats' spreads of the best answer's segments differ beyond chance (two-sided F test of the noisiest
+    # against the quietest at this level), each trial's variance is scaled by its segment's spread over the quietest
+    # one's and the posterior refitted: one σ for the whole range named a noisy side's wobble as a change.
     side_scale_alpha: float = 0.02
     # Largest variance ratio a noisy segment's trials are given (20× the quietest segment's σ).
     side_scale_max: float = 400.0
-    # Futility: while the endpoints are what is left to settle ("no change" likeliest, or the bad end faster) and
-    # each has at least futility_min_per_end trials, the search stops `inconclusive` at once when ruling out the
-    # tolerance would need more trials than the budget has left even on a hopeful reading of what was measured:
-    # the noise at the lower futility_sigma_q bound of its estimate, the endpoints' difference one standard error
-    # better than measured, and the normal quantile (as if the noise were known). On a shared dev machine (R2-AA:
-    # ~16% a trial, the known-σ test needs ~800) the budget was spent to its end for a 13% chance of `same`; now
-    # the answer comes with the price after ~20 trials. The hopeful reading takes the true difference as no worse
-    # than none, so a regression measured so far never makes the count larger (R1's −8% and TE-R's −5% sit in
-    # this branch while "no change" is likelier: their noise, not their difference, decides); and never while the
-    # endpoints point to a regression of the tolerance or more: that is a range to locate, not to rule out.
+    # Futility: while the endpoints are what is left to settle and each has futility_min_per_end trials, the search
+    # stops `inconclusive` at once, with the price, when ruling out the tolerance needs more trials than the budget
+    # has left even on a hopeful reading — the noise at the lower futility_sigma_q bound of its estimate, the
+    # difference a standard error better than measured and no worse than none, the normal quantile — rather than
+    # spend the budget to its end for a small chance of `same`.
     futility_min_per_end: int = 8
     futility_sigma_q: float = 0.1
 

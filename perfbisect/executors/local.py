@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..engine.bisect import Measure, Observation
+from ..engine.observations import Measure, Observation
 from ..measure.trials import TrialRunner, observe
 from ..model import Commit
 from .loop import Landed

@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
-from ..engine.bisect import Done, Measure, Observation, SearchPolicy
+from ..engine.bisect import SearchPolicy
+from ..engine.observations import Done, Measure, Observation
 from ..engine.search_replay import decision_json
 from ..errors import InfrastructureError
 from ..measure.workspace import Progress

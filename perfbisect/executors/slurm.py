@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..engine.bisect import Measure, Observation
+from ..engine.observations import Measure, Observation
 from ..model import Commit
 from ..errors import InfrastructureError, UsageError
 from ..settings import ExecutorConfig

@@ -32,7 +32,7 @@ from .host import describe_busy, gpu_memory_released, gpu_memory_used_mib, wait_
 from ..store.samples import compact
 from .sysstate import Sampler
 from .versions import target_versions
-from ..engine.bisect import Observation
+from ..engine.observations import Observation
 from .build import run_build
 from ..placeholders import expand
 from ..settings import Config, ModeConfig, WorkloadConfig

@@ -493,7 +493,7 @@ def attribution_line(trials: Sequence[TrialResult], higher_is_better: bool = Tru
     ok = [t for t in trials if t.summary is not None]
     if len(ok) < 4:
         return None
-    from ..engine.stats import covariate_notes
+    from ..engine.covariates import covariate_notes
 
     _, notes = covariate_notes(
         [t.summary for t in ok], [t.system.as_covariates() for t in ok], [t.identity.build_key for t in ok], min_rows=4,

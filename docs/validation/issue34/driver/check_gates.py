@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 from scipy import stats
 
-from perfbisect.engine.bisect import Done
+from perfbisect.engine.observations import Done
 from perfbisect.engine.search_replay import observations_of, policy_for, replay, stored_start
 
 for path in sys.argv[1:]:

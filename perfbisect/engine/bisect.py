@@ -157,6 +157,17 @@ class SearchPolicy(DecisionSteps, LocatedChecks, Outcomes):
         """The next trial to run, or Done with the outcome; a pure function of the observations."""
         return self._decide(observations, (), None)
 
+    def next_and_posterior(self, observations: Sequence[Observation]):
+        """``next``, and the change-point posterior it decided on (fitted here when it decided before needing
+        one, while the endpoints were measured first): what a replay shows at each step, fitted once."""
+        memo: dict = {}
+        action = self._decide(observations, (), None, memo)
+        return action, memo["post"] if "post" in memo else self.posterior(observations)
+
+    def posterior(self, observations: Sequence[Observation]):
+        """The change-point posterior over the observations (as the search fits it)."""
+        return self._posterior(self._regroup(observations))
+
     def _decide(self, observations: Sequence[Observation], pending: Sequence[tuple[str, str | None]],
                 host: str | None, memo: dict | None = None) -> Measure | Done:
         """``next`` with trials in flight (``pending``: (commit, node)) counted as started, for ``host``.

@@ -195,21 +195,41 @@ def replay(record: Any, observations: Sequence[Any], higher_is_better: bool = Tr
     The policy starts from the stored ``SearchStart`` (``higher_is_better`` only for bisections stored
     before it was). Each step re-fits the posterior, so a long search is replayed coarse to fine (last
     step, middle, quarters...) until ``work`` units are spent; the report says how many steps it shows.
-    Every replayed decision is compared with the live one stored beside the observation it asked for.
+    Every replayed decision is compared with the live one stored beside the observation it asked for; one
+    made with measurements in flight is replayed in that context (``check_in_context``, a budget of its own).
     ``_final`` is the posterior after the last step (not JSON: ``engine_fit`` reuses it, the caller drops it).
     """
     start, note = stored_start(record, higher_is_better)
     policy = policy_for(record, start)
-    seen_post: list[Any] = []
-    fit = policy._posterior
-
-    def remembered(data: Any) -> Any:  # next() fits the full posterior first: keep it, don't fit twice
-        post = fit(data)
-        seen_post.append(post)
-        return post
-
-    policy._posterior = remembered  # type: ignore[method-assign]
     obs = observations_of(observations)
+    n = len(obs)
+    done, spent, capped = _replayed_steps(policy, obs, max_steps, work, cpu_cap_s)
+    steps, cells, compared, mismatches = _step_rows(record, policy, obs, observations, done)
+    batch = check_in_context(policy, obs, observations, work)
+    compared += batch["compared"]
+    mismatches += batch["mismatches"]
+    first = policy.next([]) if n else None
+    opening = first.reason if first is not None and not isinstance(first, Done) else ""
+    if batch["compared"] or batch["unchecked"]:
+        note = (f"this search ran with measurements in flight (jobs on a cluster): each of its {batch['compared']} "
+                f"decisions is replayed with what it was decided on (the results stored then and the jobs in flight) "
+                f"and checked" + (f", {batch['unchecked']} left unchecked within the replay's work budget"
+                                  if batch["unchecked"] else "")
+                + "; the steps below show what the search, one trial at a time, decides after each result")
+    elif not compared and any(getattr(o, "host", None) for o in observations) and not note:
+        note = ("this search ran as batches of jobs on several nodes: the replay shows what the search, one trial "
+                "at a time, decides after each result (the batches' own picks also counted the jobs in flight)")
+    final = done[n][0] if n in done else None
+    return {"steps": steps, "cells": cells, "sampled": len(done) < n, "shown": len(done), "total": n, "_final": final,
+            "noise": start.noise.describe(), "opening": opening, "note": note, "work": spent + batch["work"],
+            "cpu_capped": capped, "compared": compared, "mismatches": mismatches,
+            "batch_mismatches": batch["differ"], "history": len(start.history)}
+
+
+def _replayed_steps(policy: SearchPolicy, obs: Sequence[Observation], max_steps: int, work: int,
+                    cpu_cap_s: float) -> tuple[dict[int, tuple[Any, Any]], int, bool]:
+    """(posterior, decision) after each replayed prefix, coarse to fine within ``work``; the work spent; whether
+    the CPU cap cut it."""
     n = len(obs)
     spent, cpu0, capped = 0, time.process_time(), False
     done: dict[int, tuple[Any, Any]] = {}
@@ -221,14 +241,19 @@ def replay(record: Any, observations: Sequence[Any], higher_is_better: bool = Tr
             capped = True
             break
         spent += cost
-        prefix = obs[:k]
         try:
-            seen_post.clear()
-            action = policy.next(prefix)
-            post = seen_post[0] if seen_post else fit(policy._regroup(prefix))
+            action, post = policy.next_and_posterior(obs[:k])
         except (PerfbisectError, ValueError, FloatingPointError, np.linalg.LinAlgError):  # pragma: no cover
             continue
         done[k] = (post, action)
+    return done, spent, capped
+
+
+def _step_rows(record: Any, policy: SearchPolicy, obs: Sequence[Observation], observations: Sequence[Any],
+               done: dict[int, tuple[Any, Any]]) -> tuple[list[dict], list[dict], int, int]:
+    """The report's rows of the replayed steps and heat-map cells, and how many live decisions taken one at a time
+    were compared and differ."""
+    n = len(obs)
     steps, cells = [], []
     compared = mismatches = 0
     for k in sorted(done):
@@ -244,7 +269,7 @@ def replay(record: Any, observations: Sequence[Any], higher_is_better: bool = Tr
             nxt = {"commit": action.commit[:10], "phase": action.phase, "reason": action.reason}
         live = observations[k].decision if k < n and getattr(observations[k], "decision", None) else None
         if live is not None and not decided_here(live, k):
-            live = None  # decided with other results or jobs in flight: checked in its own context below
+            live = None  # decided with other results or jobs in flight: checked in its own context
         agrees = None
         if live is not None:
             compared += 1
@@ -258,27 +283,7 @@ def replay(record: Any, observations: Sequence[Any], higher_is_better: bool = Tr
             "live_commit": (live or {}).get("commit", "")[:10], "live_reason": (live or {}).get("reason", ""),
             **{"next_" + a: b for a, b in nxt.items()},
         })
-    batch = check_in_context(policy, obs, observations, work)  # a budget of its own: each is a decision that ran
-    compared += batch["compared"]
-    mismatches += batch["mismatches"]
-    spent += batch["work"]
-    first = policy.next([]) if n else None
-    opening = first.reason if first is not None and not isinstance(first, Done) else ""
-    if batch["compared"] or batch["unchecked"]:
-        note = (f"this search ran with measurements in flight (jobs on a cluster): each of its {batch['compared']} "
-                f"decisions is replayed with what it was decided on (the results stored then and the jobs in flight) "
-                f"and checked" + (f", {batch['unchecked']} left unchecked within the replay's work budget"
-                                  if batch["unchecked"] else "")
-                + "; the steps below show what the search, one trial at a time, decides after each result")
-    elif not compared and any(getattr(o, "host", None) for o in observations) and not note:
-        note = ("this search ran as batches of jobs on several nodes: the replay shows what the search, one trial "
-                "at a time, decides after each result (the batches' own picks also counted the jobs in flight)")
-    final = done[n][0] if n in done else None
-    return {"steps": steps, "cells": cells, "sampled": len(done) < n, "shown": len(done), "total": n, "_final": final,
-            "noise": start.noise.describe(), "opening": opening, "note": note, "work": spent,
-            "cpu_capped": capped, "compared": compared, "mismatches": mismatches,
-            "batch_mismatches": batch["differ"],
-            "history": len(start.history)}
+    return steps, cells, compared, mismatches
 
 
 def engine_fit(record: Any, observations: Sequence[Any], outcome: Any, higher_is_better: bool = True,

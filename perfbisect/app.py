@@ -24,7 +24,7 @@ from .measure.calibration import (
     starting_noise_for,
 )
 from .engine.bisect import SearchPolicy
-from .engine.observations import Done, Measure, Observation
+from .engine.observations import Done, Measure
 from .engine.outcomes import settles
 from .engine.search_replay import INDEX_REPLAY_WORK, SearchStart, observations_of, stats_over
 from .settings import Config, StatsConfig
@@ -38,7 +38,7 @@ from .git.plan import Plan, PlanWarning, plan_range, step_plans
 from .measure.run_allocation import RunsAdvice, runs_advice
 from .git.skips import Skip, SkipList, skipped_commits
 from .git.targets import active_filters
-from .model import BisectOutcome, Commit, Comparison, TrialResult, TrialStatus, Verdict, median
+from .model import BisectOutcome, Commit, Comparison, Observation, TrialResult, TrialStatus, Verdict, median
 from .metrics import DECODE, describe as describe_metric
 from .metrics import describe_workload, stored_or_described
 from .workload_kinds import kind_of

@@ -360,6 +360,22 @@ class TrialResult:
 
 
 @dataclass(frozen=True)
+class Observation:
+    """One trial's summary for a commit (log scale), or None when the commit cannot be tested: what the
+    search policy reads (``engine.bisect``), built by the measure layer and rebuilt from the store."""
+
+    commit: str
+    value: float | None  # None = untestable: patch conflict, build failure, server never ready
+    covariates: Mapping[str, float] = field(default_factory=dict)
+    seq: int = 0  # order in which the trials ran: the drift model's time axis
+    day: str = ""  # for history: the date it was measured ("11-28"); informs notes, never levels
+    at: float | None = None  # wall-clock time the trial started (unix seconds), when known
+    flag: str | None = None  # why this trial is excluded (throttled, contended); None = usable
+    host: str | None = None  # the node that measured it (host fingerprint); None = the one local host
+    layout: str | None = None  # the layout the trial ran under (env size, worktree path, hash seed); None = unrecorded
+
+
+@dataclass(frozen=True)
 class Comparison:
     """A vs B on trial summaries: effect in percent (B relative to A) with its interval."""
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..engine.observations import Measure, Observation
+from ..engine.observations import Measure
 from ..measure.trials import TrialRunner, observe
-from ..model import Commit
+from ..model import Commit, Observation
 from .loop import Landed
 
 

@@ -32,7 +32,6 @@ from .host import describe_busy, gpu_memory_released, gpu_memory_used_mib, wait_
 from ..store.samples import compact
 from .sysstate import Sampler
 from .versions import target_versions
-from ..engine.observations import Observation
 from .build import run_build
 from ..placeholders import expand
 from ..settings import Config, ModeConfig, WorkloadConfig
@@ -42,7 +41,7 @@ from ..errors import (BuildError, EnvironmentBuildError, MachineBusy, ModeNotApp
                       Untestable, WorkloadError)
 from ..git.targets import is_sglang_target
 from ..layout import HASH_SEED_VAR, Layout, choose, joined
-from ..model import Commit, EnvCheck, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus, content_hash
+from ..model import Commit, EnvCheck, Observation, RunResult, SystemSummary, TrialIdentity, TrialResult, TrialStatus, content_hash
 from ..runtime.children import signal_group
 from .served import Served, fallback_refusal, served_from_log
 from .server import ServerSession, process_cmdline

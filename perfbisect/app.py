@@ -38,12 +38,12 @@ from .git.plan import Plan, PlanWarning, plan_range, step_plans
 from .measure.run_allocation import RunsAdvice, runs_advice
 from .git.skips import Skip, SkipList, skipped_commits
 from .git.targets import active_filters
-from .model import BisectOutcome, Commit, Comparison, Observation, TrialResult, TrialStatus, Verdict, median
+from .model import BisectOutcome, Commit, Comparison, Observation, TrialResult, TrialStatus, Verdict, log_of_pct, median, pct
 from .metrics import DECODE, describe as describe_metric
 from .metrics import describe_workload, stored_or_described
 from .workload_kinds import kind_of
 from .report.render import attribution_line, history_line, state_lines
-from .engine.stats import NoiseModel, compare, compare_sequential, log_of_pct, pct
+from .engine.stats import NoiseModel, compare, compare_sequential
 from .engine.regressed_path import decide as decide_path
 from .store import (
     BisectionRecord, ObservationRecord, Store, StoreLocation, TrialPurpose, is_unfinished, locate, open_store,

@@ -317,6 +317,17 @@ def trial_summary(runs: Sequence[RunResult]) -> float | None:
     return median(math.log(r.value) for r in runs if r.usable and r.value)
 
 
+def pct(log_delta: float) -> float:
+    """A log-scale difference as a percent change (exp(d) − 1): every layer shows the log-scale summaries'
+    differences and spreads this way."""
+    return 100.0 * math.expm1(log_delta)
+
+
+def log_of_pct(percent: float) -> float:
+    """A percent change as a log-scale difference (the inverse of ``pct``)."""
+    return math.log1p(percent / 100.0)
+
+
 @dataclass(frozen=True)
 class TrialResult:
     """One server session for (commit, mode): build, launch, ready, warm-up, runs, teardown."""

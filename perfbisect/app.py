@@ -48,7 +48,8 @@ from .engine.regressed_path import decide as decide_path
 from .store import (
     BisectionRecord, ObservationRecord, Store, StoreLocation, TrialPurpose, is_unfinished, locate, open_store,
 )
-from .measure.trials import TrialRunner, interleaved, measure_modes, measured_trials
+from .measure.search_trials import interleaved, measure_modes, measured_trials
+from .measure.trials import TrialRunner
 from .measure.workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
 
 def measured_nothing(ws: Workspace, bisection_id: int) -> str | None:

@@ -45,7 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from perfbisect.engine.bisect import SearchPolicy  # noqa: E402
-from perfbisect.engine.observations import Done, Observation  # noqa: E402
+from perfbisect.engine.observations import Done  # noqa: E402
+from perfbisect.model import Observation  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
 from perfbisect.engine.stats import NoiseModel  # noqa: E402
 from tests.repo_factory import fast_history  # noqa: E402

@@ -50,7 +50,8 @@ from scipy import stats as sps
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfbisect.engine.bisect import SearchPolicy  # noqa: E402
-from perfbisect.engine.observations import Done, Observation  # noqa: E402
+from perfbisect.engine.observations import Done  # noqa: E402
+from perfbisect.model import Observation  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
 from perfbisect.engine.stats import NoiseModel, compare  # noqa: E402
 

@@ -24,7 +24,7 @@ from .measure.calibration import (
     starting_noise_for,
 )
 from .engine.bisect import SearchPolicy
-from .engine.observations import Done, Measure, Observation
+from .engine.observations import Done, Measure
 from .engine.outcomes import settles
 from .engine.search_replay import INDEX_REPLAY_WORK, SearchStart, observations_of, stats_over
 from .settings import Config, StatsConfig
@@ -38,17 +38,18 @@ from .git.plan import Plan, PlanWarning, plan_range, step_plans
 from .measure.run_allocation import RunsAdvice, runs_advice
 from .git.skips import Skip, SkipList, skipped_commits
 from .git.targets import active_filters
-from .model import BisectOutcome, Commit, Comparison, TrialResult, TrialStatus, Verdict, median
+from .model import BisectOutcome, Commit, Comparison, Observation, TrialResult, TrialStatus, Verdict, log_of_pct, median, pct
 from .metrics import DECODE, describe as describe_metric
 from .metrics import describe_workload, stored_or_described
 from .workload_kinds import kind_of
 from .report.render import attribution_line, history_line, state_lines
-from .engine.stats import NoiseModel, compare, compare_sequential, log_of_pct, pct
+from .engine.stats import NoiseModel, compare, compare_sequential
 from .engine.regressed_path import decide as decide_path
 from .store import (
     BisectionRecord, ObservationRecord, Store, StoreLocation, TrialPurpose, is_unfinished, locate, open_store,
 )
-from .measure.trials import TrialRunner, interleaved, measure_modes, measured_trials
+from .measure.search_trials import interleaved, measure_modes, measured_trials
+from .measure.trials import TrialRunner
 from .measure.workspace import Progress, Workspace, exclusive, preflight  # Workspace, exclusive: the CLI opens through here
 
 def measured_nothing(ws: Workspace, bisection_id: int) -> str | None:

@@ -176,7 +176,7 @@ def split_own_servers(
 ) -> tuple[list[tuple[int, int, str]], list[Finding]]:
     """Split GPU holders into other processes and perfbisect's own servers (found through the
     pidfiles under ``cache_dir/servers``), which are described as what they are instead."""
-    from .measure.trials import server_pidfiles
+    from .measure.server_pidfiles import server_pidfiles
     from .measure.server import group_and_session
     from .runtime.liveness import owner_alive
 
@@ -248,7 +248,7 @@ def _launch(ctx: dict) -> list[Finding]:
     """Start the server once (baseline mode, in the checkout) and check the env reaches every worker."""
     from .measure.served import fallback_refusal
     from .measure.server import mode_not_applied
-    from .measure.trials import launch_check
+    from .measure.launch_checks import launch_check
     from .measure.workspace import exclusive
     from .placeholders import expand
 

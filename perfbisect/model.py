@@ -317,6 +317,17 @@ def trial_summary(runs: Sequence[RunResult]) -> float | None:
     return median(math.log(r.value) for r in runs if r.usable and r.value)
 
 
+def pct(log_delta: float) -> float:
+    """A log-scale difference as a percent change (exp(d) − 1): every layer shows the log-scale summaries'
+    differences and spreads this way."""
+    return 100.0 * math.expm1(log_delta)
+
+
+def log_of_pct(percent: float) -> float:
+    """A percent change as a log-scale difference (the inverse of ``pct``)."""
+    return math.log1p(percent / 100.0)
+
+
 @dataclass(frozen=True)
 class TrialResult:
     """One server session for (commit, mode): build, launch, ready, warm-up, runs, teardown."""
@@ -357,6 +368,22 @@ class TrialResult:
     def detected_warmup_runs(self) -> tuple[RunResult, ...]:
         """Leading measured runs that turned out to be warm-up (``workload.detect_warmup``)."""
         return tuple(r for r in self.runs if r.detected_warmup)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One trial's summary for a commit (log scale), or None when the commit cannot be tested: what the
+    search policy reads (``engine.bisect``), built by the measure layer and rebuilt from the store."""
+
+    commit: str
+    value: float | None  # None = untestable: patch conflict, build failure, server never ready
+    covariates: Mapping[str, float] = field(default_factory=dict)
+    seq: int = 0  # order in which the trials ran: the drift model's time axis
+    day: str = ""  # for history: the date it was measured ("11-28"); informs notes, never levels
+    at: float | None = None  # wall-clock time the trial started (unix seconds), when known
+    flag: str | None = None  # why this trial is excluded (throttled, contended); None = usable
+    host: str | None = None  # the node that measured it (host fingerprint); None = the one local host
+    layout: str | None = None  # the layout the trial ran under (env size, worktree path, hash seed); None = unrecorded
 
 
 @dataclass(frozen=True)

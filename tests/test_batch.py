@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from perfbisect.engine.bisect import SearchPolicy
-from perfbisect.engine.observations import Done, Measure, Observation
+from perfbisect.engine.observations import Done, Measure
 from perfbisect.errors import UsageError
-from perfbisect.model import Verdict
+from perfbisect.model import Observation, Verdict
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from perfbisect.engine.bisect import SearchPolicy
-from perfbisect.engine.observations import Done, Measure, Observation
+from perfbisect.engine.observations import Done, Measure
 from perfbisect.settings import StatsConfig
 from perfbisect.errors import UsageError
-from perfbisect.model import Verdict
+from perfbisect.model import Observation, Verdict
 from perfbisect.engine.stats import NoiseModel
 
 LOG82 = math.log(82.0)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from perfbisect.engine.bisect import SearchPolicy
-from perfbisect.engine.observations import Done, Measure, Observation
+from perfbisect.engine.observations import Done, Measure
 from perfbisect.engine.tuning import DEFAULT_TUNING as T
 from perfbisect.engine.change_posterior import Evidence
 from perfbisect.engine.changepoint import outlier_scale, posterior
-from perfbisect.model import Verdict
+from perfbisect.model import Observation, Verdict
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel, compare, compare_sequential
 

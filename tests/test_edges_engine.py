@@ -15,10 +15,10 @@ import pytest
 
 from perfbisect.engine import cost
 from perfbisect.engine.bisect import SearchPolicy
-from perfbisect.engine.observations import Done, Measure, Observation
+from perfbisect.engine.observations import Done, Measure
 from perfbisect.engine.covariates import covariate_notes
 from perfbisect.engine.stats import NoiseModel, compare
-from perfbisect.model import Verdict
+from perfbisect.model import Observation, Verdict
 from perfbisect.report.render import comparison_line, format_comparison, format_outcome, outcome_json
 from perfbisect.settings import StatsConfig
 

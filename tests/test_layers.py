@@ -28,6 +28,12 @@ MAY_IMPORT_APP = {"cli", "demo.run", "check"}
 MAY_IMPORT_CLI = {"__main__"}
 # Values every layer receives; they import nothing of perfbisect but each other.
 VALUE_MODULES = {"settings", "model", "errors", "placeholders", "layout", "workload_kinds"}
+# Deciding (engine) and measuring (measure) are siblings: neither imports the other. Until it moves, one
+# module of measure still decides with the engine's statistics.
+MEASURE_MAY_IMPORT_ENGINE = {"calibration"}  # moves to app/ (issue #36)
+# What each of them may import of the store: its public entry (``perfbisect.store``, whatever its __init__
+# exposes), never one of its modules; the engine decides on values and needs none of it.
+STORE_ENTRY = {"engine": set(), "measure": {"perfbisect.store"}}
 
 
 def named(graph: dict[str, set[str]], short: str) -> str:
@@ -119,7 +125,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_imports_of_every_kind() -> None:
     graph = import_graph()
     assert named(graph, "app") in graph["perfbisect.cli.options"]  # loaded lazily, named in a string
-    assert named(graph, "trials") in graph[named(graph, "doctor")]  # imported inside a function
+    assert named(graph, "launch_checks") in graph[named(graph, "doctor")]  # imported inside a function
     assert "perfbisect.store.trial_queries" in graph["perfbisect.store.database"]  # `from . import trial_queries`
     assert named(graph, "settings") in graph[named(graph, "config")]
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
@@ -190,3 +196,23 @@ def test_value_modules_stand_on_nothing_but_values() -> None:
     graph = import_graph()
     values = {f"perfbisect.{v}" for v in VALUE_MODULES}
     assert {name: sorted(graph[name] - values) for name in values} == {name: [] for name in values}
+
+
+def test_engine_and_measure_never_import_each_other_nor_the_stores_modules() -> None:
+    graph = import_graph()
+    crossing = sorted(
+        (name, target)
+        for name, targets in graph.items()
+        for target in targets
+        if {restructure.layer_of(name), restructure.layer_of(target)} == {"engine", "measure"}
+        and not (restructure.layer_of(name) == "measure" and name.rpartition(".")[2] in MEASURE_MAY_IMPORT_ENGINE)
+    )
+    assert crossing == []
+    into_store = sorted(
+        (name, target)
+        for name, targets in graph.items()
+        if (layer := restructure.layer_of(name)) in STORE_ENTRY
+        for target in targets
+        if restructure.layer_of(target) == "store" and target not in STORE_ENTRY[layer]
+    )
+    assert into_store == []

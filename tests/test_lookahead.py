@@ -7,7 +7,7 @@ import math
 import pytest
 
 from perfbisect.engine.bisect import SearchPolicy
-from perfbisect.engine.observations import Observation
+from perfbisect.model import Observation
 from perfbisect.engine.lookahead import best_trial
 from perfbisect.engine.stats import NoiseModel
 from perfbisect.settings import StatsConfig

@@ -262,7 +262,7 @@ def test_screenshot_script_refuses_a_missing_browser(tmp_path):
 
 WRITE_STARTED_BISECTION = """
 import sys
-from perfbisect.engine.observations import Observation
+from perfbisect.model import Observation
 from perfbisect.config import load_config
 from perfbisect.engine.search_replay import SearchStart
 from perfbisect.engine.stats import NoiseModel

@@ -15,7 +15,8 @@ import pytest
 from perfbisect.engine import changepoint
 from perfbisect.engine.bisect import SearchPolicy
 from perfbisect.engine.change_checks import _weakest_split, _weakest_split_lifted
-from perfbisect.engine.observations import Done, Observation
+from perfbisect.engine.observations import Done
+from perfbisect.model import Observation
 from perfbisect.engine.change_posterior import Evidence
 from perfbisect.engine.changepoint import SPARSE_ABOVE, posterior, sparse_footprint
 from perfbisect.settings import StatsConfig

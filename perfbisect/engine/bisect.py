@@ -57,7 +57,8 @@ from .change_posterior import ChangePosterior, Evidence
 from .changepoint import RHO_GRID, RHO_PRIOR, outlier_scale, posterior
 from .decision import DecisionSteps
 from ..errors import UsageError
-from .observations import Done, Measure, Observation, SearchData
+from .observations import Done, Measure, SearchData
+from ..model import Observation
 from .outcomes import Outcomes
 from ..settings import StatsConfig
 from .covariates import covariate_notes

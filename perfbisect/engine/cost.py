@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..model import median
+from ..model import Observation, median
 from ..settings import StatsConfig
 from .stats import NoiseModel, log_of_pct, pct
 from ..workload_kinds import kind_of
@@ -94,7 +94,7 @@ def simulate_trials(
     fitted formula): all simulations or none, so the answer does not depend on the machine's load.
     """
     from .bisect import SearchPolicy  # the search itself (heavy: numpy/scipy posteriors)
-    from .observations import Done, Observation
+    from .observations import Done
 
     n = max(int(candidates), 2)
     commits = [f"{i:040x}" for i in range(n)]

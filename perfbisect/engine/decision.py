@@ -32,8 +32,8 @@ from .change_posterior import ChangePosterior
 from .effects import Step, endpoint_comparison, is_regression, located_step, ruled_out_pct, step_comparison
 from .lookahead import best_trial
 from ..metrics import level_text, short_probability
-from ..model import Comparison, Verdict
-from .observations import Done, Measure, Observation, SearchData
+from ..model import Comparison, Observation, Verdict
+from .observations import Done, Measure, SearchData
 from .stats import log_of_pct, pct
 
 

@@ -1,36 +1,21 @@
-"""What the search reads and what it answers with: the value types of the bisection policy.
+"""What the search answers with, and its own view of what it reads: the value types of the bisection policy.
 
-``Observation`` is one trial's summary as the policy receives it (app.py and the Slurm executor build them
-from the store); ``Measure`` (run one more trial of a commit) and ``Done`` (the outcome) are what
-``bisect.SearchPolicy.next`` and ``next_batch`` return. ``SearchData`` is the policy's own view of the
-observations: the usable ones regrouped by commit index with their run-order positions, nodes and layouts,
-the trials in flight beside them, and the ``Evidence`` the change-point posterior is fitted on.
+The policy reads ``model.Observation``s (one trial's summary each: a value every layer passes, so the
+measure layer builds them without importing the engine); ``Measure`` (run one more trial of a commit) and
+``Done`` (the outcome) are what ``bisect.SearchPolicy.next`` and ``next_batch`` return. ``SearchData`` is
+the policy's own view of the observations: the usable ones regrouped by commit index with their run-order
+positions, nodes and layouts, the trials in flight beside them, and the ``Evidence`` the change-point
+posterior is fitted on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 
 from .change_posterior import Evidence
 from ..model import BisectOutcome
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One trial's summary for a commit (log scale), or None when the commit cannot be tested."""
-
-    commit: str
-    value: float | None  # None = untestable: patch conflict, build failure, server never ready
-    covariates: Mapping[str, float] = field(default_factory=dict)
-    seq: int = 0  # order in which the trials ran: the drift model's time axis
-    day: str = ""  # for history: the date it was measured ("11-28"); informs notes, never levels
-    at: float | None = None  # wall-clock time the trial started (unix seconds), when known
-    flag: str | None = None  # why this trial is excluded (throttled, contended); None = usable
-    host: str | None = None  # the node that measured it (host fingerprint); None = the one local host
-    layout: str | None = None  # the layout the trial ran under (env size, worktree path, hash seed); None = unrecorded
 
 
 @dataclass(frozen=True)
@@ -119,4 +104,4 @@ class SearchData:
         )
 
 
-__all__ = ["Done", "Measure", "Observation", "SearchData"]
+__all__ = ["Done", "Measure", "SearchData"]

@@ -26,7 +26,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .bisect import SearchPolicy
-from .observations import Done, Measure, Observation
+from .observations import Done, Measure
+from ..model import Observation
 from .change_posterior import level_step
 from ..errors import PerfbisectError
 from ..settings import StatsConfig

@@ -20,7 +20,7 @@ from scipy import special
 
 from ..settings import StatsConfig
 from ..metrics import level_text
-from ..model import Comparison, Verdict
+from ..model import Comparison, Verdict, log_of_pct, pct
 
 # Pseudo-observations the prior σ_b is worth when pooled with measured data: enough that two A/A
 # trials cannot shrink σ to nothing, few enough that a real calibration (10+ trials) dominates.
@@ -38,16 +38,6 @@ PRIOR_DOF_CAP = 1.0
 # looks stays near alpha (checked by simulation: benchmarks/strategies.py, the A/A compare table and the
 # tolerance-edge scenarios) while early looks can still stop.
 LOOK_ALPHA_SHARE = 0.1
-
-
-def pct(log_delta: float) -> float:
-    """A log-scale difference as a percent change (exp(d) − 1)."""
-    return 100.0 * math.expm1(log_delta)
-
-
-def log_of_pct(percent: float) -> float:
-    """A percent change as a log-scale difference."""
-    return math.log1p(percent / 100.0)
 
 
 def _t_sf(t: float, dof: float) -> float:

@@ -1,6 +1,6 @@
 """The local executor: a search's trials on this host, one measurement at a time (``[executor] kind = "local"``).
 
-``submit`` only queues the measurement; ``wait`` runs it (``measure.trials.observe``: one trial per metric mode,
+``submit`` only queues the measurement; ``wait`` runs it (``measure.search_trials.observe``: one trial per metric mode,
 through the ``TrialRunner`` the bisection opened) and ``collect`` hands the result to the search loop, which
 stores it. Nothing runs in the background, so there is nothing to cancel or re-attach: a stopped search resumes
 from its stored observations.
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..engine.observations import Measure, Observation
-from ..measure.trials import TrialRunner, observe
-from ..model import Commit
+from ..engine.observations import Measure
+from ..measure.search_trials import observe
+from ..measure.trials import TrialRunner
+from ..model import Commit, Observation
 from .loop import Landed
 
 

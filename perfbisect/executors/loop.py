@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
 from ..engine.bisect import SearchPolicy
-from ..engine.observations import Done, Measure, Observation
+from ..engine.observations import Done, Measure
+from ..model import Observation
 from ..engine.search_replay import decision_json
 from ..errors import InfrastructureError
 from ..measure.workspace import Progress

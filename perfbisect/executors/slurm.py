@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..engine.observations import Measure, Observation
-from ..model import Commit
+from ..engine.observations import Measure
+from ..model import Commit, Observation
 from ..errors import InfrastructureError, UsageError
 from ..settings import ExecutorConfig
 from ..store.location import StoreLocation

@@ -1,7 +1,7 @@
 """One Slurm job of a bisection, on its node: ``python -m perfbisect.executors.slurmjob --config C --db D --row N``.
 
 A which-path job (``--pair BEFORE CULPRIT --target N --mode=M ...``, from ``slurm.measure_modes``) measures
-those modes at both commits instead (``trials.measure_modes``) and stores the trials it ran on the row.
+those modes at both commits instead (``search_trials.measure_modes``) and stores the trials it ran on the row.
 
 Started by ``slurm_job.sh`` (submitted by ``perfbisect.executors.slurm``). It opens the config and the results
 database exactly as the controller named them, takes this node's locks (a per-node cache directory
@@ -28,7 +28,8 @@ from ..report.console import ConsoleProgress
 from ..errors import PerfbisectError, UsageError
 from ..interrupts import install_signal_handlers, signal_name
 from ..engine.search_replay import stats_over
-from ..measure.trials import TrialRunner, measure_modes, observe
+from ..measure.search_trials import measure_modes, observe
+from ..measure.trials import TrialRunner
 from ..measure.workspace import Workspace, exclusive
 
 

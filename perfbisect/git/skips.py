@@ -3,7 +3,7 @@
 Two sources, one answer (``skipped_commits``): ``perfbisect skip REV…`` keeps full shas in
 ``<cache_dir>/skipped.json`` (beside the worktrees, per target repository; ``--undo`` removes them),
 and ``[filters] skip = [REV…]`` in the config. The search sees such a commit exactly as it sees a
-patch conflict or a command that exited 125: an observation without a value (``observations.Observation``
+patch conflict or a command that exited 125: an observation without a value (``model.Observation``
 with ``value=None``), so a change next to it is reported as a set.
 """
 

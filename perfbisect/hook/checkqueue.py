@@ -282,10 +282,10 @@ def status(config: Config, limit: int = 5) -> dict[str, Any]:
 
 def _gpu_wait(cache_dir: Path) -> dict[str, Any] | None:
     """A command (``run``, ``measure``, ...) of this cache directory waiting for GPUs others hold.
-    The file is looked for first, so that `perfbisect status` imports the trial layer only then."""
+    The file is looked for first, so that `perfbisect status` imports the measure layer only then."""
     if not (Path(cache_dir) / GPU_WAIT_FILE).exists():
         return None
-    from ..measure.trials import gpu_wait
+    from ..measure.host import gpu_wait
 
     return gpu_wait(cache_dir)
 

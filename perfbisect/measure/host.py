@@ -3,7 +3,8 @@ stopped server's GPU memory came back.
 
 ``host_fingerprint`` names the GPU model, count and driver (or the CPU model without GPUs): trials
 are pooled only on one fingerprint. ``wait_until_idle`` refuses (or waits out) a machine whose GPUs
-another process holds; ``gpu_memory_released`` is the server teardown's check.
+another process holds, and a trial that waits says so in <cache_dir>/gpu-wait.json (``write_gpu_wait``;
+``gpu_wait`` is what ``perfbisect status`` reads); ``gpu_memory_released`` is the server teardown's check.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import MachineBusy
 from ..settings import DEFAULT_WAIT_IDLE_S  # noqa: F401  (where callers look for it)
+from ..runtime.liveness import owner_alive, process_owner
+from ..runtime.locks import GPU_WAIT_FILE
 from ..runtime.polling import poll_until
 from .sysstate import CollectorSet, ExcludePids, GpuProcess, collect_snapshot, resolve_pids
 
@@ -173,6 +176,34 @@ def wait_until_idle(
         f"{' '.join(str(p.pid) for p in busy)}`), pick other GPUs than "
         f"{', '.join(map(str, gpus))}, or pass --wait-idle SECONDS to wait for them to finish."
     )
+
+
+def write_gpu_wait(cache_dir: Path, who: str, waited: float, bound: float) -> None:
+    """Record that this process's next trial waits for GPUs others hold (``perfbisect status`` shows it)."""
+    path = Path(cache_dir) / GPU_WAIT_FILE
+    state = {"owner": process_owner(), "pid": os.getpid(), "who": who, "waited_s": round(waited),
+             "bound_s": bound, "since": time.time() - waited}
+    try:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # status is a courtesy: a read-only cache directory must not stop the wait
+
+
+def clear_gpu_wait(cache_dir: Path) -> None:
+    (Path(cache_dir) / GPU_WAIT_FILE).unlink(missing_ok=True)
+
+
+def gpu_wait(cache_dir: Path) -> dict | None:
+    """The trial waiting for GPUs in this cache directory, if its perfbisect is still alive."""
+    try:
+        state = json.loads((Path(cache_dir) / GPU_WAIT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or not owner_alive(str(state.get("owner", ""))):
+        return None
+    return state
 
 
 def gpu_memory_used_mib(collectors: Sequence[Any] | None = None) -> dict[int, float]:

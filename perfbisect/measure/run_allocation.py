@@ -41,8 +41,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Sequence
 
 from .calibration import noise_model_for_key, run_logs
-from ..model import NoiseKey, TrialResult, TrialStatus
-from ..engine.stats import pct
+from ..model import NoiseKey, TrialResult, TrialStatus, pct
 from ..workload_kinds import kind_of
 
 if TYPE_CHECKING:  # the workspace is only passed through

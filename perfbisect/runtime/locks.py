@@ -36,7 +36,7 @@ from typing import Callable, Iterator
 from ..errors import InfrastructureError, MachineBusy, mask_secrets
 
 # A command waiting for GPUs that other processes hold writes who and how long here, in its cache
-# directory (measure.trials writes and reads it; `perfbisect status` looks for it without the trial layer).
+# directory (measure.host writes and reads it; `perfbisect status` looks for it without the trial layer).
 GPU_WAIT_FILE = "gpu-wait.json"
 from .polling import poll_until
 

@@ -5,7 +5,8 @@ SQLAlchemy is imported only inside this package. ``open_store`` is the app layer
 the session-taking query functions behind it are grouped by what they read and write:
 ``perfbisect.store.trial_queries`` (trials and runs), ``bisection_queries`` (bisections and
 observations), ``noise_queries``, ``comparison_queries``, ``jobs`` (cluster jobs) and ``recovery``
-(what a dead process left running).
+(what a dead process left running). ``compact`` is the on-disk form of a trial's system-state time
+series that the measure layer hands to ``Store.finish_trial``.
 """
 
 from .connections import make_engine
@@ -22,6 +23,7 @@ from .records import (
     TrialPurpose,
     is_unfinished,
 )
+from .samples import compact
 from .sqlite_file import DB_FILENAME, default_db_path
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "Store",
     "StoreLocation",
     "TrialPurpose",
+    "compact",
     "default_db_path",
     "is_unfinished",
     "locate",

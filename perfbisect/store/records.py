@@ -46,8 +46,8 @@ class ObservationRecord:
     covariates: Mapping[str, float] = field(default_factory=dict)
     recorded_at: float = 0.0
     flag: str | None = None  # why the search excludes it (throttled, contended), if it does
-    layout: str | None = None  # layout ids of its trials, "+"-joined for a ratio metric (observations.Observation.layout)
-    host: str | None = None  # the node the search was told measured it (observations.Observation.host); None = the local host
+    layout: str | None = None  # layout ids of its trials, "+"-joined for a ratio metric (model.Observation.layout)
+    host: str | None = None  # the node the search was told measured it (model.Observation.host); None = the local host
     decision: Mapping[str, Any] | None = None  # the live decision that asked for it: commit, phase, reason; None = not recorded
 
 

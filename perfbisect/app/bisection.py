@@ -1,9 +1,14 @@
 """`perfbisect run` and `resume`: a bisection from its range to its stored outcome.
 
-``run_bisection`` confirms the endpoints differ, searches over the configured executor (``_search``:
-this host one trial at a time, narrated by ``_LocalNarration``, or Slurm jobs), confirms the culprit,
-widens a merge culprit to the commits it merged (``_expand_merge_culprit``) and, for a speculative
-mode's culprit, measures which path regressed (``which_path``); everything is stored as it lands.
+``run_bisection`` reads as its steps: a resumed bisection reopened with the [stats] it started with
+(``_reopened``), the range planned and its candidates taken (``_candidates``), what the search starts
+from (``_search_start``), the bisection stored or its stored observations taken over (``_begin``,
+``_resumed_search``), the commits marked untestable recorded (``_mark_untestable``), the search over
+the configured executor (``_search``: this host one trial at a time, narrated by ``_LocalNarration``,
+or Slurm jobs), a merge culprit widened to the commits it merged (``_expand_merge_culprit``), for a
+speculative mode's culprit which path regressed (``which_path``), and the bisection finished
+(``_finish``). Everything is stored as it lands.
+
 ``finished_bisection`` is what `run` and `resume` show after the search, besides its outcome: whether
 anything was measured, the HTML report, what it spent.
 """
@@ -28,11 +33,12 @@ from ..executors.loop import Executor, SearchLoop
 from ..measure.calibration import keep_noise, noise_model_and_note
 from ..measure.trials import TrialRunner, measure_modes, measured_trials
 from ..measure.workspace import Progress, Workspace, preflight
-from ..metrics import DECODE, describe as describe_metric
+from ..metrics import DECODE, Metric, describe as describe_metric
 from ..metrics import stored_or_described
 from ..model import BisectOutcome, Commit, Verdict
 from ..report.render import state_lines
 from ..settings import Config, StatsConfig
+from ..store import BisectionRecord, Store
 from ..workload_kinds import kind_of
 from .measuring import why_nothing_measured
 from .planning import check_endpoints, endpoint_effect, plan_between, range_of, trial_time
@@ -53,6 +59,20 @@ class BisectResult:
     resumed: dict | None = None  # `resume`: what of the stored bisection it reused and discarded (Resumed.as_json)
 
 
+@dataclass(frozen=True)
+class _Range:
+    """good..bad as a bisection searches it: its endpoints, its commits by sha (a merge culprit adds the
+    commits it merged), the candidates in order, the commits marked untestable among them (sha → why) and
+    those only paths the filters ignore changed (never measured)."""
+
+    good: Commit
+    bad: Commit
+    by_sha: dict[str, Commit]
+    shas: list[str]
+    marked: dict[str, str]
+    filtered: list[Commit]
+
+
 def run_bisection(
     ws: Workspace,
     good: str,
@@ -62,29 +82,56 @@ def run_bisection(
     wait_idle_s: float = 0.0,
     resume_id: int | None = None,
 ) -> BisectResult:
-    """Bisect good..bad: confirm the endpoints differ, search, confirm the culprit; store everything."""
+    """Bisect good..bad: confirm the endpoints differ, search, confirm the culprit; store everything.
+    ``resume_id``: go on with that stored bisection instead (its range, its [stats], its search start)."""
     progress = progress or Progress()
-    cfg = ws.config
-    store = ws.store
-    metric = describe_metric(cfg)
-    resumed: Resumed | None = None
+    record: BisectionRecord | None = None
+    kept: dict[str, tuple] = {}
     if resume_id is not None:
-        record = store.resume_bisection(resume_id)
+        record, ws, kept = _reopened(ws, resume_id, progress)
         good, bad = record.good, record.bad
-        # One bisection is one search: it goes on with the [stats] it started with (its metric, budget and
-        # thresholds), not today's, so its next decisions are the ones the uninterrupted search would make.
-        ws, kept = as_started(ws, record)
-        if kept:
-            progress.warn(kept_line(record.id, kept, cfg))
-        cfg = ws.config
-        metric = stored_or_described(record.metric_info, cfg)
+    metric = describe_metric(ws.config) if record is None else stored_or_described(record.metric_info, ws.config)
+    span = _candidates(ws, good, bad, progress)
+    start = _search_start(ws, record, span, progress)
+    resumed: Resumed | None = None
+    if record is None:
+        bisection_id, shas, observations = _begin(ws, span, start), span.shas, []
+    else:
+        bisection_id = record.id
+        shas, observations, resumed = _resumed_search(ws, record, span.shas, kept, progress)
+    _mark_untestable(ws.store, bisection_id, shas, span.marked, observations, progress)
+    noise = start.noise
+    policy = SearchPolicy(shas, ws.config.stats, noise, history=start.history, higher_is_better=start.higher_is_better)
+    try:
+        outcome = _search(ws, policy, observations, bisection_id, span.by_sha, noise, progress, wait_idle_s).outcome
+        outcome = _expand_merge_culprit(ws, outcome, span.by_sha)
+        outcome = which_path(ws, outcome, shas, bisection_id, noise, progress, wait_idle_s)
+    finally:
+        progress.done()
+    return _finish(ws, bisection_id, outcome, span, metric, resumed)
+
+
+def _reopened(ws: Workspace, resume_id: int, progress: Progress) -> tuple[BisectionRecord, Workspace, dict[str, tuple]]:
+    """The stored bisection `resume` goes on with (marked running again), ``ws`` with the [stats] it started
+    with, and what of them differs from the config's now (``as_started``; warned)."""
+    record = ws.store.resume_bisection(resume_id)
+    # One bisection is one search: it goes on with the [stats] it started with (its metric, budget and
+    # thresholds), not today's, so its next decisions are the ones the uninterrupted search would make.
+    as_then, kept = as_started(ws, record)
+    if kept:
+        progress.warn(kept_line(record.id, kept, ws.config))
+    return record, as_then, kept
+
+
+def _candidates(ws: Workspace, good: str, bad: str, progress: Progress) -> _Range:
+    """good..bad resolved and planned (the machine ready, the patch stack applying at both endpoints), and
+    what the search takes of it; the plan's warnings and its counts said."""
     good_c, bad_c, commits = range_of(ws, good, bad)
     preflight(ws)
     check_endpoints(ws, good_c, bad_c)
     plan = plan_between(ws, good_c, bad_c)
     for warning in plan.warnings:
         progress.warn(str(warning))
-    by_sha = {c.sha: c for c in commits}
     # Commits marked untestable stay candidates (a change next to one is reported as a set); the
     # search is told up front that they have no value, like a patch conflict found on the way.
     candidates = [e.commit for e in plan.entries if e.measure or e.skip or e.commit.sha in (good_c.sha, bad_c.sha)]
@@ -95,49 +142,67 @@ def run_bisection(
         f"{len(filtered)} not measured (only paths the filters ignore)"
     )
     progress.info(f"filters: {plan.filters_note}")
-    shas = [c.sha for c in candidates]
-    higher = describe_metric(cfg).higher_is_better
-    if resume_id is not None and record.search_start:
+    return _Range(good_c, bad_c, {c.sha: c for c in commits}, [c.sha for c in candidates], marked, filtered)
+
+
+def _search_start(ws: Workspace, record: BisectionRecord | None, span: _Range, progress: Progress) -> SearchStart:
+    """What the search starts from: a resumed bisection's stored start, else the noise model this host's
+    stored figures give (said, with its note) and the endpoints' trials of earlier days."""
+    if record is not None and record.search_start:
         # The search resumes from what it started from (noise, endpoint history), not from what this host
         # has learned since: one bisection is one search, and its report replays exactly this one.
         start = SearchStart.from_json(record.search_start)
         progress.info(f"noise model (as this bisection started): {start.noise.describe()}")
-    else:
-        noise, noise_note = noise_model_and_note(ws, cfg.metric_modes)
-        progress.info(f"noise model: {noise.describe()}")
-        if noise_note:
-            progress.warn(noise_note)
-        start = SearchStart(noise, tuple(endpoint_history(ws, (good_c, bad_c))), higher)
-    noise = start.noise
-    if resume_id is None:
-        bisection_id = store.begin_bisection(
-            good=good_c.sha, bad=bad_c.sha, commits=shas, metric=cfg.stats.metric,
-            settings=cfg.stats, target=str(cfg.target.repo), metric_info=describe_metric(cfg).as_json(),
-            search_start=start.as_json(),
-        )
-        observations: list[Observation] = []
-    else:
-        bisection_id = resume_id
-        if list(record.commits) != shas:
-            progress.warn("the candidate list changed since this bisection started (config filters?); using the stored one")
-            shas = list(record.commits)
-        stored_observations = store.observations(bisection_id)
-        observations = observations_of(stored_observations)
-        resumed = resume_summary(store, bisection_id, stored_observations, kept)
-        progress.info(resumed.line())
+        return start
+    cfg = ws.config
+    noise, noise_note = noise_model_and_note(ws, cfg.metric_modes)
+    progress.info(f"noise model: {noise.describe()}")
+    if noise_note:
+        progress.warn(noise_note)
+    return SearchStart(noise, tuple(endpoint_history(ws, (span.good, span.bad))), describe_metric(cfg).higher_is_better)
+
+
+def _begin(ws: Workspace, span: _Range, start: SearchStart) -> int:
+    """A new bisection stored with its candidates, [stats], metric and search start; its id."""
+    cfg = ws.config
+    return ws.store.begin_bisection(
+        good=span.good.sha, bad=span.bad.sha, commits=span.shas, metric=cfg.stats.metric,
+        settings=cfg.stats, target=str(cfg.target.repo), metric_info=describe_metric(cfg).as_json(),
+        search_start=start.as_json(),
+    )
+
+
+def _resumed_search(ws: Workspace, record: BisectionRecord, shas: list[str], kept: dict[str, tuple],
+                    progress: Progress) -> tuple[list[str], list[Observation], Resumed]:
+    """A resumed bisection's candidates (the stored ones, should the config's filters have changed them since),
+    its stored observations, and what of it is reused and discarded (``resume_summary``; said)."""
+    if list(record.commits) != shas:
+        progress.warn("the candidate list changed since this bisection started (config filters?); using the stored one")
+        shas = list(record.commits)
+    stored_observations = ws.store.observations(record.id)
+    observations = observations_of(stored_observations)
+    resumed = resume_summary(ws.store, record.id, stored_observations, kept)
+    progress.info(resumed.line())
+    return shas, observations, resumed
+
+
+def _mark_untestable(store: Store, bisection_id: int, shas: Sequence[str], marked: dict[str, str],
+                     observations: list[Observation], progress: Progress) -> None:
+    """Each candidate marked untestable (``perfbisect skip``, ``[filters] skip``) that has no observation yet
+    stored as one without a value, before the search starts: never measured, never blamed."""
     untestable = {o.commit for o in observations if o.value is None}
     for sha in (s for s in shas if s in marked and s not in untestable):
         obs = Observation(commit=sha, value=None, seq=len(observations))
         store.add_observation(bisection_id, obs.seq, sha, None, [])
         observations.append(obs)
         progress.info(f"{sha[:10]} {marked[sha]}: never measured, never blamed")
-    policy = SearchPolicy(shas, cfg.stats, noise, history=start.history, higher_is_better=start.higher_is_better)
-    try:
-        outcome = _search(ws, policy, observations, bisection_id, by_sha, noise, progress, wait_idle_s).outcome
-        outcome = _expand_merge_culprit(ws, outcome, by_sha)
-        outcome = which_path(ws, outcome, shas, bisection_id, noise, progress, wait_idle_s)
-    finally:
-        progress.done()
+
+
+def _finish(ws: Workspace, bisection_id: int, outcome: BisectOutcome, span: _Range, metric: Metric,
+            resumed: Resumed | None) -> BisectResult:
+    """The bisection stored as finished, the residual noise it measured here kept for the next command on
+    this host, and its result: the system state over its trials, and what more trials would settle."""
+    cfg, store = ws.config, ws.store
     store.finish_bisection(bisection_id, outcome)
     if cfg.executor.kind == "local":  # trials on cluster nodes measured their noise, not this host's
         keep_noise(
@@ -149,7 +214,7 @@ def run_bisection(
     if outcome.more_trials:  # what it would settle: the tolerance, or a check on the best answer left open
         more = cost.more_trials_line(cfg, trial_time(ws), outcome.more_trials, settles(outcome))
     return BisectResult(
-        bisection_id=bisection_id, outcome=outcome, commits=by_sha, filtered=filtered, db_path=ws.db_path,
+        bisection_id=bisection_id, outcome=outcome, commits=span.by_sha, filtered=span.filtered, db_path=ws.db_path,
         state=state_lines(trials, gpu_target=kind_of(cfg.workload).serves), more=more, metric=metric.as_json(),
         resumed=resumed.as_json() if resumed is not None else None,
     )

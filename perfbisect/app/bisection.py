@@ -30,7 +30,6 @@ from ..engine.stats import NoiseModel, log_of_pct
 from ..executors import slurm
 from ..executors.local import LocalExecutor
 from ..executors.loop import Executor, SearchLoop
-from ..measure.calibration import keep_noise, noise_model_and_note
 from ..measure.trials import TrialRunner, measure_modes, measured_trials
 from ..measure.workspace import Progress, Workspace, preflight
 from ..metrics import DECODE, Metric, describe as describe_metric
@@ -40,6 +39,7 @@ from ..report.render import state_lines
 from ..settings import Config, StatsConfig
 from ..store import BisectionRecord, Store
 from ..workload_kinds import kind_of
+from .calibration import keep_noise, noise_model_and_note
 from .measuring import why_nothing_measured
 from .planning import check_endpoints, endpoint_effect, plan_between, range_of, trial_time
 from .reports import report, report_quietly

@@ -9,13 +9,13 @@ from typing import Sequence
 
 from ..engine.stats import compare, compare_sequential
 from ..errors import WorkloadError
-from ..measure.calibration import noise_model
 from ..measure.trials import TrialRunner, interleaved
 from ..measure.workspace import Progress, Workspace, preflight
 from ..metrics import describe as describe_metric
 from ..metrics import describe_workload
 from ..model import Commit, Comparison, TrialResult, Verdict
 from ..report.render import attribution_line, history_line
+from .calibration import noise_model
 
 
 def why_nothing_measured(trials: Sequence[TrialResult]) -> str | None:

@@ -18,12 +18,12 @@ from ..errors import UsageError
 from ..git.plan import Plan, PlanWarning, plan_range, step_plans
 from ..git.skips import skipped_commits
 from ..git.targets import active_filters
-from ..measure.calibration import noise_model
 from ..measure.envs import pin_groups
 from ..measure.workspace import Workspace
 from ..metrics import describe as describe_metric
 from ..model import Commit, median
 from ..settings import Config
+from .calibration import noise_model
 
 
 def range_of(ws: Workspace, good: str, bad: str) -> tuple[Commit, Commit, list[Commit]]:

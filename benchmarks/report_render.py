@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfbisect import app  # noqa: E402
+from perfbisect.app import reports  # noqa: E402
 from perfbisect.demo.results import make_results  # noqa: E402
 from perfbisect.store import open_store  # noqa: E402
 
@@ -45,7 +45,7 @@ def main() -> None:
         big = make_results(Path(tmp) / "big", commits=args.commits, trials=args.trials)
         with open_store(big.db) as store:
             t0, c0 = time.perf_counter(), time.process_time()
-            path, view = app.report(store, "latest", Path(tmp) / "big.html")
+            path, view = reports.report(store, "latest", Path(tmp) / "big.html")
             out["report_s"] = time.perf_counter() - t0
             out["report_cpu_s"] = time.process_time() - c0
         out["replay_work"] = view["reasoning"]["work"]
@@ -56,7 +56,7 @@ def main() -> None:
                             bisections=args.bisections)
         with open_store(many.db) as store:
             t0, c0 = time.perf_counter(), time.process_time()
-            index = app.report_index(store, Path(tmp) / "site")
+            index = reports.report_index(store, Path(tmp) / "site")
             out["index_s"] = time.perf_counter() - t0
             out["index_cpu_s"] = time.process_time() - c0
         out["index_files"] = len(list(index.parent.glob("*.html")))

@@ -4,7 +4,7 @@ Synthetic trials as the demo emulator makes them (baseline 500 tok/s; EAGLE-3 60
 length 2.4), with between-trial noise σ on every trial summary, for the two planted changes:
   speculative  EAGLE-3's verify cycle 4.0 → 4.7 ms (EAGLE-3 −15%, baseline unchanged)
   target       the target forward 20% slower (both modes −16.7%)
-and, as `app.which_path` does, n trials a side first and n more when that is unclear.
+and, as `app.bisection.which_path` does, n trials a side first and n more when that is unclear.
 
 Usage: python benchmarks/which_path.py [--reps 400] [--n 3]
 Prints, per σ and planted change: right / unclear / wrong, in percent of the repetitions.

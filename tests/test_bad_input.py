@@ -217,12 +217,12 @@ def test_an_unexpected_exception_is_exit_4_with_one_paragraph(demo, tmp_path, mo
     """The CLI boundary: an error no layer anticipated (here a full disk while removing worktrees)."""
     import errno
 
-    from perfbisect import app as core
+    from perfbisect.app import housekeeping
 
     def full_disk(*_args, **_kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(core, "gc", full_disk)  # the one fake here: a disk cannot be filled safely in a test
+    monkeypatch.setattr(housekeeping, "gc", full_disk)  # the one fake here: a disk cannot be filled safely in a test
     proc = run_cli("gc", "-c", str(demo.config))
     assert proc.returncode == 4
     err = " ".join(proc.stderr.split())

@@ -1,6 +1,7 @@
 """`perfbisect calibrate` measures what a bisection meets (two builds' sessions interleaved, each a
 bisection's trial), stores σ_b with its dof, and says when it disagrees with what bisections on this
-host measured and which figure the next bisection starts from (perfbisect/measure/calibration.py)."""
+host measured and which figure the next bisection starts from (perfbisect/app/calibration.py, over the
+stored figures of perfbisect/measure/noise_figures.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 from scipy import stats as scipy_stats
 
-from perfbisect.measure.calibration import LEARNED_DOF_CAP, keep_noise, noise_model_and_note, starting_noise
+from perfbisect.app.calibration import keep_noise, noise_model_and_note
+from perfbisect.measure.noise_figures import LEARNED_DOF_CAP, starting_noise
 from perfbisect.config import load_config
 from perfbisect.demo.target import make_demo_target
 from perfbisect.model import NoiseKey

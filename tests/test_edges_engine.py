@@ -169,7 +169,7 @@ def test_a_long_eta_is_rounded_and_a_floor_stays_a_floor():
 def test_the_trial_on_the_progress_line_is_the_one_the_budget_counts():
     """Untestable commits (a build that fails, a commit marked skip) are observations but not budgeted trials:
     the progress line said "trial 121 of at most 120"."""
-    from perfbisect.app import search_status
+    from perfbisect.app.bisection import search_status
 
     cs = commits(9)
     settings = StatsConfig(max_trials_total=8)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.app import Workspace, patches_check
+from perfbisect.app.housekeeping import patches_check
+from perfbisect.measure.workspace import Workspace
 from perfbisect.config import load_config
 from perfbisect.settings import SGLANG_IGNORE_PATHS, PatchesConfig, PatchVariant
 from perfbisect.errors import ConfigError, GitError, InfrastructureError, PatchError

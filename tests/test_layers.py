@@ -30,7 +30,10 @@ MAY_IMPORT_CLI = {"__main__"}
 VALUE_MODULES = {"settings", "model", "errors", "placeholders", "layout", "workload_kinds"}
 # Deciding (engine) and measuring (measure) are siblings: neither imports the other. Until it moves, one
 # module of measure still decides with the engine's statistics.
-MEASURE_MAY_IMPORT_ENGINE = {"calibration"}  # moves to app/ (issue #36)
+# The one exception left (issue #36): measure/noise_figures turns the stored noise figures into the engine's
+# NoiseModel (with its variance-ratio test); run_allocation, under the trial runner, reads it for auto runs.
+# It goes when the runner is handed its noise model by the use case.
+MEASURE_MAY_IMPORT_ENGINE = {"noise_figures"}
 # What each of them may import of the store: its public entry (``perfbisect.store``, whatever its __init__
 # exposes), never one of its modules; the engine decides on values and needs none of it.
 STORE_ENTRY = {"engine": set(), "measure": {"perfbisect.store"}}
@@ -124,7 +127,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_imports_of_every_kind() -> None:
     graph = import_graph()
-    assert named(graph, "app") in graph["perfbisect.cli.options"]  # loaded lazily, named in a string
+    assert named(graph, "app.bisection") in graph["perfbisect.cli.options"]  # loaded lazily, named in a string
     assert named(graph, "launch_checks") in graph[named(graph, "doctor")]  # imported inside a function
     assert "perfbisect.store.trial_queries" in graph["perfbisect.store.database"]  # `from . import trial_queries`
     assert named(graph, "settings") in graph[named(graph, "config")]
@@ -137,7 +140,7 @@ def test_no_import_cycles() -> None:
 
 def _allowed_upward(name: str, target: str) -> bool:
     """The layers above the use cases and the CLI that enter them (the rules of the last tests)."""
-    return ((target == "perfbisect.app" and _is(name, MAY_IMPORT_APP))
+    return ((_is(target, {"app"}) and _is(name, MAY_IMPORT_APP))
             or (_is(target, {"cli"}) and _is(name, MAY_IMPORT_CLI)))
 
 
@@ -186,7 +189,7 @@ def test_nothing_imports_upward_into_the_use_cases_or_the_cli() -> None:
         (name, target)
         for name, targets in graph.items()
         for target in targets
-        if (target == "perfbisect.app" and not _is(name, MAY_IMPORT_APP))
+        if (_is(target, {"app"}) and not _is(name, {"app"} | MAY_IMPORT_APP))
         or (_is(target, {"cli"}) and not _is(name, {"cli"} | MAY_IMPORT_CLI))
     )
     assert upward == []

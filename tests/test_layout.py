@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect import app
+from perfbisect.app.bisection import run_bisection
 from perfbisect.config import load_config
 from perfbisect.layout import FIXED, HASH_SEED_MAX, PAD_VAR, Layout, choose, joined
 from perfbisect.settings import LayoutConfig
@@ -191,12 +191,12 @@ def test_observations_carry_their_trials_layouts_and_a_resume_keeps_the_stored_o
     cfg = load_config(config)
     with Workspace.open(cfg, db) as ws:
         with pytest.raises(KeyboardInterrupt):
-            app.run_bisection(ws, shas[0], shas[-1], StopAt(trial=3))
+            run_bisection(ws, shas[0], shas[-1], StopAt(trial=3))
         (record,) = ws.store.bisections()
         before = ws.store.observations(record.id)
         trials_before = {t.id: t.layout for t in ws.store.trials(bisection_id=record.id, status=None)}
         assert len(before) == 2 and all(o.layout for o in before)
-        result = app.run_bisection(ws, shas[0], shas[-1], resume_id=record.id)
+        result = run_bisection(ws, shas[0], shas[-1], resume_id=record.id)
         after = ws.store.observations(record.id)
         trials = {t.id: t for t in ws.store.trials(bisection_id=record.id, status=None)}
     assert after[:2] == before and len(after) > 2

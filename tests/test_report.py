@@ -113,11 +113,11 @@ def test_index_site_links_every_report(demo, tmp_path):
 
 
 def test_repository_text_is_inert(payload_results, tmp_path):
-    from perfbisect import app
+    from perfbisect.app import reports
     from perfbisect.store import open_store
 
     with open_store(payload_results.db) as store:
-        path, view = app.report(store, "latest", tmp_path / "payload.html")
+        path, view = reports.report(store, "latest", tmp_path / "payload.html")
     html = path.read_text()
     assert view["culprit"]["sha"] == payload_results.culprit
     for raw in ("<script>alert(", "<img src=x", "</textarea>", "<b>ir</b>", "\x1b", "\x07"):
@@ -195,11 +195,11 @@ def test_demo_report_renders_in_chromium(demo, tmp_path):
 
 @needs_chromium
 def test_payloads_stay_text_in_chromium(payload_results, tmp_path):
-    from perfbisect import app
+    from perfbisect.app import reports
     from perfbisect.store import open_store
 
     with open_store(payload_results.db) as store:
-        path, _ = app.report(store, "latest", tmp_path / "payload.html")
+        path, _ = reports.report(store, "latest", tmp_path / "payload.html")
     dom = chromium(path.as_uri(), tmp_path, "--dump-dom")
     assert dom.returncode == 0
     assert console_messages(dom.stderr) == []
@@ -226,13 +226,13 @@ def test_compare_and_calibrate_write_reports(compared_demo, tmp_path):
 
 def test_a_bisection_without_any_measurement_still_renders(tmp_path):
     """An unfinished bisection, or one whose every trial failed, has no points: the report says so."""
-    from perfbisect import app
+    from perfbisect.app import reports
     from perfbisect.store import open_store
 
     with open_store(tmp_path / "r.sqlite") as store:
         bid = store.begin_bisection(good="a" * 40, bad="b" * 40, commits=["a" * 40, "b" * 40], metric="baseline",
                                     settings={"metric": "baseline"}, target=str(tmp_path / "gone"))
-        path, view = app.report(store, str(bid), tmp_path / "empty.html")
+        path, view = reports.report(store, str(bid), tmp_path / "empty.html")
     html = path.read_text()
     assert view["verdict"]["headline"] == "UNFINISHED" and "No trial produced a number" in html
 
@@ -291,7 +291,7 @@ def test_a_report_with_real_world_paths_has_no_sideways_scroll_at_900_px(tmp_pat
     sideways and every table, the search's "why each next commit" included, fits."""
     import sqlite3
 
-    from perfbisect import app
+    from perfbisect.app import reports
     from perfbisect.git.worktrees import slot_name
     from perfbisect.store import open_store
 
@@ -303,7 +303,7 @@ def test_a_report_with_real_world_paths_has_no_sideways_scroll_at_900_px(tmp_pat
     with sqlite3.connect(r.db) as con:
         con.execute("UPDATE trials SET server_info = ?", (json.dumps(info),))
     with open_store(r.db) as store:
-        path, view = app.report(store, "latest", tmp_path / "long.html")
+        path, view = reports.report(store, "latest", tmp_path / "long.html")
     assert view["reasoning"]["steps"], "the report shows the search's reasoning table"
     assert model in path.read_text()
     _fits(layout_probe(path, tmp_path, 900))

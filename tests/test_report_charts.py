@@ -161,13 +161,13 @@ def test_demo_report_charts_fit_show_the_sides_and_name_the_culprit(demo_run, tm
 def test_a_fitted_drift_is_drawn_with_both_sides(tmp_path):
     """A machine slowing 1% per trial under a planted step: the model fits drift, the timeline draws it
     per side, and the text says how far it went."""
-    from perfbisect import app
+    from perfbisect.app import reports
     from perfbisect.demo.results import make_results
     from perfbisect.store import open_store
 
     r = make_results(tmp_path / "drift", commits=16, trials=40, drift_pct_per_trial=-1.0, sigma_pct=1.0, seed=5)
     with open_store(r.db) as store:
-        path, view = app.report(store, "latest", tmp_path / "drift.html")
+        path, view = reports.report(store, "latest", tmp_path / "drift.html")
     assert view["drift_lines"] and view["levels"]["p_drift"] >= 0.5
     page = probe(path, tmp_path, 900)
     timeline = page["charts"]["chart-timeline"]

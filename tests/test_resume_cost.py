@@ -22,12 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect import app
+from perfbisect.app.bisection import run_bisection
 from perfbisect.config import load_config
 from perfbisect.demo.target import make_demo_target
 from perfbisect.engine.search_replay import decision_json, observations_of, policy_for, stored_start
 from perfbisect.measure.sysstate import collectors
 from perfbisect.measure.sysstate.readings import CpuReading
+from perfbisect.measure.workspace import Workspace
 from perfbisect.store import open_store
 from tests.cli_runner import run_cli
 
@@ -64,7 +65,7 @@ def bisect_in_process(config, db: Path, good: str, bad: str, *, stop_after_obser
     """`run_bisection` in this process; stopped (as Ctrl-C stops `perfbisect run`) right after its
     ``stop_after_observations``-th observation is stored, or right after the first run of its
     ``stop_at_run_of_trial``-th trial is stored. Returns the result, or None when it was stopped."""
-    with app.Workspace.open(config, db) as ws:
+    with Workspace.open(config, db) as ws:
         store = ws.store
         seen = {"observations": 0, "trials": 0}
         add_observation, begin_trial, add_run = store.add_observation, store.begin_trial, store.add_run
@@ -86,7 +87,7 @@ def bisect_in_process(config, db: Path, good: str, bad: str, *, stop_after_obser
 
         store.add_observation, store.begin_trial, store.add_run = observed, began, ran
         try:
-            return app.run_bisection(ws, good, bad)
+            return run_bisection(ws, good, bad)
         except KeyboardInterrupt:
             store.release_own()  # what `perfbisect run` does on Ctrl-C (interrupts.interruptible)
             return None

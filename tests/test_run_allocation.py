@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from perfbisect.measure.calibration import keep_noise
+from perfbisect.app.calibration import keep_noise
 from perfbisect.config import load_config
 from perfbisect.model import RunResult, TrialIdentity, TrialStatus
 from perfbisect.measure.run_allocation import (

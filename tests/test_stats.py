@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from perfbisect.measure.calibration import detectable_lines
+from perfbisect.app.calibration import detectable_lines
 from perfbisect.settings import StatsConfig
 from perfbisect.model import Verdict
 from perfbisect.engine.covariates import adjust, attribute

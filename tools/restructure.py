@@ -53,29 +53,33 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "engine": ("stats", "covariates", "change_posterior", "changepoint", "effects", "lookahead", "observations",
                "outcomes", "change_checks", "decision", "bisect", "search_replay", "cost", "regressed_path"),
     "measure": ("build", "env_install", "envs", "server", "workload", "warmup", "external_workloads", "host", "sysstate", "versions",
-                "versions_probe", "calibration", "run_allocation", "workspace", "server_pidfiles", "trial_session",
+                "versions_probe", "noise_figures", "run_allocation", "workspace", "server_pidfiles", "trial_session",
                 "launch_checks", "trials", "search_trials"),
     "report": ("render", "console", "markdown", "trial_tables", "view_rows", "verdict_text", "views", "comparison_views",
                "site_index", "logdetail", "report"),
     "executors": ("loop", "local", "slurm", "slurmjob", "slurm_job.sh"),
     "hook": ("notify", "checkqueue", "hook", "check", "hookworker"),
 }
-# Top-level modules that stay where they are on purpose (values, config, use cases, `python -m perfbisect`).
-KEPT_AT_TOP = {"app", "config", "doctor", "errors", "init_template", "interrupts", "layout", "metrics",
+# Top-level modules that stay where they are on purpose (values, config, the doctor's checks, `python -m perfbisect`).
+KEPT_AT_TOP = {"config", "doctor", "errors", "init_template", "interrupts", "layout", "metrics",
                 "model", "placeholders", "resources", "settings", "workload_kinds", "__main__"}
 # Layers, lowest first: a module may import its own layer and the ones before it, never a later one.
-# (``store``, ``demo`` and ``cli`` were packages before; the top-level modules — values, config, use
-# cases — are checked by their own rules in tests/test_layers.py. ``cli``, the command line, is the top
-# layer: it stands on the use cases, and nothing beneath imports it.)
-ORDER: tuple[str, ...] = ("runtime", "store", "git", "engine", "measure", "report", "executors", "hook", "demo", "cli")
+# (``store``, ``app``, ``demo`` and ``cli`` are packages of their own; the top-level modules — values,
+# config, the doctor — are checked by their own rules in tests/test_layers.py. ``app``, the use cases,
+# stands on everything beneath it; above it only the post-pull check, the demo and the command line enter
+# it (tests/test_layers.py's MAY_IMPORT_APP). ``report`` sits beneath ``app`` because the report use cases
+# render through it. ``cli``, the command line, is the top layer: nothing beneath imports it.)
+ORDER: tuple[str, ...] = ("runtime", "store", "git", "engine", "measure", "report", "executors", "app", "hook", "demo",
+                          "cli")
 DESCRIPTIONS: dict[str, str] = {
     "runtime": "What every layer runs things with: child processes and their process groups, whether a process is still alive, file locks, polling, log tails.",
     "store": "The results database (SQLAlchemy, Alembic migrations in db/).",
     "git": "The target's history: the repository, path filters, the patch stack, worktrees, pinned dependencies, the plan of a range, skipped commits.",
     "engine": "Statistics and search: the noise model, the change-point posterior, the bisection policy, its lookahead and cost, which path regressed.",
-    "measure": "One trial: build, its environment, server, workload, system state, host checks, versions, calibration, run allocation, the workspace a command opens.",
+    "measure": "One trial: build, its environment, server, workload, system state, host checks, versions, noise figures, run allocation, the workspace a command opens.",
     "report": "Everything that turns results into text or HTML: terminal lines, Markdown, the console, report views and templates.",
     "executors": "Where a search's trials run: the one search loop, and the executors it drives (this host; Slurm jobs and the job's own entry point).",
+    "app": "The use cases, a module each by what a user asks for: run and resume a bisection, plan a range, measure and compare, calibrate, reports, housekeeping. They return data; the command line prints it.",
     "hook": "The post-`git pull` hook: installing it, the queue, the detached worker, the check it runs, notifications.",
     "demo": "The demo target and the SGLang emulator that stands in for the GPU server.",
     "cli": "The command line (Typer + Rich): the `perfbisect` command, its commands by what they do, and its one error boundary.",
@@ -328,7 +332,7 @@ def architecture_section() -> str:
         rows.append(f"| `perfbisect/{pkg}/` | {DESCRIPTIONS[pkg]} | {names} |")
     rows += ["", "Layers, lowest first: " + " → ".join(f"`{p}`" for p in ORDER) + ". A module imports its own "
              "package and the ones before it, never a later one; the values (`errors`, `model`, `layout`, `settings`, "
-             "`placeholders`), `config` and the use cases (`app`, `doctor`) stay at the top, beneath the command line "
+             "`placeholders`), `config` and the doctor's checks (`doctor`) stay at the top, beneath the command line "
              "(`cli`), which nothing imports but `python -m perfbisect` (tests/test_layers.py checks all of it).", "", MARK_END]
     return "\n".join(rows)
 

@@ -17,15 +17,16 @@ from ..interrupts import interruptible, resume_options, say_interrupted, signal_
 from ..report.console import ConsoleProgress, err_console, out_console, print_error, print_json, print_lines, print_report, show
 from ..settings import DEFAULT_WAIT_IDLE_S
 from .options import (
-    DEMO_DIRS, BadOpt, ConfigOpt, DbOpt, FailOnRegressionOpt, FormatOpt, GoodOpt, JsonOpt, QuietOpt, RevArgs,
-    WaitIdleOpt, WaitOpt, YesOpt, app, checked_number, exit_for, load, nothing_measured, output_format, parse_revs,
+    BadOpt, ConfigOpt, DEMO_DIRS, DbOpt, FailOnRegressionOpt, FormatOpt, GoodOpt, JsonOpt, QuietOpt, RevArgs,
+    WaitIdleOpt, WaitOpt, YesOpt, app_bisection, app_housekeeping, app_planning, app_reports, app_resume,
+    checked_number, exit_for, load, nothing_measured, output_format, parse_revs, workspace,
 )
 
 
 def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, fmt: str = "text") -> None:
     """Print a finished bisection (lines, or one JSON object) and exit with its documented code.
 
-    ``finished`` (``app.FinishedBisection``): ``broken``, no trial measured anything (the server never
+    ``finished`` (``app.bisection.FinishedBisection``): ``broken``, no trial measured anything (the server never
     started, every run failed): that is a measurement that broke (4), not evidence too weak to decide
     (3); ``report``, the HTML report's path and the short line that ends the text output; ``spent``.
     """
@@ -35,7 +36,7 @@ def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, 
 
     report, spent = finished.report, finished.spent
     if json_out:
-        # "resumed": what `resume` reused and discarded (app.Resumed.as_json); null for a run that was not resumed
+        # "resumed": what `resume` reused and discarded (app.resume.Resumed.as_json); null for a run that was not resumed
         print_json({**outcome_json(result), "report": str(report[0]) if report else None, "spent": spent,
                     "resumed": getattr(result, "resumed", None)})
     elif fmt == "markdown":
@@ -61,7 +62,7 @@ def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
 
     if yes:
         return
-    over = app.over_budget(ws, good, bad)
+    over = app_planning.over_budget(ws, good, bad)
     if over is None:
         return
     est = over.estimate
@@ -106,13 +107,13 @@ def run(
     fmt = output_format(fmt, json_out)
     cfg = load(config)
     progress = ConsoleProgress(quiet)
-    with app.Workspace.open(cfg, db) as ws:
+    with workspace.Workspace.open(cfg, db) as ws:
         _confirm_budget(ws, g, b, yes)
         # Slurm jobs take their own node's lock; the controller holds only the repository's.
         gpu = cfg.executor.kind == "local"
-        with app.exclusive(ws, progress, wait=wait, gpu=gpu), interruptible(ws, resumable=True, options=resume_options(config, db), json_out=json_out):
-            result = app.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
-            finished = app.finished_bisection(ws, result, progress)
+        with workspace.exclusive(ws, progress, wait=wait, gpu=gpu), interruptible(ws, resumable=True, options=resume_options(config, db), json_out=json_out):
+            result = app_bisection.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
+            finished = app_bisection.finished_bisection(ws, result, progress)
     _show_bisection(result, finished, json_out, fail_on_regression, fmt)
 
 
@@ -140,11 +141,11 @@ def resume(
 
     cfg = load(config)
     progress = ConsoleProgress(quiet)
-    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait, gpu=cfg.executor.kind == "local"):
-        bid = bisection if bisection is not None else app.latest_unfinished(ws)
+    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait, gpu=cfg.executor.kind == "local"):
+        bid = bisection if bisection is not None else app_resume.latest_unfinished(ws)
         with interruptible(ws, resume_id=bid, resumable=True, options=resume_options(config, db), json_out=json_out):
-            result = app.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
-        finished = app.finished_bisection(ws, result, progress)
+            result = app_bisection.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
+        finished = app_bisection.finished_bisection(ws, result, progress)
     _show_bisection(result, finished, json_out, fail_on_regression)
 
 
@@ -199,7 +200,7 @@ def demo(
             variant=variant,
             seeded=seeded,
         )
-        report = app.report_quietly(progress, lambda: demo_report(target, result, db))
+        report = app_reports.report_quietly(progress, lambda: demo_report(target, result, db))
     except KeyboardInterrupt as exc:  # the demo's servers are already torn down; nothing to resume
         signum = getattr(exc, "signum", signal.SIGINT)
         say_interrupted(f"Interrupted by {signal_name(signum)}: the demo's servers were stopped.")
@@ -248,9 +249,9 @@ def plan(
 
     g, b = parse_revs(revs or [], good, bad)
     cfg = load(config)
-    app.check_effect(cfg, effect)  # before the plan: bad input is said at once
-    with app.Workspace.open(cfg, db) as ws:
-        planned = app.plan_and_estimate(ws, g, b, check_patches=not no_patch_check, effect_pct=effect)
+    app_planning.check_effect(cfg, effect)  # before the plan: bad input is said at once
+    with workspace.Workspace.open(cfg, db) as ws:
+        planned = app_planning.plan_and_estimate(ws, g, b, check_patches=not no_patch_check, effect_pct=effect)
     if json_out:
         print_json({**json_value(planned.plan), "estimate": planned.estimate.as_dict()})
     else:
@@ -276,6 +277,6 @@ def patches_check(
     from ..report.render import format_patch_checks
 
     g, b = parse_revs(revs or [], good, bad)
-    with app.Workspace.open(load(config), db) as ws:
-        checks = app.patches_check(ws, g, b)
+    with workspace.Workspace.open(load(config), db) as ws:
+        checks = app_housekeeping.patches_check(ws, g, b)
     print_lines(format_patch_checks(checks))

@@ -15,7 +15,7 @@ import typer
 
 from ..errors import EXIT_OK, EXIT_USAGE, UsageError
 from ..report.console import err_console, out_console, print_json, print_lines, show
-from .options import ConfigOpt, DbOpt, JsonOpt, app, config_path, load
+from .options import ConfigOpt, DbOpt, JsonOpt, app_housekeeping, config_path, load, workspace
 
 
 def doctor(
@@ -39,7 +39,7 @@ def doctor(
         if not sep or not good or not bad:
             raise UsageError(f"--range {range_!r} is not GOOD..BAD: give two revisions joined by '..', e.g. --range bba2fc4..HEAD.")
         bounds = (good, bad)
-    findings = app.doctor(config_path(config), db, launch=launch, range_=bounds)
+    findings = app_housekeeping.doctor(config_path(config), db, launch=launch, range_=bounds)
     errors = any(f.state == "error" for f in findings)
     if json_out:
         print_json({"ok": not errors, "findings": [{"check": f.check, "state": f.state, "message": f.message}
@@ -124,7 +124,7 @@ def skip(
     """
     if undo and not revs:
         raise UsageError("perfbisect skip --undo needs the commits to unmark, e.g. `perfbisect skip --undo 1a2b3c4`.")
-    changed, marked = app.skip(load(config), revs or [], undo=undo, reason=reason)
+    changed, marked = app_housekeeping.skip(load(config), revs or [], undo=undo, reason=reason)
     lines = [f"{'unmarked' if undo else 'marked untestable'}: {c.short} {c.subject[:60]}" for c in changed]
     if undo and len(changed) < len(revs or []):
         lines.append(f"{len(revs or []) - len(changed)} of those were not marked by `perfbisect skip` ([filters] skip is edited in the config)")
@@ -141,6 +141,6 @@ def gc(
 
     Example:  perfbisect gc --build-cache
     """
-    with app.Workspace.open(load(config), db) as ws, app.exclusive(ws, gpu=False):
-        removed = app.gc(ws, build_cache=build_cache)
+    with workspace.Workspace.open(load(config), db) as ws, workspace.exclusive(ws, gpu=False):
+        removed = app_housekeeping.gc(ws, build_cache=build_cache)
     print_lines([f"removed {r}" for r in removed] or ["nothing to remove"])

@@ -15,7 +15,8 @@ from ..report.console import ConsoleProgress, out_console, print_error, print_js
 from ..settings import DEFAULT_WAIT_IDLE_S
 from .options import (
     ConfigOpt, DbOpt, FailOnRegressionOpt, FormatOpt, JsonOpt, ModeOpt, ModesOpt, QuietOpt, SessionsOpt, WaitIdleOpt,
-    WaitOpt, app, checked_number, exit_for, load, nothing_measured, output_format,
+    WaitOpt, app_calibration, app_measuring, app_reports, checked_number, exit_for, load, nothing_measured,
+    output_format, workspace,
 )
 
 def measure(
@@ -42,8 +43,8 @@ def measure(
     cfg = load(config)
     modes = mode or list(cfg.modes)
     progress = ConsoleProgress(quiet)
-    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
-        result = app.measure(ws, rev, modes, trials, progress, wait_idle_s=wait_idle)
+    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
+        result = app_measuring.measure(ws, rev, modes, trials, progress, wait_idle_s=wait_idle)
     if json_out:
         from ..metrics import describe_workload
 
@@ -52,7 +53,7 @@ def measure(
         print_json(data)
     else:
         print_lines(format_measure(result, cfg))
-    broken = app.why_nothing_measured([t for ts in result.trials.values() for t in ts])
+    broken = app_measuring.why_nothing_measured([t for ts in result.trials.values() for t in ts])
     if broken:
         print_error(nothing_measured(broken))
         raise typer.Exit(code=EXIT_RUNTIME)
@@ -88,9 +89,9 @@ def compare_cmd(
     fmt = output_format(fmt, json_out)
     cfg = load(config)
     progress = ConsoleProgress(quiet)
-    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
-        result = app.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], progress, max_trials=trials, wait_idle_s=wait_idle)
-        report = app.report_quietly(progress, lambda: app.report(ws.store, f"c{result.comparison_id}", config=cfg)[0])
+    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
+        result = app_measuring.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], progress, max_trials=trials, wait_idle_s=wait_idle)
+        report = app_reports.report_quietly(progress, lambda: app_reports.report(ws.store, f"c{result.comparison_id}", config=cfg)[0])
     if json_out:
         data = {"a": result.a.sha, "b": result.b.sha, "mode": result.mode, "comparison_id": result.comparison_id,
                 "metric": result.metric,
@@ -143,10 +144,10 @@ def calibrate(
     """
     cfg = load(config)
     progress = ConsoleProgress(quiet)
-    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
-        result = app.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, progress, against=against,
+    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
+        result = app_calibration.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, progress, against=against,
                                spread_minutes=spread_minutes, wait_idle_s=wait_idle)
-        report = app.report_quietly(progress, lambda: app.calibration_report(ws, result))
+        report = app_reports.report_quietly(progress, lambda: app_reports.calibration_report(ws, result))
     if json_out:
         start = result.start
         data = {"commit": result.commit.sha, "against": result.against.sha, "mode": result.mode,

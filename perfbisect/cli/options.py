@@ -36,7 +36,16 @@ def _import_lazily(name: str) -> ModuleType:
     return module
 
 
-app = _import_lazily("perfbisect.app")  # the use cases: every command goes through them
+# The use cases (perfbisect.app), a module each by what it does: every command goes through them.
+app_bisection = _import_lazily("perfbisect.app.bisection")
+app_calibration = _import_lazily("perfbisect.app.calibration")
+app_housekeeping = _import_lazily("perfbisect.app.housekeeping")
+app_measuring = _import_lazily("perfbisect.app.measuring")
+app_planning = _import_lazily("perfbisect.app.planning")
+app_reports = _import_lazily("perfbisect.app.reports")
+app_resume = _import_lazily("perfbisect.app.resume")
+# What a command opens (``Workspace``), its locks (``exclusive``) and its progress sink.
+workspace = _import_lazily("perfbisect.measure.workspace")
 
 
 # The options several commands share, defined once (one spelling, one help text, one check).

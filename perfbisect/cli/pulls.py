@@ -15,8 +15,8 @@ from ..interrupts import interruptible
 from ..report.console import ConsoleProgress, out_console, print_json, print_lines
 from ..settings import DEFAULT_WAIT_IDLE_S
 from .options import (
-    ConfigOpt, DbOpt, FailOnRegressionOpt, FormatOpt, JsonOpt, LimitOpt, QuietOpt, WaitIdleOpt, WaitOpt, app, config_path,
-    exit_for, load, output_format,
+    ConfigOpt, DbOpt, FailOnRegressionOpt, FormatOpt, JsonOpt, LimitOpt, QuietOpt, WaitIdleOpt, WaitOpt, config_path,
+    exit_for, load, output_format, workspace,
 )
 
 RepoOpt = Annotated[Optional[Path], typer.Option("--repo", help="The checkout whose pulls are checked (default: the config's target.repo).")]
@@ -92,15 +92,15 @@ def check_cmd(
         raise UsageError(f"--action is {action!r}; use check or bisect.")
     cfg = load(config)
     if enqueue:
-        with app.Workspace.open(cfg, db) as ws:
+        with workspace.Workspace.open(cfg, db) as ws:
             old, new = (ws.repo.resolve(w).sha for w in words)
         log = check.enqueue(cfg, config_path(config), old, new)
         print_lines([f"queued {old[:10]}..{new[:10]}; progress in {log}, `perfbisect status` shows it"])
         raise typer.Exit(code=EXIT_OK)
     progress = ConsoleProgress(quiet)
-    with app.Workspace.open(cfg, db) as ws, app.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
+    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
         result = check.run_check(ws, words[0], words[1], progress, action=action, wait_idle_s=wait_idle)
-    line = check.finish(cfg, CheckQueue(hook_dir(cfg.cache_dir)), result, app.Progress())
+    line = check.finish(cfg, CheckQueue(hook_dir(cfg.cache_dir)), result, workspace.Progress())
     if json_out:
         print_json({**result, "line": line})
     elif fmt == "markdown":

@@ -14,7 +14,7 @@ import typer
 
 from ..errors import StoreError, UsageError
 from ..report.console import ConsoleProgress, out_console, print_json, print_lines, print_report, show
-from .options import ConfigOpt, DbOpt, JsonOpt, LimitOpt, app, reading_config
+from .options import ConfigOpt, DbOpt, JsonOpt, LimitOpt, app_reports, reading_config
 
 
 def report_cmd(
@@ -38,13 +38,13 @@ def report_cmd(
     from ..report.report import verdict_line
 
     cfg = reading_config(config, db)
-    with app.stored_results(db, cfg) as store:
+    with app_reports.stored_results(db, cfg) as store:
         if index is not None:
-            written = app.report_index(store, index, cfg, ConsoleProgress(False))
+            written = app_reports.report_index(store, index, cfg, ConsoleProgress(False))
             line = f"site: {written}"
             view = None
         else:
-            written, view = app.report(store, which, output, cfg)
+            written, view = app_reports.report(store, which, output, cfg)
             line = verdict_line(view)
     if json_out:
         print_json({"report": str(written), "verdict": view["verdict"] if view else None})
@@ -77,7 +77,7 @@ def log(
         digits = bisection.strip().lstrip("b#")
         if not digits.isdigit():
             raise UsageError(f"Cannot read bisection id '{bisection}': give its number (see `perfbisect log`).")
-        with app.stored_results(path, cfg) as store:
+        with app_reports.stored_results(path, cfg) as store:
             bid = int(digits)
             if bid not in {b.id for b in store.bisections(1 << 30)}:
                 raise UsageError(f"No bisection #{bid} in {store.path}. List the stored ones with `perfbisect log`.")
@@ -85,13 +85,13 @@ def log(
                 data = log_json([store.bisection(bid)], [], cfg)["bisections"][0]
                 data["trials"] = [trial_row(t) for t in store.trials(bisection_id=bid, status=None)]
             else:
-                lines = bisection_detail(store, bid, app.report_path(store.path, f"bisection-{bid}", cfg), cfg)
+                lines = bisection_detail(store, bid, app_reports.report_path(store.path, f"bisection-{bid}", cfg), cfg)
         if json_out:
             print_json(data)
         else:
             print_lines(lines)
         return
-    # The store directly, not ``app.log``: importing the use cases would load the engine (scipy) too.
+    # The store directly, not through ``perfbisect.app``: importing the use cases would load the engine (scipy) too.
     from ..store import locate, open_store
 
     where = locate(path)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import app
+from ..app import bisection, planning, reports
 from ..config import load_config
+from ..measure.workspace import Progress, Workspace, exclusive
 from ..store import open_store
 from .target import DEMO_KERNEL_NEW, KERNEL_NEW, KERNEL_OLD, DemoTarget, make_demo_target
 from .wheels import DEMO_KERNEL
@@ -16,7 +17,7 @@ from .wheels import DEMO_KERNEL
 
 def run_demo(
     directory: Path,
-    progress: app.Progress | None = None,
+    progress: Progress | None = None,
     *,
     drift_only: bool = False,
     commits: int = 36,
@@ -24,11 +25,11 @@ def run_demo(
     db: Path | str | None = None,
     variant: str = "speculative",
     seeded: bool = False,
-) -> tuple[app.BisectResult, DemoTarget]:
+) -> tuple[bisection.BisectResult, DemoTarget]:
     """Build the demo target (planted slowdown, or drift only) and bisect it with the real pipeline.
     Results go to ``db`` (a path or a database URL), by default ``<directory>/results.sqlite``.
     ``seeded``: measure with ``perfbisect.demo.seeded`` (computed, not timed) instead of the emulator."""
-    progress = progress or app.Progress()
+    progress = progress or Progress()
     progress.info(f"building the demo target in {directory} ...")
     target = make_demo_target(
         Path(directory),
@@ -45,20 +46,20 @@ def run_demo(
     progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; "
                   + ("measured: seeded calculation of the emulator's speed" if seeded else "server: SGLang emulator"))
     config = load_config(target.config)
-    with app.Workspace.open(config, db or target.root / "results.sqlite") as ws, app.exclusive(ws, progress):
-        result = app.run_bisection(ws, target.good, target.bad, progress)
+    with Workspace.open(config, db or target.root / "results.sqlite") as ws, exclusive(ws, progress):
+        result = bisection.run_bisection(ws, target.good, target.bad, progress)
     return result, target
 
 
-def demo_report(target: DemoTarget, result: app.BisectResult, db: Path | str | None = None) -> Path:
+def demo_report(target: DemoTarget, result: bisection.BisectResult, db: Path | str | None = None) -> Path:
     """The demo's report, beside its database (``<demo dir>/reports/bisection-N.html``; for a
     database server, under the demo's cache directory)."""
     config = load_config(target.config)
     with open_store(db or target.root / "results.sqlite", recover=False) as store:
-        return app.report(store, str(result.bisection_id), config=config)[0]
+        return reports.report(store, str(result.bisection_id), config=config)[0]
 
 
-def demo_pins(target: DemoTarget, result: app.BisectResult, db: Path | str | None = None) -> dict | None:
+def demo_pins(target: DemoTarget, result: bisection.BisectResult, db: Path | str | None = None) -> dict | None:
     """What the demo's kernel rename cost: environments built (one per pin set), each with its kernel
     and companions, and trials skipped as untestable (none: every commit ran in the environment of its
     pins). None without pins."""
@@ -70,8 +71,8 @@ def demo_pins(target: DemoTarget, result: app.BisectResult, db: Path | str | Non
     config = load_config(target.config)
     with open_store(db or target.root / "results.sqlite", recover=False) as store:
         trials = store.trials(bisection_id=result.bisection_id, status=None)
-    with app.Workspace.open(config, db or target.root / "results.sqlite") as ws:
-        groups = app.plan(ws, target.good, target.bad, check_patches=False).pin_groups
+    with Workspace.open(config, db or target.root / "results.sqlite") as ws:
+        groups = planning.plan(ws, target.good, target.bad, check_patches=False).pin_groups
     untestable = sum(1 for t in trials if t.status.value == "skipped")
     return {"pin_bump": target.pin_bump, "environments": len(built), "untestable_trials": untestable,
             "pin_sets": [{"commits": len(g.commits), "kernel": g.kernel, "requirements": list(g.requirements),

@@ -1,6 +1,6 @@
 """The Slurm executor: each observation's trials run as one Slurm job on a whole node.
 
-The search loop (``executors.loop.SearchLoop``, run by ``app.run_bisection`` with this executor when
+The search loop (``executors.loop.SearchLoop``, run by ``app.bisection.run_bisection`` with this executor when
 ``[executor] kind = "slurm"``) asks the policy for up to k measurements (``SearchPolicy.next_batch``); the
 executor stores a ``jobs`` row for each, with the decision that asked for it, and submits it with ``sbatch --parsable --exclusive`` (argument lists only: the fixed script
 ``slurm_job.sh`` execs ``python -m perfbisect.executors.slurmjob`` with its arguments). It then polls: a job

@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
             with exclusive(ws, progress, wait=True):
                 if args.pair:  # the which-path step: every mode at the pair, interleaved on this node
                     pair = [ws.repo.resolve(sha) for sha in args.pair]
-                    runner = TrialRunner(ws, progress)  # as the step runs them locally (perfbisect.app.which_path)
+                    runner = TrialRunner(ws, progress)  # as the step runs them locally (perfbisect.app.bisection.which_path)
                     new = measure_modes(runner, pair, args.mode, args.target, job.bisection_id,
                                         store.trials(bisection_id=job.bisection_id))
                     result = {"trial_ids": [t.id for t in new], "ran": len(new), "modes": list(args.mode),

@@ -117,7 +117,9 @@ def run_check(
     """Compare OLD and NEW mode by mode; bisect the first mode that regressed (action "bisect")."""
     # The use cases (and the engine's scipy) load here, when a check runs: the detached worker a pull
     # starts reaches its first state ("waiting: GPUs busy") without them.
-    from .. import app
+    from ..app.bisection import run_bisection
+    from ..app.measuring import CompareResult, compare_commits
+    from ..app.reports import report, report_quietly
 
     progress = progress or Progress()
     cfg = ws.config
@@ -132,10 +134,10 @@ def run_check(
     if old_c.sha == new_c.sha:
         result.update(verdict=Verdict.SAME.value, finished_at=time.time(), note="nothing new in the range")
         return result
-    worst: tuple[Verdict, str, app.CompareResult] | None = None
+    worst: tuple[Verdict, str, CompareResult] | None = None
     for mode in check_modes(cfg):
         progress.info(f"check [{mode}]: {old_c.short} vs {new_c.short}")
-        cmp = app.compare_commits(ws, old_c.sha, new_c.sha, mode, progress, wait_idle_s=wait_idle_s)
+        cmp = compare_commits(ws, old_c.sha, new_c.sha, mode, progress, wait_idle_s=wait_idle_s)
         c = cmp.comparison
         result["comparisons"][mode] = {
             "id": cmp.comparison_id, "verdict": c.verdict.value, "effect_pct": c.effect_pct,
@@ -153,7 +155,7 @@ def run_check(
     if verdict is Verdict.REGRESSED and action == "bisect":
         progress.info(f"[{mode}] is slower beyond noise: bisecting {old_c.short}..{new_c.short} on it")
         on_mode = replace(ws, config=replace(cfg, stats=replace(cfg.stats, metric=mode)))
-        bisection = app.run_bisection(on_mode, old_c.sha, new_c.sha, progress, wait_idle_s=wait_idle_s)
+        bisection = run_bisection(on_mode, old_c.sha, new_c.sha, progress, wait_idle_s=wait_idle_s)
         outcome = bisection.outcome
         result.update(verdict=outcome.verdict.value, bisection=bisection.bisection_id, culprit=outcome.named_culprit,
                       culprit_set=list(outcome.culprit_set), culprit_is_set=outcome.culprit_is_set)
@@ -162,7 +164,7 @@ def run_check(
         if outcome.named_culprit and outcome.named_culprit in bisection.commits:
             result["culprit_subject"] = one_line(bisection.commits[outcome.named_culprit].subject)
         report_of = str(bisection.bisection_id)
-    path = app.report_quietly(progress, lambda: app.report(ws.store, report_of, config=ws.config)[0])
+    path = report_quietly(progress, lambda: report(ws.store, report_of, config=ws.config)[0])
     result.update(report=str(path) if path else None, db=str(ws.db_path), finished_at=time.time())
     return result
 

@@ -1,3 +1,3 @@
-"""One trial: build, its environment, server, workload, system state, host checks, versions, calibration, run allocation, the workspace a command opens.
+"""One trial: build, its environment, server, workload, system state, host checks, versions, noise figures, run allocation, the workspace a command opens.
 
 Importing the package imports none of its modules."""

@@ -40,7 +40,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Sequence
 
-from .calibration import noise_model_for_key, run_logs
+from .noise_figures import noise_model_for_key, run_logs
 from ..model import NoiseKey, TrialResult, TrialStatus, pct
 from ..workload_kinds import kind_of
 

@@ -95,7 +95,7 @@ _ICON = {"regressed": "🔴", "improved": "🟢", "same": "⚪", "inconclusive":
 
 
 def bisection_markdown(result: Any, report: Path | None, spent: dict | None) -> str:
-    """A finished bisection (``app.BisectResult``)."""
+    """A finished bisection (``app.bisection.BisectResult``)."""
     from ..engine.cost import format_duration
 
     out = result.outcome
@@ -139,7 +139,7 @@ def bisection_markdown(result: Any, report: Path | None, spent: dict | None) -> 
 
 
 def comparison_markdown(result: Any, report: Path | None) -> str:
-    """`perfbisect compare A B` (``app.CompareResult``): A first, as given."""
+    """`perfbisect compare A B` (``app.measuring.CompareResult``): A first, as given."""
     cmp = result.comparison
     verdict = cmp.verdict.value
     lines = [

@@ -56,7 +56,7 @@ def comparison_line(label: str, cmp: Comparison | None, verdict: bool = True) ->
 
 
 def format_outcome(result: Any) -> list[str]:
-    """Terminal lines for a finished bisection (``app.BisectResult``)."""
+    """Terminal lines for a finished bisection (``app.bisection.BisectResult``)."""
     out: BisectOutcome = result.outcome
     commits = result.commits
     lines = []

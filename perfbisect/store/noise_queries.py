@@ -1,8 +1,8 @@
 """Noise levels measured on a host, kept for later bisections and calibrations of the same workload.
 
 ``perfbisect calibrate`` and finished bisections store a ``records.NoiseEstimate``
-(``perfbisect.measure.calibration.keep_noise``); the next command on that host starts from it
-(``calibration.starting_noise``). The functions take a ``Session`` the caller owns, like every query
+(``perfbisect.app.calibration.keep_noise``); the next command on that host starts from it
+(``noise_figures.starting_noise``). The functions take a ``Session`` the caller owns, like every query
 module of the store.
 """
 

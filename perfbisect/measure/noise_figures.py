@@ -1,5 +1,5 @@
-"""Noise figures: what calibrations and bisections on this host measured, which one a command starts
-from, and what `perfbisect calibrate` says about them.
+"""Noise figures: what calibrations and bisections on this host measured, the one rule for which of
+them a command starts from, and the noise model over them for one noise key.
 
 DESIGN.md §5, "noise figures are assumptions, not facts": a σ measured in back-to-back sessions of
 one build is often several times smaller than what a bisection meets (a busy 2-core host: 2.4–5.9%
@@ -16,17 +16,20 @@ false verdict. So every stored figure says how it was measured (``source``: "bis
 
 Trials that `calibrate` ran enter the noise model through its stored figure (under that rule, counted
 with at most ``LEARNED_DOF_CAP`` dof), not again as raw A/A data beside it.
+
+Which noise a command decides with (its modes; a ratio metric's prior), which figure it keeps, and what
+`perfbisect calibrate` says are the use cases' (``app.calibration``); this module holds what they share
+with measurement's choice of runs per trial (``run_allocation``, which starts from the same figure).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from ..model import NoiseKey, TrialResult
-from ..engine.stats import PRIOR_DOF_CAP, NoiseModel, min_detectable_effect, pct, variance_ratio_test
+from ..model import NoiseKey, TrialResult, pct
+from ..engine.stats import NoiseModel, variance_ratio_test
 from ..store import NoiseEstimate, TrialPurpose
 
 if TYPE_CHECKING:  # the workspace is only passed through
@@ -166,28 +169,11 @@ def disagreement_line(start: StartingNoise) -> str:
     )
 
 
-# ------------------------------------------------------------------------------------------------
-# The noise model a command decides with
-
-
-def starting_noise_for(ws: "Workspace", mode_name: str) -> StartingNoise:
-    """``starting_noise`` over the figures stored for ``mode_name`` on this host."""
-    key = ws.noise_key(ws.config.mode(mode_name))
-    return starting_noise(ws.store.noise_estimates(mode_name, key.workload_hash), key)
-
-
-def noise_model_and_note(ws: "Workspace", mode_names: Sequence[str]) -> tuple[NoiseModel, str | None]:
-    """Between-trial noise for this host/mode/workload — the stored figure the module's rule picks,
-    pooled with stored A/A trials of identical builds, else the stated prior — and a note when the
-    figures disagree or were measured on another host."""
-    if len(mode_names) != 1:
-        # Ratio metrics: A/A data of the ratio itself is not pooled yet.
-        return NoiseModel.prior(ws.config.stats.prior_sigma_pct), None
-    return noise_model_for_key(ws, ws.noise_key(ws.config.mode(mode_names[0])))
-
-
 def noise_model_for_key(ws: "Workspace", key: NoiseKey) -> tuple[NoiseModel, str | None]:
-    """``noise_model_and_note`` for one noise key (a mode's, or one of its workload's siblings)."""
+    """Between-trial noise under one noise key (a mode's, or one of its workload's siblings) — the stored
+    figure the module's rule picks, pooled with stored A/A trials of identical builds, else the stated
+    prior — and a note when the figures disagree or were measured on another host
+    (``app.calibration.noise_model_and_note`` asks it for a command's mode)."""
     cfg = ws.config
     prior = NoiseModel.prior(cfg.stats.prior_sigma_pct)
     estimates = ws.store.noise_estimates(key.mode, key.workload_hash)
@@ -209,126 +195,16 @@ def noise_model_for_key(ws: "Workspace", key: NoiseKey) -> tuple[NoiseModel, str
     return NoiseModel.from_groups([s for s in summaries if s], within=within, prior=prior), note
 
 
-def noise_model(ws: "Workspace", mode_names: Sequence[str]) -> NoiseModel:
-    """The noise model alone (``noise_model_and_note`` without its note)."""
-    return noise_model_and_note(ws, mode_names)[0]
-
-
-def keep_noise(ws: "Workspace", mode_names: Sequence[str], sigma_pct: float | None, dof: float | None, source: str,
-               sigma_w: float | None = None) -> None:
-    """Store the noise a calibration or a finished bisection measured, with its true dof, for the next
-    command on this host (which bounds its weight)."""
-    if sigma_pct is None or not dof or dof < 2 or len(mode_names) != 1 or not math.isfinite(sigma_pct):
-        return
-    mode = ws.config.mode(mode_names[0])
-    ws.store.add_noise_estimate(NoiseEstimate(
-        **ws.noise_key(mode)._asdict(),
-        sigma_b=math.log1p(sigma_pct / 100.0), dof=float(dof), sigma_w=sigma_w, source=source, created_at=time.time(),
-    ))
-
-
-# ------------------------------------------------------------------------------------------------
-# What `perfbisect calibrate` measured and says
-
-
-@dataclass(frozen=True)
-class CalibrationNoise:
-    """What one calibration measured on its own: σ_b within each build across its interleaved
-    sessions (no prior pooled in), σ_w within sessions, and how many trials of each build counted."""
-
-    sigma_b: float | None  # log scale; None with fewer than two usable trials of any build
-    dof: int
-    sigma_w: float | None
-    trials: tuple[int, ...]  # usable trials per build
-
-    @property
-    def sigma_b_pct(self) -> float | None:
-        return None if self.sigma_b is None else pct(self.sigma_b)
-
-    @property
-    def sigma_w_pct(self) -> float | None:
-        return None if self.sigma_w is None else pct(self.sigma_w)
-
-
-def calibration_noise(trials: Sequence[TrialResult]) -> CalibrationNoise:
-    """σ_b pooled over each build's own spread (its level removed: two builds may differ), σ_w over
-    every trial's runs."""
-    groups: dict[tuple, list[float]] = {}
-    for t in trials:
-        if t.summary is not None:
-            groups.setdefault(t.identity.build_key, []).append(t.summary)
-    measured = NoiseModel.from_groups(list(groups.values()), within=run_logs(trials), prior=NoiseModel(0.0, 0.0, "none"))
-    dof = sum(len(g) - 1 for g in groups.values())
-    return CalibrationNoise(measured.sigma_b if dof else None, dof, measured.sigma_w, tuple(len(g) for g in groups.values()))
-
-
-def detectable_lines(noise: NoiseModel, budget_trials: int = 10, alpha: float = 0.01) -> list[str]:
-    """The smallest regression a few trial counts can detect at ``noise`` (power 80%)."""
-    per_side = max(budget_trials // 2, 1)
-    return [
-        f"smallest regression detectable with {n} vs {n} trials (alpha {alpha:g}, power 80%): "
-        f"{min_detectable_effect(noise, n, n, alpha):.1f}%"
-        for n in sorted({2, 3, 5, per_side}) if n <= max(per_side, 2)
-    ]
-
-
-def calibration_lines(measured: CalibrationNoise, start: StartingNoise, next_noise: NoiseModel,
-                      budget_trials: int = 10, alpha: float = 0.01) -> list[str]:
-    """`perfbisect calibrate`'s verdict on the noise: what it measured, how that compares with what
-    bisections on this host measured, which figure the next bisection starts from and why, and what
-    that noise lets a budget detect."""
-    lines = []
-    if measured.sigma_b_pct is None:
-        lines.append(
-            "between-session noise σ_b: not measured (fewer than two usable trials of either build); "
-            "nothing was stored"
-        )
-    else:
-        per_build = "+".join(str(n) for n in measured.trials)
-        lines.append(
-            f"between-session noise σ_b: {measured.sigma_b_pct:.2f}% ({measured.dof} dof from {per_build} trials: "
-            f"the spread within each build across interleaved sessions); stored with its {measured.dof} dof"
-        )
-    if measured.sigma_w_pct is not None:
-        lines.append(f"within-session noise σ_w: {measured.sigma_w_pct:.2f}% per run (runs of one session; not independent evidence)")
-    else:
-        lines.append("within-session noise σ_w: not measured")
-    if start.disagree:
-        lines.append(disagreement_line(start))
-    elif start.bisection is not None and start.calibration is not None and start.agreement is not None:
-        lines.append(
-            f"bisections on this host measured {start.bisection.describe()}; this calibration agrees "
-            f"({start.agreement.describe()})"
-        )
-    if not start.disagree:
-        if start.figure is None:
-            lines.append(f"the next bisection on this host starts from the {next_noise.sigma_b_pct:.1f}% prior ({start.why})")
-        else:
-            lines.append(f"the next bisection on this host starts from {start.figure.describe()}: {start.why}")
-    lines.append(f"noise the next bisection decides with, pooled with stored A/A trials: {next_noise.describe()}; "
-                 f"a bisection counts it as a prior worth at most {PRIOR_DOF_CAP:g} trial{'' if PRIOR_DOF_CAP == 1 else 's'} "
-                 f"of its own (`compare` and `check`: only when it is not under the pair's own spread), never a licence")
-    lines.extend(detectable_lines(next_noise, budget_trials, alpha))
-    return lines
-
 
 __all__ = [
     "DISAGREE_ALPHA",
     "DISAGREE_SIGMA_RATIO",
     "LEARNED_DOF_CAP",
     "Agreement",
-    "CalibrationNoise",
     "NoiseFigure",
     "StartingNoise",
-    "calibration_lines",
-    "calibration_noise",
-    "detectable_lines",
     "disagreement_line",
-    "keep_noise",
-    "noise_model",
-    "noise_model_and_note",
     "noise_model_for_key",
     "run_logs",
     "starting_noise",
-    "starting_noise_for",
 ]

@@ -159,11 +159,14 @@ class BayesBisection:
         return int(np.argmax(gains))
 
 
-def run(t, sigma: float | None, confidence: float = 0.99, budget: int = 120) -> dict:
+def run(t, sigma: float | None, confidence: float = 0.99, budget: int = 120, min_at_change: int = 0) -> dict:
     """One bisection of a simulated target (``strategies.Target``): what it names and what it spent.
 
     Sees what perfbisect sees: trial summaries as the runner returns them (flagged trials re-run), no
-    recorded state. ``sigma`` is the σ it is told (None: learned).
+    recorded state. ``sigma`` is the σ it is told (None: learned). ``min_at_change`` > 0 adds DESIGN.md's
+    floor ("never decide on fewer than two trials per side", the culprit measured against its parent): an
+    answer is named only once its commit and the testable commit before it carry that many trials each; until
+    then the one with fewer is measured (the commit first on a tie) and the posterior looked at again.
     """
     n = t.scn.n
     if len(t.changes) > 1:
@@ -176,6 +179,10 @@ def run(t, sigma: float | None, confidence: float = 0.99, budget: int = 120) -> 
         k, p = b.best(post)
         if p >= confidence:
             cset = tuple(sorted(_untestable_run(b, k))) + (k,)
+            short = _short_of_floor(b, cset, min_at_change)
+            if short is not None and b.trials < budget:
+                b.add(short, t.measure(short).value)
+                continue
             return {"changes": (k,), "set": cset, "verdict": "regressed", "answer_probability": p,
                     "budget_exhausted": False}
         if b.trials >= budget:
@@ -186,6 +193,14 @@ def run(t, sigma: float | None, confidence: float = 0.99, budget: int = 120) -> 
             b.untestable.add(j)
             continue
         b.add(j, t.measure(j).value)
+
+
+def _short_of_floor(b: BayesBisection, cset: tuple[int, ...], floor: int) -> int | None:
+    """The commit of the answer or its parent (the testable commit before the answer's set) still under ``floor``
+    trials, the one with fewer (the answer's own on a tie); None when both have enough."""
+    k, parent = cset[-1], cset[0] - 1
+    short = [j for j in (k, parent) if b.cnt[j] < floor]
+    return min(short, key=lambda j: b.cnt[j]) if short else None
 
 
 def _untestable_run(b: BayesBisection, k: int) -> list[int]:

@@ -54,6 +54,7 @@ from perfbisect.engine.observations import Done  # noqa: E402
 from perfbisect.model import Observation  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
 from perfbisect.engine.stats import NoiseModel, compare  # noqa: E402
+from perfbisect.engine.tuning import DEFAULT_TUNING  # noqa: E402
 
 import bayes_reference  # noqa: E402  (benchmarks/, beside this file)
 
@@ -612,7 +613,6 @@ def equivalence_trials(t: Target, settings: StatsConfig | None = None) -> int:
     tuning.min_trials_per_side per side (no verdict rests on fewer). σ is each endpoint's true sd of a
     trial summary (``Target.trial_sd``: what the oracle knows, and the layout spread a randomised layout adds).
     """
-    from perfbisect.engine.tuning import DEFAULT_TUNING
 
     settings = settings or StatsConfig()
     tol = math.log1p(settings.tolerance_pct / 100)
@@ -861,6 +861,14 @@ def run_bayes_learner(t: Target) -> dict:
     return bayes_reference.run(t, sigma=None, confidence=settings.confidence, budget=settings.max_trials_total)
 
 
+def run_bayes_learner_floor(t: Target) -> dict:
+    """``bayes-learner`` held to DESIGN.md's floor: the named commit and its parent carry two trials each (the
+    engine's ``min_trials_at_change``) before an answer is named — what that one rule costs any search."""
+    settings = StatsConfig()
+    return bayes_reference.run(t, sigma=None, confidence=settings.confidence, budget=settings.max_trials_total,
+                               min_at_change=DEFAULT_TUNING.min_trials_at_change)
+
+
 STRATEGIES = {
     "perfbisect": run_perfbisect,
     "perfbisect-learned-noise": run_perfbisect_learned,
@@ -872,6 +880,7 @@ STRATEGIES = {
     "sprt-learned-levels": run_sprt_learned_levels,
     "bayes-told-sigma": run_bayes_told_sigma,
     "bayes-learner": run_bayes_learner,
+    "bayes-learner-floor": run_bayes_learner_floor,
     "known-sigma-equivalence": run_known_sigma_equivalence,
     "perfbisect-fixed-layout": run_perfbisect_fixed_layout,
 }

@@ -117,3 +117,28 @@ def test_on_seeded_noisy_ranges_it_names_the_change(name):
         right += res["changes"] == t.changes
         assert res["verdict"] in ("regressed", "inconclusive")
     assert right >= 9
+
+
+def _counted(scn, seed: int, **kw) -> tuple[dict, list[int]]:
+    """A reference's bisection of a seeded target, with the commit of every trial it measured, in order."""
+    t = S.make_target(scn, seed)
+    seen: list[int] = []
+    measure = t.measure
+    t.measure = lambda j: (seen.append(j), measure(j))[1]
+    return B.run(t, sigma=None, **kw), seen
+
+
+def test_the_floor_variant_names_an_answer_only_on_two_trials_of_it_and_of_its_parent():
+    """``min_at_change`` (DESIGN.md's "never decide on fewer than two trials per side"): every answer it names
+    rests on that many trials of the commit and of the testable commit before it; without it, some S1 seeds are
+    named on one trial of one of them."""
+    short = 0
+    for seed in range(900, 910):
+        res, seen = _counted(S.SCENARIOS["S1"], seed, min_at_change=2)
+        assert res["verdict"] == "regressed"
+        k, parent = res["set"][-1], res["set"][0] - 1
+        assert seen.count(k) >= 2 and seen.count(parent) >= 2, (seed, k, seen)
+        plain, seen = _counted(S.SCENARIOS["S1"], seed)
+        k, parent = plain["set"][-1], plain["set"][0] - 1
+        short += min(seen.count(k), seen.count(parent)) < 2
+    assert short >= 3  # seeds 901, 902 and 906 at least (a search that stops at 0.99 on one trial of a side)

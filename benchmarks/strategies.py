@@ -54,7 +54,7 @@ from perfbisect.engine.observations import Done  # noqa: E402
 from perfbisect.model import Observation  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
 from perfbisect.engine.stats import NoiseModel, compare  # noqa: E402
-from perfbisect.engine.tuning import DEFAULT_TUNING  # noqa: E402
+from perfbisect.engine.tuning import DEFAULT_TUNING, Tuning  # noqa: E402
 
 import bayes_reference  # noqa: E402  (benchmarks/, beside this file)
 
@@ -540,15 +540,18 @@ def run_perfbisect_thorough(t: Target) -> dict:
     return run_perfbisect(t, settings=StatsConfig(second_change_z=3.0))
 
 
-def _policy(t: Target, settings: StatsConfig | None = None, noise: NoiseModel | None = None):
-    """The candidate names, settings and a fresh SearchPolicy for target ``t`` (its history, if any)."""
+def _policy(t: Target, settings: StatsConfig | None = None, noise: NoiseModel | None = None,
+            tuning: Tuning | None = None):
+    """The candidate names, settings and a fresh SearchPolicy for target ``t`` (its history, if any); ``tuning``:
+    the policy's constants (``DEFAULT_TUNING`` unless given)."""
     commits = [f"c{j:03d}" for j in range(t.scn.n)]
     settings = settings or StatsConfig()
     history = ()
     if t.scn.history_good_pct is not None:
         history = (Observation(commits[0], t.levels[0] + math.log1p(t.scn.history_good_pct / 100), day="11-28",
                                at=T0_UNIX - 3 * 86400.0),)
-    policy = SearchPolicy(commits, settings, noise or NoiseModel.prior(settings.prior_sigma_pct), history=history)
+    policy = SearchPolicy(commits, settings, noise or NoiseModel.prior(settings.prior_sigma_pct), history=history,
+                          tuning=tuning or DEFAULT_TUNING)
     return commits, settings, policy
 
 
@@ -562,9 +565,10 @@ def stored_noise(t: Target) -> NoiseModel | None:
                       f"calibrate: quiet back-to-back sessions (simulated, {k:.1f}× too small)", n_trials=int(t.scn.stored_dof) + 1)
 
 
-def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsConfig | None = None) -> dict:
+def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsConfig | None = None,
+                   tuning: Tuning | None = None) -> dict:
     n = t.scn.n
-    commits, settings, policy = _policy(t, settings, noise or stored_noise(t))
+    commits, settings, policy = _policy(t, settings, noise or stored_noise(t), tuning)
     obs: list[Observation] = []
     for _ in range(1000):
         act = policy.next(obs)

@@ -8,7 +8,6 @@ from dataclasses import replace
 import numpy as np
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "benchmarks"))
 import strategies as S
-from perfbisect.engine.bisect import SearchPolicy
 from perfbisect.engine.tuning import DEFAULT_TUNING
 from perfbisect.settings import StatsConfig
 from multiprocessing import Pool
@@ -21,16 +20,8 @@ VARIANTS = {
 def job(args):
     name, cell, seed = args
     tv, sv = VARIANTS[name]
-    tuning = replace(DEFAULT_TUNING, **tv)
-    orig = SearchPolicy.__init__
-    def init(self, *a, **k):
-        k.setdefault("tuning", tuning); orig(self, *a, **k)
-    SearchPolicy.__init__ = init
-    try:
-        t = S.make_target(S.SCENARIOS[cell], seed); t.seed = seed
-        r = S.score(t, S.run_perfbisect(t, settings=replace(StatsConfig(), **sv)))
-    finally:
-        SearchPolicy.__init__ = orig
+    t = S.make_target(S.SCENARIOS[cell], seed); t.seed = seed
+    r = S.score(t, S.run_perfbisect(t, settings=replace(StatsConfig(), **sv), tuning=replace(DEFAULT_TUNING, **tv)))
     return name, cell, r
 
 if __name__ == "__main__":

@@ -281,7 +281,7 @@ class TrialTime:
 
 def trial_time(durations: Sequence[float], config) -> TrialTime:
     """From the durations of the trials stored on this host for the same modes and workload (the caller reads
-    them: ``app.trial_time``), else ``[cost] trial_minutes``, else unknown."""
+    them: ``app.planning.trial_time``), else ``[cost] trial_minutes``, else unknown."""
     if durations:
         n = len(durations)
         return TrialTime(median(list(durations)), f"median of {n} stored trial{'s' if n != 1 else ''} on this host")
@@ -309,9 +309,9 @@ def estimate(
     budget_s: float = SIM_BUDGET_S,
 ) -> Estimate:
     """Trials, wall time and GPU-hours of a bisection over ``candidates`` commits on this host (``timing``: what
-one trial takes here, ``app.trial_time``).
+one trial takes here, ``app.planning.trial_time``).
 
-    ``noise``: the model `run` would start from (``app.noise_model``), else the configured prior;
+    ``noise``: the model `run` would start from (``app.calibration.noise_model``), else the configured prior;
     ``effect``: (percent, where it comes from), else ``default_effect``.
     """
     modes = cfg.metric_modes

@@ -180,11 +180,13 @@ def run(t, sigma: float | None, confidence: float = 0.99, budget: int = 120, min
         if p >= confidence:
             cset = tuple(sorted(_untestable_run(b, k))) + (k,)
             short = _short_of_floor(b, cset, min_at_change)
-            if short is not None and b.trials < budget:
+            if short is None:
+                return {"changes": (k,), "set": cset, "verdict": "regressed", "answer_probability": p,
+                        "budget_exhausted": False}
+            if b.trials < budget:
                 b.add(short, t.measure(short).value)
                 continue
-            return {"changes": (k,), "set": cset, "verdict": "regressed", "answer_probability": p,
-                    "budget_exhausted": False}
+            # the budget ended short of the floor: nothing is named (below), as with any check left open
         if b.trials >= budget:
             return {"changes": (), "set": (), "verdict": "inconclusive", "answer_probability": p,
                     "budget_exhausted": True}

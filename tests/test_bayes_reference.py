@@ -142,3 +142,7 @@ def test_the_floor_variant_names_an_answer_only_on_two_trials_of_it_and_of_its_p
         k, parent = plain["set"][-1], plain["set"][0] - 1
         short += min(seen.count(k), seen.count(parent)) < 2
     assert short >= 3  # seeds 901, 902 and 906 at least (a search that stops at 0.99 on one trial of a side)
+    # A budget that ends at 0.99 with the floor still short names nothing (seed 902 reaches 0.99 on its 6th trial
+    # with one trial of the parent).
+    res, seen = _counted(S.SCENARIOS["S1"], 902, min_at_change=2, budget=6)
+    assert res["verdict"] == "inconclusive" and res["budget_exhausted"] and len(seen) == 6, (res, seen)

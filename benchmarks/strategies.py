@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from scipy import stats as sps
@@ -566,12 +566,14 @@ def stored_noise(t: Target) -> NoiseModel | None:
 
 
 def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsConfig | None = None,
-                   tuning: Tuning | None = None) -> dict:
-    n = t.scn.n
+                   tuning: Tuning | None = None, on_measure: Callable[[Any], None] | None = None) -> dict:
+    """One bisection of ``t`` by the engine; ``on_measure`` sees each decision to measure before it is carried out."""
     commits, settings, policy = _policy(t, settings, noise or stored_noise(t), tuning)
     obs: list[Observation] = []
     for _ in range(1000):
         act = policy.next(obs)
+        if on_measure is not None and not isinstance(act, Done):
+            on_measure(act)
         if isinstance(act, Done):
             o = act.outcome
             named = ()

@@ -52,9 +52,10 @@ def job(args):
     r = S.score(t, S.run_perfbisect(t, settings=replace(StatsConfig(), **sv), tuning=replace(DEFAULT_TUNING, **tv)))
     return name, cell, r
 
-if __name__ == "__main__":
-    cells = sys.argv[1].split(","); reps = int(sys.argv[2]); base = int(sys.argv[3])
-    names = sys.argv[5].split(",") if len(sys.argv) > 5 else list(VARIANTS)
+def main(argv: list[str], names: list[str] | None = None) -> None:
+    """argv: CELLS REPS SEED_BASE OUT.json [VARIANT,...]; ``names``: the variants when argv names none (all)."""
+    cells = argv[0].split(","); reps = int(argv[1]); base = int(argv[2])
+    names = argv[4].split(",") if len(argv) > 4 else (names or list(VARIANTS))
     jobs = [(v, c, base + i) for v in names for c in cells for i in range(reps)]
     out = {}
     with Pool(int(__import__("os").environ.get("WORKERS", "2"))) as p:
@@ -67,4 +68,8 @@ if __name__ == "__main__":
                    "false": float(np.mean([r["false_blame"] for r in rows])),
                    "wrong_first": float(np.mean([r.get("wrong_first", 0) for r in rows]))}
         print(k, summ[k], flush=True)
-    json.dump(summ, open(sys.argv[4], "w"), indent=1)
+    json.dump(summ, open(argv[3], "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -113,20 +113,27 @@ def test_which_path_regressed_on_each_demo_variant(tmp_path, variant):
     # trials disagree (its interval wider than the change being told apart); never otherwise.
     assert result["regressed"] in (variant, "unclear"), rp["summary"]
     base = before["baseline"]["comparison"]
+    wide = base["ci_high_pct"] - base["ci_low_pct"] > 10  # the machine's load made the baseline's trials disagree
+    base_significant = base["verdict"] in ("regressed", "improved")
+    # The report highlights the baseline's column exactly when its own comparison says it moved.
+    assert ("baseline_tok_s" in rp["moved"]) == base_significant, (rp["moved"], base)
     if result["regressed"] == "unclear":
-        assert base["ci_high_pct"] - base["ci_low_pct"] > 10, rp["summary"]
+        assert wide, rp["summary"]
         assert rp["trials"] >= 2 * 2 * 3  # it measured n more of each before saying so
     elif variant == "speculative":
-        assert rp["summary"].startswith("speculative path regressed (baseline unchanged; accept length ")
+        unchanged = "unchanged" if not base_significant else f"{base['effect_pct']:+.1f}%, far less"
+        assert rp["summary"].startswith(f"speculative path regressed (baseline {unchanged}; accept length "), rp["summary"]
         assert abs(base["effect_pct"]) < 8  # nearer no change than EAGLE-3's -15%
         assert rp["cycle_after_ms"] / rp["cycle_before_ms"] == pytest.approx(VERIFY_BAD_MS / VERIFY_GOOD_MS, rel=0.1)
         assert rp["break_even_after"] > rp["break_even_before"] * 1.1
-        assert "cycle_ms" in rp["moved"] and "baseline_tok_s" not in rp["moved"]
+        assert "cycle_ms" in rp["moved"]
     else:
         assert rp["summary"].startswith("target model regressed (baseline -1")
         assert base["effect_pct"] == pytest.approx(100 * (1 / 1.2 - 1), abs=6)
         assert rp["break_even_after"] == pytest.approx(rp["break_even_before"], rel=0.1)
-        assert "baseline_tok_s" in rp["moved"]
+        # Named at 100:1 on the two paths' odds; its own two-sided test at alpha can still fall short
+        # when load widened the baseline's interval (seen once in CI: -16% with p ≥ 0.01 on 3 vs 3).
+        assert base_significant or wide, base
     # The terminal verdict and the report say it too; the report highlights the columns that moved.
     text = run_command("report", "latest", "--db", str(db), cwd=target.root)
     assert text.returncode == 0, text.stderr

@@ -57,6 +57,7 @@ from perfbisect.engine.stats import NoiseModel, compare  # noqa: E402
 from perfbisect.engine.tuning import DEFAULT_TUNING, Tuning  # noqa: E402
 
 import bayes_reference  # noqa: E402  (benchmarks/, beside this file)
+import bayes_two  # noqa: E402
 
 START_MIN = 5.5 + 2 * 25 / 60  # a session's fixed part: start, readiness, 2 warm-up runs
 RUN_MIN = 25 / 60  # one measured run
@@ -875,6 +876,15 @@ def run_bayes_learner_floor(t: Target) -> dict:
                                min_at_change=DEFAULT_TUNING.min_trials_at_change)
 
 
+def run_bayes_learner_two(t: Target) -> dict:
+    """Bayesian bisection told "one change or two" (prior 0.1 of two, perfbisect's ``two_change_prior``), levels,
+    steps and σ learned; a step matters from ``min_effect_pct`` (benchmarks/bayes_two.py): what ruling out a second
+    change costs a search that does it by the posterior alone."""
+    settings = StatsConfig()
+    return bayes_two.run(t, sigma=None, q=DEFAULT_TUNING.two_change_prior, min_step_pct=settings.min_effect_pct,
+                         confidence=settings.confidence, budget=settings.max_trials_total)
+
+
 STRATEGIES = {
     "perfbisect": run_perfbisect,
     "perfbisect-learned-noise": run_perfbisect_learned,
@@ -887,6 +897,7 @@ STRATEGIES = {
     "bayes-told-sigma": run_bayes_told_sigma,
     "bayes-learner": run_bayes_learner,
     "bayes-learner-floor": run_bayes_learner_floor,
+    "bayes-learner-2": run_bayes_learner_two,
     "known-sigma-equivalence": run_known_sigma_equivalence,
     "perfbisect-fixed-layout": run_perfbisect_fixed_layout,
 }

@@ -1,0 +1,149 @@
+"""The reference told "one change or two" (benchmarks/bayes_two.py, issue #35): its likelihood against a brute-force
+marginal of the normal model, its step probabilities against a direct integral, its information gain against the
+mutual information computed directly, and its search on seeded targets (no git, no servers)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bayes_two as B2  # noqa: E402
+import strategies as S  # noqa: E402
+
+DATA = {0: [0.01, -0.02, 0.03], 2: [-0.05], 3: [-0.09, -0.07], 4: [-0.12], 5: [-0.16, -0.14]}
+
+
+def _filled(n: int, data: dict[int, list[float]], sigma: float | None, **kw) -> B2.TwoChangeBisection:
+    b = B2.TwoChangeBisection(n, sigma=sigma, **kw)
+    for j, ys in data.items():
+        for y in ys:
+            b.add(j, y)
+    return b
+
+
+def _brute(b: B2.TwoChangeBisection, data, sigma: float, tau0: float) -> np.ndarray:
+    """log p(D | k1, k2) with μ0 ~ N(0, τ0²) and each step ~ N(0, gσ²): the trials are jointly normal."""
+    js = np.array([j for j, ys in data.items() for _ in ys])
+    y = np.array([v for ys in data.values() for v in ys])
+    out = []
+    for k1, k2 in zip(b.k1, b.k2):
+        x = np.stack([np.ones(len(y)), (js >= k1).astype(float), (js >= k2).astype(float)], axis=1)
+        prior = np.diag([tau0 ** 2, b.g * sigma ** 2, b.g * sigma ** 2])
+        cov = sigma ** 2 * np.eye(len(y)) + x @ prior @ x.T
+        out.append(stats.multivariate_normal(np.zeros(len(y)), cov).logpdf(y))
+    return np.array(out)
+
+
+def test_the_told_sigma_likelihood_is_the_flat_limit_of_a_normal_first_level_and_g_sigma2_steps():
+    sigma = 0.03
+    b = _filled(6, DATA, sigma)
+    mine = b.log_likelihood()
+    for tau0, tol in ((10.0, 1e-3), (100.0, 1e-5)):
+        brute = _brute(b, DATA, sigma, tau0)
+        np.testing.assert_allclose(mine - mine[0], brute - brute[0], atol=tol)
+    # a one-change hypothesis (k2 = n) is the one-change model's value: the step no trial sees integrates out
+    one = b.k2 == 6
+    assert one.sum() == 5 and np.isfinite(mine[one]).all()
+
+
+def test_the_learned_sigma_likelihood_integrates_sigma_against_its_prior():
+    b = _filled(6, DATA, None)
+    mine = b.log_likelihood()
+    a0, b0 = b.nu0 / 2, b.nu0 * b.s0 ** 2 / 2
+
+    def marginal(i: int) -> float:
+        def f(sig2: float) -> float:
+            told = _filled(6, DATA, math.sqrt(sig2))
+            # the told-σ value drops σ's own factor (2πσ²)^{-(N-1)/2}: put it back before integrating σ² out
+            ll = told.log_likelihood()[i] - 0.5 * (told.trials - 1) * math.log(2 * math.pi * sig2)
+            return math.exp(ll) * stats.invgamma(a0, scale=b0).pdf(sig2)
+        return math.log(integrate.quad(f, 0, 1.0, points=[1e-4, 1e-3, 1e-2], limit=200)[0])
+
+    pick = [0, 3, 7, 11, 14]
+    brute = np.array([marginal(i) for i in pick])
+    np.testing.assert_allclose(mine[pick] - mine[pick[0]], brute - brute[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("sigma", [0.03, None])
+def test_the_step_probabilities_are_the_bivariate_posterior_mass_outside_the_minimum_step(sigma):
+    b = _filled(6, DATA, sigma, min_step=math.log1p(0.03))
+    p1, p2, p12 = b.step_probabilities()
+    a_inv, beta, _, s = b._fit()
+    scale2, dof = b._scale2_dof(s)
+    m = b.min_step
+    for i in (2, 7, 12):  # two-change hypotheses
+        cov = a_inv[i, 1:, 1:] * scale2[i]
+        mean = beta[i, 1:]
+        if dof is None:
+            dist = stats.multivariate_normal(mean, cov)
+        else:
+            dist = stats.multivariate_t(mean, cov, df=dof)
+        sd = np.sqrt(np.diag(cov))
+        box = [(mean[0] - 12 * sd[0], mean[0] + 12 * sd[0]), (mean[1] - 12 * sd[1], mean[1] + 12 * sd[1])]
+
+        def mass(lo1, hi1, lo2, hi2):
+            if lo1 >= hi1 or lo2 >= hi2:
+                return 0.0
+            return integrate.dblquad(lambda d2, d1: dist.pdf([d1, d2]), lo1, hi1, lo2, hi2, epsabs=1e-7)[0]
+
+        inner2 = mass(*box[0], max(box[1][0], -m), min(box[1][1], m))
+        both = sum(mass(a, c, e, f) for a, c in ((box[0][0], -m), (m, box[0][1]))
+                   for e, f in ((box[1][0], -m), (m, box[1][1])))
+        assert p2[i] == pytest.approx(1 - inner2, abs=2e-3)
+        assert p12[i] == pytest.approx(both, abs=2e-3)
+        assert p12[i] <= min(p1[i], p2[i]) + 1e-12
+    one = b.k2 == 6
+    assert (p2[one] == 0).all() and (p12[one] == 0).all()
+
+
+@pytest.mark.parametrize("sigma", [0.03, None])
+def test_the_information_gain_is_the_mutual_information_of_the_hypothesis_and_the_next_trial(sigma):
+    b = _filled(6, DATA, sigma)
+    fit = b._fit()
+    post = b.posterior(fit)
+    gains = b.information_gains(post, fit)
+    a_inv, beta, _, s = fit
+    scale2, dof = b._scale2_dof(s)
+    for j in (1, 3, 5):
+        comps = []
+        for i in range(len(post)):
+            x = np.array([1.0, float(j >= b.k1[i]), float(j >= b.k2[i])])
+            sd = math.sqrt(scale2[i] * (1 + x @ a_inv[i] @ x))
+            mean = float(x @ beta[i])
+            comps.append(stats.norm(mean, sd) if dof is None else stats.t(dof, mean, sd))
+
+        def mix(y: float) -> float:
+            return sum(w * c.pdf(y) for w, c in zip(post, comps))
+
+        lo, hi = min(c.ppf(1e-9) for c in comps), max(c.ppf(1 - 1e-9) for c in comps)
+        h_mix = integrate.quad(lambda y: -mix(y) * math.log(mix(y)) if mix(y) > 0 else 0.0, lo, hi, limit=400)[0]
+        h_comp = sum(w * c.entropy() for w, c in zip(post, comps))
+        assert gains[j] == pytest.approx(h_mix - h_comp, abs=3e-3)
+
+
+def test_a_step_too_small_to_matter_is_no_answer_and_untestable_commits_join_the_next():
+    # one clear −15% step at 3 and nothing else: the answer is (3,) unless a second step ≥ m is likely
+    data = {j: ([0.0, 0.001] if j < 3 else [-0.15, -0.151]) for j in range(6)}
+    b = _filled(6, data, 0.01, min_step=math.log1p(0.03))
+    answers = b.answers(b.posterior())
+    assert max(answers, key=answers.get) == (3,) and answers[(3,)] > 0.9
+    assert sum(answers.values()) == pytest.approx(1.0, abs=1e-6)
+    b.untestable = {3}
+    moved = b.answers(b.posterior())
+    assert (3,) not in moved and max(moved, key=moved.get) == (4,)
+
+
+@pytest.mark.parametrize("scenario, truth", [("one", (-8.0,)), ("two", (-10.0, -6.0))])
+def test_without_noise_it_names_one_change_or_both(scenario, truth):
+    scn = S.Scenario("Z", "noise-free", 16, 1e-4, 1e-4, truth)
+    for seed in range(3):
+        t = S.make_target(scn, seed)
+        res = B2.run(t, sigma=None, q=0.5)
+        assert res["changes"] == t.changes and res["verdict"] == "regressed"
+        assert (res["p_two"] > 0.99) == (len(truth) == 2)

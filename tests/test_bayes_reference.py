@@ -108,7 +108,7 @@ def test_without_noise_it_finds_the_change_by_halving(sigma):
         assert t.trials <= 2 + 7 + (0 if sigma else 2)
 
 
-@pytest.mark.parametrize("name", ["bayes-told-sigma", "bayes-learner"])
+@pytest.mark.parametrize("name", ["bayes-told-sigma", "bayes-learner", "bayes-learner-2"])
 def test_on_seeded_noisy_ranges_it_names_the_change(name):
     right = 0
     for seed in range(10):

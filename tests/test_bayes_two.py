@@ -147,3 +147,18 @@ def test_without_noise_it_names_one_change_or_both(scenario, truth):
         res = B2.run(t, sigma=None, q=0.5)
         assert res["changes"] == t.changes and res["verdict"] == "regressed"
         assert (res["p_two"] > 0.99) == (len(truth) == 2)
+
+
+@pytest.mark.parametrize("truth", [(-8.0,), (-10.0, -6.0)])
+def test_on_seeded_noisy_ranges_it_names_one_change_or_both_and_rules_out_the_other(truth):
+    """S2's and S5's noise on 16 commits: one change is named once a second that matters is below 1% of the
+    posterior; two once both are located (the prior of two: perfbisect's 0.1)."""
+    scn = S.Scenario("Z", "16 commits, σ_b 3%, σ_w 1%", 16, 3.0, 1.0, truth)
+    right = 0
+    for seed in range(5):
+        t = S.make_target(scn, seed)
+        res = B2.run(t, sigma=None, q=0.1)
+        right += res["changes"] == t.changes
+        assert set(res["changes"]) <= set(t.changes)  # never a commit that changed nothing
+        assert (res["p_two"] >= 0.99) if len(truth) == 2 else (res["p_two"] <= 0.01)
+    assert right == 5

@@ -34,24 +34,19 @@ GRID = np.linspace(-10.0, 10.0, 41)
 
 
 @dataclass
-class BayesBisection:
-    """The posterior over the change's position from the trials so far, and the commit to measure next."""
+class CommitSums:
+    """The trials so far as sufficient statistics per commit 0..n-1: count, sum and sum of squares."""
 
     n: int
-    sigma: float | None = None  # known σ (told_sigma); None: learned with the prior below
-    nu0: float = 1.0  # the σ prior's dof
-    s0: float = math.log1p(0.05)  # ... and its scale (log)
     cnt: np.ndarray = field(init=False)
     s1: np.ndarray = field(init=False)
     s2: np.ndarray = field(init=False)
-    untestable: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.cnt = np.zeros(self.n)
         self.s1 = np.zeros(self.n)
         self.s2 = np.zeros(self.n)
 
-    # -- data --------------------------------------------------------------------------------
     def add(self, j: int, y: float) -> None:
         self.cnt[j] += 1
         self.s1[j] += y
@@ -60,6 +55,16 @@ class BayesBisection:
     @property
     def trials(self) -> int:
         return int(self.cnt.sum())
+
+
+@dataclass
+class BayesBisection(CommitSums):
+    """The posterior over the change's position from the trials so far, and the commit to measure next."""
+
+    sigma: float | None = None  # known σ (told_sigma); None: learned with the prior below
+    nu0: float = 1.0  # the σ prior's dof
+    s0: float = math.log1p(0.05)  # ... and its scale (log)
+    untestable: set[int] = field(default_factory=set)
 
     def _sides(self) -> tuple[np.ndarray, ...]:
         """Per hypothesis k = 1..n-1: trials, sum and sum of squares of each side."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special, stats
 
-from bayes_reference import _untestable_run  # the untestable commits right before an answer
+from bayes_reference import CommitSums, _untestable_run  # per-commit sums; the untestable commits before an answer
 
 # Points of the common grid the information gain is integrated on, per smallest component sd (2 per sd and ±6 sd
 # chose the same 160 commits along 4 S2 searches as 4 per sd and ±10 sd).
@@ -51,10 +51,9 @@ GL_NODES, GL_WEIGHTS = np.polynomial.legendre.leggauss(32)
 
 
 @dataclass
-class TwoChangeBisection:
+class TwoChangeBisection(CommitSums):
     """The posterior over (k1, k2) from the trials so far, and the commit to measure next."""
 
-    n: int
     q: float = 0.5  # prior probability of two changes
     g: float = 10.0  # the steps' prior variance, in units of σ²
     sigma: float | None = None  # known σ; None: learned with the prior below
@@ -62,9 +61,6 @@ class TwoChangeBisection:
     nu0: float = 1.0
     s0: float = math.log1p(0.05)
     untestable: set[int] = field(default_factory=set)
-    cnt: np.ndarray = field(init=False)
-    s1: np.ndarray = field(init=False)
-    s2: np.ndarray = field(init=False)
     k1: np.ndarray = field(init=False)
     k2: np.ndarray = field(init=False)
     log_prior: np.ndarray = field(init=False)
@@ -72,9 +68,7 @@ class TwoChangeBisection:
     def __post_init__(self) -> None:
         if self.n < 3 and self.q > 0:
             raise ValueError("two changes need at least 3 commits")
-        self.cnt = np.zeros(self.n)
-        self.s1 = np.zeros(self.n)
-        self.s2 = np.zeros(self.n)
+        super().__post_init__()
         pairs = [(a, b) for a in range(1, self.n) for b in range(a + 1, self.n + 1)]
         self.k1 = np.array([p[0] for p in pairs])
         self.k2 = np.array([p[1] for p in pairs])
@@ -85,15 +79,6 @@ class TwoChangeBisection:
                                       (math.log(self.q) if self.q > 0 else -np.inf) - math.log(max(n_two, 1)))
 
     # -- data --------------------------------------------------------------------------------
-    def add(self, j: int, y: float) -> None:
-        self.cnt[j] += 1
-        self.s1[j] += y
-        self.s2[j] += y * y
-
-    @property
-    def trials(self) -> int:
-        return int(self.cnt.sum())
-
     def _fit(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per hypothesis: A⁻¹ (P, 3, 3), β̂ = A⁻¹Xᵀy (P, 3), log|A| (P,), S (P,)."""
         c = np.concatenate([[0.0], np.cumsum(self.cnt)])
@@ -216,12 +201,8 @@ class TwoChangeBisection:
         x = np.array([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # the three segments' designs
         mean = beta @ x.T  # (P, 3)
         factor = 1.0 + np.einsum("si,pij,sj->ps", x, a_inv, x)
-        if self.sigma is not None:
-            scale, dof = self.sigma * np.sqrt(factor), None
-        else:
-            a_n = self.nu0 / 2 + (self.trials - 1) / 2
-            var = (self.nu0 * self.s0 ** 2 / 2 + s / 2) / a_n
-            scale, dof = np.sqrt(var[:, None] * factor), 2 * a_n
+        scale2, dof = self._scale2_dof(s)
+        scale = np.sqrt(scale2[:, None] * factor)
         lo, hi = (mean - GRID_SD * scale).min(), (mean + GRID_SD * scale).max()
         step = scale.min() / GRID_PER_SD
         y = np.linspace(lo, hi, int(min(GRID_MAX, max(41, math.ceil((hi - lo) / step)))))

@@ -901,6 +901,8 @@ STRATEGIES = {
     "known-sigma-equivalence": run_known_sigma_equivalence,
     "perfbisect-fixed-layout": run_perfbisect_fixed_layout,
 }
+# Strategies told that the range holds exactly one change: they refuse a two-change scenario (S5, S5r).
+ONE_CHANGE_ONLY = frozenset({"sprt-learned-levels", "bayes-told-sigma", "bayes-learner", "bayes-learner-floor"})
 
 
 def score(t: Target, res: dict) -> dict:

@@ -42,7 +42,7 @@ def job(args):
                             min_step_pct=float(found["m"]), confidence=settings.confidence,
                             budget=settings.max_trials_total)
     else:
-        if name.startswith("bayes-") and len(t.changes) > 1 and name != "bayes-learner-2":
+        if name in S.ONE_CHANGE_ONLY and len(t.changes) > 1:
             return name, cell, None  # told "exactly one change": not asked on a two-change cell
         res = S.STRATEGIES[name](t)
     row = S.score(t, res)

@@ -146,3 +146,16 @@ def test_the_floor_variant_names_an_answer_only_on_two_trials_of_it_and_of_its_p
     # with one trial of the parent).
     res, seen = _counted(S.SCENARIOS["S1"], 902, min_at_change=2, budget=6)
     assert res["verdict"] == "inconclusive" and res["budget_exhausted"] and len(seen) == 6, (res, seen)
+
+
+def test_the_posterior_guard_variant_finds_a_second_change_the_default_probe_missed():
+    """benchmarks' ``perfbisect-posterior-guard`` (issue #35, measured, not adopted): on S5's held-out seed 100006
+    (−10% at c12, −6% at c60) the engine's default names c12 alone after 14 trials — the bad side measured at three
+    commits, the −6% near the bad end reading ~2% — while the variant keeps the posterior's doubt of a second change
+    open and names both. Seeded simulation: the same answers on any machine."""
+    t = S.make_target(S.SCENARIOS["S5"], 100006)
+    default = S.run_perfbisect(t)
+    assert t.changes == (12, 60) and default["changes"] == (12,) and t.trials == 14
+    t = S.make_target(S.SCENARIOS["S5"], 100006)
+    variant = S.STRATEGIES["perfbisect-posterior-guard"](t)
+    assert variant["changes"] == (12, 60) and variant["verdict"] == "regressed" and t.trials > 14

@@ -43,6 +43,20 @@ VARIANTS = {
     "posterior-guard-0.3-0.02": ({"two_change_prior": 0.3, "second_change_doubt": 0.02}, {"second_change_z": 0.0}),
     "posterior-guard-0.5": ({"two_change_prior": 0.5}, {"second_change_z": 0.0}),
     "posterior-guard-0.7": ({"two_change_prior": 0.7}, {"second_change_z": 0.0}),
+    # 2026-12-06: the doubt given up later (min_gain_bits 0.05 → 0.02 / 0.01) and held to a lower share
+    # (second_change_doubt 0.04 → 0.02 / 0.01); "pg-0.3-gain.01" is benchmarks' perfbisect-posterior-guard
+    "gain.01-probe": ({"min_gain_bits": 0.01}, {}),
+    "pg-0.1-d.01-gain.01-probe": ({"second_change_doubt": 0.01, "min_gain_bits": 0.01}, {}),
+    "pg-0.1-d.01-gain.01": ({"second_change_doubt": 0.01, "min_gain_bits": 0.01}, {"second_change_z": 0.0}),
+    "pg-0.2-d.01-gain.01": ({"second_change_doubt": 0.01, "min_gain_bits": 0.01, "two_change_prior": 0.2},
+                            {"second_change_z": 0.0}),
+    "pg-0.3-d.01-gain.01": ({"second_change_doubt": 0.01, "min_gain_bits": 0.01, "two_change_prior": 0.3},
+                            {"second_change_z": 0.0}),
+    "pg-0.3-d.02-gain.01": ({"second_change_doubt": 0.02, "min_gain_bits": 0.01, "two_change_prior": 0.3},
+                            {"second_change_z": 0.0}),
+    "pg-0.3-d.02-gain.02": ({"second_change_doubt": 0.02, "min_gain_bits": 0.02, "two_change_prior": 0.3},
+                            {"second_change_z": 0.0}),
+    "pg-0.3-gain.01": ({"min_gain_bits": 0.01, "two_change_prior": 0.3}, {"second_change_z": 0.0}),
 }
 
 def job(args):

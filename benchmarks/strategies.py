@@ -960,6 +960,9 @@ def score(t: Target, res: dict) -> dict:
         # the first commit named is not the first change (a real change, but a later one, called "first bad")
         "wrong_first": bool(named) and bool(truth) and named[0] != min(truth) and not (
             t.scn.untestable_frac and min(truth) in set(res["set"])),
+        # a single-change scenario with a further change named beside the culprit (a regression the truth does not
+        # have: the score above reads only the first named commit, so it would go uncounted)
+        "extra_named": len(truth) == 1 and any(c not in truth for c in named[1:]),
         "budget_exhausted": res.get("budget_exhausted", math.nan),
         "effect_err": effect_err,
         "effect_bias": effect_bias,
@@ -1237,6 +1240,7 @@ def main(argv=None) -> int:
                 "mean_set_size": float(np.mean([r["set_size"] for r in rows])),
                 "false_improvement": float(np.mean([r["false_improvement"] for r in rows])),
                 "wrong_first": float(np.mean([r["wrong_first"] for r in rows])),
+                "extra_named": float(np.mean([r["extra_named"] for r in rows])),
                 "budget_exhausted": _mean(rows, "budget_exhausted"),
                 # over runs with the right culprit (single-change scenarios, strategies that report an effect)
                 "effect_err_pts": _mean(rows, "effect_err"),

@@ -541,12 +541,16 @@ def run_perfbisect_thorough(t: Target) -> dict:
     return run_perfbisect(t, settings=StatsConfig(second_change_z=3.0))
 
 
+# The posterior as the only guard of a second change (issue #35, measured and not adopted): (Tuning fields, StatsConfig
+# fields) — no density probe or gap re-measure (``stats.second_change_z = 0``), a prior of 0.3 of two changes, and a
+# doubt given up only once no trial is expected to remove 0.01 bits (docs/benchmarks.md). rules.py's sweep reads it too.
+POSTERIOR_GUARD = ({"two_change_prior": 0.3, "min_gain_bits": 0.01}, {"second_change_z": 0.0})
+
+
 def run_perfbisect_posterior_guard(t: Target) -> dict:
-    """perfbisect with the posterior as the only guard of a second change (issue #35, measured and not adopted): no
-    density probe or gap re-measure (``stats.second_change_z = 0``), a prior of 0.3 of two changes, and a doubt given
-    up only once no trial is expected to remove 0.01 bits (docs/benchmarks.md)."""
-    return run_perfbisect(t, settings=StatsConfig(second_change_z=0.0),
-                          tuning=replace(DEFAULT_TUNING, two_change_prior=0.3, min_gain_bits=0.01))
+    """perfbisect with ``POSTERIOR_GUARD``'s constants."""
+    tv, sv = POSTERIOR_GUARD
+    return run_perfbisect(t, settings=StatsConfig(**sv), tuning=replace(DEFAULT_TUNING, **tv))
 
 
 def _policy(t: Target, settings: StatsConfig | None = None, noise: NoiseModel | None = None,

@@ -56,7 +56,7 @@ VARIANTS = {
                             {"second_change_z": 0.0}),
     "pg-0.3-d.02-gain.02": ({"second_change_doubt": 0.02, "min_gain_bits": 0.02, "two_change_prior": 0.3},
                             {"second_change_z": 0.0}),
-    "pg-0.3-gain.01": ({"min_gain_bits": 0.01, "two_change_prior": 0.3}, {"second_change_z": 0.0}),
+    "pg-0.3-gain.01": S.POSTERIOR_GUARD,
 }
 
 def job(args):

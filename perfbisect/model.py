@@ -467,7 +467,7 @@ class BisectOutcome:
     layout_sensitive: tuple[str, ...] = ()  # located changes that did not survive a change of layout (not blamed)
     tolerance_pct: float | None = None  # the regression `same` had to rule out (stats.tolerance_pct)
     stopped_by: str | None = None  # the budget that ended an inconclusive search ("stats.max_trials_total = 80")
-    more_trials: int | None = None  # when inconclusive: further trials that would rule out the tolerance, at the measured noise
+    more_trials: int | None = None  # when inconclusive: further trials that would rule out the tolerance (at the measured noise, the next trials differing by the posterior's expected endpoint step) or settle the open check
     regressed_path: RegressedPath | None = None  # a speculative mode's culprit: target model or speculative path
     # how trial summaries of one build track recorded state (CPU load or temperature at the start: adjusted for;
     # clock, power: only shown), as the explanation's "System state:" says them

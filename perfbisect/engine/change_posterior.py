@@ -180,6 +180,15 @@ class ChangePosterior:
         key, p = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
         return key, min(p / max(p_two, 1e-300), 1.0)
 
+    def endpoint_step(self) -> float:
+        """Posterior mean of the bad endpoint's level minus the good one's (log), over every hypothesis: "no change"
+        counts as 0, each change hypothesis its own step. What the next trials of the endpoints are expected to
+        differ by (the difference measured so far is that plus noise)."""
+        last = self.n - 1
+        seg = (last >= self.b1).astype(int) + (last >= self.b2).astype(int)
+        step = np.take_along_axis(self.beta, seg[:, None], axis=1)[:, 0] - self.beta[:, 0]
+        return float(self.w @ step)
+
     def top(self, key: tuple[int, ...] | None = None) -> int:
         """Index of the most probable (hypothesis, ρ) pair, optionally among those with answer ``key``."""
         if key is None:

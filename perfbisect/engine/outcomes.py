@@ -128,7 +128,8 @@ class Outcomes:
                       f"{PRICE_LIMIT:,} more trials; quiet the benchmark, or raise {limit.split(' =')[0]}.")
         elif more is not None and tol > 0:
             advice = (f" Ruling out the tolerance of {tol:g}% would take about {more:,} more trials of the endpoints "
-                      f"(interleaved) at the noise measured so far; raise {limit.split(' =')[0]}, or set "
+                      f"(interleaved) at the noise measured so far, the next trials differing by the "
+                      f"{pct(post.endpoint_step()):+.1f}% the posterior expects; raise {limit.split(' =')[0]}, or set "
                       f"stats.tolerance_pct to the regression that matters to you.")
         elif top_key:
             advice = f" Raise {limit.split(' =')[0]} or narrow the range around the best answer."
@@ -160,6 +161,9 @@ class Outcomes:
         if hopeful is not None and hopeful <= left:
             return None
         more = self._trials_to_rule_out(data, post, ends, tol)
+        if more is not None and hopeful is not None:
+            more = max(more, hopeful)  # the stop is stated on the hopeful count: the price never undercuts it
+        ahead = pct(post.endpoint_step())
         limit = f"stats.max_trials_total = {s.max_trials_total}"
         need = ("more trials than any budget holds" if hopeful is None else
                 f"{hopeful:,} more trials even on a hopeful reading of the noise, against {left} left")
@@ -175,8 +179,10 @@ class Outcomes:
                 f"{tol:g}% (stats.tolerance_pct) would take {need} ({limit}; {data.spent} trials run){hope} — at "
                 f"{ends.sigma_b_pct:.1f}% noise per trial the endpoints differ by {ends.effect_pct:+.1f}%."
                 + bound
-                + (f" At the noise and difference measured so far it would take about {more:,} more trials of the endpoints."
-                   if more else " At the noise and difference measured so far it would take beyond 100,000 more trials.")
+                + (f" At the noise measured so far, the next trials differing by the {ahead:+.1f}% the posterior expects, "
+                   f"it would take about {more:,} more trials of the endpoints." if more else
+                   f" At the noise measured so far, the next trials differing by the {ahead:+.1f}% the posterior "
+                   f"expects, it would take beyond 100,000 more trials.")
                 + f" Spending the rest of the budget would not change that: set stats.tolerance_pct to the "
                   f"regression that matters to you (what this host can afford), quiet the benchmark, or raise "
                   "stats.max_trials_total."
@@ -195,31 +201,42 @@ class Outcomes:
 
     def _trials_to_rule_out(self, data: SearchData, post: ChangePosterior | None, ends: Comparison | None,
                             tol: float, hopeful: bool = False) -> int | None:
-        """More endpoint trials (both ends, interleaved) after which the sequential bound would fall below
-        ``tol`` if the endpoints' difference and the noise stayed as measured; None when the endpoints
-        already point to a regression of the tolerance or more (more trials would confirm it instead).
-        ``hopeful``: the noise at the lower tuning.futility_sigma_q bound of its estimate, the difference one standard
-        error better than measured and never worse than none, the normal quantile — a count the search cannot
-        hope to beat (on a range that does hold a regression, it is what a host this noisy needs to rule
-        out the tolerance at all, whatever the endpoints showed so far)."""
+        """More endpoint trials (both ends, interleaved) after which the sequential bound would fall below ``tol``
+        at the noise measured so far: the price an `inconclusive` states. The trials already run keep the difference
+        they measured; the next ones are expected to differ by the posterior's mean step between the endpoints
+        (``ChangePosterior.endpoint_step``: "no change" counts as none), so a difference that is likely noise is
+        diluted as trials come rather than taken as the truth. None when that expected difference is itself a
+        regression of the tolerance or more (more trials would confirm it instead), or beyond 100,000 trials.
+        ``hopeful`` (the futility stop's own count): the noise at the lower tuning.futility_sigma_q bound of its
+        estimate, the difference one standard error better than measured and never worse than none, the normal
+        quantile, every trial at that difference — a count the search cannot hope to beat (on a range that does hold
+        a regression, it is what a host this noisy needs to rule out the tolerance at all, whatever the endpoints
+        showed so far)."""
         if post is None or ends is None or tol <= 0 or not math.isfinite(ends.effect_pct):
             return None
         d = self._gain(ends)
         dof = self._own_dof(post, data)
         sigma = post.sigma_top
+        n_a, n_b = len(data.values[0]), len(data.values[-1])
         if hopeful:  # the true difference no worse than none (a regression measured so far may be noise) ...
-            se = sigma * math.sqrt(1.0 / max(len(data.values[0]), 1) + 1.0 / max(len(data.values[-1]), 1))
+            se = sigma * math.sqrt(1.0 / max(n_a, 1) + 1.0 / max(n_b, 1))
             d = max(d + se, 0.0)
             sigma *= math.sqrt(dof / chi2_quantile(1.0 - self.tuning.futility_sigma_q, dof))  # ... and the noise at its low end
-        room = log_of_pct(tol) + d
-        if room <= 0:
-            return None
-        z = (normal_quantile(1.0 - self.settings.alpha * self.tuning.same_alpha_share) if hopeful
-             else t_quantile(1.0 - self.settings.alpha * self.tuning.same_alpha_share, dof))
-        n_a, n_b = len(data.values[0]), len(data.values[-1])
+            ahead = d
+            if log_of_pct(tol) + d <= 0:
+                return None
+            z = normal_quantile(1.0 - self.settings.alpha * self.tuning.same_alpha_share)
+        else:
+            ahead = post.endpoint_step() * (1.0 if self.higher_is_better else -1.0)
+            if log_of_pct(tol) + ahead <= 0:
+                return None
+            z = t_quantile(1.0 - self.settings.alpha * self.tuning.same_alpha_share, dof)
+        v0 = 1.0 / max(n_a, 1) + 1.0 / max(n_b, 1)
         for k in range(0, 100_000, 2):
             a, b = n_a + k // 2, n_b + k // 2
-            if z * sigma * math.sqrt(1.0 / max(a, 1) + 1.0 / max(b, 1)) < room:
+            # the measured difference and the expected one, weighed by how precisely each pins the endpoints' contrast
+            gain = d if hopeful or k == 0 else (d / v0 + ahead * k / 4.0) / (1.0 / v0 + k / 4.0)
+            if z * sigma * math.sqrt(1.0 / max(a, 1) + 1.0 / max(b, 1)) < log_of_pct(tol) + gain:
                 return k
         return None
 

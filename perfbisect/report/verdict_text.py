@@ -100,7 +100,9 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
         if out.more_trials and trials and (out.tolerance_pct or not what.startswith("ruling")):
             on = "" if what.startswith("settling the check") else " of the endpoints"
             more = (f" {what[0].upper()}{what[1:]} would take about {out.more_trials} more trials{on} (about "
-                    f"{out.more_trials * per_trial:.2f} {gpu_label}) at the difference and noise measured so far.")
+                    f"{out.more_trials * per_trial:.2f} {gpu_label}) "
+                    + ("at the noise measured so far, the next trials differing by what the posterior expects."
+                       if what.startswith("ruling") else "at the difference and noise measured so far."))
         else:
             more = (f" Each further trial costs about {per_trial:.3g} {gpu_label}; raise stats.max_trials_total "
                     f"or narrow the range.") if trials else ""

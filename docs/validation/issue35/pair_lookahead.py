@@ -1,0 +1,71 @@
+"""The look-ahead asked about both change positions (issue #35's "what would move the engine onto the curve").
+
+Run from the repository root:
+    .venv/bin/python docs/validation/issue35/pair_lookahead.py S2,S5 100 300000 out.json [default,pair]
+(WORKERS=N processes, 2 by default).
+
+The engine's look-ahead scores a trial by the information it gives about "where is the first change" and "how
+many changes" while one change is likelier (``lookahead.answer_groups``); ``bayes-learner-2`` scores it by the
+information about the pair (k1, k2) itself, whose entropy also holds where a second change would be. Variant
+"pair": the engine's look-ahead with the whole answer as its target at every step (the rest of the engine as it
+is). This is an exploration: the variant replaces ``answer_groups`` in the worker processes only; nothing of the
+product changes. Seeds are paired: each variant sees the same targets.
+"""
+import json
+import os
+import sys
+import time
+from multiprocessing import get_context
+
+import numpy as np
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "benchmarks"))
+import strategies as S  # noqa: E402
+from perfbisect.engine import lookahead  # noqa: E402
+
+_ORIGINAL = lookahead.answer_groups
+
+
+def _pair_groups(post, keep):
+    """One one-hot map: the answer itself ((), (b,) or (b1, b2)) at every step."""
+    keys = [post.keys[i] for i in keep.tolist()]
+    ids: dict = {}
+    col = np.array([ids.setdefault(k, len(ids)) for k in keys])
+    oh = np.zeros((len(keys), len(ids)))
+    oh[np.arange(len(keys)), col] = 1.0
+    return [oh]
+
+
+VARIANTS = {"default": _ORIGINAL, "pair": _pair_groups}
+
+
+def one(args):
+    variant, cell, seed = args
+    lookahead.answer_groups = VARIANTS[variant]
+    t = S.make_target(S.SCENARIOS[cell], seed)
+    t.seed = seed
+    row = S.score(t, S.run_perfbisect(t))
+    return variant, cell, {k: row[k] for k in ("correct", "false_blame", "trials", "wrong_first", "extra_named")}
+
+
+def main():
+    cells, reps, base, out = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    variants = sys.argv[5].split(",") if len(sys.argv) > 5 else list(VARIANTS)
+    jobs = [(v, c, base + i) for c in cells for v in variants for i in range(reps)]
+    t0 = time.time()
+    with get_context("fork").Pool(int(os.environ.get("WORKERS", "2"))) as pool:
+        rows = pool.map(one, jobs, chunksize=1)
+    summary = {}
+    for v in variants:
+        for c in cells:
+            r = [x for vv, cc, x in rows if vv == v and cc == c]
+            summary[f"{v}/{c}"] = {"n": len(r), "acc": float(np.mean([x["correct"] for x in r])),
+                                   "false": float(np.mean([x["false_blame"] for x in r])),
+                                   "trials": float(np.mean([x["trials"] for x in r])),
+                                   "wrong_first": float(np.mean([x["wrong_first"] for x in r]))}
+            print(v, c, json.dumps(summary[f"{v}/{c}"]), file=sys.stderr)
+    json.dump({"summary": summary, "seed_base": base, "seconds": round(time.time() - t0)}, open(out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -218,25 +218,26 @@ class Outcomes:
         dof = self._own_dof(post, data)
         sigma = post.sigma_top
         n_a, n_b = len(data.values[0]), len(data.values[-1])
+        log_tol = log_of_pct(tol)
         if hopeful:  # the true difference no worse than none (a regression measured so far may be noise) ...
             se = sigma * math.sqrt(1.0 / max(n_a, 1) + 1.0 / max(n_b, 1))
             d = max(d + se, 0.0)
             sigma *= math.sqrt(dof / chi2_quantile(1.0 - self.tuning.futility_sigma_q, dof))  # ... and the noise at its low end
             ahead = d
-            if log_of_pct(tol) + d <= 0:
-                return None
             z = normal_quantile(1.0 - self.settings.alpha * self.tuning.same_alpha_share)
         else:
             ahead = post.endpoint_step() * (1.0 if self.higher_is_better else -1.0)
-            if log_of_pct(tol) + ahead <= 0:
-                return None
             z = t_quantile(1.0 - self.settings.alpha * self.tuning.same_alpha_share, dof)
+        if log_tol + ahead <= 0:
+            return None
+        room = log_tol + d
         v0 = 1.0 / max(n_a, 1) + 1.0 / max(n_b, 1)
         for k in range(0, 100_000, 2):
             a, b = n_a + k // 2, n_b + k // 2
-            # the measured difference and the expected one, weighed by how precisely each pins the endpoints' contrast
-            gain = d if hopeful or k == 0 else (d / v0 + ahead * k / 4.0) / (1.0 / v0 + k / 4.0)
-            if z * sigma * math.sqrt(1.0 / max(a, 1) + 1.0 / max(b, 1)) < log_of_pct(tol) + gain:
+            if not hopeful and k > 0:
+                # the measured difference and the expected one, weighed by how precisely each pins the endpoints' contrast
+                room = log_tol + (d / v0 + ahead * k / 4.0) / (1.0 / v0 + k / 4.0)
+            if z * sigma * math.sqrt(1.0 / max(a, 1) + 1.0 / max(b, 1)) < room:
                 return k
         return None
 

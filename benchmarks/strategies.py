@@ -63,6 +63,10 @@ START_MIN = 5.5 + 2 * 25 / 60  # a session's fixed part: start, readiness, 2 war
 RUN_MIN = 25 / 60  # one measured run
 RUNS = 5  # measured runs per trial (--runs; "auto": the cheapest count per unit of information, per scenario)
 SUMMARY = "median"  # a trial's summary of its runs' log values (--summary: median, mean, hl)
+# how a trial with layouts randomised picks its layout (--layout-draw): "rotate" as perfbisect's layout.choose does
+# (a commit's trials go through the pool in turn from a start of its own), "uniform" as it did before (each trial
+# draws one independently)
+LAYOUT_DRAW = "rotate"
 BUILD_MIN = 0.5
 CLOCK_MHZ = 1980.0
 CLOCK_CAP_MHZ = 1780.0  # the external cap a throttled trial runs under
@@ -353,6 +357,9 @@ class Target:
     layout_offsets: np.ndarray | None = None
     layout_commits: tuple[int, ...] = ()
     layout_rng: np.random.Generator | None = None
+    layout_seed: int = 0  # LAYOUT_DRAW "rotate": per commit where its rotation starts, and its trials so far
+    layout_start: np.ndarray | None = None
+    layout_count: np.ndarray | None = None
     randomize_layout: bool = True
     vary_layout: bool = False  # the next trial was asked to run under another layout (Measure.vary_layout)
     noise_switch: int = 0  # heteroscedastic scenarios: the first commit whose sessions use sigma_b_after_pct
@@ -389,7 +396,13 @@ class Target:
         layout = None
         if self.layout_offsets is not None:
             pool = self.layout_offsets.shape[1]
-            if self.randomize_layout:
+            if self.randomize_layout and LAYOUT_DRAW == "rotate":
+                if self.layout_start is None:
+                    self.layout_start = np.random.default_rng([self.layout_seed, 7]).integers(pool, size=len(self.levels))
+                    self.layout_count = np.zeros(len(self.levels), dtype=int)
+                layout = int((self.layout_start[j] + self.layout_count[j]) % pool)
+                self.layout_count[j] += 1
+            elif self.randomize_layout:
                 layout = int(self.layout_rng.integers(pool))
             else:  # fixed layout 0, unless the search asked for another one (a layout re-check)
                 layout = int(self.layout_rng.integers(1, pool)) if self.vary_layout else 0
@@ -502,6 +515,7 @@ def make_target(scn: Scenario, seed: int) -> Target:
         t.layout_offsets = offsets
         t.layout_commits = shifters
         t.layout_rng = np.random.default_rng([seed, 5])
+        t.layout_seed = seed
     return t
 
 
@@ -1153,6 +1167,9 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", default="5", metavar="R|auto",
                     help="measured runs per trial (default 5, the user's protocol; auto: the cheapest per unit of "
                     "information for each scenario's σ_b and σ_w, 1-30); a trial costs 5.5 min + (2 + R) × 25 s")
+    ap.add_argument("--layout-draw", default="rotate", choices=("rotate", "uniform"),
+                    help="layout scenarios (LY): a commit's trials rotate through the layouts as perfbisect draws its "
+                         "worktree slots (default), or each draws one independently (perfbisect before 2026-12-06)")
     ap.add_argument("--summary", default="median", choices=sorted(SUMMARIES),
                     help="a trial's summary of its runs (default median; hl: Hodges–Lehmann; mean)")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
@@ -1165,11 +1182,12 @@ def main(argv=None) -> int:
                     help="with --nodes: the stored trials do not name their node, so offsets are not modelled "
                     "(the comparison for the host-offset model)")
     args = ap.parse_args(argv)
-    global RUNS, SUMMARY
+    global RUNS, SUMMARY, LAYOUT_DRAW
     if args.runs != "auto" and not (args.runs.isdigit() and int(args.runs) >= 1):
         ap.error(f"--runs must be a positive count or auto, got {args.runs!r}")
     RUNS = args.runs if args.runs == "auto" else int(args.runs)  # read by every Target the workers make (fork)
     SUMMARY = args.summary
+    LAYOUT_DRAW = args.layout_draw
     if args.nodes > 1:
         label = (f"perfbisect-{args.nodes}-nodes" + (f"±{args.host_offset:g}%" if args.host_offset else "")
                  + ("-blind" if args.blind_hosts else ""))
@@ -1266,7 +1284,7 @@ def main(argv=None) -> int:
     doc = {
         "cost_model": {"trial_min": START_MIN + RUNS * RUN_MIN if RUNS != "auto" else None,
                        "start_min": START_MIN, "run_min": RUN_MIN, "build_min": BUILD_MIN, "runs_per_trial": RUNS,
-                       "summary": SUMMARY,
+                       "summary": SUMMARY, "layout_draw": LAYOUT_DRAW,
                        "max_reruns_of_flagged": MAX_RERUNS},
         "scenarios": {s: SCENARIOS[s].title for s in scns},
         "results": [{k: _nan_to_none(v) for k, v in r.items()} for r in table],

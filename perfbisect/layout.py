@@ -97,9 +97,13 @@ def choose(settings: LayoutSettings, *, commit: str, mode: str, counter: int, ha
     state gives the same draw), differs between the trials of one commit, and needs no state of its
     own: a resumed bisection or a cluster job continues the sequence where the store left it rather
     than repeating its first draws (two cluster jobs measuring one commit at the same moment may
-    count alike and share a draw: two trials under one layout, each recorded as such). Uniform over the slots, over 0..``env_pad_max`` bytes (which
-    covers every stack alignment up to a page at the default 4096) and over 1..65535 for the hash
-    seed. ``hash_seed_pinned``: the config's own env sets PYTHONHASHSEED, so the layout leaves it
+    count alike and share a draw: two trials under one layout, each recorded as such). The worktree slot
+    *rotates*: trial ``counter`` of a commit runs in slot (start + counter) mod ``path_slots``, the start a
+    hash of (commit, mode) — so any ``path_slots`` consecutive trials of one commit cover every slot once, and
+    a commit's trials never pile up in a few slots its neighbour never ran (a slot that shifts the level then
+    rides on every commit alike, instead of on whichever commit happened to draw it more often: blocking, not
+    only randomising). Uniform over 0..``env_pad_max`` bytes (which covers every stack alignment up to a page
+    at the default 4096) and over 1..65535 for the hash seed. ``hash_seed_pinned``: the config's own env sets PYTHONHASHSEED, so the layout leaves it
     (and records None). What ran is what the trial stores, not this recipe: changing it later never
     changes a stored layout. ``vary``: the search asks for this trial under another layout (a layout
     re-check of a small change, ``observations.Measure.vary_layout``): with ``randomize = false`` it draws
@@ -113,7 +117,9 @@ def choose(settings: LayoutSettings, *, commit: str, mode: str, counter: int, ha
     if not settings.randomize:  # a re-check with layouts held fixed: vary what needs no second worktree
         seed = 1 + word[2] % HASH_SEED_MAX if not hash_seed_pinned else None
         return Layout(slot=0, env_pad=1 + word[1] % max(settings.env_pad_max, 4096), hash_seed=seed)
-    return Layout(slot=word[0] % max(1, settings.path_slots), env_pad=word[1] % (settings.env_pad_max + 1), hash_seed=seed)
+    start = int.from_bytes(hashlib.sha256(f"{_DRAW_VERSION}\0{commit}\0{mode}".encode()).digest()[:8], "big")
+    slot = (start + counter) % max(1, settings.path_slots)
+    return Layout(slot=slot, env_pad=word[1] % (settings.env_pad_max + 1), hash_seed=seed)
 
 
 def joined(layouts: Sequence[Layout | None]) -> str | None:

@@ -41,6 +41,17 @@ def test_a_randomised_layout_adds_its_spread_to_the_trials_after_a_layout_commit
     assert S.equivalence_trials(t) > 2 * 5  # 10 trials was the floor that ignored the layout
 
 
+def test_a_commits_simulated_trials_rotate_through_the_layouts_as_perfbisect_draws_its_slots():
+    t = S.make_target(S.SCENARIOS["LY"], 5)
+    pool = t.layout_offsets.shape[1]
+    for j in (0, 9, t.scn.n - 1):
+        seen = [t.raw_trial(j).layout for _ in range(2 * pool)]
+        assert sorted(seen[:pool]) == sorted(seen[pool:]) == list(range(pool))  # each layout once in every pool's worth
+        assert all((b - a) % pool == 1 for a, b in zip(seen, seen[1:]))
+    starts = {S.make_target(S.SCENARIOS["LY"], seed).raw_trial(3).layout for seed in range(12)}
+    assert len(starts) > 1  # where a commit's rotation starts is drawn, not always layout 0
+
+
 def test_a_heteroscedastic_twin_charges_each_side_its_own_session_sd():
     t = S.make_target(S.SCENARIOS["HS-AA"], 4)
     last = t.scn.n - 1

@@ -109,6 +109,19 @@ def test_draws_are_reproducible_differ_between_trials_and_stay_in_range():
     assert {choose(narrow, commit="a" * 40, mode="m", counter=n) for n in range(16)} == {FIXED}
 
 
+def test_a_commits_trials_rotate_through_the_worktree_slots():
+    # any path_slots consecutive trials of one commit run in every slot once (a slot that moves the level
+    # cannot pile up on one commit's trials and not its neighbour's); where the rotation starts is the commit's own
+    for slots in (2, 3, 4, 8):
+        settings = LayoutConfig(path_slots=slots)
+        for commit in ("a" * 40, "b" * 40, "c" * 40):
+            draws = [choose(settings, commit=commit, mode="baseline", counter=n).slot for n in range(3 * slots)]
+            assert all(sorted(draws[k:k + slots]) == list(range(slots)) for k in range(2 * slots + 1))
+            assert all((b - a) % slots == 1 for a, b in zip(draws, draws[1:]))
+    starts = {choose(LayoutConfig(path_slots=8), commit=c * 40, mode="baseline", counter=0).slot for c in "abcdef0123456789"}
+    assert len(starts) > 1
+
+
 # --- what each trial's process saw, against what its trial stored ---------------------------------
 
 
@@ -123,6 +136,8 @@ def test_every_trial_runs_under_its_own_layout_and_stores_what_its_process_saw(p
         trials = store.trials(status=None)
     observed = seen_lines(seen)
     assert len(trials) == len(observed) == 6
+    # the store's count is the draw's counter: the first four trials of the commit ran in the four slots, one each
+    assert sorted(t.layout.slot for t in trials[:4]) == [0, 1, 2, 3]
     for trial, saw in zip(trials, observed):
         layout = trial.layout
         assert layout is not None and saw["pad"] == layout.env_pad

@@ -532,6 +532,53 @@ def test_a_noisy_half_of_an_aa_range_is_not_called_a_change(seed, without):
         assert go(replace(T, side_scale_alpha=0.0)).verdict is without
 
 
+# --- a gain is claimed on four sessions a side, not on three that happened to fall apart -------------------
+
+
+def _lumpy_aa(settings, tuning):
+    """R2-AA's seed 100026 (the dev machine's replay: 4 of its 20 sessions run ~30% slow): no change anywhere, and
+    the first three sessions of the good end drew slow ones, the bad end's fast ones — 44% apart on three a side,
+    with each side's own spread ~5%. Later sessions are drawn from the replay."""
+    cs = commits(9)
+    scripted = {0: [-24.44, -12.5, -15.56], 8: [21.02, 18.67, 11.95]}
+    replay = np.log([17.95, 20.97, 23.16, 16.95, 21.02, 20.49, 21.06, 19.12, 20.80, 21.12,
+                     21.69, 20.47, 20.28, 20.06, 21.04, 15.51, 15.09, 12.59, 14.02, 18.13])
+    rng = np.random.default_rng(5)
+    seen = {}
+
+    def observe(j, seq, commit):
+        k = seen.get(j, 0)
+        seen[j] = k + 1
+        if k < len(scripted.get(j, ())):
+            return Observation(commit, LOG82 + math.log1p(scripted[j][k] / 100), seq=seq)
+        return Observation(commit, LOG82 + float(rng.choice(replay) - replay.mean() + rng.normal(0, 0.1)), seq=seq)
+
+    return drive_with(SearchPolicy(cs, settings, NoiseModel.prior(5.0), tuning=tuning), cs, observe, limit=300)
+
+
+def test_a_gain_on_three_sessions_a_side_is_not_claimed():
+    out, obs = _lumpy_aa(StatsConfig(), T)
+    assert out.verdict is Verdict.SAME and out.culprit is None  # the weaker claim, which is true here
+    assert "the bad end is, if anything, faster" in out.explanation and len(obs) == 6
+    # ...where two sessions a side used to be enough for the claim of a gain
+    was, _ = _lumpy_aa(StatsConfig(), replace(T, improved_min_per_side=T.min_trials_per_side))
+    assert was.verdict is Verdict.IMPROVED
+    # with no tolerance to rule out there is no weaker claim: no gain is claimed and nothing is blamed
+    out0, _ = _lumpy_aa(StatsConfig(tolerance_pct=0.0), T)
+    assert out0.verdict is Verdict.INCONCLUSIVE and out0.culprit is None and not out0.improvements
+    was0, obs_was0 = _lumpy_aa(StatsConfig(tolerance_pct=0.0), replace(T, improved_min_per_side=T.min_trials_per_side))
+    assert was0.verdict is Verdict.IMPROVED and len(obs_was0) == 8
+
+
+def test_a_real_gain_is_still_called_one():
+    cs = commits(9)
+    rng = np.random.default_rng(3)
+    out, obs = drive_with(SearchPolicy(cs, StatsConfig(tolerance_pct=0.0), NoiseModel.prior(5.0)), cs,
+                          lambda j, seq, commit: Observation(commit, LOG82 + (0.15 if j >= 4 else 0.0)
+                                                             + float(rng.normal(0, 0.02)), seq=seq))
+    assert out.verdict is Verdict.IMPROVED and out.culprit is None and out.improvements == (cs[4],)
+
+
 # --- futility: a host too noisy for the tolerance is told so early, with the price ----------------------
 
 

@@ -145,8 +145,9 @@ class DecisionSteps:
         return Look(data, host, post, counts, ends, p_better_seq, ruled_out, top_key, top_p, ends_ok,
                     self._tolerance())
 
-    def _endpoint_verdict(self, look: Look) -> Done | None:
-        """`same` or `improved` from the endpoints, when one holds; None otherwise."""
+    def _endpoint_verdict(self, look: Look) -> Measure | Done | None:
+        """`same` or `improved` from the endpoints, when one holds; an endpoint's next trial while a gain shows on
+        fewer than tuning.improved_min_per_side trials of each and there is no tolerance to rule out; None otherwise."""
         s, data, post, ends, ruled_out, tol = self.settings, look.data, look.post, look.ends, look.ruled_out, look.tol
         # No regression: "no change at all" holds the posterior, the bad end is faster, or a regression
         # as big as the tolerance is ruled out while no change is the likelier story. Each rests on at
@@ -168,7 +169,15 @@ class DecisionSteps:
                     + "."  # the endpoints' effect and interval are their comparison's (one line, one field), not repeated here
                 ),
             )
-        if look.p_better >= 1.0 - (1.0 - s.confidence) * self.tuning.same_alpha_share:
+        # A gain is claimed on tuning.improved_min_per_side trials of each endpoint, not fewer: two or three sessions a
+        # side of a lumpy session noise fall wholly on either side of each other by chance, and their spread then
+        # says little about the noise (R2-AA: 5 false `improved` in 1,000 at 5-7 trials). On fewer, the weaker claim
+        # below — no regression as big as the tolerance, the bad end if anything faster — is made when it holds.
+        gain = look.p_better >= 1.0 - (1.0 - s.confidence) * self.tuning.same_alpha_share
+        if gain and min(look.counts[0], look.counts[-1]) < self.tuning.improved_min_per_side and tol <= 0:
+            # no tolerance to rule out: the endpoints, not a search for a regression, settle what they show
+            return self._measure_endpoint(data, post, ends, ruled_out, look.host)
+        if gain and min(look.counts[0], look.counts[-1]) >= self.tuning.improved_min_per_side:
             return self._done(
                 Verdict.IMPROVED, data, post=post, endpoint_cmp=replace(ends, verdict=Verdict.IMPROVED), ruled_out=ruled_out,
                 explanation=(

@@ -67,6 +67,9 @@ class Tuning:
     # No verdict of any kind rests on fewer trials than this on each side: `same` and `improved` on each
     # endpoint, `regressed` on the culprit and on its parent (min_trials_at_change).
     min_trials_per_side: int = 2
+    # `improved` (the bad end faster beyond min_effect_pct) on at least this many trials of each endpoint; on fewer
+    # the endpoints may still end `same` by the tolerance ("the bad end is, if anything, faster").
+    improved_min_per_side: int = 4
     # Trials before wild sessions are looked for (changepoint.outlier_scale): below it nothing is an outlier yet.
     robust_min_trials: int = 5
     # `same` by tolerance needs "no change" to be at least this likely: a regression the search can see is

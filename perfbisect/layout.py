@@ -103,11 +103,11 @@ def choose(settings: LayoutSettings, *, commit: str, mode: str, counter: int, ha
     a commit's trials never pile up in a few slots its neighbour never ran (a slot that shifts the level then
     rides on every commit alike, instead of on whichever commit happened to draw it more often: blocking, not
     only randomising). Uniform over 0..``env_pad_max`` bytes (which covers every stack alignment up to a page
-    at the default 4096) and over 1..65535 for the hash seed. ``hash_seed_pinned``: the config's own env sets PYTHONHASHSEED, so the layout leaves it
-    (and records None). What ran is what the trial stores, not this recipe: changing it later never
-    changes a stored layout. ``vary``: the search asks for this trial under another layout (a layout
-    re-check of a small change, ``observations.Measure.vary_layout``): with ``randomize = false`` it draws
-    the padding and the hash seed anyway, in the one worktree slot there is.
+    at the default 4096) and over 1..65535 for the hash seed. ``hash_seed_pinned``: the config's own env sets
+    PYTHONHASHSEED, so the layout leaves it (and records None). What ran is what the trial stores, not
+    this recipe: changing it later never changes a stored layout. ``vary``: the search asks for this trial
+    under another layout (a layout re-check of a small change, ``observations.Measure.vary_layout``): with
+    ``randomize = false`` it draws the padding and the hash seed anyway, in the one worktree slot there is.
     """
     if not settings.randomize and not vary:
         return FIXED

@@ -357,9 +357,8 @@ class Target:
     layout_offsets: np.ndarray | None = None
     layout_commits: tuple[int, ...] = ()
     layout_rng: np.random.Generator | None = None
-    layout_seed: int = 0  # LAYOUT_DRAW "rotate": per commit where its rotation starts, and its trials so far
-    layout_start: np.ndarray | None = None
-    layout_count: np.ndarray | None = None
+    layout_start: np.ndarray | None = None  # LAYOUT_DRAW "rotate": per commit where its rotation starts,
+    layout_count: np.ndarray | None = None  # and its trials so far
     randomize_layout: bool = True
     vary_layout: bool = False  # the next trial was asked to run under another layout (Measure.vary_layout)
     noise_switch: int = 0  # heteroscedastic scenarios: the first commit whose sessions use sigma_b_after_pct
@@ -397,9 +396,6 @@ class Target:
         if self.layout_offsets is not None:
             pool = self.layout_offsets.shape[1]
             if self.randomize_layout and LAYOUT_DRAW == "rotate":
-                if self.layout_start is None:
-                    self.layout_start = np.random.default_rng([self.layout_seed, 7]).integers(pool, size=len(self.levels))
-                    self.layout_count = np.zeros(len(self.levels), dtype=int)
                 layout = int((self.layout_start[j] + self.layout_count[j]) % pool)
                 self.layout_count[j] += 1
             elif self.randomize_layout:
@@ -515,7 +511,8 @@ def make_target(scn: Scenario, seed: int) -> Target:
         t.layout_offsets = offsets
         t.layout_commits = shifters
         t.layout_rng = np.random.default_rng([seed, 5])
-        t.layout_seed = seed
+        t.layout_start = np.random.default_rng([seed, 7]).integers(scn.layout_pool, size=n)
+        t.layout_count = np.zeros(n, dtype=int)
     return t
 
 

@@ -112,14 +112,15 @@ def choose(settings: LayoutSettings, *, commit: str, mode: str, counter: int, ha
     if not settings.randomize and not vary:
         return FIXED
     digest = hashlib.sha256(f"{_DRAW_VERSION}\0{commit}\0{mode}\0{counter}".encode()).digest()
-    word = [int.from_bytes(digest[i : i + 8], "big") for i in range(0, 24, 8)]
-    seed = 1 + word[2] % HASH_SEED_MAX if settings.hash_seed and not hash_seed_pinned else None
+    # bytes 8-15 draw the padding, 16-23 the hash seed (bytes 0-7 drew the slot before it rotated)
+    pad_word, seed_word = (int.from_bytes(digest[i : i + 8], "big") for i in (8, 16))
+    seed = 1 + seed_word % HASH_SEED_MAX if settings.hash_seed and not hash_seed_pinned else None
     if not settings.randomize:  # a re-check with layouts held fixed: vary what needs no second worktree
-        seed = 1 + word[2] % HASH_SEED_MAX if not hash_seed_pinned else None
-        return Layout(slot=0, env_pad=1 + word[1] % max(settings.env_pad_max, 4096), hash_seed=seed)
+        seed = 1 + seed_word % HASH_SEED_MAX if not hash_seed_pinned else None
+        return Layout(slot=0, env_pad=1 + pad_word % max(settings.env_pad_max, 4096), hash_seed=seed)
     start = int.from_bytes(hashlib.sha256(f"{_DRAW_VERSION}\0{commit}\0{mode}".encode()).digest()[:8], "big")
     slot = (start + counter) % max(1, settings.path_slots)
-    return Layout(slot=slot, env_pad=word[1] % (settings.env_pad_max + 1), hash_seed=seed)
+    return Layout(slot=slot, env_pad=pad_word % (settings.env_pad_max + 1), hash_seed=seed)
 
 
 def joined(layouts: Sequence[Layout | None]) -> str | None:

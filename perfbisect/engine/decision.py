@@ -174,10 +174,11 @@ class DecisionSteps:
         # says little about the noise (R2-AA: 5 false `improved` in 1,000 at 5-7 trials). On fewer, the weaker claim
         # below — no regression as big as the tolerance, the bad end if anything faster — is made when it holds.
         gain = look.p_better >= 1.0 - (1.0 - s.confidence) * self.tuning.same_alpha_share
-        if gain and min(look.counts[0], look.counts[-1]) < self.tuning.improved_min_per_side and tol <= 0:
+        few = min(look.counts[0], look.counts[-1]) < self.tuning.improved_min_per_side
+        if gain and few and tol <= 0:
             # no tolerance to rule out: the endpoints, not a search for a regression, settle what they show
             return self._measure_endpoint(data, post, ends, ruled_out, look.host)
-        if gain and min(look.counts[0], look.counts[-1]) >= self.tuning.improved_min_per_side:
+        if gain and not few:
             return self._done(
                 Verdict.IMPROVED, data, post=post, endpoint_cmp=replace(ends, verdict=Verdict.IMPROVED), ruled_out=ruled_out,
                 explanation=(

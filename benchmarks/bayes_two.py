@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special, stats
 
-from bayes_reference import CommitSums, _untestable_run  # per-commit sums; the untestable commits before an answer
+from bayes_reference import CommitSums, _short_of_floor, _untestable_run  # per-commit sums; the floor; the untestable
+# commits before an answer
 
 # Points of the common grid the information gain is integrated on, per smallest component sd (2 per sd and ±6 sd
 # chose the same 160 commits along 4 S2 searches as 4 per sd and ±10 sd).
@@ -54,7 +55,10 @@ GL_NODES, GL_WEIGHTS = np.polynomial.legendre.leggauss(32)
 class TwoChangeBisection(CommitSums):
     """The posterior over (k1, k2) from the trials so far, and the commit to measure next."""
 
-    q: float = 0.5  # prior probability of two changes
+    q: float = 0.5  # prior probability of two changes (given that something changed)
+    # prior probability that nothing changed (perfbisect's no_change_prior is 0.5); 0: not a hypothesis — the range
+    # is known to hold one change or two
+    p_none: float = 0.0
     g: float = 10.0  # the steps' prior variance, in units of σ²
     sigma: float | None = None  # known σ; None: learned with the prior below
     min_step: float = math.log1p(0.03)  # a step smaller than this does not matter (stats.min_effect_pct)
@@ -70,13 +74,18 @@ class TwoChangeBisection(CommitSums):
             raise ValueError("two changes need at least 3 commits")
         super().__post_init__()
         pairs = [(a, b) for a in range(1, self.n) for b in range(a + 1, self.n + 1)]
+        if self.p_none > 0:
+            pairs.append((self.n, self.n))  # no change: one level, both steps unseen (their priors integrate out)
         self.k1 = np.array([p[0] for p in pairs])
         self.k2 = np.array([p[1] for p in pairs])
-        one = self.k2 == self.n
-        n_one, n_two = int(one.sum()), int((~one).sum())
+        none = self.k1 == self.n
+        one = (self.k2 == self.n) & ~none
+        n_one, n_two = int(one.sum()), int((~one & ~none).sum())
         with np.errstate(divide="ignore"):
             self.log_prior = np.where(one, math.log1p(-self.q) - math.log(n_one) if self.q < 1 else -np.inf,
                                       (math.log(self.q) if self.q > 0 else -np.inf) - math.log(max(n_two, 1)))
+            if self.p_none > 0:
+                self.log_prior = np.where(none, math.log(self.p_none), self.log_prior + math.log1p(-self.p_none))
 
     # -- data --------------------------------------------------------------------------------
     def _fit(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -145,6 +154,7 @@ class TwoChangeBisection(CommitSums):
             return cdf((mean - m) / sd) + cdf((-m - mean) / sd)
 
         p1, p2 = outside(mu1, sd1, dof), outside(mu2, sd2, dof)
+        p1 = np.where(self.k1[keep] == self.n, 0.0, p1)  # "no change" (p_none): no step at all
         # P(both) = ∫_{|δ1| ≥ m} p(δ1) P(|δ2| ≥ m | δ1) dδ1: Gauss-Legendre on each side's part of μ1 ± 8 sd
         lo, hi = mu1 - 8 * sd1, mu1 + 8 * sd1
         p12 = np.zeros_like(mu1)
@@ -234,13 +244,17 @@ class TwoChangeBisection(CommitSums):
 
 
 def run(t, sigma: float | None, q: float = 0.5, g: float = 10.0, confidence: float = 0.99, budget: int = 120,
-        min_step_pct: float = 3.0) -> dict:
+        min_step_pct: float = 3.0, min_at_change: int = 0, p_none: float = 0.0) -> dict:
     """One bisection of a simulated target (``strategies.Target``) told "one change or two".
 
     Sees what perfbisect sees: trial summaries as the runner returns them, no recorded state. Names the answer's
-    commits (one or two, the first bad first) once it holds ``confidence``; nothing at ``budget``."""
+    commits (one or two, the first bad first) once it holds ``confidence``; nothing at ``budget``.
+    ``min_at_change`` > 0 adds DESIGN.md's floor, as ``bayes_reference.run`` does: an answer is named only once each
+    of its commits and the testable commit before each carry that many trials; until then the one with fewer is
+    measured and the posterior looked at again. ``p_none`` > 0: "nothing changed" is a hypothesis of that prior, as it
+    is perfbisect's (told nothing, a search must rule it out too)."""
     n = t.scn.n
-    b = TwoChangeBisection(n, q=q, g=g, sigma=sigma, min_step=math.log1p(min_step_pct / 100))
+    b = TwoChangeBisection(n, q=q, g=g, sigma=sigma, min_step=math.log1p(min_step_pct / 100), p_none=p_none)
     for j in (0, n - 1):
         b.add(j, t.measure(j).value)
     while True:
@@ -251,9 +265,16 @@ def run(t, sigma: float | None, q: float = 0.5, g: float = 10.0, confidence: flo
             return {"changes": (), "set": (), "verdict": "same", "answer_probability": p,
                     "p_two": b.p_two(post, fit), "budget_exhausted": False}
         if p >= confidence:
-            first_set = tuple(sorted(_untestable_run(b, answer[0]))) + (answer[0],)
-            return {"changes": answer, "set": first_set, "verdict": "regressed", "answer_probability": p,
-                    "p_two": b.p_two(post, fit), "budget_exhausted": False}
+            sets = [tuple(sorted(_untestable_run(b, k))) + (k,) for k in answer]
+            shorts = [j for j in (_short_of_floor(b, cset, min_at_change) for cset in sets) if j is not None]
+            if not shorts:
+                return {"changes": answer, "set": sets[0], "verdict": "regressed", "answer_probability": p,
+                        "p_two": b.p_two(post, fit), "budget_exhausted": False}
+            if b.trials < budget:
+                short = min(shorts, key=lambda j: b.cnt[j])
+                b.add(short, t.measure(short).value)
+                continue
+            # the budget ended short of the floor: nothing is named (below), as with any check left open
         if b.trials >= budget:
             return {"changes": (), "set": (), "verdict": "inconclusive", "answer_probability": p,
                     "p_two": b.p_two(post, fit), "budget_exhausted": True}

@@ -162,3 +162,65 @@ def test_on_seeded_noisy_ranges_it_names_one_change_or_both_and_rules_out_the_ot
         assert set(res["changes"]) <= set(t.changes)  # never a commit that changed nothing
         assert (res["p_two"] >= 0.99) if len(truth) == 2 else (res["p_two"] <= 0.01)
     assert right == 5
+
+
+def _counted(scn, seed, **kw):
+    """A run of ``B2.run`` on a fresh target, and the commits it measured in order."""
+    t = S.make_target(scn, seed)
+    seen: list[int] = []
+    measure = t.measure
+    t.measure = lambda j: (seen.append(j), measure(j))[1]
+    return B2.run(t, sigma=None, **kw), seen, t.changes
+
+
+def test_the_floor_names_each_change_only_on_two_trials_of_it_and_of_its_parent():
+    """``min_at_change`` (DESIGN.md's "never decide on fewer than two trials per side", as bayes_reference's floor):
+    every commit it names, the first bad of one change or of both, rests on that many trials of it and of the commit
+    before it; without the floor an S1 seed is named on one trial of one of them (916: a search that must also rule out
+    a second step reaches 0.99 with most S1 seeds' pair measured twice already). A budget that ends with the floor
+    still short names nothing."""
+    short = []
+    for seed in range(910, 920):
+        res, seen, _ = _counted(S.SCENARIOS["S1"], seed, q=0.1, min_step_pct=13.5, min_at_change=2)
+        assert res["verdict"] == "regressed" and len(res["changes"]) == 1
+        k = res["changes"][0]
+        assert seen.count(k) >= 2 and seen.count(k - 1) >= 2, (seed, k, seen)
+        plain, seen, _ = _counted(S.SCENARIOS["S1"], seed, q=0.1, min_step_pct=13.5)
+        k = plain["changes"][0]
+        if min(seen.count(k), seen.count(k - 1)) < 2:
+            short.append((seed, len(seen)))
+    assert [seed for seed, _ in short] == [916]
+    seed, spent = short[0]
+    res, seen, _ = _counted(S.SCENARIOS["S1"], seed, q=0.1, min_step_pct=13.5, min_at_change=2, budget=spent)
+    assert res["verdict"] == "inconclusive" and res["budget_exhausted"] and len(seen) == spent, (res, seen)
+    two = S.Scenario("Z", "noise-free", 16, 1e-4, 1e-4, (-10.0, -6.0))
+    res, seen, truth = _counted(two, 0, q=0.5, min_at_change=2)
+    assert res["changes"] == truth
+    assert all(seen.count(j) >= 2 for k in truth for j in (k, k - 1)), (truth, seen)
+
+
+@pytest.mark.parametrize("sigma", [0.03, None])
+def test_nothing_changed_is_a_hypothesis_of_its_own_prior_when_asked(sigma):
+    """``p_none`` (perfbisect's no_change_prior): "no change" joins as (n, n) — one level, both steps unseen — with
+    that prior, the others scaled by 1 − p_none; its likelihood is the brute-force marginal of a one-level model
+    (told σ), and its mass goes to the answer "nothing changed", never to a commit."""
+    b0 = _filled(6, DATA, sigma)
+    b = _filled(6, DATA, sigma, p_none=0.5)
+    assert len(b.k1) == len(b0.k1) + 1 and (b.k1[-1], b.k2[-1]) == (6, 6)
+    np.testing.assert_allclose(np.exp(b.log_prior).sum(), 1.0)
+    np.testing.assert_allclose(b.log_prior[:-1], b0.log_prior + math.log(0.5))
+    np.testing.assert_allclose(b.log_likelihood()[:-1], b0.log_likelihood())
+    if sigma is not None:
+        mine, brute = b.log_likelihood(), _brute(b, DATA, sigma, 100.0)
+        np.testing.assert_allclose(mine - mine[0], brute - brute[0], atol=1e-5)
+    only_none = np.zeros(len(b.k1))
+    only_none[-1] = 1.0
+    assert b.answers(only_none) == {(): pytest.approx(1.0)}
+
+
+def test_told_nothing_it_rules_out_no_change_before_naming_one_and_says_same_on_a_flat_range():
+    flat = S.Scenario("Z", "16 commits, σ_b 3%, σ_w 1%, nothing changed", 16, 3.0, 1.0, ())
+    res, seen, _ = _counted(flat, 0, q=0.1, p_none=0.5)
+    assert res["verdict"] == "same" and res["changes"] == ()
+    res, seen, truth = _counted(S.SCENARIOS["S1"], 910, q=0.1, min_step_pct=13.5, min_at_change=2, p_none=0.5)
+    assert res["verdict"] == "regressed" and res["changes"] == truth

@@ -51,6 +51,12 @@ PRUNE = 1e-7
 GL_NODES, GL_WEIGHTS = np.polynomial.legendre.leggauss(32)
 
 
+def _outside(mean, sd, df, m):
+    """P(|δ| ≥ m) for δ ~ t_df(mean, sd) (normal: df None)."""
+    cdf = special.ndtr if df is None else (lambda x: special.stdtr(df, x))
+    return cdf((mean - m) / sd) + cdf((-m - mean) / sd)
+
+
 @dataclass
 class TwoChangeBisection(CommitSums):
     """The posterior over (k1, k2) from the trials so far, and the commit to measure next."""
@@ -62,6 +68,9 @@ class TwoChangeBisection(CommitSums):
     g: float = 10.0  # the steps' prior variance, in units of σ²
     sigma: float | None = None  # known σ; None: learned with the prior below
     min_step: float = math.log1p(0.03)  # a step smaller than this does not matter (stats.min_effect_pct)
+    # two changes are named only when both steps are at least this (log); None: min_step. perfbisect's question:
+    # its guard rules out a second step of max(second_change_pct, half the located step, 1.5σ), not min_step
+    min_second: float | None = None
     nu0: float = 1.0
     s0: float = math.log1p(0.05)
     untestable: set[int] = field(default_factory=set)
@@ -136,10 +145,12 @@ class TwoChangeBisection(CommitSums):
         a_n = self.nu0 / 2 + (self.trials - 1) / 2
         return (self.nu0 * self.s0 ** 2 / 2 + s / 2) / a_n, 2 * a_n
 
-    def step_probabilities(self, fit=None, keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def step_probabilities(self, fit=None, keep: np.ndarray | None = None,
+                           both_from: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per hypothesis, the posterior probability that the first step matters (|δ1| ≥ m), the second does, and
-        both do — ``m`` the minimum effect. δ | (k1, k2), D is bivariate t (normal with σ known); P(both) is one
-        integral over δ1 of the conditional t of δ2 (Gauss-Legendre). A one-change hypothesis has no second step."""
+        both do — ``m`` the minimum effect (both ≥ ``both_from`` instead, when given). δ | (k1, k2), D is bivariate
+        t (normal with σ known); P(both) is one integral over δ1 of the conditional t of δ2 (Gauss-Legendre). A
+        one-change hypothesis has no second step, "no change" none."""
         fit = self._fit() if fit is None else fit
         keep = np.ones(len(self.k1), bool) if keep is None else keep
         a_inv, beta, _, s = (f[keep] for f in fit)
@@ -148,17 +159,13 @@ class TwoChangeBisection(CommitSums):
         mu1, mu2 = beta[:, 1], beta[:, 2]
         c11, c12, c22 = a_inv[:, 1, 1] * scale2, a_inv[:, 1, 2] * scale2, a_inv[:, 2, 2] * scale2
         sd1, sd2 = np.sqrt(c11), np.sqrt(c22)
-
-        def outside(mean, sd, df):  # P(|δ| ≥ m) for δ ~ t_df(mean, sd) (normal: df None)
-            cdf = special.ndtr if df is None else (lambda x: special.stdtr(df, x))
-            return cdf((mean - m) / sd) + cdf((-m - mean) / sd)
-
-        p1, p2 = outside(mu1, sd1, dof), outside(mu2, sd2, dof)
+        p1, p2 = _outside(mu1, sd1, dof, m), _outside(mu2, sd2, dof, m)
         p1 = np.where(self.k1[keep] == self.n, 0.0, p1)  # "no change" (p_none): no step at all
-        # P(both) = ∫_{|δ1| ≥ m} p(δ1) P(|δ2| ≥ m | δ1) dδ1: Gauss-Legendre on each side's part of μ1 ± 8 sd
+        mb = m if both_from is None else both_from
+        # P(both) = ∫_{|δ1| ≥ mb} p(δ1) P(|δ2| ≥ mb | δ1) dδ1: Gauss-Legendre on each side's part of μ1 ± 8 sd
         lo, hi = mu1 - 8 * sd1, mu1 + 8 * sd1
         p12 = np.zeros_like(mu1)
-        for a, b in ((np.maximum(lo, m), np.maximum(hi, m)), (np.minimum(lo, -m), np.minimum(hi, -m))):
+        for a, b in ((np.maximum(lo, mb), np.maximum(hi, mb)), (np.minimum(lo, -mb), np.minimum(hi, -mb))):
             half = (b - a)[:, None] / 2
             d1 = (a + b)[:, None] / 2 + half * GL_NODES[None, :]  # (P, G)
             z1 = (d1 - mu1[:, None]) / sd1[:, None]
@@ -167,7 +174,7 @@ class TwoChangeBisection(CommitSums):
             cond_var = np.maximum(c22 - c12 * c12 / c11, 1e-300)[:, None]
             if dof is not None:
                 cond_var = cond_var * (dof + z1 * z1) / (dof + 1)
-            p2_given = outside(cond_mean, np.sqrt(cond_var), None if dof is None else dof + 1)
+            p2_given = _outside(cond_mean, np.sqrt(cond_var), None if dof is None else dof + 1, mb)
             p12 += half[:, 0] * ((dens * p2_given) @ GL_WEIGHTS)
         one = self.k2[keep] == self.n
         p2 = np.where(one, 0.0, p2)
@@ -176,16 +183,29 @@ class TwoChangeBisection(CommitSums):
 
     def answers(self, post: np.ndarray, fit=None) -> dict[tuple[int, ...], float]:
         """Posterior mass per answer: the first-bad testable commits of the steps that matter — none, one or two
-        (two steps no testable commit tells apart are one answer)."""
+        (two steps no testable commit tells apart are one answer).
+
+        With ``min_second`` (perfbisect's question: a second change is named only when it too is that large), two
+        steps that both matter but are not both ≥ ``min_second`` are one answer: the hypothesis's larger step (by
+        its posterior mean) — the other is what perfbisect would leave unnamed."""
         keep = _kept(post)
         p1, p2, p12 = self.step_probabilities(fit, keep)
+        if self.min_second is None:
+            pb = p12
+        else:
+            pb = np.minimum(self.step_probabilities(fit, keep, both_from=self.min_second)[2], p12)
+            _, beta, _, _ = (f[keep] for f in (self._fit() if fit is None else fit))
+            first_larger = (np.abs(beta[:, 1]) >= np.abs(beta[:, 2])).tolist()
         r1, r2 = self._rep(self.k1[keep]), self._rep(self.k2[keep])
         post = post[keep]
         out: dict[tuple[int, ...], float] = {}
 
-        for a, b, w, q1, q2, q12 in zip(r1.tolist(), r2.tolist(), post.tolist(), p1.tolist(), p2.tolist(), p12.tolist()):
+        for i, (a, b, w, q1, q2, q12, qb) in enumerate(zip(r1.tolist(), r2.tolist(), post.tolist(), p1.tolist(),
+                                                            p2.tolist(), p12.tolist(), pb.tolist())):
             both = (a,) if b == a else (a, b)
-            for key, mass in ((both, q12), ((a,), q1 - q12), ((b,), q2 - q12), ((), 1 - q1 - q2 + q12)):
+            # both matter but not both large enough: the larger one alone
+            ma, mb = (q12 - qb, 0.0) if self.min_second is not None and first_larger[i] else (0.0, q12 - qb)
+            for key, mass in ((both, qb), ((a,), q1 - q12 + ma), ((b,), q2 - q12 + mb), ((), 1 - q1 - q2 + q12)):
                 if mass > 0:
                     out[key] = out.get(key, 0.0) + w * mass
         return out
@@ -194,9 +214,9 @@ class TwoChangeBisection(CommitSums):
         return max(self.answers(post, fit).items(), key=lambda kv: kv[1])
 
     def p_two(self, post: np.ndarray, fit=None) -> float:
-        """The posterior probability of two steps that matter."""
+        """The posterior probability of two steps that matter (both ≥ ``min_second``, when set)."""
         keep = _kept(post)
-        _, _, p12 = self.step_probabilities(fit, keep)
+        _, _, p12 = self.step_probabilities(fit, keep, both_from=self.min_second)
         return float(post[keep] @ p12)
 
     # -- the next trial ----------------------------------------------------------------------
@@ -244,7 +264,8 @@ class TwoChangeBisection(CommitSums):
 
 
 def run(t, sigma: float | None, q: float = 0.5, g: float = 10.0, confidence: float = 0.99, budget: int = 120,
-        min_step_pct: float = 3.0, min_at_change: int = 0, p_none: float = 0.0) -> dict:
+        min_step_pct: float = 3.0, min_at_change: int = 0, p_none: float = 0.0,
+        min_second_pct: float | None = None) -> dict:
     """One bisection of a simulated target (``strategies.Target``) told "one change or two".
 
     Sees what perfbisect sees: trial summaries as the runner returns them, no recorded state. Names the answer's
@@ -252,9 +273,11 @@ def run(t, sigma: float | None, q: float = 0.5, g: float = 10.0, confidence: flo
     ``min_at_change`` > 0 adds DESIGN.md's floor, as ``bayes_reference.run`` does: an answer is named only once each
     of its commits and the testable commit before each carry that many trials; until then the one with fewer is
     measured and the posterior looked at again. ``p_none`` > 0: "nothing changed" is a hypothesis of that prior, as it
-    is perfbisect's (told nothing, a search must rule it out too)."""
+    is perfbisect's (told nothing, a search must rule it out too). ``min_second_pct``: two changes are named only
+    when both steps are at least that large (``TwoChangeBisection.min_second``)."""
     n = t.scn.n
-    b = TwoChangeBisection(n, q=q, g=g, sigma=sigma, min_step=math.log1p(min_step_pct / 100), p_none=p_none)
+    b = TwoChangeBisection(n, q=q, g=g, sigma=sigma, min_step=math.log1p(min_step_pct / 100), p_none=p_none,
+                           min_second=None if min_second_pct is None else math.log1p(min_second_pct / 100))
     for j in (0, n - 1):
         b.add(j, t.measure(j).value)
     while True:

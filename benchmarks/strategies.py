@@ -908,6 +908,28 @@ def run_bayes_learner_two(t: Target) -> dict:
                          confidence=settings.confidence, budget=settings.max_trials_total)
 
 
+def second_change_floor_pct(t: Target) -> float:
+    """The second step perfbisect's guard rules out, from the truth: max(``second_change_pct``, ``second_change_share``
+    of the largest step, ``second_change_sigmas`` × the sd of a trial summary) in percent — the engine computes it
+    from the step it located and the σ it learned."""
+    tu = DEFAULT_TUNING
+    largest = max((abs(x) for x in t.scn.steps_pct), default=0.0)
+    return max(tu.second_change_pct, tu.second_change_share * largest,
+               tu.second_change_sigmas * math.expm1(t.sigma_total) * 100)
+
+
+def run_bayes_told_nothing(t: Target) -> dict:
+    """Bayesian bisection asked perfbisect's own question (benchmarks/bayes_two.py): told nothing — "no change" a
+    hypothesis of perfbisect's ``no_change_prior``, one change or two at its ``two_change_prior`` — a step matters
+    from ``min_effect_pct``, a second change is named from perfbisect's floor (``second_change_floor_pct``), and
+    no answer rests on fewer than ``min_trials_at_change`` trials of a named commit and of its parent."""
+    settings, tu = StatsConfig(), DEFAULT_TUNING
+    return bayes_two.run(t, sigma=None, q=tu.two_change_prior, min_step_pct=settings.min_effect_pct,
+                         confidence=settings.confidence, budget=settings.max_trials_total,
+                         min_at_change=tu.min_trials_at_change, p_none=tu.no_change_prior,
+                         min_second_pct=second_change_floor_pct(t))
+
+
 STRATEGIES = {
     "perfbisect": run_perfbisect,
     "perfbisect-learned-noise": run_perfbisect_learned,
@@ -922,6 +944,7 @@ STRATEGIES = {
     "bayes-learner": run_bayes_learner,
     "bayes-learner-floor": run_bayes_learner_floor,
     "bayes-learner-2": run_bayes_learner_two,
+    "bayes-told-nothing": run_bayes_told_nothing,
     "known-sigma-equivalence": run_known_sigma_equivalence,
     "perfbisect-fixed-layout": run_perfbisect_fixed_layout,
 }

@@ -224,3 +224,56 @@ def test_told_nothing_it_rules_out_no_change_before_naming_one_and_says_same_on_
     assert res["verdict"] == "same" and res["changes"] == ()
     res, seen, truth = _counted(S.SCENARIOS["S1"], 910, q=0.1, min_step_pct=13.5, min_at_change=2, p_none=0.5)
     assert res["verdict"] == "regressed" and res["changes"] == truth
+
+
+@pytest.mark.parametrize("sigma", [0.03, None])
+def test_both_named_from_a_larger_step_is_the_bivariate_mass_beyond_it(sigma):
+    """``both_from`` (``min_second``): P(both steps ≥ m2) is the posterior mass of the four corners beyond ±m2, by a
+    direct 2-D quadrature, and never more than P(both ≥ m)."""
+    b = _filled(6, DATA, sigma, min_step=math.log1p(0.03))
+    m2 = math.log1p(0.05)
+    _, _, p12 = b.step_probabilities()
+    _, _, pb = b.step_probabilities(both_from=m2)
+    a_inv, beta, _, s = b._fit()
+    scale2, dof = b._scale2_dof(s)
+    for i in (2, 12):
+        cov = a_inv[i, 1:, 1:] * scale2[i]
+        mean = beta[i, 1:]
+        dist = stats.multivariate_normal(mean, cov) if dof is None else stats.multivariate_t(mean, cov, df=dof)
+        sd = np.sqrt(np.diag(cov))
+        box = [(mean[k] - 12 * sd[k], mean[k] + 12 * sd[k]) for k in (0, 1)]
+        both = sum(integrate.dblquad(lambda d2, d1: dist.pdf([d1, d2]), a, c, e, f, epsabs=1e-7)[0]
+                   for a, c in ((box[0][0], -m2), (m2, box[0][1])) for e, f in ((box[1][0], -m2), (m2, box[1][1]))
+                   if a < c and e < f)
+        assert pb[i] == pytest.approx(both, abs=2e-3)
+    assert (pb <= p12 + 1e-12).all()
+
+
+def test_a_second_step_below_min_second_leaves_the_larger_one_named_alone():
+    """A clear −15% step at 3 and a clear −4% one at 5: both matter at 3%, so without ``min_second`` the answer is
+    the pair; asked perfbisect's question (a second change named from 7.5%) the answer is the larger step alone.
+    Either way the answers' masses add up to one."""
+    data = {j: ([0.0, 0.001] if j < 3 else [-0.15, -0.151] if j < 5 else [-0.19, -0.191]) for j in range(6)}
+    plain = _filled(6, data, 0.005, min_step=math.log1p(0.03))
+    answers = plain.answers(plain.posterior())
+    assert max(answers, key=answers.get) == (3, 5)
+    asked = _filled(6, data, 0.005, min_step=math.log1p(0.03), min_second=math.log1p(0.075))
+    answers = asked.answers(asked.posterior())
+    assert max(answers, key=answers.get) == (3,) and answers[(3,)] > 0.9
+    assert sum(answers.values()) == pytest.approx(1.0, abs=1e-6)
+    assert asked.p_two(asked.posterior()) < 0.05 < plain.p_two(plain.posterior())
+
+
+def test_the_told_nothing_reference_asks_perfbisects_question_and_answers_same_on_a_flat_range():
+    """benchmarks' ``bayes-told-nothing``: a second change named from perfbisect's floor — max(5%, half the largest
+    step, 1.5σ): 13.5% in S1, 7.5% in M1, 5% in S2 — with "no change" a hypothesis of prior 0.5; it names M1's change
+    and ends M1's A/A twin `same`, each on two trials or more of the commits that decide."""
+    floors = {c: S.second_change_floor_pct(S.make_target(S.SCENARIOS[c], 0)) for c in ("S1", "M1", "S2")}
+    assert floors == pytest.approx({"S1": 13.5, "M1": 7.5, "S2": 5.0})
+    run = S.STRATEGIES["bayes-told-nothing"]
+    t = S.make_target(S.SCENARIOS["M1"], 100000)
+    res = run(t)
+    assert res["verdict"] == "regressed" and res["changes"] == t.changes
+    t = S.make_target(S.SCENARIOS["M1-AA"], 100000)
+    res = run(t)
+    assert res["verdict"] == "same" and res["changes"] == () and t.trials >= 4

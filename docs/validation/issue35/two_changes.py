@@ -10,7 +10,8 @@ Run from the repository root:
 (WORKERS=N for N processes, 2 by default). A variant is q<Q>-m<M> (prior of two changes, the step in percent that
 matters; g, the steps' prior variance in σ², is 10 unless -g<G> follows; -f<F>: DESIGN.md's floor, each named commit
 and its parent F trials; -n<P>: "nothing changed" a hypothesis of prior P;
--s: told σ, the true sd of a trial summary) or a strategy of benchmarks/strategies.py.
+-s: told σ, the true sd of a trial summary; -x<M2>: two changes named only when both steps are ≥ M2 percent,
+the larger alone otherwise) or a strategy of benchmarks/strategies.py.
 Seeds are paired: every variant sees the same targets."""
 import json
 import math
@@ -30,7 +31,7 @@ import bayes_two  # noqa: E402
 import strategies as S  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
 
-VARIANT = re.compile(r"q(?P<q>[0-9.]+)-m(?P<m>[0-9.]+)(?:-g(?P<g>[0-9.]+))?(?:-f(?P<f>[0-9]+))?(?:-n(?P<n>[0-9.]+))?(?P<told>-s)?$")
+VARIANT = re.compile(r"q(?P<q>[0-9.]+)-m(?P<m>[0-9.]+)(?:-g(?P<g>[0-9.]+))?(?:-f(?P<f>[0-9]+))?(?:-n(?P<n>[0-9.]+))?(?P<told>-s)?(?:-x(?P<x>[0-9.]+))?$")
 
 
 def job(args):
@@ -43,7 +44,8 @@ def job(args):
         res = bayes_two.run(t, sigma=t.sigma_total if found["told"] else None, q=float(found["q"]), g=float(found["g"] or 10.0),
                             min_step_pct=float(found["m"]), confidence=settings.confidence,
                             budget=settings.max_trials_total, min_at_change=int(found["f"] or 0),
-                            p_none=float(found["n"] or 0.0))
+                            p_none=float(found["n"] or 0.0),
+                            min_second_pct=float(found["x"]) if found["x"] else None)
     else:
         if name in S.ONE_CHANGE_ONLY and len(t.changes) > 1:
             return name, cell, None  # told "exactly one change": not asked on a two-change cell
@@ -59,7 +61,7 @@ def main(argv: list[str]) -> None:
     names = argv[4].split(",")
     for name in names:
         if not VARIANT.match(name) and name not in S.STRATEGIES:
-            raise SystemExit(f"unknown variant {name!r}: q<Q>-m<M>[-g<G>][-f<F>][-n<P>][-s] or one of {', '.join(S.STRATEGIES)}")
+            raise SystemExit(f"unknown variant {name!r}: q<Q>-m<M>[-g<G>][-f<F>][-n<P>][-s][-x<M2>] or one of {', '.join(S.STRATEGIES)}")
     jobs = [(v, c, base + i) for v in names for c in cells for i in range(reps)]
     out: dict[str, list[dict]] = {}
     with Pool(int(os.environ.get("WORKERS", "2"))) as pool:

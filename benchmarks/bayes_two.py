@@ -185,9 +185,15 @@ class TwoChangeBisection(CommitSums):
         """Posterior mass per answer: the first-bad testable commits of the steps that matter — none, one or two
         (two steps no testable commit tells apart are one answer).
 
-        With ``min_second`` (perfbisect's question: a second change is named only when it too is that large), two
-        steps that both matter but are not both ≥ ``min_second`` are one answer: the hypothesis's larger step (by
-        its posterior mean) — the other is what perfbisect would leave unnamed."""
+        With ``min_second`` (perfbisect's question: a second change must be ruled out only from that size), two
+        steps that both matter but are not both ≥ ``min_second`` count for the hypothesis's larger step alone (by
+        its posterior mean): the mass of "one change is an acceptable answer"."""
+        return self._answer_masses(post, fit)[0]
+
+    def _answer_masses(self, post: np.ndarray, fit=None) -> tuple[dict[tuple[int, ...], float], dict[tuple[int, ...], float]]:
+        """(``answers``, and the same with every pair of steps that both matter counted as the pair). The two differ
+        only with ``min_second``: a second step between ``min_step`` and ``min_second`` is then an indifference
+        zone — naming it is right and leaving it unnamed is right."""
         keep = _kept(post)
         p1, p2, p12 = self.step_probabilities(fit, keep)
         if self.min_second is None:
@@ -199,6 +205,7 @@ class TwoChangeBisection(CommitSums):
         r1, r2 = self._rep(self.k1[keep]), self._rep(self.k2[keep])
         post = post[keep]
         out: dict[tuple[int, ...], float] = {}
+        pairs: dict[tuple[int, ...], float] = {}
 
         for i, (a, b, w, q1, q2, q12, qb) in enumerate(zip(r1.tolist(), r2.tolist(), post.tolist(), p1.tolist(),
                                                             p2.tolist(), p12.tolist(), pb.tolist())):
@@ -208,10 +215,19 @@ class TwoChangeBisection(CommitSums):
             for key, mass in ((both, qb), ((a,), q1 - q12 + ma), ((b,), q2 - q12 + mb), ((), 1 - q1 - q2 + q12)):
                 if mass > 0:
                     out[key] = out.get(key, 0.0) + w * mass
-        return out
+            if self.min_second is not None and q12 > 0:
+                pairs[both] = pairs.get(both, 0.0) + w * q12
+        return out, (pairs if self.min_second is not None else out)
 
     def best(self, post: np.ndarray, fit=None) -> tuple[tuple[int, ...], float]:
-        return max(self.answers(post, fit).items(), key=lambda kv: kv[1])
+        """The answer of the largest mass. With ``min_second``, the mass of an answer is how likely it is
+        acceptable: a pair's, that both steps matter (≥ ``min_step``); one change's or none's, that no second step
+        of ``min_second`` or more is left (``answers``)."""
+        one, two = self._answer_masses(post, fit)
+        if self.min_second is None:
+            return max(one.items(), key=lambda kv: kv[1])
+        cands = [kv for kv in one.items() if len(kv[0]) < 2] + [kv for kv in two.items() if len(kv[0]) == 2]
+        return max(cands, key=lambda kv: kv[1])
 
     def p_two(self, post: np.ndarray, fit=None) -> float:
         """The posterior probability of two steps that matter (both ≥ ``min_second``, when set)."""

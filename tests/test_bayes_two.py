@@ -277,3 +277,16 @@ def test_the_told_nothing_reference_asks_perfbisects_question_and_answers_same_o
     t = S.make_target(S.SCENARIOS["M1-AA"], 100000)
     res = run(t)
     assert res["verdict"] == "same" and res["changes"] == () and t.trials >= 4
+
+
+def test_a_second_step_between_the_minimum_and_min_second_may_be_named_or_left():
+    """The indifference zone of ``min_second``: with S5's −10% and −6% (the second above perfbisect's 5% floor) both
+    are named; with a −4% second step (below the floor, above 3%) one change alone is an acceptable answer and so is
+    the pair — the search stops on either, and never names a commit that changed nothing."""
+    for steps, ok in (((-10.0, -6.0), {"both"}), ((-10.0, -4.0), {"both", "first"})):
+        scn = S.Scenario("Z", "noise-free", 16, 1e-4, 1e-4, steps)
+        for seed in range(2):
+            t = S.make_target(scn, seed)
+            res = B2.run(t, sigma=None, q=0.1, p_none=0.5, min_at_change=2, min_second_pct=5.0)
+            got = "both" if res["changes"] == t.changes else "first" if res["changes"] == t.changes[:1] else "other"
+            assert res["verdict"] == "regressed" and got in ok, (steps, seed, res, t.changes)

@@ -68,8 +68,9 @@ class TwoChangeBisection(CommitSums):
     g: float = 10.0  # the steps' prior variance, in units of σ²
     sigma: float | None = None  # known σ; None: learned with the prior below
     min_step: float = math.log1p(0.03)  # a step smaller than this does not matter (stats.min_effect_pct)
-    # two changes are named only when both steps are at least this (log); None: min_step. perfbisect's question:
-    # its guard rules out a second step of max(second_change_pct, half the located step, 1.5σ), not min_step
+    # a second step is ruled out only from this size (log); between min_step and it, naming two changes and naming
+    # one are both right (``best``). None: min_step. perfbisect's question: its guard rules out a second step of
+    # max(second_change_pct, half the located step, 1.5σ), not min_step
     min_second: float | None = None
     nu0: float = 1.0
     s0: float = math.log1p(0.05)
@@ -289,8 +290,8 @@ def run(t, sigma: float | None, q: float = 0.5, g: float = 10.0, confidence: flo
     ``min_at_change`` > 0 adds DESIGN.md's floor, as ``bayes_reference.run`` does: an answer is named only once each
     of its commits and the testable commit before each carry that many trials; until then the one with fewer is
     measured and the posterior looked at again. ``p_none`` > 0: "nothing changed" is a hypothesis of that prior, as it
-    is perfbisect's (told nothing, a search must rule it out too). ``min_second_pct``: two changes are named only
-    when both steps are at least that large (``TwoChangeBisection.min_second``)."""
+    is perfbisect's (told nothing, a search must rule it out too). ``min_second_pct``: a second step is ruled out only
+    from that size, two changes named once both matter (``TwoChangeBisection.min_second``)."""
     n = t.scn.n
     b = TwoChangeBisection(n, q=q, g=g, sigma=sigma, min_step=math.log1p(min_step_pct / 100), p_none=p_none,
                            min_second=None if min_second_pct is None else math.log1p(min_second_pct / 100))

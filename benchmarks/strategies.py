@@ -921,7 +921,7 @@ def second_change_floor_pct(t: Target) -> float:
 def run_bayes_told_nothing(t: Target) -> dict:
     """Bayesian bisection asked perfbisect's own question (benchmarks/bayes_two.py): told nothing — "no change" a
     hypothesis of perfbisect's ``no_change_prior``, one change or two at its ``two_change_prior`` — a step matters
-    from ``min_effect_pct``, a second change is named from perfbisect's floor (``second_change_floor_pct``), and
+    from ``min_effect_pct``, a second change is ruled out from perfbisect's floor (``second_change_floor_pct``), and
     no answer rests on fewer than ``min_trials_at_change`` trials of a named commit and of its parent."""
     settings, tu = StatsConfig(), DEFAULT_TUNING
     return bayes_two.run(t, sigma=None, q=tu.two_change_prior, min_step_pct=settings.min_effect_pct,

@@ -57,6 +57,13 @@ VARIANTS = {
     "pg-0.3-d.02-gain.02": ({"second_change_doubt": 0.02, "min_gain_bits": 0.02, "two_change_prior": 0.3},
                             {"second_change_z": 0.0}),
     "pg-0.3-gain.01": S.POSTERIOR_GUARD,
+    # 2026-12-06 (a later session): the guard's own levers toward S5 on the tuning seeds (0-299): the gap re-measured
+    # from a smaller gap, the doubt held to 2%, the probe at more standard errors (levers-tuning-300.json)
+    "rcz0.7": ({"residual_confirm_z": 0.7}, {}),
+    "rcz0.5": ({"residual_confirm_z": 0.5}, {}),
+    "doubt0.02": ({"second_change_doubt": 0.02}, {}),
+    "scz2.5": ({}, {"second_change_z": 2.5}),
+    "rcz0.7-doubt0.02": ({"residual_confirm_z": 0.7, "second_change_doubt": 0.02}, {}),
 }
 
 def job(args):

@@ -1,0 +1,141 @@
+"""The engine's doubt of a second change asked at perfbisect's own floor, as `bayes-told-nothing` asks it (issue #35).
+
+Run from the repository root:
+    .venv/bin/python docs/validation/issue35/floor_doubt.py S5,S2,S1,HS,R1,MC 100 400000 out.json [VARIANT,...]
+(WORKERS=N processes, 2 by default).
+
+`bayes-told-nothing` names S5's two changes in 92.7% with S2 at 25.3 trials; the engine's guard 88.0% at 28.0, and
+its posterior alone as the guard (`perfbisect-posterior-guard`) reaches 93% only by reading HS's noisy side and R1's
+lumpy sessions as a second change. The reference differs in what its doubt is *about*: a second step from
+max(5%, half the located step, 1.5σ) (`second_change_floor_pct`), not from `stats.min_effect_pct` (3%) — a 3% step
+inside a side whose sessions spread 10% can never be ruled out, one of 1.5σ can.
+
+Variants "floor-*": the density probe and the gap re-measure off (``stats.second_change_z = 0``); one change is not
+accepted while the two-change hypotheses whose *both* steps reach that floor keep ``second_change_doubt`` of the
+posterior — per hypothesis P(|δ1| ≥ F)·P(|δ2| ≥ F) over P(|δ1| ≥ 3%)·P(|δ2| ≥ 3%) (the weights already carry the 3%
+truncation), δ normal with the hypothesis's own level step and standard error, F from the located step and σ of
+the best one-change hypothesis — while the look-ahead's trial is expected to remove ``min_gain_bits``. This is an
+exploration: ``DecisionSteps._second_change_doubt`` is replaced in the worker processes only; nothing of the product
+changes. Seeds are paired: each variant sees the same targets.
+"""
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import replace
+from multiprocessing import get_context
+
+import numpy as np
+from scipy.stats import norm
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "benchmarks"))
+import strategies as S  # noqa: E402
+from perfbisect.engine import decision  # noqa: E402
+from perfbisect.engine.change_posterior import level_step  # noqa: E402
+from perfbisect.engine.effects import located_step  # noqa: E402
+from perfbisect.engine.stats import log_of_pct  # noqa: E402
+from perfbisect.engine.tuning import DEFAULT_TUNING  # noqa: E402
+from perfbisect.settings import StatsConfig  # noqa: E402
+
+_ORIGINAL = decision.DecisionSteps._second_change_doubt
+
+
+def _beyond(d, se, m):
+    """P(|δ| ≥ m) for δ ~ N(d, se²)."""
+    return norm.cdf((-m - d) / se) + norm.cdf((d - m) / se)
+
+
+def p_two_floor(post, floor: float, min_step: float, own: tuple[float, float, float] | None = None) -> float:
+    """Mass of two changes whose steps both reach ``floor`` (log). ``own``: (floor's fixed part, share of the larger
+    step, σ multiple) — each hypothesis's floor from its own larger step and σ instead (``floor`` unused)."""
+    two = (post.b2 < post.n) & (post.b1 < post.n)
+    if not two.any():
+        return 0.0
+    beta, cov, s2 = post.beta[two], post.cov[two], post.s2[two]
+    d1, se1 = level_step(beta, cov, s2, 0, 1)
+    d2, se2 = level_step(beta, cov, s2, 1, 2)
+    if own is not None:
+        fixed, share, sigmas = own
+        floor = np.maximum(np.maximum(fixed, share * np.maximum(np.abs(d1), np.abs(d2))), sigmas * np.sqrt(s2))
+    ratio = (_beyond(d1, se1, floor) / np.maximum(_beyond(d1, se1, min_step), 1e-300)
+             * _beyond(d2, se2, floor) / np.maximum(_beyond(d2, se2, min_step), 1e-300))
+    return float((post.w[two] * np.minimum(ratio, 1.0)).sum())
+
+
+def _floor_doubt(self, look):
+    if len(look.top_key) != 1:
+        return None
+    b = look.top_key[0]
+    st = located_step(look.post, look.top_key, b, self._parent(b, look.data), look.counts)
+    t = self.tuning
+    floor = max(log_of_pct(t.second_change_pct), t.second_change_share * abs(st.step),
+                t.second_change_sigmas * look.post.sigma_top)
+    own = ((log_of_pct(t.second_change_pct), t.second_change_share, t.second_change_sigmas)
+           if getattr(self, "_own_floor", False) else None)
+    p_two = p_two_floor(look.post, floor, log_of_pct(self.settings.min_effect_pct), own)
+    if p_two >= t.second_change_doubt:
+        step = self._search_step(look.data, look.post, look.top_key, look.top_p, look.ends, look.ruled_out,
+                                 phase="second-change check", host=look.host)
+        if isinstance(step, decision.Done) or step.gain_bits >= t.min_gain_bits:
+            return step
+        look.doubt = p_two
+    return None
+
+
+PROBE_OFF = {"second_change_z": 0.0}
+# name: (floor doubt? — "own": each two-change hypothesis's floor from its own steps, Tuning fields, StatsConfig fields)
+VARIANTS = {
+    "default": (False, {}, {}),
+    "floor-0.1-d.01-g.01": (True, {"second_change_doubt": 0.01, "min_gain_bits": 0.01}, PROBE_OFF),
+    "floor-0.3-d.01-g.01": (True, {"two_change_prior": 0.3, "second_change_doubt": 0.01, "min_gain_bits": 0.01},
+                            PROBE_OFF),
+    "floor-0.1-d.01-g.001": (True, {"second_change_doubt": 0.01, "min_gain_bits": 0.001}, PROBE_OFF),
+    "floor-0.1-d.04-g.01": (True, {"min_gain_bits": 0.01}, PROBE_OFF),
+    "own-0.1-d.01-g.01": ("own", {"second_change_doubt": 0.01, "min_gain_bits": 0.01}, PROBE_OFF),
+    "own-0.2-d.01-g.01": ("own", {"two_change_prior": 0.2, "second_change_doubt": 0.01, "min_gain_bits": 0.01},
+                          PROBE_OFF),
+    # the floor doubt beside the engine's probe and gap re-measure
+    "floor-0.1-d.01-g.01-probe": (True, {"second_change_doubt": 0.01, "min_gain_bits": 0.01}, {}),
+}
+
+
+def one(args):
+    variant, cell, seed = args
+    floor, tv, sv = VARIANTS[variant]
+    decision.DecisionSteps._second_change_doubt = _floor_doubt if floor else _ORIGINAL
+    decision.DecisionSteps._own_floor = floor == "own"
+    t = S.make_target(S.SCENARIOS[cell], seed)
+    t.seed = seed
+    row = S.score(t, S.run_perfbisect(t, settings=replace(StatsConfig(), **sv), tuning=replace(DEFAULT_TUNING, **tv)))
+    return variant, cell, {k: row[k] for k in ("correct", "false_blame", "trials", "wrong_first", "extra_named",
+                                               "budget_exhausted")}
+
+
+def main():
+    cells, reps, base, out = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    variants = sys.argv[5].split(",") if len(sys.argv) > 5 else list(VARIANTS)
+    jobs = [(v, c, base + i) for c in cells for v in variants for i in range(reps)]
+    t0 = time.time()
+    with get_context("fork").Pool(int(os.environ.get("WORKERS", "2"))) as pool:
+        rows = pool.map(one, jobs, chunksize=2)
+    summary = {}
+    for v in variants:
+        for c in cells:
+            rs = [r for vv, cc, r in rows if vv == v and cc == c]
+            summary[f"{v}/{c}"] = {
+                "n": len(rs), "acc": float(np.mean([r["correct"] for r in rs])),
+                "false": float(np.mean([r["false_blame"] for r in rs])),
+                "trials": float(np.mean([r["trials"] for r in rs])),
+                "wrong_first": float(np.mean([r["wrong_first"] for r in rs])),
+                "extra_named": float(np.mean([r["extra_named"] for r in rs])),
+                "budget_out": float(np.nanmean([float(r["budget_exhausted"]) for r in rs])),
+            }
+            print(f"{v}/{c}", summary[f"{v}/{c}"], flush=True)
+    print(f"{time.time() - t0:.0f} s", flush=True)
+    with open(out, "w") as f:
+        json.dump(summary, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

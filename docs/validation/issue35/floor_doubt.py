@@ -19,18 +19,16 @@ exploration: ``DecisionSteps._second_change_doubt`` is replaced in the worker pr
 changes. Seeds are paired: each variant sees the same targets.
 """
 import json
-import math
-import os
 import sys
-import time
 from dataclasses import replace
-from multiprocessing import get_context
 
 import numpy as np
 from scipy.stats import norm
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "benchmarks"))
 import strategies as S  # noqa: E402
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+import paired  # noqa: E402
 from perfbisect.engine import decision  # noqa: E402
 from perfbisect.engine.change_posterior import level_step  # noqa: E402
 from perfbisect.engine.effects import located_step  # noqa: E402
@@ -113,26 +111,8 @@ def one(args):
 
 
 def main():
-    cells, reps, base, out = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    variants = sys.argv[5].split(",") if len(sys.argv) > 5 else list(VARIANTS)
-    jobs = [(v, c, base + i) for c in cells for v in variants for i in range(reps)]
-    t0 = time.time()
-    with get_context("fork").Pool(int(os.environ.get("WORKERS", "2"))) as pool:
-        rows = pool.map(one, jobs, chunksize=2)
-    summary = {}
-    for v in variants:
-        for c in cells:
-            rs = [r for vv, cc, r in rows if vv == v and cc == c]
-            summary[f"{v}/{c}"] = {
-                "n": len(rs), "acc": float(np.mean([r["correct"] for r in rs])),
-                "false": float(np.mean([r["false_blame"] for r in rs])),
-                "trials": float(np.mean([r["trials"] for r in rs])),
-                "wrong_first": float(np.mean([r["wrong_first"] for r in rs])),
-                "extra_named": float(np.mean([r["extra_named"] for r in rs])),
-                "budget_out": float(np.nanmean([float(r["budget_exhausted"]) for r in rs])),
-            }
-            print(f"{v}/{c}", summary[f"{v}/{c}"], flush=True)
-    print(f"{time.time() - t0:.0f} s", flush=True)
+    summary, _base, out, seconds = paired.run(one, list(VARIANTS), sys.argv[1:])
+    print(f"{seconds} s", flush=True)
     with open(out, "w") as f:
         json.dump(summary, f, indent=1)
 

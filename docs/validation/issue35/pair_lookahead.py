@@ -12,15 +12,14 @@ is). This is an exploration: the variant replaces ``answer_groups`` in the worke
 product changes. Seeds are paired: each variant sees the same targets.
 """
 import json
-import os
 import sys
-import time
-from multiprocessing import get_context
 
 import numpy as np
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "benchmarks"))
 import strategies as S  # noqa: E402
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+import paired  # noqa: E402
 from perfbisect.engine import lookahead  # noqa: E402
 
 _ORIGINAL = lookahead.answer_groups
@@ -49,22 +48,8 @@ def one(args):
 
 
 def main():
-    cells, reps, base, out = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    variants = sys.argv[5].split(",") if len(sys.argv) > 5 else list(VARIANTS)
-    jobs = [(v, c, base + i) for c in cells for v in variants for i in range(reps)]
-    t0 = time.time()
-    with get_context("fork").Pool(int(os.environ.get("WORKERS", "2"))) as pool:
-        rows = pool.map(one, jobs, chunksize=1)
-    summary = {}
-    for v in variants:
-        for c in cells:
-            r = [x for vv, cc, x in rows if vv == v and cc == c]
-            summary[f"{v}/{c}"] = {"n": len(r), "acc": float(np.mean([x["correct"] for x in r])),
-                                   "false": float(np.mean([x["false_blame"] for x in r])),
-                                   "trials": float(np.mean([x["trials"] for x in r])),
-                                   "wrong_first": float(np.mean([x["wrong_first"] for x in r]))}
-            print(v, c, json.dumps(summary[f"{v}/{c}"]), file=sys.stderr)
-    json.dump({"summary": summary, "seed_base": base, "seconds": round(time.time() - t0)}, open(out, "w"), indent=1)
+    summary, base, out, seconds = paired.run(one, list(VARIANTS), sys.argv[1:])
+    json.dump({"summary": summary, "seed_base": base, "seconds": seconds}, open(out, "w"), indent=1)
 
 
 if __name__ == "__main__":

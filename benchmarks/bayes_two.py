@@ -72,6 +72,10 @@ class TwoChangeBisection(CommitSums):
     # one are both right (``best``). None: min_step. perfbisect's question: its guard rules out a second step of
     # max(second_change_pct, half the located step, 1.5σ), not min_step
     min_second: float | None = None
+    # the second step's floor sized per hypothesis from what it measured, as perfbisect must size it: (fixed part
+    # (log), share of the hypothesis's larger step, multiple of its σ) — max of the three, each hypothesis's posterior
+    # means and σ plugged in. Set, it replaces ``min_second`` (None: the floor is ``min_second``, told)
+    own_floor: tuple[float, float, float] | None = None
     nu0: float = 1.0
     s0: float = math.log1p(0.05)
     untestable: set[int] = field(default_factory=set)
@@ -162,7 +166,7 @@ class TwoChangeBisection(CommitSums):
         sd1, sd2 = np.sqrt(c11), np.sqrt(c22)
         p1, p2 = _outside(mu1, sd1, dof, m), _outside(mu2, sd2, dof, m)
         p1 = np.where(self.k1[keep] == self.n, 0.0, p1)  # "no change" (p_none): no step at all
-        mb = m if both_from is None else both_from
+        mb = np.broadcast_to(m if both_from is None else both_from, mu1.shape)  # a floor per hypothesis, or one
         # P(both) = ∫_{|δ1| ≥ mb} p(δ1) P(|δ2| ≥ mb | δ1) dδ1: Gauss-Legendre on each side's part of μ1 ± 8 sd
         lo, hi = mu1 - 8 * sd1, mu1 + 8 * sd1
         p12 = np.zeros_like(mu1)
@@ -175,7 +179,7 @@ class TwoChangeBisection(CommitSums):
             cond_var = np.maximum(c22 - c12 * c12 / c11, 1e-300)[:, None]
             if dof is not None:
                 cond_var = cond_var * (dof + z1 * z1) / (dof + 1)
-            p2_given = _outside(cond_mean, np.sqrt(cond_var), None if dof is None else dof + 1, mb)
+            p2_given = _outside(cond_mean, np.sqrt(cond_var), None if dof is None else dof + 1, mb[:, None])
             p12 += half[:, 0] * ((dens * p2_given) @ GL_WEIGHTS)
         one = self.k2[keep] == self.n
         p2 = np.where(one, 0.0, p2)
@@ -196,12 +200,14 @@ class TwoChangeBisection(CommitSums):
         only with ``min_second``: a second step between ``min_step`` and ``min_second`` is then an indifference
         zone — naming it is right and leaving it unnamed is right."""
         keep = _kept(post)
+        fit = self._fit() if fit is None else fit
         p1, p2, p12 = self.step_probabilities(fit, keep)
-        if self.min_second is None:
+        floor = self._second_floor(fit, keep)
+        if floor is None:
             pb = p12
         else:
-            pb = np.minimum(self.step_probabilities(fit, keep, both_from=self.min_second)[2], p12)
-            _, beta, _, _ = (f[keep] for f in (self._fit() if fit is None else fit))
+            pb = np.minimum(self.step_probabilities(fit, keep, both_from=floor)[2], p12)
+            _, beta, _, _ = (f[keep] for f in fit)
             first_larger = (np.abs(beta[:, 1]) >= np.abs(beta[:, 2])).tolist()
         r1, r2 = self._rep(self.k1[keep]), self._rep(self.k2[keep])
         post = post[keep]
@@ -212,28 +218,39 @@ class TwoChangeBisection(CommitSums):
                                                             p2.tolist(), p12.tolist(), pb.tolist())):
             both = (a,) if b == a else (a, b)
             # both matter but not both large enough: the larger one alone
-            ma, mb = (q12 - qb, 0.0) if self.min_second is not None and first_larger[i] else (0.0, q12 - qb)
+            ma, mb = (q12 - qb, 0.0) if floor is not None and first_larger[i] else (0.0, q12 - qb)
             for key, mass in ((both, qb), ((a,), q1 - q12 + ma), ((b,), q2 - q12 + mb), ((), 1 - q1 - q2 + q12)):
                 if mass > 0:
                     out[key] = out.get(key, 0.0) + w * mass
-            if self.min_second is not None and q12 > 0:
+            if floor is not None and q12 > 0:
                 pairs[both] = pairs.get(both, 0.0) + w * q12
-        return out, (pairs if self.min_second is not None else out)
+        return out, (pairs if floor is not None else out)
+
+    def _second_floor(self, fit, keep: np.ndarray) -> float | np.ndarray | None:
+        """The size from which a second step must be ruled out: ``min_second`` (told), per hypothesis from
+        ``own_floor``, or None (``min_step``: no indifference zone)."""
+        if self.own_floor is None:
+            return self.min_second
+        fixed, share, sigmas = self.own_floor
+        _, beta, _, s = (f[keep] for f in fit)
+        larger = np.maximum(np.abs(beta[:, 1]), np.abs(beta[:, 2]))
+        return np.maximum(np.maximum(fixed, share * larger), sigmas * np.sqrt(self._scale2_dof(s)[0]))
 
     def best(self, post: np.ndarray, fit=None) -> tuple[tuple[int, ...], float]:
         """The answer of the largest mass. With ``min_second``, the mass of an answer is how likely it is
         acceptable: a pair's, that both steps matter (≥ ``min_step``); one change's or none's, that no second step
         of ``min_second`` or more is left (``answers``)."""
         one, two = self._answer_masses(post, fit)
-        if self.min_second is None:
+        if self.min_second is None and self.own_floor is None:
             return max(one.items(), key=lambda kv: kv[1])
         cands = [kv for kv in one.items() if len(kv[0]) < 2] + [kv for kv in two.items() if len(kv[0]) == 2]
         return max(cands, key=lambda kv: kv[1])
 
     def p_two(self, post: np.ndarray, fit=None) -> float:
-        """The posterior probability of two steps that matter (both ≥ ``min_second``, when set)."""
+        """The posterior probability of two steps that matter (both ≥ the second step's floor, when one is set)."""
         keep = _kept(post)
-        _, _, p12 = self.step_probabilities(fit, keep, both_from=self.min_second)
+        fit = self._fit() if fit is None else fit
+        _, _, p12 = self.step_probabilities(fit, keep, both_from=self._second_floor(fit, keep))
         return float(post[keep] @ p12)
 
     # -- the next trial ----------------------------------------------------------------------
@@ -282,7 +299,7 @@ class TwoChangeBisection(CommitSums):
 
 def run(t, sigma: float | None, q: float = 0.5, g: float = 10.0, confidence: float = 0.99, budget: int = 120,
         min_step_pct: float = 3.0, min_at_change: int = 0, p_none: float = 0.0,
-        min_second_pct: float | None = None) -> dict:
+        min_second_pct: float | None = None, own_floor: tuple[float, float, float] | None = None) -> dict:
     """One bisection of a simulated target (``strategies.Target``) told "one change or two".
 
     Sees what perfbisect sees: trial summaries as the runner returns them, no recorded state. Names the answer's
@@ -291,10 +308,12 @@ def run(t, sigma: float | None, q: float = 0.5, g: float = 10.0, confidence: flo
     of its commits and the testable commit before each carry that many trials; until then the one with fewer is
     measured and the posterior looked at again. ``p_none`` > 0: "nothing changed" is a hypothesis of that prior, as it
     is perfbisect's (told nothing, a search must rule it out too). ``min_second_pct``: a second step is ruled out only
-    from that size, two changes named once both matter (``TwoChangeBisection.min_second``)."""
+    from that size, two changes named once both matter (``TwoChangeBisection.min_second``); ``own_floor`` (percent,
+    share, σ multiple): that floor sized per hypothesis from its own steps and σ instead (``own_floor``)."""
     n = t.scn.n
     b = TwoChangeBisection(n, q=q, g=g, sigma=sigma, min_step=math.log1p(min_step_pct / 100), p_none=p_none,
-                           min_second=None if min_second_pct is None else math.log1p(min_second_pct / 100))
+                           min_second=None if min_second_pct is None else math.log1p(min_second_pct / 100),
+                           own_floor=None if own_floor is None else (math.log1p(own_floor[0] / 100), *own_floor[1:]))
     for j in (0, n - 1):
         b.add(j, t.measure(j).value)
     while True:

@@ -290,3 +290,31 @@ def test_a_second_step_between_the_minimum_and_min_second_may_be_named_or_left()
             res = B2.run(t, sigma=None, q=0.1, p_none=0.5, min_at_change=2, min_second_pct=5.0)
             got = "both" if res["changes"] == t.changes else "first" if res["changes"] == t.changes[:1] else "other"
             assert res["verdict"] == "regressed" and got in ok, (steps, seed, res, t.changes)
+
+
+@pytest.mark.parametrize("sigma", [0.02, None])
+def test_a_floor_per_hypothesis_is_the_same_integral_at_each_hypothesis_s_own_size(sigma):
+    """``both_from`` may be one size per hypothesis: each entry is what the scalar gives at that size; and
+    ``own_floor`` with only its fixed part is ``min_second`` itself (the same masses, the same answer)."""
+    b = _filled(6, DATA, sigma, min_step=math.log1p(0.03))
+    sizes = np.linspace(math.log1p(0.03), math.log1p(0.12), len(b.k1))
+    _, _, per = b.step_probabilities(both_from=sizes)
+    for i in (0, 7, len(b.k1) - 3):
+        _, _, one = b.step_probabilities(both_from=float(sizes[i]))
+        assert per[i] == pytest.approx(one[i], abs=1e-12)
+    told = _filled(6, DATA, sigma, min_step=math.log1p(0.03), min_second=math.log1p(0.05))
+    own = _filled(6, DATA, sigma, min_step=math.log1p(0.03), own_floor=(math.log1p(0.05), 0.0, 0.0))
+    post = told.posterior()
+    assert own.answers(post) == pytest.approx(told.answers(post), abs=1e-12)
+    assert own.best(post) == told.best(post) and own.p_two(post) == pytest.approx(told.p_two(post), abs=1e-12)
+
+
+def test_its_own_floor_follows_the_larger_step_it_measured():
+    """A −30% step at 3 and a −10% one at 5: told a 5% floor the pair is the answer; sizing the floor itself at half
+    the larger step (15%) the −10% step is too small to rule out, and the larger step alone is acceptable."""
+    data = {j: ([0.0, 0.001] if j < 3 else [-0.30, -0.301] if j < 5 else [-0.40, -0.401]) for j in range(6)}
+    told = _filled(6, data, 0.005, min_step=math.log1p(0.03), min_second=math.log1p(0.05))
+    assert told.best(told.posterior())[0] == (3, 5)
+    own = _filled(6, data, 0.005, min_step=math.log1p(0.03), own_floor=(math.log1p(0.05), 0.5, 1.5))
+    answers = own.answers(own.posterior())
+    assert max(answers, key=answers.get) == (3,) and answers[(3,)] > 0.9

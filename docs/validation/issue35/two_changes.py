@@ -11,7 +11,8 @@ Run from the repository root:
 matters; g, the steps' prior variance in σ², is 10 unless -g<G> follows; -f<F>: DESIGN.md's floor, each named commit
 and its parent F trials; -n<P>: "nothing changed" a hypothesis of prior P;
 -s: told σ, the true sd of a trial summary; -x<M2>: two changes named only when both steps are ≥ M2 percent,
-the larger alone otherwise) or a strategy of benchmarks/strategies.py.
+the larger alone otherwise; -o: that floor not told but sized per hypothesis as perfbisect sizes it — max(5%, half
+the larger step, 1.5σ) from the hypothesis's own posterior means and σ) or a strategy of benchmarks/strategies.py.
 Seeds are paired: every variant sees the same targets."""
 import json
 import math
@@ -31,7 +32,10 @@ import bayes_two  # noqa: E402
 import strategies as S  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
 
-VARIANT = re.compile(r"q(?P<q>[0-9.]+)-m(?P<m>[0-9.]+)(?:-g(?P<g>[0-9.]+))?(?:-f(?P<f>[0-9]+))?(?:-n(?P<n>[0-9.]+))?(?P<told>-s)?(?:-x(?P<x>[0-9.]+))?$")
+# -o: perfbisect's own floor (tuning.second_change_pct, second_change_share, second_change_sigmas)
+OWN_FLOOR = (S.DEFAULT_TUNING.second_change_pct, S.DEFAULT_TUNING.second_change_share,
+             S.DEFAULT_TUNING.second_change_sigmas)
+VARIANT = re.compile(r"q(?P<q>[0-9.]+)-m(?P<m>[0-9.]+)(?:-g(?P<g>[0-9.]+))?(?:-f(?P<f>[0-9]+))?(?:-n(?P<n>[0-9.]+))?(?P<told>-s)?(?:-x(?P<x>[0-9.]+))?(?P<own>-o)?$")
 
 
 def job(args):
@@ -45,7 +49,8 @@ def job(args):
                             min_step_pct=float(found["m"]), confidence=settings.confidence,
                             budget=settings.max_trials_total, min_at_change=int(found["f"] or 0),
                             p_none=float(found["n"] or 0.0),
-                            min_second_pct=float(found["x"]) if found["x"] else None)
+                            min_second_pct=float(found["x"]) if found["x"] else None,
+                            own_floor=OWN_FLOOR if found["own"] else None)
     else:
         if name in S.ONE_CHANGE_ONLY and len(t.changes) > 1:
             return name, cell, None  # told "exactly one change": not asked on a two-change cell
@@ -61,7 +66,7 @@ def main(argv: list[str]) -> None:
     names = argv[4].split(",")
     for name in names:
         if not VARIANT.match(name) and name not in S.STRATEGIES:
-            raise SystemExit(f"unknown variant {name!r}: q<Q>-m<M>[-g<G>][-f<F>][-n<P>][-s][-x<M2>] or one of {', '.join(S.STRATEGIES)}")
+            raise SystemExit(f"unknown variant {name!r}: q<Q>-m<M>[-g<G>][-f<F>][-n<P>][-s][-x<M2>][-o] or one of {', '.join(S.STRATEGIES)}")
     jobs = [(v, c, base + i) for v in names for c in cells for i in range(reps)]
     out: dict[str, list[dict]] = {}
     with Pool(int(os.environ.get("WORKERS", "2"))) as pool:

@@ -295,8 +295,7 @@ class LocatedChecks:
         z = self.settings.second_change_z
         if z <= 0:
             return None, None
-        floor = max(log_of_pct(self.tuning.second_change_pct), self.tuning.second_change_sigmas * post.sigma_top)
-        step = max(floor, self.tuning.second_change_share * abs(st.step))
+        floor, step = self._second_change_sizes(post, st)
         gap, _ = self._residual_gap(data, post, st, gaps)
         if self.tuning.residual_gap_z > 0 and gap >= self.tuning.residual_gap_z:
             # an endpoint differs from the commit next to the change on its side: look harder, same size
@@ -333,6 +332,13 @@ class LocatedChecks:
             if best is None or cand < best:
                 best = cand
         return (None, short) if best is None else (best[1], None)
+
+    def _second_change_sizes(self, post: ChangePosterior, st: Step) -> tuple[float, float]:
+        """(floor, step), log: the smallest second step worth ruling out — max(tuning.second_change_pct,
+        tuning.second_change_sigmas·σ) — and the one the probe looks for beside the change at ``st``, at least
+        tuning.second_change_share of it."""
+        floor = max(log_of_pct(self.tuning.second_change_pct), self.tuning.second_change_sigmas * post.sigma_top)
+        return floor, max(floor, self.tuning.second_change_share * abs(st.step))
 
     def _gap_pairs(self, data: SearchData, post: ChangePosterior, st: Step,
                    gaps: list[tuple[float, tuple[int, int]]] | None = None):

@@ -21,12 +21,13 @@ changes. Seeds are paired: each variant sees the same targets.
 import json
 import sys
 from dataclasses import replace
+from functools import partialmethod
 
 import numpy as np
-from scipy.stats import norm
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "benchmarks"))
 import strategies as S  # noqa: E402
+from bayes_two import _outside  # noqa: E402
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 import paired  # noqa: E402
 from perfbisect.engine import decision  # noqa: E402
@@ -37,11 +38,6 @@ from perfbisect.engine.tuning import DEFAULT_TUNING  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
 
 _ORIGINAL = decision.DecisionSteps._second_change_doubt
-
-
-def _beyond(d, se, m):
-    """P(|δ| ≥ m) for δ ~ N(d, se²)."""
-    return norm.cdf((-m - d) / se) + norm.cdf((d - m) / se)
 
 
 def p_two_floor(post, floor: float, min_step: float, own: tuple[float, float, float] | None = None) -> float:
@@ -56,21 +52,22 @@ def p_two_floor(post, floor: float, min_step: float, own: tuple[float, float, fl
     if own is not None:
         fixed, share, sigmas = own
         floor = np.maximum(np.maximum(fixed, share * np.maximum(np.abs(d1), np.abs(d2))), sigmas * np.sqrt(s2))
-    ratio = (_beyond(d1, se1, floor) / np.maximum(_beyond(d1, se1, min_step), 1e-300)
-             * _beyond(d2, se2, floor) / np.maximum(_beyond(d2, se2, min_step), 1e-300))
+    # P(|δ| ≥ floor) over P(|δ| ≥ min_step) for each step, δ normal (bayes_two's tail, df None)
+    ratio = (_outside(d1, se1, None, floor) / np.maximum(_outside(d1, se1, None, min_step), 1e-300)
+             * _outside(d2, se2, None, floor) / np.maximum(_outside(d2, se2, None, min_step), 1e-300))
     return float((post.w[two] * np.minimum(ratio, 1.0)).sum())
 
 
-def _floor_doubt(self, look):
+def _floor_doubt(self, look, own_floor: bool = False):
+    """``DecisionSteps._second_change_doubt`` asked about two changes beyond the floor: the probe's size
+    (``_second_change_sizes``), or each hypothesis's own (``own_floor``)."""
     if len(look.top_key) != 1:
         return None
     b = look.top_key[0]
     st = located_step(look.post, look.top_key, b, self._parent(b, look.data), look.counts)
     t = self.tuning
-    floor = max(log_of_pct(t.second_change_pct), t.second_change_share * abs(st.step),
-                t.second_change_sigmas * look.post.sigma_top)
-    own = ((log_of_pct(t.second_change_pct), t.second_change_share, t.second_change_sigmas)
-           if getattr(self, "_own_floor", False) else None)
+    _, floor = self._second_change_sizes(look.post, st)
+    own = (log_of_pct(t.second_change_pct), t.second_change_share, t.second_change_sigmas) if own_floor else None
     p_two = p_two_floor(look.post, floor, log_of_pct(self.settings.min_effect_pct), own)
     if p_two >= t.second_change_doubt:
         step = self._search_step(look.data, look.post, look.top_key, look.top_p, look.ends, look.ruled_out,
@@ -101,8 +98,8 @@ VARIANTS = {
 def one(args):
     variant, cell, seed = args
     floor, tv, sv = VARIANTS[variant]
-    decision.DecisionSteps._second_change_doubt = _floor_doubt if floor else _ORIGINAL
-    decision.DecisionSteps._own_floor = floor == "own"
+    decision.DecisionSteps._second_change_doubt = (
+        partialmethod(_floor_doubt, own_floor=floor == "own") if floor else _ORIGINAL)
     t = S.make_target(S.SCENARIOS[cell], seed)
     t.seed = seed
     row = S.score(t, S.run_perfbisect(t, settings=replace(StatsConfig(), **sv), tuning=replace(DEFAULT_TUNING, **tv)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import shlex
 import sys
 import typing
+from datetime import datetime
 from collections.abc import Mapping as AbcMapping
 from dataclasses import MISSING, Field, fields, is_dataclass, replace
 from pathlib import Path
@@ -27,11 +28,14 @@ from .settings import (
     HOOK_ACTIONS,
     LAYOUT_MAX_ENV_PAD,
     LAYOUT_MAX_PATH_SLOTS,
+    RESOLVE_DATE_POLICIES,
+    RETIRED_BUILD_KEYS,
     WORKLOAD_KINDS,
     Argv,
     BuildConfig,
     BuildStep,
     Config,
+    EnvironmentConfig,
     LayoutConfig,
     ModeConfig,
     PatchesConfig,
@@ -246,21 +250,6 @@ class _Section:
                 f"the value in the file: remove the \\u0000."
             )
 
-    def name_lists(self, key: str) -> dict[str, tuple[str, ...]]:
-        """A table of NAME = ["name", ...] (package roles, companions)."""
-        self.used.add(key)
-        value = self.data.get(key, {})
-        if not isinstance(value, Mapping):
-            raise self._err(key, 'a table of NAME = ["name", ...]', value)
-        out = {}
-        for name, names in value.items():
-            if isinstance(names, str):
-                names = [names]
-            if not isinstance(names, list) or not names or not all(isinstance(n, str) and n.strip() for n in names):
-                raise self._err(f"{key}.{name}", "a non-empty list of package names", names)
-            out[str(name)] = tuple(names)
-        return out
-
     def sub(self, key: str) -> "_Section":
         self.used.add(key)
         return _Section(self.data.get(key, {}), f"{self.where}.{key}" if self.where else key, self.file)
@@ -332,8 +321,6 @@ def _read(sec: _Section, name: str, hint: Any, default: Any, key: str, base: Pat
         return tuple(_resolve(base, a) for a in sec.str_list(name, () if default is None else default))
     if hint == Mapping[str, str]:
         return sec.env(name)
-    if hint == Mapping[str, tuple[str, ...]]:
-        return sec.name_lists(name)
     raise TypeError(f"perfbisect.config has no reader for '{key}' of type {hint}; add one to _read.")
 
 
@@ -402,7 +389,38 @@ def _build(sec: _Section, base: Path) -> BuildConfig:
             )
         steps.append(BuildStep(**values))
         s.finish()
+    retired = [k for k in RETIRED_BUILD_KEYS if k in sec.data]
+    if retired:
+        raise ConfigError(
+            f"{path}: key 'build.{retired[0]}' is no longer read: each commit's environment is now what its own "
+            f"requirement file resolves to with uv, every package of it, not a few pinned ones. Remove "
+            f"{', '.join('build.' + k for k in retired)} and add\n  [environment]\n  requirements = \"python/pyproject.toml\"\n"
+            f"(wheel_dir becomes environment.find_links, index_url environment.index_url; a version you want fixed "
+            f"by hand goes in environment.overrides). See the README's \"How environments are made\"."
+        )
     return BuildConfig(steps=tuple(steps), **_read_fields(sec, BuildConfig, "build", base))
+
+
+def _environment(sec: _Section, base: Path) -> EnvironmentConfig:
+    path = sec.file
+    env = EnvironmentConfig(**_read_fields(sec, EnvironmentConfig, "environment", base))
+    date = env.resolve_date
+    if date not in RESOLVE_DATE_POLICIES:
+        try:
+            datetime.fromisoformat(date.replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError(
+                f"{path}: key 'environment.resolve_date' is {date!r}; it must be \"bad\" (the bad endpoint's commit "
+                f"date, for the whole range), \"commit\" (each commit's own date), \"now\", or an ISO date such as "
+                f"\"2026-08-01\". Fix that value in the file."
+            ) from None
+    if env.requirements and (Path(env.requirements).is_absolute() or ".." in Path(env.requirements).parts):
+        raise ConfigError(
+            f"{path}: key 'environment.requirements' is {env.requirements!r}; it names a file inside the target "
+            f"repository, relative to its root (\"python/pyproject.toml\" for SGLang). Fix that value in the file."
+        )
+    links = tuple(link if "://" in link else str(_resolve(base, link)) for link in env.find_links)
+    return replace(env, find_links=links)
 
 
 def _server(sec: _Section, base: Path) -> ServerConfig:
@@ -515,6 +533,7 @@ _TABLES: dict[str, Callable[[_Section, Path], Any]] = {
     "stats": _stats,
     "store": _store,
     "layout": _layout,
+    "environment": _environment,
 }
 
 

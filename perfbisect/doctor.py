@@ -111,35 +111,41 @@ def _interpreter(ctx: dict) -> list[Finding]:
     return out
 
 
-def _pinned_envs(ctx: dict) -> list[Finding]:
-    """[build] pinned_packages: which pin sets HEAD (or ``--range``) needs, and which cannot be built and why."""
-    from .measure.envs import pin_groups
+def _environments(ctx: dict) -> list[Finding]:
+    """[environment]: uv, and the environments HEAD (or ``--range``) needs: which resolve, which are built,
+    which cannot be made and why."""
+    from .measure.resolver import uv_executable, uv_version
 
     ws = ctx["ws"]
-    build = ws.config.build
-    if ws.envs is None or ws.pins is None:
+    environments = ws.environments
+    if environments is None:
         return []
+    try:
+        uv = uv_executable(ws.config.environment.uv)
+    except PerfbisectError as exc:
+        return [Finding("environments", "error", str(exc))]
     rng = ctx.get("range")
     try:
         commits = ws.repo.first_parent_range(*rng) if rng else [ctx["head"]]
-        installer = ws.envs.installer()
+        if rng:
+            environments.anchor(commits[-1])
+        groups = environments.groups(commits)
     except PerfbisectError as exc:
-        return [Finding("pinned environments", "error", str(exc))]
+        return [Finding("environments", "error", str(exc))]
     where = f"{commits[0].short}..{commits[-1].short}" if rng else f"HEAD ({commits[0].short})"
-    groups = pin_groups(commits, ws.pins, ws.envs, build.wheel_dir, build.index_url)
-    out = [Finding("pinned environments", "ok", (
-        f"{where}: {len(groups)} pin set{'s' if len(groups) != 1 else ''} of {', '.join(build.pinned_packages)}; "
-        f"environments under {ws.envs.dir}, installed with {installer}"
+    locks = {g.lock_key for g in groups if g.lock_key}
+    out = [Finding("environments", "ok", (
+        f"{where}: {len(locks)} environment{'s' if len(locks) != 1 else ''} from {ws.config.environment.requirements} "
+        f"(uv {uv_version(uv) or uv}); kept under {environments.cache.dir}"
     ))]
     for g in groups:
-        pins = ", ".join(g.requirements) or "nothing pinned"
-        if g.kernel:
-            pins = f"kernel {g.kernel}; {pins}"
         if g.problem:
-            out.append(Finding("pinned environments", "error", f"{g.span()} ({pins}) cannot be built: {g.problem}"))
+            out.append(Finding("environments", "error", f"{g.span()} cannot get an environment: {g.problem}"))
+        elif g.unavailable:
+            out.append(Finding("environments", "warn", f"{g.span()} not resolved here: {g.unavailable}"))
         else:
-            state = "built" if g.built else ("target.python as it is" if not g.requirements else "buildable, built on first use")
-            out.append(Finding("pinned environments", "ok", f"{g.span()} ({pins}): {state}"))
+            head = " · ".join(g.highlights()) or f"{len(g.packages)} packages"
+            out.append(Finding("environments", "ok", f"{g.span()} ({head}): {'built' if g.built else 'resolved, installed on first use'}"))
     return out
 
 
@@ -300,7 +306,7 @@ CHECKS: list[tuple[str, Callable[[dict], list[Finding]], tuple[str, ...]]] = [
     ("workspace", _workspace, ("config",)),
     ("repo", _repo, ("ws",)),
     ("patches", _patches, ("head",)),
-    ("pinned environments", _pinned_envs, ("head",)),
+    ("environments", _environments, ("head",)),
     ("interpreter", _interpreter, ("config",)),
     ("gpus", _gpus, ()),
     ("cpu", _cpu, ()),

@@ -34,22 +34,22 @@ dir = "perfbisect-patches"
 # patch = "0002-deepseek_v2-hidden-state-fix.patch"
 # alternatives = ["perfbisect-patches/variants/0002-before-refactor.patch"]
 
-# SGLang's kernel and flashinfer move with the commits: SGLang pins them in python/pyproject.toml and
-# refuses to start on an older kernel (a newer, wrong one starts: perfbisect checks the versions itself).
-# Each pin set gets its own environment, built once and cached in the cache directory (a venv on top
-# of target.python: everything else you installed is used as it is; your interpreter never changes),
-# with the pinned wheels installed from wheel_dir and/or index_url (neither: pip's default index).
-# The kernel is read under both of its names: sgl-kernel up to 0.5.9, sglang-kernel from 0.5.10.
-# flashinfer-cubin travels with flashinfer-python (pinned to the same version from 0.5.6), and the
-# exact requirements of the pinned wheels themselves (torch's CUDA packages) are installed with them.
-# `perfbisect plan` shows the kernel and the environments of a range, `perfbisect doctor --range
-# GOOD..BAD` which cannot be built. Add "torch" when the range moves it.
-[build]
-pinned_packages = ["sglang-kernel", "flashinfer-python"]
-# wheel_dir = "/wheels"          # e.g. pip download --no-deps sglang-kernel==0.4.1 -d /wheels, per version
+# Each commit runs in the environment its own python/pyproject.toml resolves to: uv resolves every
+# dependency (torch and the CUDA stack, transformers, triton, flashinfer, the kernel under whichever name
+# the commit uses) into a lock, and the commits with one lock share one complete environment, installed
+# once into the cache directory (never an overlay on target.python, which never changes; uv's cache makes
+# each further environment take seconds). Unpinned requirements resolve as of the bad endpoint's commit
+# date, so an environment changes only at the commits that change requirements. target.python gives the
+# Python version (SGLang's 2026 commits accept 3.10-3.12). `perfbisect plan` lists the environments of a
+# range and the packages that move between them; `perfbisect plan --prepare` installs them all before any
+# GPU time; `perfbisect doctor --range GOOD..BAD` says which cannot be made and why.
+[environment]
+requirements = "python/pyproject.toml"
+# resolve_date = "bad"           # or "commit" (each commit's own date), "now", or a date: "2026-08-01"
+# extras = ["tracing"]           # optional-dependency groups to include
 # index_url = "https://pypi.org/simple"
-# package_aliases = {{ my-kernel = ["old-name", "new-name"] }}   # another rename to follow (built in: the kernel's)
-# companions = {{ my-lib = ["my-lib-data"] }}                       # pinned at the same version beside it
+# find_links = ["/wheels"]       # a wheelhouse; on an offline node add no_index = true and offline = true
+# overrides = ["torch==2.9.1"]   # a version pinned by hand over every commit's own
 
 # Python-only commits need no install: the server imports sglang from the checkout under test
 # through PYTHONPATH (see [server.env]), so perfbisect never touches your environment and your own
@@ -65,11 +65,12 @@ python_only = true
 # `sources` that exists is {{source}}, and the build is cached by that directory's content, so a
 # commit that does not touch it restores the last build instead of rebuilding. The package is
 # installed into .perfbisect/kernel-site inside the worktree (kept in the build cache), which
-# [server.env] PYTHONPATH puts ahead of the pinned wheel: your environment keeps its own kernel.
+# [server.env] PYTHONPATH puts ahead of the environment's kernel wheel (uv on PATH installs it: the
+# environments hold no pip).
 # [[build.steps]]
 # name = "kernel"
 # sources = ["python/sglang/kernels/aot", "sgl-kernel"]
-# command = ["{{python}}", "-m", "pip", "install", "--isolated", "--no-deps", "--no-build-isolation", "-q",
+# command = ["uv", "pip", "install", "--python", "{{python}}", "--no-deps", "--no-build-isolation", "-q",
 #            "--target", ".perfbisect/kernel-site", "{{source}}"]
 # artifacts = [".perfbisect/kernel-site"]
 # timeout_s = 3600

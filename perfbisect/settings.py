@@ -118,18 +118,40 @@ class BuildStep:
 class BuildConfig:
     steps: tuple[BuildStep, ...] = ()
     cache_max_gb: float = 20.0
-    # Compiled dependencies that move with the commits (perfbisect/git/pins.py, perfbisect/measure/envs.py): the
-    # packages whose version pins, read from `pin_files` at each commit, get one environment per pin set.
-    pinned_packages: tuple[str, ...] = ()  # e.g. ("sglang-kernel", "flashinfer-python", "torch"); empty: off
-    # One package under several names across the range: a role -> its names (built in: "sglang-kernel" =
-    # sgl-kernel up to SGLang 0.5.9, sglang-kernel from 0.5.10). pinned_packages may name the role or any name.
-    package_aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # Packages pinned beside another at the same version whenever a commit pins them: a package -> its
-    # companions (built in: flashinfer-python -> flashinfer-cubin, SGLang 0.5.6 on).
-    companions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    pin_files: tuple[str, ...] = ("python/pyproject.toml", "pyproject.toml")  # pyproject.toml or requirements*.txt
-    wheel_dir: Path | None = None  # pinned wheels are installed from here (pip --find-links) ...
-    index_url: str | None = None  # ... and/or from this index; neither: the installer's own default index
+
+
+# Keys [build] held before environments were resolved by uv ([environment]); a file that still has one is told
+# what replaced it.
+RETIRED_BUILD_KEYS = ("pinned_packages", "package_aliases", "companions", "pin_files", "wheel_dir", "index_url")
+
+# How unpinned requirements are resolved in time (uv --exclude-newer): "bad" the bad endpoint's commit date
+# for the whole range (the default: an environment changes only at commits that change requirements), "commit"
+# each commit's own date, "now" no cut-off, or a fixed ISO 8601 date / date-time.
+RESOLVE_DATE_POLICIES = ("bad", "commit", "now")
+
+
+@dataclass(frozen=True)
+class EnvironmentConfig:
+    """Each commit's Python environment: what its own requirement file resolves to (perfbisect/git/requirements.py,
+    perfbisect/measure/resolver.py, perfbisect/measure/envs.py). Off (target.python as it is) while
+    ``requirements`` is empty."""
+
+    requirements: str = ""  # the commit's requirement file: "python/pyproject.toml" (SGLang) or a requirements*.txt
+    extras: tuple[str, ...] = ()  # optional-dependency groups of that file to include ("srt", "all", ...)
+    resolve_date: str = "bad"  # RESOLVE_DATE_POLICIES or an ISO date ("2026-08-01", "2026-08-01T12:00:00Z")
+    python_platform: str = ""  # uv --python-platform ("x86_64-manylinux_2_28"); "": target.python's own platform
+    index_url: str = ""  # the index to resolve and install from ("": uv's default, PyPI, plus the file's own indexes)
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()  # wheelhouses (directories of wheels) or flat index pages
+    no_index: bool = False  # only find_links: no index at all (an offline node with a wheelhouse)
+    offline: bool = False  # uv --offline: nothing fetched, only uv's cache and find_links
+    no_sources: bool = False  # ignore the commit's own [tool.uv] sources (uv --no-sources): a wheelhouse replaces them
+    overrides: tuple[str, ...] = ()  # requirements that win over every commit's own ("torch==2.9.1"): pinned by hand
+    uv: str = ""  # the uv executable; "": the one installed with perfbisect (the `uv` package), else PATH's
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.requirements)
 
 
 @dataclass(frozen=True)
@@ -322,6 +344,7 @@ class Config:
     executor: ExecutorConfig = ExecutorConfig()
     store: StoreConfig = StoreConfig()
     layout: LayoutConfig = LayoutConfig()
+    environment: EnvironmentConfig = EnvironmentConfig()
 
     @property
     def cache_dir(self) -> Path:

@@ -222,32 +222,28 @@ def test_a_bad_layout_value_is_one_paragraph_naming_file_and_key(tmp_path, table
     assert "\n" not in message.strip()  # one paragraph, as the CLI prints it
 
 
-def test_pinned_dependency_keys_load_with_paths_from_the_files_folder(tmp_path):
-    cfg = load_config(write(tmp_path, MINIMAL + '\n[build]\npinned_packages = ["sgl-kernel", "flashinfer_python"]\n'
-                                                'wheel_dir = "wheels"\nindex_url = "https://pypi.example.invalid/simple"\n'))
-    build = cfg.build
-    assert build.pinned_packages == ("sgl-kernel", "flashinfer_python")
-    assert build.wheel_dir == tmp_path / "wheels" and build.index_url == "https://pypi.example.invalid/simple"
-    assert build.pin_files == ("python/pyproject.toml", "pyproject.toml")  # SGLang's, then a plain project's
-    assert BuildConfig().pinned_packages == () and load_config(write(tmp_path, MINIMAL)).build.wheel_dir is None
+def test_environment_keys_load_with_paths_from_the_files_folder(tmp_path):
+    cfg = load_config(write(tmp_path, MINIMAL + '\n[environment]\nrequirements = "python/pyproject.toml"\nextras = ["tracing"]\n'
+                                                'find_links = ["wheels", "https://example.invalid/w/"]\n'
+                                                'index_url = "https://pypi.example.invalid/simple"\nresolve_date = "2026-08-01"\n'))
+    env = cfg.environment
+    assert env.enabled and env.requirements == "python/pyproject.toml" and env.extras == ("tracing",)
+    assert env.find_links == (str(tmp_path / "wheels"), "https://example.invalid/w/")  # a URL is left as it is
+    assert env.index_url == "https://pypi.example.invalid/simple" and env.resolve_date == "2026-08-01"
+    assert not load_config(write(tmp_path, MINIMAL)).environment.enabled  # no table: target.python as it is
     cfg = load_config(write(tmp_path, MINIMAL.replace("max_tokens = 2048", 'max_tokens = 2048\nclient_rev = "v0.5.0"')))
     assert cfg.workload.client_rev == "v0.5.0"
     # A key that is not a list of names is one paragraph naming it.
-    with pytest.raises(ConfigError, match="build.pinned_packages"):
-        load_config(write(tmp_path, MINIMAL + "\n[build]\npinned_packages = 3\n"))
+    with pytest.raises(ConfigError, match="environment.extras"):
+        load_config(write(tmp_path, MINIMAL + "\n[environment]\nextras = 3\n"))
 
 
-def test_the_sglang_template_pins_the_kernel_by_role_and_flashinfer(tmp_path):
-    from perfbisect.git.pins import PinRules
+def test_the_sglang_template_resolves_each_commits_pyproject(tmp_path):
     from perfbisect.init_template import render_sglang_config
 
     cfg = load_config(write(tmp_path, render_sglang_config("python3", "/models/m", "/models/d")))
-    assert cfg.build.pinned_packages == ("sglang-kernel", "flashinfer-python") and cfg.build.wheel_dir is None
-    # Both of the kernel's names are read (sgl-kernel up to 0.5.9), and flashinfer-cubin beside flashinfer.
-    wanted = PinRules.of(cfg.build.pinned_packages, cfg.build.package_aliases, cfg.build.companions).wanted()
-    assert wanted == {"sgl-kernel": ("sglang-kernel", ""), "sglang-kernel": ("sglang-kernel", ""),
-                      "flashinfer-python": ("flashinfer-python", ""),
-                      "flashinfer-cubin": ("flashinfer-cubin", "flashinfer-python")}
+    assert cfg.environment.requirements == "python/pyproject.toml" and cfg.environment.resolve_date == "bad"
+    assert cfg.environment.find_links == () and not cfg.environment.offline
     # The commented kernel step, uncommented, is a valid step keyed on whichever source directory exists.
     text = render_sglang_config("python3", "/models/m", "/models/d")
     start = text.index("# [[build.steps]]\n# name = \"kernel\"")

@@ -135,11 +135,11 @@ def test_doctor_on_the_demo_target_checks_config_repo_patches_store_noise_and_a_
     assert state == "warn" and "no repeated trials of one build on this host yet" in noise and "5.0% prior" in noise
     assert found["runs per trial"] == [("info", f"[{m}] 5 now; no recommendation yet (no stored trial of this mode on this host yet)")
                                        for m in ("baseline", "eagle3")]
-    # The demo pins its kernel (python/pyproject.toml): HEAD's pin set is checked before the launch,
-    # and the launch runs in its environment (the emulator refuses any other version, as SGLang does).
-    (state, head), (group_state, group) = found["pinned environments"]
-    assert state == "ok" and head.startswith(f"HEAD ({target.bad[:10]}): 1 pin set of sglang-kernel, demo-attn; environments under ")
-    assert (group_state, group) == ("ok", f"{target.bad[:10]} (kernel demo-sglang-kernel==0.2.0; demo-attn==0.1.0, demo-attn-cubin==0.1.0, demo-sglang-kernel==0.2.0): buildable, built on first use")
+    # The demo pins its kernel (python/pyproject.toml): HEAD's environment is resolved before the launch,
+    # and the launch runs in it (the emulator refuses any other version, as SGLang does).
+    (state, head), (group_state, group) = found["environments"]
+    assert state == "ok" and head.startswith(f"HEAD ({target.bad[:10]}): 1 environment from python/pyproject.toml (uv ")
+    assert (group_state, group) == ("ok", f"{target.bad[:10]} (demo-sglang-kernel==0.2.0): resolved, installed on first use")
     [(state, launch)] = found["server launch"]
     assert state == "ok" and launch.startswith("[baseline] ready in ")
     assert found["worker env"] == [("ok", f"all {env_vars} configured variables reached every process")]
@@ -153,7 +153,7 @@ def test_doctor_on_the_demo_target_checks_config_repo_patches_store_noise_and_a_
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert found["results database"] == [("ok", f"{db}: 2 trials stored")]
     assert found["noise model"] == [("ok", "A/A data from 1 builds on this host")]
-    assert found["pinned environments"][1] == ("ok", f"{target.bad[:10]} (kernel demo-sglang-kernel==0.2.0; demo-attn==0.1.0, demo-attn-cubin==0.1.0, demo-sglang-kernel==0.2.0): built")
+    assert found["environments"][1] == ("ok", f"{target.bad[:10]} (demo-sglang-kernel==0.2.0): built")
     # The stored trials' timings and runs now give a recommendation for the mode they measured.
     (state, baseline), (_, eagle3) = found["runs per trial"]
     assert state in ("ok", "warn") and baseline.startswith("[baseline] 5 now") and "σ_w" in baseline and "2 stored trials" in baseline

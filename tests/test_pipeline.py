@@ -54,9 +54,9 @@ def test_demo_names_the_planted_commit(demo_run, tmp_path):
     proc, result = demo_run.proc, demo_run.result  # `perfbisect demo --json --seeded --dir DIR` (conftest, shared)
     assert result["planted"] and result["culprit"] == result["planted"]
     assert result["verdict"] == "regressed"
-    # Across the demo's pin bump: one environment per pin set, not a single untestable commit.
-    assert result["pins"]["environments"] == 2 and result["pins"]["untestable_trials"] == 0
-    bump = result["pins"]["pin_bump"]
+    # Across the demo's kernel rename and attn bump: one environment per lock, not a single untestable commit.
+    assert result["environments"]["environments"] == 3 and result["environments"]["untestable_trials"] == 0
+    bump = result["environments"]["pin_bump"]
     inside = git(demo_run.dir / "sglang", "rev-list", f"{result['good']}..{result['bad']}").split()
     assert bump in inside and bump != result["bad"]  # the bump lies inside the bisected range
     # The planted change makes the verify cycle 4.0 → 4.7 ms: about −15% speculative tok/s.
@@ -336,30 +336,33 @@ def _interpreter_state(python: str) -> tuple[str, list[str]]:
     return listed, sorted(str(p) for d in sites for p in Path(d).rglob("*") if "__pycache__" not in p.parts and p.is_file())
 
 
-def test_the_demo_bisects_across_a_pin_bump_with_one_environment_per_pin_set(tmp_path):
+def test_the_demo_bisects_across_a_pin_bump_with_one_environment_per_lock(tmp_path):
     """The demo's python/pyproject.toml pins demo-kernel 0.1.0, one commit renames it demo-sglang-kernel
-    and bumps it to 0.2.0 (as sgl-kernel became sglang-kernel), demo-attn-cubin is pinned beside
-    demo-attn, and the emulator refuses to start on any other version, as SGLang does with its kernel."""
+    and bumps it to 0.2.0 (as sgl-kernel became sglang-kernel), another bumps demo-attn with its cubin, demo-attn
+    needs demo-runtime at a range, and the emulator refuses to start on any other version, as SGLang does with its
+    kernel: uv resolves each commit's pyproject, one complete environment per lock."""
     target = make_demo_target(tmp_path / "demo", commits=10)
-    assert target.pin_bump and target.wheels is not None
+    assert target.pin_bump and target.attn_bump and target.wheels is not None
     # The user's interpreter cannot serve either side of the bump: its server refuses to start.
     refused = subprocess.run([sys.executable, "-m", "perfbisect.demo.emulator", "--port", "0", "--worktree", str(target.repo)],
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1 and "demo-sglang-kernel with required version 0.2.0 is not installed" in refused.stderr
-    # plan --json: the range by pin set, each group's commits.
+    # plan --json: the range by lock, each group's commits and what moved.
     shas = git(target.repo, "rev-list", "--reverse", "--first-parent", "HEAD").split()
     planned = json.loads(run_command("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json").stdout)
-    groups = planned["pin_groups"]
-    attn = {"demo-attn": "==0.1.0", "demo-attn-cubin": "==0.1.0"}
-    assert [g["pins"] for g in groups] == [{**attn, "demo-kernel": "==0.1.0"}, {**attn, "demo-sglang-kernel": "==0.2.0"}]
-    assert [g["kernel"] for g in groups] == ["demo-kernel==0.1.0", "demo-sglang-kernel==0.2.0"]  # followed across the rename
-    assert [g["companions"] for g in groups] == [["demo-attn-cubin==0.1.0"]] * 2
-    assert groups[0]["commits"] + groups[1]["commits"] == shas and groups[1]["commits"][0] == target.pin_bump
-    assert [g["built"] for g in groups] == [False, False] and all(g["problem"] is None for g in groups)
+    groups = planned["environments"]
+    old = {"demo-attn": "0.1.0", "demo-attn-cubin": "0.1.0", "demo-kernel": "0.1.0", "demo-runtime": "1.1"}
+    renamed = {**{k: v for k, v in old.items() if k != "demo-kernel"}, "demo-sglang-kernel": "0.2.0"}
+    assert [g["packages"] for g in groups] == [old, renamed, {**renamed, "demo-attn": "0.2.0", "demo-attn-cubin": "0.2.0"}]
+    assert [[m["name"] for m in g["moves"]] for g in groups] == [[], ["demo-kernel", "demo-sglang-kernel"],
+                                                                 ["demo-attn", "demo-attn-cubin"]]
+    assert sum((g["commits"] for g in groups), []) == shas
+    assert [g["commits"][0] for g in groups[1:]] == [target.pin_bump, target.attn_bump]
+    assert [g["built"] for g in groups] == [False] * 3 and all(g["problem"] is None for g in groups)
 
     before = _interpreter_state(sys.executable)
     # What is tested is the environments, not the verdict: the search gets 8 trials (its endpoints, on
-    # both sides of the bump, come first), so a busy machine does not make it spend more.
+    # both sides of the bumps, come first), so a busy machine does not make it spend more.
     text = target.config.read_text()
     assert "[stats]\n" in text
     target.config.write_text(text.replace("[stats]\n", "[stats]\nmax_trials_total = 8\n", 1))
@@ -368,20 +371,20 @@ def test_the_demo_bisects_across_a_pin_bump_with_one_environment_per_pin_set(tmp
     db = target.root / "results.sqlite"
     assert db_rows(db, "select count(*) from trials where status != 'ok'") == [(0,)], db_rows(db, "select status, error from trials")
     measured = {sha for (sha,) in db_rows(db, "select distinct commit_sha from trials")}
-    assert target.good in measured and target.bad in measured  # both sides of the bump ran
+    assert target.good in measured and target.bad in measured  # both sides of the bumps ran
     envs = sorted((target.root / "envs").glob("*/env.json"))
-    versions = sorted((json.loads(p.read_text())["versions"] for p in envs), key=len)
-    assert sorted(v.get("demo-kernel") or v.get("demo-sglang-kernel") for v in versions) == ["0.1.0", "0.2.0"]
-    assert all(v["demo-attn-cubin"] == v["demo-attn"] == "0.1.0" for v in versions)
-    assert proc.stderr.count("built the environment") == 2
+    built = [json.loads(p.read_text())["packages"] for p in envs]
+    assert {"demo-kernel": "0.1.0"}.items() <= next(p for p in built if "demo-kernel" in p).items()
+    assert all(p in [g["packages"] for g in groups] for p in built) and len(envs) >= 2
+    assert proc.stderr.count("built the environment") == len(envs)  # each once: the endpoints' before any trial
     stamps = [p.stat().st_mtime_ns for p in envs]
-    # A second command builds nothing: each pin set's environment comes from the cache.
+    # A second command builds nothing: each lock's environment comes from the cache.
     again = run_command("measure", target.bad, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(tmp_path / "m.sqlite"))
     assert again.returncode == 0, again.stderr
-    assert "built the environment" not in again.stderr and "demo-sglang-kernel==0.2.0): cached" in again.stderr
-    assert [p.stat().st_mtime_ns for p in envs] == stamps and len(list((target.root / "envs").glob("*/env.json"))) == 2
+    assert "built the environment" not in again.stderr and "(4 packages): cached" in again.stderr
+    assert [p.stat().st_mtime_ns for p in envs] == stamps and len(list((target.root / "envs").glob("*/env.json"))) == len(envs)
     planned = json.loads(run_command("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config), "--json").stdout)
-    assert [g["built"] for g in planned["pin_groups"]] == [True, True]
+    assert [g["built"] for g in planned["environments"]] == [g["packages"] in built for g in groups]
     # The user's interpreter has exactly what it had before: no package, no file added or changed.
     assert _interpreter_state(sys.executable) == before
 
@@ -400,29 +403,29 @@ def test_a_patch_in_the_stack_that_bumps_the_pin_gets_an_environment_of_the_bump
     git(target.repo, "worktree", "remove", "--force", str(scratch))
     before_bump = git(target.repo, "rev-parse", f"{target.pin_bump}^")
     planned = json.loads(run_command("plan", f"good={target.good}", f"bad={before_bump}", "-c", str(target.config), "--json").stdout)
-    assert [g["pins"] for g in planned["pin_groups"]] == [  # as patched, for every commit
-        {"demo-attn": "==0.1.0", "demo-attn-cubin": "==0.1.0", "demo-sglang-kernel": "==0.2.0"}]
+    assert [g["packages"] for g in planned["environments"]] == [  # as patched, for every commit
+        {"demo-attn": "0.1.0", "demo-attn-cubin": "0.1.0", "demo-runtime": "1.1", "demo-sglang-kernel": "0.2.0"}]
     db = tmp_path / "r.sqlite"
     proc = run_command("measure", target.good, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     assert db_rows(db, "select status from trials") == [("ok",)], db_rows(db, "select status, error from trials")
     envs = list((target.root / "envs").glob("*/env.json"))
-    assert [json.loads(p.read_text())["versions"] for p in envs] == [
-        {"demo-attn": "0.1.0", "demo-attn-cubin": "0.1.0", "demo-sglang-kernel": "0.2.0"}]
-    assert "demo-sglang-kernel==0.2.0" in proc.stderr
+    assert [json.loads(p.read_text())["packages"] for p in envs] == [
+        {"demo-attn": "0.1.0", "demo-attn-cubin": "0.1.0", "demo-runtime": "1.1", "demo-sglang-kernel": "0.2.0"}]
 
 
-def test_a_pin_set_without_its_wheel_is_untestable_with_that_reason(tmp_path):
+def test_a_lock_without_its_wheel_is_untestable_with_that_reason(tmp_path):
     target = make_demo_target(tmp_path / "demo", commits=10)
     (target.wheels / "demo_sglang_kernel-0.2.0-py3-none-any.whl").unlink()
     plan = run_command("plan", f"good={target.good}", f"bad={target.bad}", "-c", str(target.config))
-    assert "CANNOT BUILD: no wheel for demo-sglang-kernel==0.2.0 in [build] wheel_dir" in plan.stdout
-    assert "would be skipped as untestable" in plan.stdout
+    assert "UNTESTABLE: its python/pyproject.toml cannot be resolved as of" in plan.stdout
+    assert "demo-sglang-kernel==0.2.0" in plan.stdout and "would be skipped as untestable" in plan.stdout
+    assert plan.returncode == 2 and "The bad endpoint" in plan.stderr  # run would refuse: its bad end cannot be made
     doctor = run_command("doctor", "--range", f"{target.good}..{target.bad}", "-c", str(target.config))
-    assert doctor.returncode == 2 and "pinned environments" in doctor.stdout and "cannot be built: no wheel for demo-sglang-kernel==0.2.0" in doctor.stdout
+    assert doctor.returncode == 2 and "environments" in doctor.stdout and "cannot get an environment" in doctor.stdout
     db = tmp_path / "r.sqlite"
     proc = run_command("measure", target.bad, "-m", "eagle3", "-n", "1", "-c", str(target.config), "--db", str(db))
     (status, error), = db_rows(db, "select status, error from trials")
-    assert status == "skipped" and error.startswith("pinned dependencies cannot be installed")
-    assert "demo-sglang-kernel==0.2.0" in error and "wheel_dir" in error, error
-    assert "skipped (pinned dependencies cannot be installed)" in proc.stderr
+    assert status == "skipped" and error.startswith("environment cannot be made")
+    assert "demo-sglang-kernel==0.2.0" in error, error
+    assert "skipped (its environment cannot be made)" in proc.stderr

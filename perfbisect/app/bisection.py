@@ -129,8 +129,8 @@ def _candidates(ws: Workspace, good: str, bad: str, progress: Progress) -> _Rang
     what the search takes of it; the plan's warnings and its counts said."""
     good_c, bad_c, commits = range_of(ws, good, bad)
     preflight(ws)
-    check_endpoints(ws, good_c, bad_c)
-    plan = plan_between(ws, good_c, bad_c)
+    check_endpoints(ws, good_c, bad_c, progress)
+    plan = plan_between(ws, good_c, bad_c, progress=progress)
     for warning in plan.warnings:
         progress.warn(str(warning))
     # Commits marked untestable stay candidates (a change next to one is reported as a set); the

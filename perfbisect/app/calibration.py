@@ -192,6 +192,8 @@ def calibrate(
     ws.config.mode(mode)
     a = ws.repo.resolve(rev)
     b = _calibration_partner(ws, a, rev, against)
+    if ws.environments is not None:  # both builds resolve as of one date: the later one's
+        ws.environments.anchor(a if ws.repo.is_ancestor(b.sha, a.sha) else b)
     preflight(ws)
     runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=a.sha)
     schedule = [c for i in range(trials) for c in interleaved([a, b], i)]

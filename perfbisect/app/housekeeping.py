@@ -1,6 +1,6 @@
 """Housekeeping: `perfbisect skip` (mark commits untestable), `patches check` (does the stack apply at
 every commit of a range), `gc` (remove worktrees, and with ``--build-cache`` the cached builds and
-pinned environments) and `doctor` (is this machine and config ready to give trustworthy numbers).
+environments) and `doctor` (is this machine and config ready to give trustworthy numbers).
 """
 
 from __future__ import annotations
@@ -41,17 +41,18 @@ def patches_check(ws: Workspace, good: str, bad: str) -> list[PatchCheck]:
 
 def gc(ws: Workspace, build_cache: bool = False) -> list[str]:
     """Remove perfbisect's worktrees (and with ``build_cache`` the cached build artefacts and the
-    pinned environments)."""
+    environments)."""
     removed = [f"worktree {p}" for p in ws.pool.gc()]
     if build_cache:
         size = ws.build_cache.total_bytes()
         ws.build_cache.clear()
         removed.append(f"build cache ({size / 1e6:.1f} MB)")
-        if ws.envs is not None and ws.envs.lru_entries():
-            count, before = len(ws.envs.lru_entries()), ws.envs.total_bytes()
-            kept = ws.envs.clear()
-            count, size = count - len(kept), before - ws.envs.total_bytes()
-            removed.append(f"{count} pinned environment{'s' if count != 1 else ''} ({size / 1e6:.1f} MB"
+        envs = ws.environments.cache if ws.environments is not None else None
+        if envs is not None and envs.lru_entries():
+            count, before = len(envs.lru_entries()), envs.total_bytes()
+            kept = envs.clear()
+            count, size = count - len(kept), before - envs.total_bytes()
+            removed.append(f"{count} environment{'s' if count != 1 else ''} ({size / 1e6:.1f} MB"
                            f"{f'; {len(kept)} in use by a running command kept' if kept else ''})")
     return removed
 

@@ -91,6 +91,8 @@ def compare_commits(
     cfg = ws.config
     mode_cfg = cfg.mode(mode)
     a, b = ws.repo.resolve(a_rev), ws.repo.resolve(b_rev)
+    if ws.environments is not None:  # both sides resolve as of one date: the later commit's
+        ws.environments.anchor(b if ws.repo.is_ancestor(a.sha, b.sha) else a)
     preflight(ws)
     max_trials = max_trials or cfg.stats.max_trials_per_commit or max(cfg.stats.max_trials_total // 2, min_trials)
     noise = noise_model(ws, [mode])

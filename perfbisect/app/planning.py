@@ -1,6 +1,6 @@
 """What bisecting a range would measure and cost, before anything is built or run: the range between
 two revisions, its plan (``plan``: which commits are measured, which not, and why, with the warnings a
-long range, an uncached build step or an unsatisfiable pin earn), the checks `run` makes at its
+long range, an uncached build step or a requirement set that cannot resolve earn), the checks `run` makes at its
 endpoints, and the estimate (``plan_estimate``: the search simulated with the noise `run` would start
 from and the regression the endpoints' stored trials show) behind `perfbisect plan` and `run`'s
 budget question (``over_budget``).
@@ -9,16 +9,16 @@ budget question (``over_budget``).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 
 from ..engine import cost
 from ..engine.changepoint import SPARSE_ABOVE, sparse_footprint
-from ..errors import UsageError
+from ..errors import EnvironmentBuildError, UsageError
 from ..git.plan import Plan, PlanWarning, plan_range, step_plans
 from ..git.skips import skipped_commits
 from ..git.targets import active_filters
-from ..measure.envs import pin_groups
-from ..measure.workspace import Workspace
+from ..measure.workspace import Progress, Workspace
 from ..metrics import describe as describe_metric
 from ..model import Commit, median, pct
 from ..settings import Config
@@ -34,17 +34,38 @@ def range_of(ws: Workspace, good: str, bad: str) -> tuple[Commit, Commit, list[C
             f"good ({good}) and bad ({bad}) are the same commit {good_c.short}: there is nothing to "
             f"bisect. Pass the last commit known to be fast as good and a later one as bad."
         )
-    return good_c, bad_c, ws.repo.first_parent_range(good_c.sha, bad_c.sha)
+    commits = ws.repo.first_parent_range(good_c.sha, bad_c.sha)
+    if ws.environments is not None:
+        ws.environments.anchor(bad_c)  # unpinned requirements resolve as of the bad endpoint's date
+    return good_c, bad_c, commits
 
 
-def check_endpoints(ws: Workspace, good: Commit, bad: Commit) -> None:
-    """The stack must apply at both ends: a bisection between untestable endpoints can only guess."""
-    if ws.stack is None:
+def check_endpoints(ws: Workspace, good: Commit, bad: Commit, progress: Progress | None = None) -> None:
+    """The stack must apply at both ends, and both ends' environments must resolve and install: a bisection
+    between untestable endpoints can only guess. Both environments are made here, before any trial."""
+    if ws.stack is not None:
+        for label, commit in (("good", good), ("bad", bad)):
+            check = ws.stack.check_at(commit)
+            if not check.ok:
+                raise UsageError(_endpoint_conflict_message(label, commit, check.conflict))
+    if ws.environments is None:
         return
     for label, commit in (("good", good), ("bad", bad)):
-        check = ws.stack.check_at(commit)
-        if not check.ok:
-            raise UsageError(_endpoint_conflict_message(label, commit, check.conflict))
+        try:
+            env = ws.environments.ensure(commit)
+        except EnvironmentBuildError as exc:
+            raise UsageError(_endpoint_env_message(label, commit, str(exc))) from None
+        if progress is not None and not env.cached:
+            progress.info(f"{label} endpoint {commit.short}: built the environment {env.key[:10]} ({len(env.lock.packages)} "
+                          f"packages) in {env.seconds:.1f} s")
+
+
+def _endpoint_env_message(label: str, commit: Commit, why: str) -> str:
+    return (
+        f"The {label} endpoint {commit.short} cannot get its environment: {why}. Nothing was measured. Pick a {label} "
+        f"commit whose requirements resolve and install here (`perfbisect plan` lists the environments of the range), "
+        f"or change [environment] (index_url, find_links for a wheelhouse, overrides for a version pinned by hand)."
+    )
 
 
 def _endpoint_conflict_message(label: str, commit: Commit, conflict) -> str:
@@ -56,10 +77,14 @@ def _endpoint_conflict_message(label: str, commit: Commit, conflict) -> str:
 
 
 def endpoint_conflict(plan: Plan) -> str | None:
-    """Why `run` would refuse a planned range (the stack conflicts at an endpoint), else None."""
+    """Why `run` would refuse a planned range (the stack conflicts at an endpoint, or an endpoint's environment
+    cannot be made), else None."""
     for label, entry in (("good", plan.entries[0]), ("bad", plan.entries[-1])):
         if entry.skipped:
             return _endpoint_conflict_message(label, entry.commit, entry.conflict)
+        group = next((g for g in plan.environments if entry.commit.sha in g.commits), None)
+        if group is not None and group.problem:
+            return _endpoint_env_message(label, entry.commit, group.problem)
     return None
 
 
@@ -68,13 +93,15 @@ def plan_candidates(plan: Plan) -> int:
     return sum(1 for e in plan.entries if e.measure or (e.skipped and not e.filtered))
 
 
-def plan(ws: Workspace, good: str, bad: str, check_patches: bool = True) -> Plan:
-    """Which commits of good..bad would be measured, which not, and why (nothing is built or run)."""
+def plan(ws: Workspace, good: str, bad: str, check_patches: bool = True, progress: Progress | None = None) -> Plan:
+    """Which commits of good..bad would be measured, which not, and why (nothing is built or run; each
+    distinct requirement set is resolved by uv, and kept)."""
     good_c, bad_c, _ = range_of(ws, good, bad)
-    return plan_between(ws, good_c, bad_c, check_patches=check_patches and ws.stack is not None)
+    return plan_between(ws, good_c, bad_c, check_patches=check_patches and ws.stack is not None, progress=progress)
 
 
-def plan_between(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bool = False) -> Plan:
+def plan_between(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bool = False,
+                 progress: Progress | None = None) -> Plan:
     """The plan of a range with the target's filters (named) and the commits marked untestable."""
     skips = {sha: s.describe() for sha, s in skipped_commits(ws.repo, ws.config).items()}
     active = active_filters(ws.config)
@@ -84,28 +111,41 @@ def plan_between(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bo
                      user_filters=active.user, filters_note=active.note,
                      warnings=result.warnings + ((long,) if long else ()))
     result = _with_build_steps(ws, result)
-    if ws.pins is None or ws.envs is None:
+    return _with_environments(ws, result, progress)
+
+
+def _with_environments(ws: Workspace, result: Plan, progress: Progress | None = None) -> Plan:
+    """``result`` with the range's environments by lock (every distinct requirement set resolved by uv), what
+    moves between them, and a warning for commits whose requirements cannot be resolved (untestable)."""
+    environments = ws.environments
+    if environments is None:
         return result
-    build = ws.config.build
-    groups = tuple(pin_groups(result.commits, ws.pins, ws.envs, build.wheel_dir, build.index_url))
-    warnings = [PlanWarning(
-        "pins-unsatisfiable",
-        f"{g.span()} pin {', '.join(g.requirements)}, whose environment cannot be built: {g.problem}. Those commits "
-        f"would be skipped as untestable (never blamed).",
-    ) for g in groups if g.problem]
-    pinned = {name for g in groups for name in g.pins}
-    rules = ws.pins.rules
-    for role in rules.roles:  # a package no commit pins (renamed away?) runs on whatever is installed, silently
-        names = rules.family(role)[1]
-        if not pinned & set(names):
-            warnings.append(PlanWarning(
-                "pin-not-found",
-                f"[build] pinned_packages names {role}, but no commit of the range pins "
-                f"{' or '.join(names)} in {' or '.join(build.pin_files)}: every commit runs on the {role} target.python "
-                f"has. If the package was renamed, add the new name to [build] package_aliases "
-                f"({role} = [{', '.join(repr(n) for n in names)}, \"NEW-NAME\"]).",
-            ))
-    return replace(result, pin_groups=groups, warnings=result.warnings + tuple(warnings))
+    progress = progress or Progress()
+    cfg = ws.config.environment
+    started = time.perf_counter()
+
+    def said(done: int, total: int, elapsed: float) -> None:
+        progress.detail(f"resolving environments with uv: {done}/{total} requirement sets ({elapsed:.0f} s)")
+
+    groups = tuple(environments.groups(result.commits, on_progress=said))
+    seconds = time.perf_counter() - started
+    policy = cfg.resolve_date
+    as_of = {"bad": "the bad endpoint's commit date", "commit": "each commit's own date", "now": "today (no cut-off)"}
+    dates = sorted({g.resolved_as_of for g in groups if g.resolved_as_of})
+    when = (f"{dates[0]}" if len(dates) == 1 else f"{len(dates)} dates") if dates else "now"
+    locks = {g.lock_key for g in groups if g.lock_key}
+    distinct = len({environments.resolver.key(environments.requirements(c), environments.date_for(c)) for c in result.commits})
+    note = (f"{cfg.requirements} resolved by uv as of {as_of.get(policy, policy)} ({when}), "
+            f"{distinct} requirement set{'s' if distinct != 1 else ''} in {seconds:.1f} s: {len(locks)} environment"
+            f"{'s' if len(locks) != 1 else ''}")
+    warnings = []
+    for g in groups:
+        if g.problem:
+            warnings.append(PlanWarning("env-unresolvable", f"{g.span()}: {g.problem}. Those commits would be skipped as "
+                                        f"untestable (never blamed)."))
+        elif g.unavailable:
+            warnings.append(PlanWarning("env-unavailable", f"{g.span()}: not resolved here: {g.unavailable}"))
+    return replace(result, environments=groups, environments_note=note, warnings=result.warnings + tuple(warnings))
 
 
 def _with_build_steps(ws: Workspace, result: Plan) -> Plan:
@@ -241,9 +281,23 @@ class PlannedRange:
 
 
 def plan_and_estimate(ws: Workspace, good: str, bad: str, *, check_patches: bool = True,
-                      effect_pct: float | None = None) -> PlannedRange:
+                      effect_pct: float | None = None, progress: Progress | None = None) -> PlannedRange:
     """good..bad planned (``plan``) and its bisection estimated (``plan_estimate``, against ``effect_pct``
     when given). Builds and runs nothing."""
-    planned = plan(ws, good, bad, check_patches=check_patches)
+    planned = plan(ws, good, bad, check_patches=check_patches, progress=progress)
     return PlannedRange(planned, plan_estimate(ws, planned, effect_pct), endpoint_conflict(planned))
 
+
+
+def prepare_environments(ws: Workspace, plan: Plan, progress: Progress | None = None) -> list:
+    """Resolve and install the environment of every commit the plan would measure (its endpoints included),
+    before any GPU time: per group of commits, what happened ("built in 12.3 s", "cached", or why not)."""
+    if ws.environments is None:
+        raise UsageError(
+            "--prepare installs each commit's environment, but the config has no [environment] table: every commit "
+            "runs in target.python as it is. Add [environment] requirements = \"python/pyproject.toml\" to make one "
+            "environment per lock, or drop --prepare."
+        )
+    progress = progress or Progress()
+    commits = [e.commit for i, e in enumerate(plan.entries) if e.measure or i in (0, len(plan.entries) - 1)]
+    return ws.environments.prepare(commits, on_step=progress.info)

@@ -181,7 +181,7 @@ def demo(
     Example:  perfbisect demo --variant target
     Example:  perfbisect demo --seeded
     """
-    from ..demo.run import demo_pins, demo_report, run_demo
+    from ..demo.run import demo_environments, demo_report, run_demo
     from ..demo.target import VARIANTS
     from ..report.render import format_outcome, outcome_json
 
@@ -209,7 +209,7 @@ def demo(
         data = outcome_json(result)
         data["planted"] = target.planted
         data["variant"] = target.variant
-        data["pins"] = demo_pins(target, result, db)
+        data["environments"] = demo_environments(target, result, db)
         data["demo_dir"] = str(target.root)
         data["report"] = str(report) if report else None
         print_json(data)
@@ -220,11 +220,11 @@ def demo(
         hit = (result.outcome.culprit == target.planted) if target.planted else result.outcome.culprit is None
         mark = "[green]✓[/green]" if hit else "[red]✗[/red]"
         out_console.print(f"{mark} planted: {show(planted)}")
-        pins = demo_pins(target, result, db)
-        if pins is not None:
-            ok = pins["environments"] == 2 and pins["untestable_trials"] == 0
-            out_console.print(f"{'[green]✓[/green]' if ok else '[red]✗[/red]'} {show(pins['line'])}")
-            for line in pins["lines"]:
+        envs = demo_environments(target, result, db)
+        if envs is not None:
+            ok = envs["environments"] == 3 and envs["untestable_trials"] == 0
+            out_console.print(f"{'[green]✓[/green]' if ok else '[red]✗[/red]'} {show(envs['line'])}")
+            for line in envs["lines"]:
                 out_console.print(show(line))
         print_report(report)
     raise typer.Exit(code=exit_for(result.outcome.verdict, False))
@@ -239,23 +239,40 @@ def plan(
     json_out: JsonOpt = False,
     no_patch_check: Annotated[bool, typer.Option("--no-patch-check", help="Skip checking the patch stack at each commit.")] = False,
     effect: Annotated[Optional[float], typer.Option("--effect", callback=checked_number, metavar="PCT", help="The regression you saw, in percent (e.g. 15): the estimate simulates the search against it (default: the endpoints' stored trials, else 5 × stats.min_effect_pct).")] = None,
+    prepare: Annotated[bool, typer.Option("--prepare", help="Also install every environment of the range ([environment]: one per uv lock) now, before any GPU time is spent; each is verified against its lock.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
-    """List good..bad: which commits would be measured, which not, and why, and what the bisection
-    would cost (trials, wall time, GPU-hours, with a range). Builds and runs nothing.
+    """List good..bad: which commits would be measured, which not, and why; the environments their
+    requirements resolve to (uv, one per lock) and what moves between them; and what the bisection
+    would cost (trials, wall time, GPU-hours, with a range). Builds and runs nothing unless --prepare.
 
     Example:  perfbisect plan good=bba2fc4 bad=HEAD --effect 15
+
+    Example:  perfbisect plan good=bba2fc4 bad=v0.5.18 --prepare   # install every environment now
     """
-    from ..report.render import format_plan, json_value
+    from ..report.render import format_environment_preparation, format_plan, json_value
 
     g, b = parse_revs(revs or [], good, bad)
     cfg = load(config)
     app_planning.check_effect(cfg, effect)  # before the plan: bad input is said at once
+    progress = ConsoleProgress(quiet)
+    prepared = None
     with workspace.Workspace.open(cfg, db) as ws:
-        planned = app_planning.plan_and_estimate(ws, g, b, check_patches=not no_patch_check, effect_pct=effect)
+        try:
+            planned = app_planning.plan_and_estimate(ws, g, b, check_patches=not no_patch_check, effect_pct=effect,
+                                                     progress=progress)
+            if prepare:
+                prepared = app_planning.prepare_environments(ws, planned.plan, progress)
+        finally:
+            progress.done()
     if json_out:
-        print_json({**json_value(planned.plan), "estimate": planned.estimate.as_dict()})
+        data = {**json_value(planned.plan), "estimate": planned.estimate.as_dict()}
+        if prepared is not None:
+            data["prepared"] = [{"commits": list(group.commits), "outcome": outcome} for group, outcome in prepared]
+        print_json(data)
     else:
-        print_lines(format_plan(planned.plan) + planned.estimate.lines())
+        print_lines(format_plan(planned.plan) + planned.estimate.lines()
+                    + (format_environment_preparation(prepared) if prepared is not None else []))
     if planned.conflict:  # `run` refuses this range: say so, and exit as it would
         print_error(planned.conflict)
         raise typer.Exit(code=EXIT_USAGE)

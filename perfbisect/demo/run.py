@@ -11,7 +11,7 @@ from ..app import bisection, planning, reports
 from ..config import load_config
 from ..measure.workspace import Progress, Workspace, exclusive
 from ..store import open_store
-from .target import DEMO_KERNEL_NEW, KERNEL_NEW, KERNEL_OLD, DemoTarget, make_demo_target
+from .target import ATTN_NEW, ATTN_VERSION, DEMO_ATTN, DEMO_KERNEL_NEW, KERNEL_NEW, KERNEL_OLD, DemoTarget, make_demo_target
 from .wheels import DEMO_KERNEL
 
 
@@ -59,24 +59,28 @@ def demo_report(target: DemoTarget, result: bisection.BisectResult, db: Path | s
         return reports.report(store, str(result.bisection_id), config=config)[0]
 
 
-def demo_pins(target: DemoTarget, result: bisection.BisectResult, db: Path | str | None = None) -> dict | None:
-    """What the demo's kernel rename cost: environments built (one per pin set), each with its kernel
-    and companions, and trials skipped as untestable (none: every commit ran in the environment of its
-    pins). None without pins."""
+def demo_environments(target: DemoTarget, result: bisection.BisectResult, db: Path | str | None = None) -> dict | None:
+    """What the demo's moving dependencies cost: the environments of its range (one per uv lock) and what moves
+    between them, how many were built, and trials skipped as untestable (none: every commit ran in the
+    environment its own pyproject resolves to). None without pins."""
     if target.pin_bump is None:
         return None
-    from ..report.render import format_pin_groups
+    from ..report.render import format_environments
 
-    built = sorted(p.parent.name for p in (target.root / "envs").glob("*/env.json"))
     config = load_config(target.config)
     with open_store(db or target.root / "results.sqlite", recover=False) as store:
         trials = store.trials(bisection_id=result.bisection_id, status=None)
     with Workspace.open(config, db or target.root / "results.sqlite") as ws:
-        groups = planning.plan(ws, target.good, target.bad, check_patches=False).pin_groups
+        planned = planning.plan(ws, target.good, target.bad, check_patches=False)
+        built = len(ws.environments.cache.entries()) if ws.environments is not None else 0
+    groups = planned.environments
+    locks = {g.lock_key for g in groups if g.lock_key}
     untestable = sum(1 for t in trials if t.status.value == "skipped")
-    return {"pin_bump": target.pin_bump, "environments": len(built), "untestable_trials": untestable,
-            "pin_sets": [{"commits": len(g.commits), "kernel": g.kernel, "requirements": list(g.requirements),
-                          "companions": list(g.companions), "built": g.built} for g in groups],
-            "line": f"kernel renamed: {DEMO_KERNEL} {KERNEL_OLD} → {DEMO_KERNEL_NEW} {KERNEL_NEW} at "
-                    f"{target.pin_bump[:10]}; {len(built)} environments (one per pin set), {untestable} trials untestable",
-            "lines": format_pin_groups(groups)[1:]}
+    moved = (f"kernel renamed {DEMO_KERNEL} {KERNEL_OLD} → {DEMO_KERNEL_NEW} {KERNEL_NEW} at {target.pin_bump[:10]}"
+             + (f", {DEMO_ATTN} {ATTN_VERSION} → {ATTN_NEW} at {target.attn_bump[:10]}" if target.attn_bump else ""))
+    return {"pin_bump": target.pin_bump, "attn_bump": target.attn_bump, "environments": len(locks), "built": built,
+            "untestable_trials": untestable,
+            "groups": [{"commits": len(g.commits), "packages": g.packages, "built": g.built,
+                        "moves": [m.text() for m in g.moves], "problem": g.problem} for g in groups],
+            "line": f"{moved}; {len(locks)} environments (one per uv lock, {built} built), {untestable} trials untestable",
+            "lines": format_environments(groups, planned.environments_note)}

@@ -33,6 +33,8 @@ VERIFY_GOOD_MS = 4.0
 KERNEL_OLD, KERNEL_NEW = "0.1.0", "0.2.0"
 DEMO_KERNEL_NEW = "demo-sglang-kernel"  # the kernel's name after the rename
 DEMO_ATTN, DEMO_ATTN_CUBIN, ATTN_VERSION = "demo-attn", "demo-attn-cubin", "0.1.0"
+ATTN_NEW = "0.2.0"  # a second commit bumps the pair (as SGLang bumps flashinfer): a third package that moves
+DEMO_RUNTIME = "demo-runtime"  # what demo-attn needs at a range (demo-runtime>=1.0): resolved, not pinned
 VERIFY_BAD_MS = 4.7  # 4.0 / 4.7 = 0.851: the speculative mode loses ~15%
 # The "target" variant slows the target model's forward pass, which both modes run: the baseline
 # decode step and the speculative verify cycle (one target forward over the drafts) by the same 20%.
@@ -63,8 +65,9 @@ class DemoTarget:
     planted: str | None  # sha of the planted slowdown; None for the drift-only variant
     commits: int
     variant: str = "speculative"  # what the planted commit slows (VARIANTS)
-    wheels: Path | None = None  # the wheel directory of the pinned demo-kernel versions (None: no pins)
-    pin_bump: str | None = None  # sha of the commit that bumps the demo-kernel pin
+    wheels: Path | None = None  # the wheelhouse the demo's environments install from (None: no pins)
+    pin_bump: str | None = None  # sha of the commit that renames and bumps the demo-kernel pin
+    attn_bump: str | None = None  # sha of the commit that bumps demo-attn (and its cubin)
 
 
 def _git(repo: Path, *args: str, env_extra: dict[str, str] | None = None) -> str:
@@ -227,10 +230,11 @@ def make_demo_target(
     """Build the demo repository, its patch stack and a perfbisect.toml under ``root``.
 
     ``pins``: python/pyproject.toml pins demo-kernel 0.1.0 (renamed demo-sglang-kernel and bumped to
-    0.2.0 by one commit a third into the range) and the companions demo-attn / demo-attn-cubin at one
-    version, whose wheels are written to ``root/wheels``; the config installs them per pin set
-    ([build] pinned_packages, the kernel under both names, the companion beside its package) and the
-    emulator refuses to start on a version mismatch.
+    0.2.0 by one commit a third into the range) and the pair demo-attn / demo-attn-cubin at one version
+    (bumped 0.1.0 → 0.2.0 by a commit halfway), whose wheels (and demo-runtime's, which demo-attn needs at a
+    range) are written to ``root/wheels``; the config resolves each commit's pyproject with uv from that
+    wheelhouse ([environment]) into one environment per lock, and the emulator refuses to start on a
+    version mismatch.
 
     ``seeded``: the config measures with ``perfbisect.demo.seeded`` (a ``command`` workload that
     computes the emulator's speed for the checked-out code, with seeded noise of the session and run
@@ -248,7 +252,11 @@ def make_demo_target(
     bump_index = n_after // 3 if pins else None
     if bump_index is not None and bump_index == planted_index:
         bump_index -= 1
-    planted, pin_bump = _upstream_history(repo, n_after, planted_index, bump_index, variant, rng, when)
+    attn_index = n_after // 2 if pins else None
+    if attn_index is not None and attn_index in (planted_index, bump_index):
+        attn_index += 1
+    planted, pin_bump, attn_bump = _upstream_history(repo, n_after, planted_index, bump_index, variant, rng, when,
+                                                     attn_index=attn_index)
     bad = _git(repo, "rev-parse", "HEAD")
 
     patches = root / "patches"
@@ -282,6 +290,7 @@ def make_demo_target(
         variant=variant,
         wheels=wheels,
         pin_bump=pin_bump,
+        attn_bump=attn_bump,
     )
 
 
@@ -308,26 +317,36 @@ def _initial_import(root: Path, repo: Path, pins: bool, when: int) -> tuple[str,
         wheels = root / "wheels"
         write_wheel(wheels, DEMO_KERNEL, KERNEL_OLD)
         write_wheel(wheels, DEMO_KERNEL_NEW, KERNEL_NEW)
-        write_wheel(wheels, DEMO_ATTN, ATTN_VERSION)
-        write_wheel(wheels, DEMO_ATTN_CUBIN, ATTN_VERSION)
+        for version in (ATTN_VERSION, ATTN_NEW):
+            write_wheel(wheels, DEMO_ATTN, version, requires=(f"{DEMO_RUNTIME}>=1.0",))
+            write_wheel(wheels, DEMO_ATTN_CUBIN, version)
+        for version in ("1.0", "1.1"):
+            write_wheel(wheels, DEMO_RUNTIME, version)
         _write(repo, "python/pyproject.toml", _pyproject(DEMO_KERNEL, KERNEL_OLD))
     return _commit(repo, "Initial import of the serving engine", when), wheels
 
 
 def _upstream_history(repo: Path, n_after: int, planted_index: int | None, bump_index: int | None, variant: str,
-                      rng: random.Random, when: int) -> tuple[str | None, str | None]:
-    """``n_after`` commits an hour apart after the initial import: upstream's mix (``_HISTORY``), the pin
-    bump at ``bump_index`` and the planted slowdown at ``planted_index``; their shas (planted, pin bump)."""
-    planted = pin_bump = None
+                      rng: random.Random, when: int, attn_index: int | None = None) -> tuple[str | None, str | None, str | None]:
+    """``n_after`` commits an hour apart after the initial import: upstream's mix (``_HISTORY``), the kernel's
+    rename and bump at ``bump_index``, demo-attn's bump at ``attn_index`` and the planted slowdown at
+    ``planted_index``; their shas (planted, kernel bump, attn bump)."""
+    planted = pin_bump = attn_bump = None
+    kernel = (DEMO_KERNEL, KERNEL_OLD)
     for i in range(1, n_after + 1):
         when += 3600
         if planted_index is not None and i == planted_index and variant == "target":
             planted = _plant_target_slowdown(repo, when)
             continue
         if bump_index is not None and i == bump_index:
-            _write(repo, "python/pyproject.toml", _pyproject(DEMO_KERNEL_NEW, KERNEL_NEW))
+            kernel = (DEMO_KERNEL_NEW, KERNEL_NEW)
+            _write(repo, "python/pyproject.toml", _pyproject(*kernel))
             pin_bump = _commit(repo, f"Rename {DEMO_KERNEL} to {DEMO_KERNEL_NEW} and bump it to {KERNEL_NEW} (#{1000 + i})",
                                when)
+            continue
+        if attn_index is not None and i == attn_index:
+            _write(repo, "python/pyproject.toml", _pyproject(*kernel, attn=ATTN_NEW))
+            attn_bump = _commit(repo, f"[Dependency] Bump {DEMO_ATTN} to {ATTN_NEW} (#{1000 + i})", when)
             continue
         if planted_index is not None and i == planted_index:
             planted = _plant_speculative_slowdown(repo, when)
@@ -338,7 +357,7 @@ def _upstream_history(repo: Path, n_after: int, planted_index: int | None, bump_
         if rng.random() < 0.15:  # some upstream commits also touch docs, as real ones do
             _write(repo, "docs/index.md", f"\nNote {i}.\n", append=True)
         _commit(repo, f"{subject} (#{1000 + i})", when)
-    return planted, pin_bump
+    return planted, pin_bump, attn_bump
 
 
 def _plant_speculative_slowdown(repo: Path, when: int) -> str:
@@ -368,10 +387,10 @@ def _plant_target_slowdown(repo: Path, when: int) -> str:
     return _commit(repo, "deepseek_v2: route MoE through the dense fallback", when)
 
 
-def _pyproject(kernel: str, kernel_version: str) -> str:
+def _pyproject(kernel: str, kernel_version: str, attn: str = ATTN_VERSION) -> str:
     """python/pyproject.toml pinning the demo kernel (as SGLang pins sgl-kernel / sglang-kernel) and the
     flashinfer-like pair at one version."""
-    deps = [f"{DEMO_ATTN}=={ATTN_VERSION}", f"{DEMO_ATTN_CUBIN}=={ATTN_VERSION}", f"{kernel}=={kernel_version}"]
+    deps = [f"{DEMO_ATTN}=={attn}", f"{DEMO_ATTN_CUBIN}=={attn}", f"{kernel}=={kernel_version}"]
     return ('[project]\nname = "sglang"\nversion = "0.0.0"\ndependencies = [\n'
             + "".join(f'  "{d}",\n' for d in deps) + "]\n")
 
@@ -390,6 +409,22 @@ def _make_patch_stack(repo: Path, out: Path, tip: str) -> None:
     _git(repo, "format-patch", "-q", "-o", str(out), f"{tip}..local-patches")
     _git(repo, "checkout", "-q", "main")
     _git(repo, "branch", "-q", "-D", "local-patches")
+
+
+def _emulator_path(root: Path) -> Path:
+    """A directory holding only perfbisect's package (a link to it): on PYTHONPATH it lets each commit's
+    complete environment run the emulator without seeing anything else perfbisect's interpreter has."""
+    import perfbisect
+
+    where = Path(root) / "emulator-path"
+    link = where / "perfbisect"
+    package = Path(perfbisect.__file__).resolve().parent
+    where.mkdir(parents=True, exist_ok=True)
+    if not (link.is_symlink() and link.resolve() == package):
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(package, target_is_directory=True)
+    return where
 
 
 def _toml_str(value: str) -> str:
@@ -415,19 +450,19 @@ def demo_config_text(
     (or, with ``seeded_state``, the seeded calculation of its speed as a ``command`` workload)."""
     nccl = "\n".join(f"{k} = {_toml_str(v)}" for k, v in NCCL_ENV.items())
     pinned = "" if wheels is None else f"""
-[build]
-# python/pyproject.toml pins the demo's kernel (as SGLang pins sgl-kernel, renamed sglang-kernel at 0.5.10)
-# and the emulator checks it at launch: each pin set gets its own environment, built once from these
-# wheels; your interpreter is never changed. The kernel is read under both its names, and {DEMO_ATTN_CUBIN}
-# travels with {DEMO_ATTN} (as flashinfer-cubin with flashinfer-python); SGLang's are built in.
-pinned_packages = ["sglang-kernel", "{DEMO_ATTN}"]
-package_aliases = {{ sglang-kernel = ["{DEMO_KERNEL}", "{DEMO_KERNEL_NEW}"] }}
-companions = {{ {DEMO_ATTN} = ["{DEMO_ATTN_CUBIN}"] }}
-wheel_dir = {_toml_str(wheels)}
+[environment]
+# Each commit runs in the environment its own python/pyproject.toml resolves to (uv, one environment per
+# lock, complete: your interpreter is never changed). The demo's history renames and bumps its kernel (as
+# SGLang renamed sgl-kernel to sglang-kernel at 0.5.10) and bumps {DEMO_ATTN}; the emulator checks the
+# versions at launch, as SGLang checks its kernel. Everything comes from the demo's own wheelhouse.
+requirements = "python/pyproject.toml"
+find_links = [{_toml_str(wheels)}]
+no_index = true
 """
     text = _demo_config_text(repo=repo, patches=patches, seed=seed, session_sigma=session_sigma, run_sigma=run_sigma,
                              drift_per_session=drift_per_session, drift_file=drift_file, max_tokens=max_tokens,
-                             runs=runs, warmup=warmup, nccl=nccl, pinned=pinned)
+                             runs=runs, warmup=warmup, nccl=nccl, pinned=pinned,
+                             emulator_path=_emulator_path(drift_file.parent))
     if seeded_state is None:
         return text
     return text.replace(
@@ -445,7 +480,7 @@ wheel_dir = {_toml_str(wheels)}
 
 def _demo_config_text(*, repo: Path, patches: Path, seed: int, session_sigma: float, run_sigma: float,
                       drift_per_session: float, drift_file: Path, max_tokens: int, runs: int, warmup: int,
-                      nccl: str, pinned: str) -> str:
+                      nccl: str, pinned: str, emulator_path: Path) -> str:
     return f"""\
 # perfbisect.toml written by `perfbisect demo`.
 # The server is perfbisect's SGLang emulator (a stand-in for the GPU server); everything else is real.
@@ -477,6 +512,8 @@ shutdown_grace_s = 5
 
 [server.env]
 {nccl}
+# The emulator is perfbisect's own code (standard library only), run in each commit's environment from here.
+PYTHONPATH = {_toml_str(emulator_path)}
 PERFBISECT_DEMO_SEED = "{seed}"
 PERFBISECT_DEMO_SESSION_SIGMA = "{session_sigma}"
 PERFBISECT_DEMO_RUN_SIGMA = "{run_sigma}"

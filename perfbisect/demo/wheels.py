@@ -23,17 +23,18 @@ def _record_line(path: str, data: bytes) -> str:
 
 
 def write_wheel(wheel_dir: Path, name: str, version: str, modules: dict[str, str] | None = None,
-                requires: tuple[str, ...] = ()) -> Path:
+                requires: tuple[str, ...] = (), extras: tuple[str, ...] = ()) -> Path:
     """Write ``name``'s wheel of ``version`` (pure Python, any platform) into ``wheel_dir``.
 
     ``modules``: path inside the wheel → source; by default one package that knows its version.
-    ``requires``: its ``Requires-Dist`` lines (what torch's wheel says of its CUDA packages).
+    ``requires``: its ``Requires-Dist`` lines (what torch's wheel says of its CUDA packages); ``extras``: its
+    ``Provides-Extra`` names (``flashinfer-python[cu13]``), whose requirements carry ``; extra == "NAME"``.
     """
     dist = name.replace("-", "_")
     modules = modules or {f"{dist}/__init__.py": f'"""{name} {version} (a demo stand-in for a compiled kernel package)."""\n\n__version__ = "{version}"\n'}
     info = f"{dist}-{version}.dist-info"
     files: dict[str, bytes] = {path: text.encode() for path, text in modules.items()}
-    requires_dist = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    requires_dist = "".join(f"Provides-Extra: {e}\n" for e in extras) + "".join(f"Requires-Dist: {r}\n" for r in requires)
     files[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: perfbisect demo package\n"
                                  f"{requires_dist}").encode()
     files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: perfbisect-demo\nRoot-Is-Purelib: true\nTag: py3-none-any\n"

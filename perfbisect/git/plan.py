@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .gitrepo import TargetRepo
 from ..model import Commit
 from .pathfilter import PathFilter
 from .patches import PatchCheck, PatchConflict, PatchStack
-from .pins import PinGroup, span_text
+
+
+def span_text(commits: Sequence[str], short: Callable[[str], str] = lambda s: s[:10]) -> str:
+    """"a1b2c3d4e5..f6a7b8c9d0 (12 commits)" for consecutive commits, or one sha."""
+    if len(commits) == 1:
+        return short(commits[0])
+    return f"{short(commits[0])}..{short(commits[-1])} ({len(commits)} commits)"
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,9 @@ class Plan:
     default_filters_of: str | None = None  # whose they are ("SGLang"); None: no defaults apply
     user_filters: tuple[str, ...] = ()  # [filters] ignore
     filters_note: str = ""  # which filters apply and why, in one line
-    pin_groups: tuple[PinGroup, ...] = ()  # commits by pin set ([build] pinned_packages): one environment each
+    # commits by environment ([environment]: measure.environments.EnvGroup, one lock each), in order
+    environments: tuple[Any, ...] = ()
+    environments_note: str = ""  # how they were resolved (as of which date, how long it took)
     build_steps: tuple[StepPlan, ...] = ()  # [[build.steps]] over the range: where each builds from, cached or not
 
     @property

@@ -100,7 +100,7 @@ class BuildCache:
             shutil.rmtree(leftover, ignore_errors=True)
         # The last use stamp given out: the next one is larger, also when the clock has not moved.
         self._clock = UseClock(max((used for used, _, _ in self._entries()), default=0))
-        self._tenants: list = []  # other caches under the same bound (the pinned environments)
+        self._tenants: list = []  # other caches under the same bound (the environments)
 
     def share(self, tenant) -> None:
         """Count ``tenant`` (``perfbisect.measure.envs.EnvCache``) toward ``max_bytes`` and evict its

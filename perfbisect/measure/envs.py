@@ -1,81 +1,57 @@
-"""One Python environment per pin set, content-addressed and cached beside the build cache.
+"""One complete Python environment per lock, content-addressed and cached beside the build cache.
 
-A commit's pinned compiled dependencies (``perfbisect.git.pins``) must be installed for its server to
-start, but the user's interpreter must never change. So each pin set gets its own venv under
-``<cache_dir>/envs/<key>``, made like this:
+A commit's environment is what its own requirements resolve to (``perfbisect.measure.resolver``): uv's
+lock of every package, at one version each. Commits whose locks list the same packages share one
+environment, kept under ``<cache_dir>/envs/<key>`` and made like this, by uv alone:
 
-- ``python -m venv --without-pip`` with the target interpreter (``target.python``): the same Python
-  version and standard library;
-- a ``.pth`` file that adds the target interpreter's site directories *behind* the venv's own (their
-  ``.pth`` files processed too, so editable installs and ``sitecustomize`` still work): torch,
-  transformers and everything else the user installed is seen as it is, without a copy — this is
-  ``--system-site-packages`` for whatever the target interpreter is (a venv, conda, the system);
-- the pinned requirements installed into the venv alone, ``--no-deps`` (exactly the pinned wheels;
-  a dependency a new pin needs is itself a package to pin), from ``[build] wheel_dir``
-  (``--find-links``; with ``--no-index`` unless ``index_url`` is set) and/or ``[build] index_url``;
-  with pip when the target interpreter has it (pip installs into the venv and leaves what lies
-  outside it alone: "Not uninstalling ..., outside environment"), else uv (``$UV`` or on PATH),
-  else a pip the venv gets from ``ensurepip``;
-- the installed versions checked through the venv's interpreter — each pin, each companion at its
-  package's version, and every exact (``==``) requirement the installed pinned packages declare in
-  their own metadata (torch's CUDA packages): one the venv does not see is installed next (``--no-deps``,
-  exactly that version) and checked again, and what is still wrong makes the pin set unbuildable (SGLang
-  itself only refuses a kernel *older* than its minimum; a newer, wrong one would start) — then
-  ``env.json`` written last: a directory without it is a half-built environment and is built again.
+- ``uv venv --python <target.python>``: the same Python version and standard library as the target
+  interpreter, nothing of its site-packages (a complete environment, never an overlay on the user's);
+- ``uv pip sync`` of the lock into it, from the indexes and wheelhouses the lock names (uv links from
+  its cache: a 10 GB CUDA environment takes seconds once its wheels were downloaded for another);
+- verified: the installed versions (``uv pip freeze``) equal the lock, and ``uv pip check`` finds the
+  environment consistent; a mismatch makes the lock's commits untestable with what differs;
+- ``env.json`` written last: a directory without it is a half-built environment and is built again.
 
-A pin set is completed before it is keyed (``EnvCache.complete``): with ``[build] wheel_dir``, the exact
-requirements its wheels declare that the target interpreter does not already satisfy travel with it.
+The key is the hash of the lock's pins and index lines (``Lock.key``) and the target interpreter (its real
+path and version). ``sglang`` itself is not in it: each worktree is put on the server's PYTHONPATH.
 
-The key is the hash of the pins, the target interpreter (its real path, version, site directories),
-where wheels come from, and the bytes of the wheels it would install from ``wheel_dir`` (their
-sha256, each file read once while its size, mtime, ctime and inode stay the same): a
-wheel rebuilt in place under the same version is a new environment, never the stale one. From an
-index only the URL and the pinned versions are known, so a wheel re-uploaded under the same version
-is not noticed there. The same key is the same environment, so a second run builds nothing.
-
-This module keys, caches, holds and evicts the environments (``EnvCache``); ``env_install`` probes the
-target interpreter and installs one environment (``EnvInstaller``).
+Environments count toward ``[build] cache_max_gb`` with the build artefacts and are evicted least recently
+used, never while a process holds one in use.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
 import shutil
 import stat
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from packaging.markers import InvalidMarker, Marker, UndefinedEnvironmentName
-
-from ..errors import ConfigError, EnvironmentBuildError
+from ..errors import EnvironmentBuildError, InfrastructureError
 from ..model import content_hash
-from .env_install import BaseInterpreter, EnvInstaller, probe_interpreter
+from .resolver import Lock, Resolver, _run_uv, is_infrastructure, parse_lock, uv_error, uv_version
 from .usestamp import UseClock, last_use
-from ..git.pins import PinSet, wheel_files, wheel_problem, wheel_requirements
 
-_KEY_VERSION = "pinned-env-v2"  # bump when the recipe changes, so old environments stop matching
+_KEY_VERSION = "uv-env-v1"  # bump when the recipe changes, so old environments stop matching
 _MARKER = "env.json"
 _KEY_NAME = re.compile(r"[0-9a-f]{16}")  # an environment's directory: its key (model.content_hash)
-_DIGEST_FILE = ".wheel-digests.json"  # wheel path -> its stat stamp and sha256 (EnvCache._sha256)
 
 
 @dataclass(frozen=True)
-class PinnedEnv:
-    """A built environment: where it is, what it pins, and whether this call built it."""
+class LockedEnv:
+    """A built environment: where it is, which lock it holds, and whether this call built it."""
 
     key: str
     path: Path
-    pins: PinSet
+    lock: Lock
     cached: bool
-    installer: str = ""
     seconds: float = 0.0
-    versions: dict | None = None
+    uv: str = ""
 
     @property
     def python(self) -> str:
@@ -83,18 +59,13 @@ class PinnedEnv:
 
 
 class EnvCache:
-    """Pinned environments by key under ``dir``; a failed build is remembered for this process."""
+    """Environments by key under ``dir``; a failed build is remembered for this process."""
 
-    def __init__(self, dir: Path | str, python: str, wheel_dir: Path | None = None, index_url: str | None = None,
-                 log_dir: Path | str | None = None):
+    def __init__(self, dir: Path | str, resolver: Resolver, log_dir: Path | str | None = None):
         self.dir = Path(dir).expanduser()
-        self.python = python
-        self.wheel_dir = Path(wheel_dir) if wheel_dir else None
-        self.index_url = index_url or None
+        self.resolver = resolver
         self.log_dir = Path(log_dir) if log_dir else self.dir / "logs"
-        self._base: BaseInterpreter | None = None
         self._failed: dict[str, str] = {}
-        self._completed: dict[str, PinSet] = {}  # a declared pin set's key -> the set with its wheels' requirements
         # Environments this process uses, each held by a shared lock on ``.<key>.use`` until close():
         # eviction (any process's) takes that lock exclusively, so it never removes one in use.
         self._held: dict[str, object] = {}
@@ -103,139 +74,43 @@ class EnvCache:
         # cache_max_gb) then evicts least recently used entries of both (Workspace wires it).
         self.on_grow: Callable[[str], object] | None = None
 
-    @property
-    def base(self) -> BaseInterpreter:
-        if self._base is None:
-            self._base = probe_interpreter(self.python)
-        return self._base
+    def key(self, lock: Lock) -> str:
+        interp = self.resolver.interpreter
+        return content_hash(_KEY_VERSION, lock.key, interp.executable, interp.version)
 
-    def complete(self, pin_set: PinSet) -> PinSet:
-        """``pin_set`` with what must be installed beside it: the exact requirements its wheels in
-        ``wheel_dir`` declare (``pins.wheel_requirements``) that the target interpreter does not already
-        have at that version; one that no wheel in ``wheel_dir`` provides either is a problem of the set."""
-        if not pin_set or self.wheel_dir is None:
-            return pin_set
-        cached = self._completed.get(pin_set.key)
-        if cached is not None:
-            return cached
-        needed, problems = [], []
-        for pin in wheel_requirements(pin_set, self.wheel_dir):
-            if self.base.has(pin.name) == pin.exact_version:
-                continue  # the target interpreter has it: seen through the venv's .pth
-            if not self._applies(pin.marker):
-                continue  # for another platform or Python
-            if wheel_files(PinSet((pin,)), self.wheel_dir):
-                needed.append(pin)
-            else:
-                have = self.base.has(pin.name)
-                problems.append(f"{pin.companion_of} needs {pin.requirement} ({pin.source}); target.python has "
-                                f"{have or 'none'} and [build] wheel_dir {self.wheel_dir} has no wheel of it")
-        done = replace(pin_set.with_pins(needed), problems=pin_set.problems + tuple(problems))
-        self._completed[pin_set.key] = done
-        return done
+    def path(self, lock: Lock) -> Path:
+        return self.dir / self.key(lock)
 
-    def _applies(self, marker: str) -> bool:
-        """Whether a requirement's environment marker holds for the target interpreter (its Python version;
-        the platform is this machine's)."""
-        text = marker.lstrip(";").strip()
-        if not text:
-            return True
+    def lookup(self, lock: Lock) -> LockedEnv | None:
+        """The built environment of ``lock``, or None."""
+        key = self.key(lock)
         try:
-            version = self.base.version
-            return Marker(text).evaluate({"python_version": ".".join(version.split(".")[:2]),
-                                          "python_full_version": version, "extra": ""})
-        except (InvalidMarker, UndefinedEnvironmentName):
-            return True  # unreadable: keep it, the installer decides
-
-    def key(self, pin_set: PinSet) -> str:
-        pin_set = self.complete(pin_set)
-        base = self.base
-        return content_hash(_KEY_VERSION, pin_set.key, base.executable, base.version, list(base.site_dirs),
-                            str(self.wheel_dir or ""), self.index_url or "", self.wheel_digests(pin_set))
-
-    def wheel_digests(self, pin_set: PinSet) -> list[list[str]]:
-        """[file name, sha256] of each ``wheel_dir`` file the installer could pick for ``pin_set``."""
-        return [[f.name, self._sha256(f)] for f in wheel_files(pin_set, self.wheel_dir)]
-
-    def _sha256(self, path: Path) -> str:
-        """sha256 of a wheel's bytes, read once while its size, mtime, ctime and inode stay the same (a
-        file replaced or rewritten in place changes its ctime, which no copy tool can set back): kept
-        in this process and in ``<dir>/.wheel-digests.json``, so the next command (``plan``, a Slurm
-        job) does not read a gigabyte of torch again."""
-        st = path.stat()
-        name, stamp = str(path.resolve()), f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
-        if (name, stamp) in _DIGESTS:
-            return _DIGESTS[name, stamp]
-        store = self.dir / _DIGEST_FILE
-        try:
-            known = json.loads(store.read_text())
-        except (OSError, ValueError):
-            known = {}
-        entry = known.get(name) if isinstance(known, dict) else None
-        if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
-            digest = entry["sha256"]
-        else:
-            digest = _hash_file(path)
-            known = known if isinstance(known, dict) else {}
-            known[name] = {"stamp": stamp, "sha256": digest}
-            try:  # written whole and renamed into place: a reader never sees half a file
-                self.dir.mkdir(parents=True, exist_ok=True)
-                tmp = self.dir / f"{_DIGEST_FILE}.{os.getpid()}"
-                tmp.write_text(json.dumps(known))
-                os.replace(tmp, store)
-            except OSError:
-                pass  # a hint for the next command; this one has the digest
-        _DIGESTS[name, stamp] = digest
-        return digest
-
-    def path(self, pin_set: PinSet) -> Path:
-        return self.dir / self.key(pin_set)
-
-    def lookup(self, pin_set: PinSet) -> PinnedEnv | None:
-        """The built environment of ``pin_set``, or None."""
-        key = self.key(pin_set)
-        marker = self.dir / key / _MARKER
-        try:
-            data = json.loads(marker.read_text())
+            data = json.loads((self.dir / key / _MARKER).read_text())
         except (OSError, ValueError):
             return None
-        return PinnedEnv(key, self.dir / key, pin_set, True, data.get("installer", ""), 0.0, data.get("versions"))
+        return LockedEnv(key, self.dir / key, lock, True, float(data.get("seconds", 0.0)), data.get("uv", ""))
 
-    def problem(self, pin_set: PinSet) -> str | None:
-        """Why ``pin_set`` cannot work as declared (a companion at another version, a wheel's exact
-        requirement nowhere to be had), told before anything is installed; None when nothing is known."""
-        problems = self.complete(pin_set).problems
-        if not problems:
-            return None
-        return (f"the pin set {pin_set.describe()} cannot work: {'; '.join(problems)}. Its commits are skipped, never "
-                f"blamed. Fix: pin them together (a patch in the stack), or put the missing wheels in [build] wheel_dir.")
+    def failed(self, lock: Lock) -> str | None:
+        """Why building ``lock``'s environment failed earlier in this process, or None."""
+        return self._failed.get(self.key(lock))
 
-    def failed(self, pin_set: PinSet) -> str | None:
-        """Why building ``pin_set`` failed earlier in this process, or None."""
-        return self._failed.get(self.key(pin_set))
-
-    def ensure(self, pin_set: PinSet) -> PinnedEnv:
-        """The environment of ``pin_set``, built unless cached; EnvironmentBuildError when it cannot be.
+    def ensure(self, lock: Lock) -> LockedEnv:
+        """The environment of ``lock``, built unless cached; EnvironmentBuildError when it cannot be.
 
         The environment is held in use (never evicted) until ``close()``, and marked as just used."""
-        key = self.key(pin_set)
+        key = self.key(lock)
         if key in self._failed:
             raise EnvironmentBuildError(self._failed[key])
-        problem = self.problem(pin_set)
-        if problem:
-            self._failed[key] = problem
-            raise EnvironmentBuildError(problem)
-        pin_set = self.complete(pin_set)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._hold(key)
-        found = self.lookup(pin_set)
+        found = self.lookup(lock)
         if found is None:
-            # Cluster jobs may share the cache directory: one builds a set while the others wait for it.
-            with open(self.dir / f".{key}.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                found = self.lookup(pin_set)
+            # Cluster jobs may share the cache directory: one builds an environment while the others wait for it.
+            with open(self.dir / f".{key}.lock", "w") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                found = self.lookup(lock)
                 if found is None:
-                    found = self._build_locked(pin_set, key)
+                    found = self._build_locked(lock, key)
         self._mark_used(found.path)
         if not found.cached and self.on_grow is not None:
             self.on_grow(key)
@@ -297,14 +172,24 @@ class EnvCache:
             (self.dir / f".{path.name}.lock").unlink(missing_ok=True)
         return True
 
-    def _build_locked(self, pin_set: PinSet, key: str) -> PinnedEnv:
+    def _build_locked(self, lock: Lock, key: str) -> LockedEnv:
         start = time.perf_counter()
         path = self.dir / key
         log_path = self.log_dir / f"{key}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(path, ignore_errors=True)  # a half-built one (no env.json) is built again
+        uv = self.resolver.uv
         try:
-            installer, versions = self._installer().build(pin_set, path, log_path)
+            with open(log_path, "w") as log:
+                self._step(log, [uv, "venv", "--no-config", "--quiet", "--python", self.resolver.python, str(path)], lock)
+                lock_file = path / "perfbisect-lock.txt"
+                lock_file.write_text(lock.text)
+                python = str(path / "bin" / "python")
+                self._step(log, [uv, "pip", "sync", "--no-config", "--python", python, str(lock_file),
+                                 *self.resolver.source_args()], lock)
+                installed = parse_lock(self._step(log, [uv, "pip", "freeze", "--no-config", "--python", python], lock))
+                self._verify(lock, installed)
+                self._step(log, [uv, "pip", "check", "--no-config", "--python", python], lock, what="is not consistent")
         except EnvironmentBuildError as exc:
             shutil.rmtree(path, ignore_errors=True)
             self._failed[key] = str(exc)
@@ -313,21 +198,45 @@ class EnvCache:
             shutil.rmtree(path, ignore_errors=True)
             raise
         seconds = time.perf_counter() - start
+        version = uv_version(uv)
         (path / _MARKER).write_text(json.dumps({
-            "bytes": _tree_bytes(path),
-            "key": key, "pins": pin_set.as_dict(), "requirements": pin_set.requirements, "python": self.python,
-            "base": self.base.executable, "installer": installer, "versions": versions, "seconds": seconds,
-            "wheels": self.wheel_digests(pin_set),
+            "bytes": _tree_bytes(path), "key": key, "lock_key": lock.key, "packages": lock.packages,
+            "resolved_as_of": lock.resolved_as_of, "python": self.resolver.python,
+            "interpreter": self.resolver.interpreter.executable, "uv": version, "seconds": seconds,
             "built_at": time.time(),
         }, indent=1))
-        return PinnedEnv(key, path, pin_set, False, installer, seconds, versions)
+        return LockedEnv(key, path, lock, False, seconds, version)
 
-    def installer(self) -> str:
-        """Which installer a new environment would use, in words (doctor)."""
-        return self._installer().describe()
+    def _step(self, log, argv: list[str], lock: Lock, what: str = "cannot be installed") -> str:
+        """Run one uv command into the build log; its stdout. A failure of the lock's: EnvironmentBuildError;
+        of the machine's: InfrastructureError (never a property of the commits)."""
+        log.write("$ " + " ".join(argv) + "\n")
+        log.flush()
+        proc = _run_uv(argv, cwd=self.dir)
+        log.write(proc.stdout + proc.stderr)
+        log.flush()
+        if proc.returncode == 0:
+            return proc.stdout
+        reason = uv_error(proc.stderr or proc.stdout)
+        if is_infrastructure(reason) and not self.resolver.config.offline:
+            raise InfrastructureError(
+                f"uv failed on this machine, not because of the commit, while making an environment: {reason}. Fix "
+                f"that (network, disk space) and run again; nothing was recorded against any commit. Log: {log.name}"
+            )
+        raise EnvironmentBuildError(
+            f"the environment of its lock ({len(lock.packages)} packages{', resolved as of ' + lock.resolved_as_of if lock.resolved_as_of else ''}) "
+            f"{what}: {reason} (log: {log.name})"
+        )
 
-    def _installer(self) -> EnvInstaller:
-        return EnvInstaller(self.base, self.wheel_dir, self.index_url, self.dir)
+    @staticmethod
+    def _verify(lock: Lock, installed: dict[str, str]) -> None:
+        """The environment holds exactly the lock's versions."""
+        wrong = [f"{name} {installed.get(name, 'missing')} (lock: {version})" for name, version in lock.packages.items()
+                 if not version.startswith("@") and installed.get(name) != version]
+        extra = sorted(set(installed) - set(lock.packages))
+        if wrong or extra:
+            said = "; ".join(wrong[:5] + [f"{n} {installed[n]} not in the lock" for n in extra[:5]])
+            raise EnvironmentBuildError(f"the installed environment differs from its lock: {said}")
 
     def entries(self) -> list[Path]:
         """Built environments (directories with their marker)."""
@@ -361,38 +270,15 @@ def _tree_bytes(path: Path) -> int:
     return total
 
 
-_DIGESTS: dict[tuple[str, str], str] = {}  # (path, "size:mtime:ctime:inode") -> sha256, for this process
-
-
-def _hash_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def pin_groups(commits, pins, envs: EnvCache, wheel_dir: Path | None, index_url: str | None) -> list:
-    """The commits grouped by pin set, each with where its environment is kept, whether it is built,
-    its kernel and companions, and why it cannot be built (a companion at another version, a wheel's
-    requirement nowhere to be had, ``pins.wheel_problem``, or a target interpreter that cannot run)."""
-    from ..git.pins import PinGroup, group_by_pins
-
-    out = []
-    for pin_set, members in group_by_pins(commits, pins):
-        env, built, problem = None, False, None
-        if pin_set:
+def _tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (symlinks not followed: a venv's ``bin/python`` is one)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
             try:
-                env = str(envs.path(pin_set))
-                built = envs.lookup(pin_set) is not None
-                pin_set = envs.complete(pin_set)
-            except ConfigError as exc:
-                problem = str(exc)
-            if not built and problem is None:
-                problem = envs.problem(pin_set) or envs.failed(pin_set) or wheel_problem(pin_set, wheel_dir, index_url)
-        kernel = pin_set.kernel
-        out.append(PinGroup(pin_set.key, pin_set.as_dict(), tuple(pin_set.requirements),
-                            tuple(c.sha for c in members), env, built, problem,
-                            kernel=kernel.requirement if kernel else None,
-                            companions=tuple(p.requirement for p in pin_set.companions)))
-    return out
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if not stat.S_ISLNK(st.st_mode):
+                total += st.st_size
+    return total

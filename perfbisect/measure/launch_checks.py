@@ -33,10 +33,8 @@ def launch_check(ws: Workspace, mode: ModeConfig) -> tuple[float, tuple[EnvCheck
     log = cfg.cache_dir / "logs" / "doctor-server.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     python = cfg.target.python
-    if ws.envs is not None and ws.pins is not None:  # the checkout's pins: its server would refuse another version
-        pin_set = ws.pins.upstream(ws.repo.resolve("HEAD"))  # the checkout as it is: no patch stack applied
-        if pin_set:
-            python = ws.envs.ensure(pin_set).python
+    if ws.environments is not None:  # the checkout's own environment, as a trial of HEAD would have it
+        python = ws.environments.ensure(ws.repo.resolve("HEAD"), upstream=True).python  # the checkout as it is: no patch stack
     with ServerSession(cfg.server, mode, cfg.target.repo, python, log) as session:
         seconds = session.wait_ready()
         return seconds, session.check_env(), served_from_log(log)

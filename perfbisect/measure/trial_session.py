@@ -35,7 +35,8 @@ class Prepared:
     untestable: str | None = None  # reason: patch conflict, build failure
     versions: dict | None = None  # target's torch/sglang/CUDA/NCCL versions, read once per commit
     python: str = ""  # the interpreter its build, server and workload run under: the pinned environment's, else target.python
-    env_key: str | None = None  # the pinned environment it runs in (perfbisect/measure/envs.py), if any
+    env_key: str | None = None  # the environment it runs in (perfbisect/measure/envs.py), if any
+    env_info: dict | None = None  # that environment's key, lock, package count, resolution date (stored with the versions)
     # On an SGLang target: the versions read before each trial, with the server's env for the mode,
     # per (worktree, PYTHON* variables of that env): they hold where its sglang is imported from.
     served: dict | None = None

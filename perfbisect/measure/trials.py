@@ -106,8 +106,8 @@ class TrialRunner:
             prepared.untestable = f"patch conflict: {exc}"
             self.progress.warn(f"{commit.short} skipped (patch stack does not apply): {exc}")
         except EnvironmentBuildError as exc:
-            prepared.untestable = f"pinned dependencies cannot be installed: {exc}"
-            self.progress.warn(f"{commit.short} skipped (pinned dependencies cannot be installed): {exc}")
+            prepared.untestable = f"environment cannot be made: {exc}"
+            self.progress.warn(f"{commit.short} skipped (its environment cannot be made): {exc}")
         except BuildError as exc:
             prepared.untestable = f"build failed: {exc}"
             self.progress.warn(f"{commit.short} skipped (build failed): {exc}")
@@ -115,22 +115,22 @@ class TrialRunner:
         return prepared
 
     def _environment(self, prepared: Prepared) -> None:
-        """Run ``prepared`` in the environment of its commit's pins (built once per pin set, cached):
+        """Run ``prepared`` in the environment its commit's requirements resolve to (one per lock, cached):
         its interpreter becomes the one the build, the server and the workload use."""
-        ws = self.ws
-        if ws.envs is None or ws.pins is None:
+        environments = self.ws.environments
+        if environments is None:
             return
-        pin_set = ws.pins(prepared.commit)
-        if not pin_set:
-            return  # nothing pinned at this commit: the target interpreter as it is
-        env = ws.envs.ensure(pin_set)
+        env = environments.ensure(prepared.commit)
         prepared.python, prepared.env_key = env.python, env.key
+        prepared.env_info = {"environment": env.key, "environment_lock": env.lock.key,
+                             "environment_packages": len(env.lock.packages),
+                             "environment_resolved_as_of": env.lock.resolved_as_of}
         if env.cached:
-            self.progress.detail(f"{prepared.commit.short}: environment {env.key[:10]} ({pin_set.describe()}): cached")
+            self.progress.detail(f"{prepared.commit.short}: environment {env.key[:10]} ({len(env.lock.packages)} packages): cached")
         else:
             self.progress.info(
-                f"{prepared.commit.short}: built the environment {env.key[:10]} for {pin_set.describe()} "
-                f"in {env.seconds:.1f}s ({env.installer})"
+                f"{prepared.commit.short}: built the environment {env.key[:10]} ({len(env.lock.packages)} packages"
+                f"{', resolved as of ' + env.lock.resolved_as_of if env.lock.resolved_as_of else ''}) in {env.seconds:.1f}s"
             )
 
     def identity(self, prepared: Prepared, mode: ModeConfig) -> TrialIdentity:
@@ -191,6 +191,8 @@ class TrialRunner:
         if versions is None:
             self._read_versions(prepared)
             versions = prepared.versions
+        if versions is not None and prepared.env_info:
+            versions = {**versions, **prepared.env_info}  # which environment served: log, report, --json
         result = self._finish(session, status, error, versions)
         self._report_summary(result, session.info)
         return result

@@ -1,5 +1,5 @@
 """Least-recently-used stamps for the caches that share `[build] cache_max_gb`: build artefacts
-(``build.BuildCache``) and pinned environments (``envs.EnvCache``).
+(``build.BuildCache``) and environments (``envs.EnvCache``).
 
 A use is the *content* of the directory's ``used`` file — nanoseconds since the epoch — not its mtime,
 which some filesystems keep to the second or two; each stamp a clock gives is larger than the last it

@@ -16,6 +16,8 @@ from pathlib import Path
 from ..runtime import locks
 from .build import BuildCache
 from .envs import EnvCache
+from .environments import Environments
+from .resolver import Resolver
 from ..placeholders import expand
 from ..settings import Config, ModeConfig
 from ..errors import ConfigError
@@ -23,7 +25,7 @@ from ..git.gitrepo import TargetRepo
 from .host import host_fingerprint
 from ..git.pathfilter import PathFilter
 from ..git.patches import PatchStack
-from ..git.pins import PinReader, PinRules
+from ..git.requirements import RequirementReader
 from ..git.worktrees import WorktreePool
 from ..model import NoiseKey
 from .server import port_holders, port_in_use
@@ -63,8 +65,8 @@ class Workspace:
     build_cache: BuildCache
     host: str
     filters: PathFilter
-    envs: EnvCache | None = None  # pinned environments (<cache_dir>/envs), when [build] pinned_packages is set
-    pins: PinReader | None = None  # each commit's pins of [build] pinned_packages
+    # Each commit's environment (requirements -> uv lock -> <cache_dir>/envs/<key>), when [environment] is set.
+    environments: Environments | None = None
     _pool: WorktreePool | None = field(default=None, repr=False)
 
     @classmethod
@@ -77,10 +79,14 @@ class Workspace:
         store = open_store(db, recover=recover)  # a cluster job leaves recovery to its controller
         build = config.build
         build_cache = BuildCache(cache / "build-cache", int(config.build.cache_max_gb * 1024**3))
-        envs = EnvCache(cache / "envs", config.target.python, build.wheel_dir, build.index_url,
-                        log_dir=cache / "logs" / "envs") if build.pinned_packages else None
-        if envs is not None:
+        environments = None
+        envcfg = config.environment
+        if envcfg.enabled:
+            resolver = Resolver(envcfg, config.target.python, cache / "locks")
+            envs = EnvCache(cache / "envs", resolver, log_dir=cache / "logs" / "envs")
             build_cache.share(envs)  # environments count toward cache_max_gb, evicted LRU with the artefacts
+            environments = Environments(repo, RequirementReader(repo, envcfg.requirements, envcfg.extras, stack),
+                                        resolver, envs, policy=envcfg.resolve_date)
         return cls(
             config=config,
             repo=repo,
@@ -90,9 +96,7 @@ class Workspace:
             build_cache=build_cache,
             host=host_fingerprint(),
             filters=active_filters(config).path_filter(),
-            envs=envs,
-            pins=PinReader(repo, build.pin_files, PinRules.of(build.pinned_packages, build.package_aliases, build.companions),
-                           stack) if build.pinned_packages else None,
+            environments=environments,
         )
 
     @property
@@ -116,8 +120,8 @@ class Workspace:
         try:
             self.store.close()
         finally:
-            if self.envs is not None:
-                self.envs.close()  # the environments this command used may be evicted now
+            if self.environments is not None:
+                self.environments.close()  # the environments this command used may be evicted now
             if self.stack is not None:
                 self.stack.cleanup()  # a branch stack's temp dir is owned here
 

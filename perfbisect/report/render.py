@@ -303,7 +303,7 @@ def format_plan(plan: Any) -> list[str]:
     if plan.filters_note:
         lines.append(f"filters: {plan.filters_note}")
     lines.extend(format_build_steps(getattr(plan, "build_steps", ())))
-    lines.extend(format_pin_groups(getattr(plan, "pin_groups", ())))
+    lines.extend(format_environments(getattr(plan, "environments", ()), getattr(plan, "environments_note", "")))
     for w in plan.warnings:
         lines.append(f"warning: {w}")
     return lines
@@ -329,31 +329,37 @@ def format_build_steps(steps: Any) -> list[str]:
     return lines
 
 
-def format_pin_groups(groups: Any) -> list[str]:
-    """The range by pin set ([build] pinned_packages): which commits each environment serves, its
-    kernel (under the commit's name for it), what it carries beside its pins, and whether it is built,
-    will be built, or cannot be (and why)."""
+def format_environments(groups: Any, note: str = "", *, moves_shown: int = 10) -> list[str]:
+    """The range by environment ([environment]: one per uv lock): which commits each serves, its key packages,
+    whether it is built, and what moves from the one before it, compiled packages first."""
     if not groups:
         return []
-    needing = [g for g in groups if g.requirements]
-    lines = [f"environments: {len(needing)} pin set{'s' if len(needing) != 1 else ''} ([build] pinned_packages), one environment each"]
+    locks = {g.lock_key for g in groups if g.lock_key}
+    lines = [f"environments: {len(locks)} ({note})" if note else f"environments: {len(locks)}"]
     for g in groups:
-        if not g.requirements:
-            state = "nothing pinned: target.python as it is"
-        elif g.built:
-            state = f"built ({g.env})"
-        elif g.problem:
-            state = f"CANNOT BUILD: {g.problem}"
-        else:
-            state = "built on first use"
-        companions = set(getattr(g, "companions", ()))
-        kernel = getattr(g, "kernel", None)
-        pins = ", ".join(r for r in g.requirements if r not in companions and r != kernel) or "-"
-        parts = [f"kernel {kernel}"] if kernel else []
-        parts.append(pins if pins != "-" or not kernel else "")
-        if companions:
-            parts.append("with " + ", ".join(r for r in g.requirements if r in companions))
-        lines.append(f"  {g.span()}  {' · '.join(p for p in parts if p)}  {state}")
+        if g.problem:
+            lines.append(f"  {g.span()}  UNTESTABLE: {g.problem}")
+            continue
+        if g.unavailable:
+            lines.append(f"  {g.span()}  not resolved here: {g.unavailable}")
+            continue
+        state = f"built ({g.env})" if g.built else "installed on first use (or plan --prepare)"
+        head = " · ".join(g.highlights())
+        lines.append(f"  {g.span()}  {len(g.packages)} packages{'  ' + head if head else ''}  {state}")
+        if g.moves:
+            shown = [m.text() for m in g.moves[:moves_shown]]
+            more = len(g.moves) - len(shown)
+            lines.append(f"      at {g.commits[0][:10]} {g.first_subject[:50]}: {len(g.moves)} package"
+                         f"{'s' if len(g.moves) != 1 else ''} moved: " + ", ".join(shown)
+                         + (f", and {more} more" if more > 0 else ""))
+    return lines
+
+
+def format_environment_preparation(prepared: Any) -> list[str]:
+    """`plan --prepare`: per environment of the range, whether it was built, was cached, or cannot be."""
+    lines = [f"prepared: {len(prepared)} environment group{'s' if len(prepared) != 1 else ''}"]
+    for group, outcome in prepared:
+        lines.append(f"  {group.span()}  {outcome}")
     return lines
 
 

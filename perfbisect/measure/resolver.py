@@ -320,7 +320,11 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _run_uv(argv: list[str], cwd: str | Path | None = None, timeout: float = 3600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "VIRTUAL_ENV", "CONDA_PREFIX"))}
+    # uv's settings come from [environment] alone (a UV_INDEX_URL in the shell must not change what a commit resolves
+    # to); where its cache lives is the user's to say.
+    keep = ("UV_CACHE_DIR",)
+    env = {k: v for k, v in os.environ.items()
+           if k in keep or not k.startswith(("UV_", "VIRTUAL_ENV", "CONDA_PREFIX"))}
     env["UV_NO_PROGRESS"] = "1"
     env["UV_PYTHON_DOWNLOADS"] = "never"  # the target interpreter is given; never fetch another
     try:

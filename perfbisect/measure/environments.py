@@ -120,7 +120,23 @@ class Environments:
 
     def date_for(self, commit: Commit | str) -> str:
         """The resolution cut-off for ``commit`` under the policy ("" for none)."""
-        return resolution_date(self.policy, commit_date=self.commit_date(commit), bad_date=self.bad_date)
+        if self.policy == "now":
+            return ""
+        needs_own = self.policy == "commit" or (self.policy == "bad" and self.bad_date is None)
+        own = self.commit_date(commit) if needs_own else ""
+        return resolution_date(self.policy, commit_date=own, bad_date=self.bad_date)
+
+    def _prefetch_dates(self, commits: Sequence[Commit]) -> None:
+        """Every commit date of a first-parent range in one ``git log`` (a range of 7,000 commits is one call)."""
+        if not commits or self.policy not in ("commit", "bad") or (self.policy == "bad" and self.bad_date):
+            return
+        status, out, _ = self.repo.run("log", "--first-parent", "--format=%H %cI", "-n", str(len(commits) + 1),
+                                       commits[-1].sha, "--")
+        if status == 0:
+            for line in out.splitlines():
+                sha, _, date = line.partition(" ")
+                if date:
+                    self._dates.setdefault(sha, date)
 
     def requirements(self, commit: Commit | str) -> RequirementSet:
         return self.reader(commit)
@@ -141,6 +157,7 @@ class Environments:
         """The commits grouped by lock, in order (consecutive commits with one lock form a group; a lock met
         again after another is a new group), resolving every distinct requirement set (``jobs`` at once)
         unless ``resolve`` is False (then only what is kept is shown)."""
+        self._prefetch_dates(commits)
         inputs = [(c, self.reader(c), self.date_for(c)) for c in commits]
         distinct: dict[str, tuple[RequirementSet, str]] = {}
         for _c, reqs, date in inputs:

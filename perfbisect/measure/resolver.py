@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -53,10 +54,21 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+_FOUND_UV: list[str] = []  # the one installed with perfbisect, found once (sysconfig is not thread-safe on first use)
+_FIND_LOCK = threading.Lock()
+
+
 def uv_executable(configured: str = "") -> str:
     """The uv to run: ``[environment] uv``, else the one installed with perfbisect, else PATH's."""
     if configured:
         return configured
+    with _FIND_LOCK:
+        if not _FOUND_UV:
+            _FOUND_UV.append(_find_uv())
+        return _FOUND_UV[0]
+
+
+def _find_uv() -> str:
     try:
         from uv import find_uv_bin  # the `uv` package: perfbisect's dependency, its binary inside
 
@@ -162,6 +174,7 @@ class Resolver:
     dir: Path  # <cache_dir>/locks
     _interp: Interpreter | None = field(default=None, repr=False)
     _memo: dict[str, Lock | str] = field(default_factory=dict, repr=False)
+    _wheelhouse: list | None = field(default=None, repr=False)  # read once per command (a range asks 7,000 times)
 
     @property
     def interpreter(self) -> Interpreter:
@@ -195,6 +208,8 @@ class Resolver:
 
     def _wheelhouse_state(self) -> list:
         """What local find_links directories hold (names and sizes): a wheel added there may change a lock."""
+        if self._wheelhouse is not None:
+            return self._wheelhouse
         out = []
         for link in self.config.find_links:
             path = Path(link)
@@ -202,6 +217,7 @@ class Resolver:
                 out.append([link, sorted([p.name, p.stat().st_size] for p in path.iterdir() if p.is_file())])
             else:
                 out.append([link])
+        self._wheelhouse = out
         return out
 
     def key(self, reqs: RequirementSet, date: str) -> str:

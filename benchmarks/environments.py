@@ -77,7 +77,7 @@ def offline(args: argparse.Namespace, work: Path) -> dict:
 
     envs = _environments(work / "pb", repo, config, args.python)
     t = time.perf_counter()
-    groups = envs.groups(commits)
+    groups = envs.groups(envs.repo.first_parent_range(commits[0].sha, commits[-1].sha))  # as plan reads the range
     out["plan_resolve_s"] = time.perf_counter() - t
     out["locks"] = len({g.lock_key for g in groups if g.lock_key})
     envs = _environments(work / "pb", repo, config, args.python)  # a new command: locks read from disk

@@ -249,3 +249,40 @@ def test_requirement_sets_read_what_resolution_reads():
     with_extra = read_requirements("python/pyproject.toml", pyproject(["a"], extras='srt = ["b==2"]'), ["srt"])
     assert with_extra.dependencies() == ["a", "b==2"] and with_extra.key != read_requirements(
         "python/pyproject.toml", pyproject(["a"], extras='srt = ["b==2"]')).key
+
+
+def test_a_culprit_that_moves_the_environment_says_what_moved_and_compare_env_from_measures_the_code_alone(tmp_path, wheelhouse):
+    """The workload's metric falls 10% with kern 1.1 (the environment, not the code): the bisection names the
+    commit that bumps it and says which packages moved there; the culprit against its parent in the parent's
+    environment (`compare --env-from`) is then `same`. The noise is a fixed sequence (seeded, not timed)."""
+    r, shas = history(tmp_path)
+    cfg_path = config_for(tmp_path, r.path, wheelhouse, extra="")
+    counter = tmp_path / "counter"
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "import json, math, pathlib\nfrom importlib import metadata\n"
+        f"p = pathlib.Path({str(counter)!r})\nn = int(p.read_text()) + 1 if p.exists() else 1\np.write_text(str(n))\n"
+        "value = (2.0 - float(metadata.version('kern'))) * 100 * (1 + 0.004 * math.sin(n * 1.7))\n"
+        "print(json.dumps({'ops_per_s': value}))\n")
+    text = cfg_path.read_text()
+    start = text.index("command = [")
+    end = text.index("\n", start)
+    cfg_path.write_text(text[:start] + f'command = ["{{python}}", {json.dumps(str(script))}]' + text[end:]
+                        + "\n[stats]\nmax_trials_total = 24\n")
+    db = tmp_path / "r.sqlite"
+    run = run_command("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(cfg_path), "--db", str(db), "--json", timeout=600)
+    assert run.returncode in (0, 3), run.stderr
+    result = json.loads(run.stdout)
+    assert result["verdict"] == "regressed" and result["culprit"] == shas[3], result
+    env = result["environment"]
+    assert env["parent"] == shas[2] and env["moves"] == ["kern 1.0 → 1.1", "rt 1.0 → 2.0"]
+    assert env["split"][1:3] == ["compare", shas[2][:10]] and "--env-from" in env["split"]
+    text_run = run_command("log", "-c", str(cfg_path), "--db", str(db))
+    assert text_run.returncode == 0
+    # The split: the culprit's code in its parent's environment measures what the code alone did (nothing).
+    split = run_command(*env["split"][1:], "-c", str(cfg_path), "--db", str(db), "--json", "--max-trials", "4", timeout=600)
+    assert split.returncode == 0, split.stderr
+    data = json.loads(split.stdout)
+    assert data["verdict"] == "same", data
+    envs = {p.parent.name for p in (tmp_path / "cache" / "envs").glob("*/env.json")}
+    assert len(envs) == 2  # the split built nothing new: both sides ran in the parent's environment

@@ -58,6 +58,9 @@ class BisectResult:
     more: str | None = None  # when inconclusive: what settling the tolerance would cost on this host
     metric: dict | None = None  # the description stored with it (metrics.Metric.as_json)
     resumed: dict | None = None  # `resume`: what of the stored bisection it reused and discarded (Resumed.as_json)
+    # [environment]: the packages that move between the culprit's parent's environment and the culprit's, when
+    # any do ({"parent", "culprit", "moves": [text, ...], "split": the command that measures the code alone})
+    environment: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -218,7 +221,23 @@ def _finish(ws: Workspace, bisection_id: int, outcome: BisectOutcome, span: _Ran
         bisection_id=bisection_id, outcome=outcome, commits=span.by_sha, filtered=span.filtered, db_path=ws.db_path,
         state=state_lines(trials, gpu_target=kind_of(cfg.workload).serves), more=more, metric=metric.as_json(),
         resumed=resumed.as_json() if resumed is not None else None,
+        environment=environment_at_culprit(ws, outcome, span.by_sha),
     )
+
+
+def environment_at_culprit(ws: Workspace, outcome: BisectOutcome, by_sha: dict[str, Commit]) -> dict | None:
+    """When the culprit's environment differs from its parent's: what moved, and how to tell code from environment
+    (the culprit measured against its parent in the parent's environment: `compare --env-from`)."""
+    culprit = by_sha.get(outcome.named_culprit) if outcome.named_culprit else None
+    if ws.environments is None or culprit is None or not culprit.parents:
+        return None
+    parent = culprit.parents[0]
+    moved = ws.environments.moved_at(parent, culprit)
+    if not moved:
+        return None
+    mode = ws.config.metric_modes[-1]
+    return {"parent": parent, "culprit": culprit.sha, "moves": [m.text() for m in moved],
+            "split": ["perfbisect", "compare", parent[:10], culprit.sha[:10], "--env-from", parent[:10], "--mode", mode]}
 
 
 def _search(ws: Workspace, policy: SearchPolicy, observations: list[Observation], bisection_id: int,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..engine.stats import compare, compare_sequential
-from ..errors import WorkloadError
+from ..errors import UsageError, WorkloadError
 from ..measure.search_trials import interleaved
 from ..measure.trials import TrialRunner
 from ..measure.workspace import Progress, Workspace, preflight
@@ -85,14 +85,23 @@ def compare_commits(
     min_trials: int = 2,
     max_trials: int | None = None,
     wait_idle_s: float = 0.0,
+    env_from: str | None = None,
 ) -> CompareResult:
-    """A vs B with interleaved trials (A B B A ...) until the verdict is clear or the budget is spent."""
+    """A vs B with interleaved trials (A B B A ...) until the verdict is clear or the budget is spent.
+    ``env_from``: both run in that commit's environment ([environment]), so what differs is the code alone."""
     progress = progress or Progress()
     cfg = ws.config
     mode_cfg = cfg.mode(mode)
     a, b = ws.repo.resolve(a_rev), ws.repo.resolve(b_rev)
     if ws.environments is not None:  # both sides resolve as of one date: the later commit's
         ws.environments.anchor(b if ws.repo.is_ancestor(a.sha, b.sha) else a)
+        if env_from is not None:
+            ws.environments.env_from = ws.repo.resolve(env_from)
+    elif env_from is not None:
+        raise UsageError(
+            f"--env-from {env_from} runs both commits in one commit's environment, but the config has no [environment] "
+            f"table: every commit already runs in target.python as it is. Drop --env-from, or add [environment]."
+        )
     preflight(ws)
     max_trials = max_trials or cfg.stats.max_trials_per_commit or max(cfg.stats.max_trials_total // 2, min_trials)
     noise = noise_model(ws, [mode])

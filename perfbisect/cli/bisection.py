@@ -239,7 +239,7 @@ def plan(
     json_out: JsonOpt = False,
     no_patch_check: Annotated[bool, typer.Option("--no-patch-check", help="Skip checking the patch stack at each commit.")] = False,
     effect: Annotated[Optional[float], typer.Option("--effect", callback=checked_number, metavar="PCT", help="The regression you saw, in percent (e.g. 15): the estimate simulates the search against it (default: the endpoints' stored trials, else 5 × stats.min_effect_pct).")] = None,
-    prepare: Annotated[bool, typer.Option("--prepare", help="Also install every environment of the range ([environment]: one per uv lock) now, before any GPU time is spent; each is verified against its lock.")] = False,
+    prepare: Annotated[bool, typer.Option("--prepare", help="Also install every environment of the range (\\[environment]: one per uv lock) now, before any GPU time is spent; each is verified against its lock.")] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """List good..bad: which commits would be measured, which not, and why; the environments their

@@ -23,7 +23,7 @@ def doctor(
     db: DbOpt = None,
     launch: Annotated[bool, typer.Option("--launch", help="Also start the server once and check the env reaches every worker.")] = False,
     json_out: JsonOpt = False,
-    range_: Annotated[Optional[str], typer.Option("--range", metavar="GOOD..BAD", help="Check the environments ([environment]: one per uv lock) of every commit of this range, not only HEAD's.")] = None,
+    range_: Annotated[Optional[str], typer.Option("--range", metavar="GOOD..BAD", help="Check the environments (\\[environment]: one per uv lock) of every commit of this range, not only HEAD's.")] = None,
 ) -> None:
     """Check config, target interpreter, environments, GPU idleness, clocks and throttling, and
     what would add noise.
@@ -135,7 +135,7 @@ def skip(
 def gc(
     config: ConfigOpt = None,
     db: DbOpt = None,
-    build_cache: Annotated[bool, typer.Option("--build-cache", help="Also empty the build cache and remove the environments ([environment]).")] = False,
+    build_cache: Annotated[bool, typer.Option("--build-cache", help="Also empty the build cache and remove the environments (\\[environment]).")] = False,
 ) -> None:
     """Remove perfbisect's worktrees (and optionally the build cache). Stored results are kept.
 

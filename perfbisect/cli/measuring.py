@@ -73,6 +73,9 @@ def compare_cmd(
     wait: WaitOpt = False,
     fmt: FormatOpt = "text",
     fail_on_regression: FailOnRegressionOpt = False,
+    env_from: Annotated[Optional[str], typer.Option(
+        "--env-from", metavar="REV", help="Run both commits in REV's environment (\\[environment]): what differs is then the code alone (the culprit against its parent in the parent's environment splits code from environment).",
+    )] = None,
 ) -> None:
     """Compare two commits with interleaved trials (A B B A …) until the verdict is clear.
 
@@ -83,6 +86,8 @@ def compare_cmd(
     Example:  perfbisect compare bba2fc4 HEAD
     Example:  perfbisect compare HEAD~9 HEAD --mode baseline --max-trials 6
     Example:  perfbisect compare origin/main HEAD --fail-on-regression --format markdown
+
+    Example:  perfbisect compare CULPRIT~1 CULPRIT --env-from CULPRIT~1   # the code alone, in the parent's environment
     """
     from ..report.render import format_comparison, json_value
 
@@ -90,7 +95,8 @@ def compare_cmd(
     cfg = load(config)
     progress = ConsoleProgress(quiet)
     with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
-        result = app_measuring.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], progress, max_trials=trials, wait_idle_s=wait_idle)
+        result = app_measuring.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], progress, max_trials=trials,
+                                               wait_idle_s=wait_idle, env_from=env_from)
         report = app_reports.report_quietly(progress, lambda: app_reports.report(ws.store, f"c{result.comparison_id}", config=cfg)[0])
     if json_out:
         data = {"a": result.a.sha, "b": result.b.sha, "mode": result.mode, "comparison_id": result.comparison_id,

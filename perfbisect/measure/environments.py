@@ -105,6 +105,7 @@ class Environments:
     cache: EnvCache
     policy: str = "bad"  # [environment] resolve_date
     bad_date: str | None = None  # the bad endpoint's commit date, once a command names its range (anchor)
+    env_from: Commit | None = None  # every commit runs in this commit's environment (`compare --env-from`)
     _dates: dict[str, str] = field(default_factory=dict, repr=False)
 
     def anchor(self, bad: Commit | str) -> None:
@@ -142,8 +143,20 @@ class Environments:
         return self.reader(commit)
 
     def lock(self, commit: Commit | str) -> Lock:
-        """``commit``'s lock (resolved unless kept); EnvironmentBuildError / InfrastructureError as ``Resolver``."""
+        """``commit``'s lock (resolved unless kept; with ``env_from``, that commit's); EnvironmentBuildError /
+        InfrastructureError as ``Resolver``."""
+        if self.env_from is not None:
+            commit = self.env_from
         return self.resolver.resolve(self.reader(commit), self.date_for(commit))
+
+    def moved_at(self, parent: Commit | str, commit: Commit | str) -> list[Move] | None:
+        """What moves between ``parent``'s environment and ``commit``'s (None when either has no lock)."""
+        try:
+            old = self.resolver.resolve(self.reader(parent), self.date_for(parent))
+            new = self.resolver.resolve(self.reader(commit), self.date_for(commit))
+        except (EnvironmentBuildError, InfrastructureError):
+            return None
+        return moves(old.packages, new.packages)
 
     def ensure(self, commit: Commit | str, *, upstream: bool = False) -> LockedEnv:
         """``commit``'s environment, resolved and built unless cached (``upstream``: of its requirement file as

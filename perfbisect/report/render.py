@@ -116,6 +116,12 @@ def format_outcome(result: Any) -> list[str]:
         from ..engine.regressed_path import lines as regressed_path_lines  # stats (scipy) only when there is one
 
         lines.extend(regressed_path_lines(out.regressed_path))
+    env = getattr(result, "environment", None)
+    if env:
+        shown = ", ".join(env["moves"][:8]) + (f", and {len(env['moves']) - 8} more" if len(env["moves"]) > 8 else "")
+        lines.append(f"environment moved at the culprit ({len(env['moves'])} package{'s' if len(env['moves']) != 1 else ''}): "
+                     f"{shown}. Code or environment? The culprit's code in its parent's environment tells them apart: "
+                     f"{' '.join(env['split'])}")
     if out.drift_note:
         lines.append(f"drift: {out.drift_note}")
     if out.excluded:
@@ -150,6 +156,7 @@ def outcome_json(result: Any) -> dict[str, Any]:
             "to_settle": getattr(result, "more", None),
             "filtered": [c.sha for c in result.filtered],
             "system_state": list(getattr(result, "state", ())),
+            "environment": getattr(result, "environment", None),  # what moved at the culprit ([environment])
             # "target", "speculative" or "unclear" (regressed_path holds the numbers); null when not asked
             "regressed": out.regressed_path.path if out.regressed_path else None,
         }

@@ -43,9 +43,7 @@ dir = "perfbisect-patches"
 # Python version (SGLang's 2026 commits accept 3.10-3.12). `perfbisect plan` lists the environments of a
 # range and the packages that move between them; `perfbisect plan --prepare` installs them all before any
 # GPU time; `perfbisect doctor --range GOOD..BAD` says which cannot be made and why.
-[environment]
-requirements = "python/pyproject.toml"
-# resolve_date = "bad"           # or "commit" (each commit's own date), "now", or a date: "2026-08-01"
+{environment}# resolve_date = "bad"           # or "commit" (each commit's own date), "now", or a date: "2026-08-01"
 # extras = ["tracing"]           # optional-dependency groups to include
 # index_url = "https://pypi.org/simple"
 # find_links = ["/wheels"]       # a wheelhouse; on an offline node add no_index = true and offline = true
@@ -258,16 +256,20 @@ def render_template(kind: str, python: str, model: str = "/models/model") -> str
 
 
 def render_sglang_config(python: str, model: str, draft: str, *, environ: Mapping[str, str] | None = None,
-                         site_dirs: Sequence[Path] | None = None) -> str:
+                         site_dirs: Sequence[Path] | None = None, environments: bool = True) -> str:
     """Fill the template: the interpreter, the model paths, ``--trust-remote-code`` when the model
     needs it, and the NCCL variables the user's environment sets (``environ``: the shell's, by
     default ``os.environ``; ``site_dirs``: where target.python looks for ``sitecustomize.py``, by
-    default asked of it without running that file)."""
+    default asked of it without running that file). ``environments``: the checkout has
+    python/pyproject.toml, so [environment] is on (else written commented out)."""
     environ = os.environ if environ is None else environ
     dirs = site_dirs_of(python, environ) if site_dirs is None else list(site_dirs)
     return SGLANG_TEMPLATE.format(
         python=python, model=toml_string(model), draft=toml_string(draft),
         trust_remote_code=trust_remote_code_line(model), nccl=nccl_block(nccl_settings(environ, dirs)),
+        environment=('[environment]\nrequirements = "python/pyproject.toml"\n' if environments else
+                     "# This checkout has no python/pyproject.toml at HEAD: uncomment once its commits have one.\n"
+                     '# [environment]\n# requirements = "python/pyproject.toml"\n'),
     )
 
 

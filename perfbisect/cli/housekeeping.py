@@ -89,9 +89,14 @@ def init(
         target, imports, how = find_target_python()
     environ = dict(os.environ)
     site_dirs = site_dirs_of(target, environ)
-    path.write_text(render_sglang_config(target, model, draft, environ=environ, site_dirs=site_dirs))
+    has_pyproject = (path.resolve().parent / "python" / "pyproject.toml").is_file()  # init runs in the checkout
+    path.write_text(render_sglang_config(target, model, draft, environ=environ, site_dirs=site_dirs,
+                                         environments=has_pyproject))
     out_console.print(f"wrote {show(str(path))}: edit the model paths and the patch directory, then run `perfbisect doctor`")
     out_console.print(f"target.python = {show(target)} ({show(how)})")
+    out_console.print("environments: " + ("each commit's python/pyproject.toml resolved by uv, one environment per lock "
+                                          "(`perfbisect plan` lists them, `plan --prepare` installs them)" if has_pyproject else
+                                          "off ([environment] commented out): this checkout has no python/pyproject.toml"))
     needed, why = remote_code(model)
     flag = {True: "on", False: "off", None: "commented out (uncomment if needed)"}[needed]
     out_console.print(f"--trust-remote-code: {flag}: {show(why)}")

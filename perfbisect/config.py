@@ -29,6 +29,7 @@ from .settings import (
     LAYOUT_MAX_ENV_PAD,
     LAYOUT_MAX_PATH_SLOTS,
     RESOLVE_DATE_POLICIES,
+    RUST_EXTENSION_MODES,
     RETIRED_BUILD_KEYS,
     WORKLOAD_KINDS,
     Argv,
@@ -418,6 +419,12 @@ def _environment(sec: _Section, base: Path) -> EnvironmentConfig:
         raise ConfigError(
             f"{path}: key 'environment.requirements' is {env.requirements!r}; it names a file inside the target "
             f"repository, relative to its root (\"python/pyproject.toml\" for SGLang). Fix that value in the file."
+        )
+    if env.rust_extensions not in RUST_EXTENSION_MODES:
+        raise ConfigError(
+            f"{path}: key 'environment.rust_extensions' is {env.rust_extensions!r}; it must be \"prebuild\" (build SGLang's "
+            f"Rust extensions before each server starts; the server never compiles), \"never\" (never build them) or "
+            f"\"server\" (let SGLang compile at server start). Fix that value in the file."
         )
     links = tuple(link if "://" in link else str(_resolve(base, link)) for link in env.find_links)
     return replace(env, find_links=links)

@@ -149,6 +149,30 @@ def _environments(ctx: dict) -> list[Finding]:
     return out
 
 
+def _rust_extensions(ctx: dict) -> list[Finding]:
+    """SGLang's on-demand Rust extensions (2026-08-16 on): the toolchain that builds them before each server starts."""
+    from .measure import rust_extensions
+
+    ws = ctx["ws"]
+    rng = ctx.get("range")
+    try:
+        commits = ws.repo.first_parent_range(*rng) if rng else [ctx["head"]]
+    except PerfbisectError as exc:
+        return [Finding("Rust extensions", "error", str(exc))]
+    if not rust_extensions.commits_with_loader(ws.repo, commits):
+        return []
+    how = ws.config.environment.rust_extensions
+    problem = rust_extensions.problem(ws.config.environment, ws.repo, commits)
+    if problem is not None:
+        return [Finding("Rust extensions", "error" if problem.kind == "rust-offline" else "warn", problem.message)]
+    tools = rust_extensions.toolchain()
+    said = {"prebuild": f"built before each server starts with {tools.get('cargo', 'cargo')} / {tools.get('rustc', 'rustc')}; "
+                        f"the server runs with SGLANG_RUST_BUILD_MODE=never",
+            "never": "never built: the server runs with SGLANG_RUST_BUILD_MODE=never (bundled or cached modules only)",
+            "server": "left to SGLang: it may compile them at server start (counted in the readiness time)"}[how]
+    return [Finding("Rust extensions", "ok", f"environment.rust_extensions = {how!r}: {said}")]
+
+
 def _gpus(ctx: dict) -> list[Finding]:
     snap = collect_snapshot()
     cfg = ctx.get("config")
@@ -307,6 +331,7 @@ CHECKS: list[tuple[str, Callable[[dict], list[Finding]], tuple[str, ...]]] = [
     ("repo", _repo, ("ws",)),
     ("patches", _patches, ("head",)),
     ("environments", _environments, ("head",)),
+    ("rust", _rust_extensions, ("head",)),
     ("interpreter", _interpreter, ("config",)),
     ("gpus", _gpus, ()),
     ("cpu", _cpu, ()),

@@ -128,6 +128,7 @@ RETIRED_BUILD_KEYS = ("pinned_packages", "package_aliases", "companions", "pin_f
 # for the whole range (the default: an environment changes only at commits that change requirements), "commit"
 # each commit's own date, "now" no cut-off, or a fixed ISO 8601 date / date-time.
 RESOLVE_DATE_POLICIES = ("bad", "commit", "now")
+RUST_EXTENSION_MODES = ("prebuild", "never", "server")  # [environment] rust_extensions
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,9 @@ class EnvironmentConfig:
     no_sources: bool = False  # ignore the commit's own [tool.uv] sources (uv --no-sources): a wheelhouse replaces them
     overrides: tuple[str, ...] = ()  # requirements that win over every commit's own ("torch==2.9.1"): pinned by hand
     uv: str = ""  # the uv executable; "": the one installed with perfbisect (the `uv` package), else PATH's
+    # What SGLang compiles itself (perfbisect/measure/rust_extensions.py), with or without `requirements`: "prebuild"
+    # its Rust extensions before the server starts, which then never compiles; "never" compile them; "server" as SGLang does.
+    rust_extensions: str = "prebuild"
 
     @property
     def enabled(self) -> bool:

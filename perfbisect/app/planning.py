@@ -18,6 +18,7 @@ from ..errors import EnvironmentBuildError, UsageError
 from ..git.plan import Plan, PlanWarning, plan_range, step_plans
 from ..git.skips import skipped_commits
 from ..git.targets import active_filters
+from ..measure import rust_extensions
 from ..measure.workspace import Progress, Workspace
 from ..metrics import describe as describe_metric
 from ..model import Commit, median, pct
@@ -48,6 +49,9 @@ def check_endpoints(ws: Workspace, good: Commit, bad: Commit, progress: Progress
             check = ws.stack.check_at(commit)
             if not check.ok:
                 raise UsageError(_endpoint_conflict_message(label, commit, check.conflict))
+    refusal = rust_extensions.problem(ws.config.environment, ws.repo, [good, bad])
+    if refusal is not None and refusal.kind == "rust-offline":
+        raise UsageError(refusal.message)
     if ws.environments is None:
         return
     for label, commit in (("good", good), ("bad", bad)):
@@ -82,6 +86,9 @@ def endpoint_conflict(plan: Plan) -> str | None:
     for label, entry in (("good", plan.entries[0]), ("bad", plan.entries[-1])):
         if entry.skipped:
             return _endpoint_conflict_message(label, entry.commit, entry.conflict)
+        refusal = next((w for w in plan.warnings if w.kind == "rust-offline"), None)
+        if refusal is not None:
+            return refusal.message
         group = next((g for g in plan.environments if entry.commit.sha in g.commits), None)
         if group is not None and group.problem:
             return _endpoint_env_message(label, entry.commit, group.problem)
@@ -111,7 +118,15 @@ def plan_between(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bo
                      user_filters=active.user, filters_note=active.note,
                      warnings=result.warnings + ((long,) if long else ()))
     result = _with_build_steps(ws, result)
+    result = _with_rust_extensions(ws, result)
     return _with_environments(ws, result, progress)
+
+
+def _with_rust_extensions(ws: Workspace, result: Plan) -> Plan:
+    """A warning where commits of the range build SGLang's Rust extensions on demand and this machine cannot build
+    them before the server (no cargo), and a refusal where it would fetch crates on an offline node."""
+    problem = rust_extensions.problem(ws.config.environment, ws.repo, result.commits)
+    return replace(result, warnings=result.warnings + ((problem,) if problem else ()))
 
 
 def _with_environments(ws: Workspace, result: Plan, progress: Progress | None = None) -> Plan:

@@ -10,7 +10,7 @@ sampler's summary; ``format_run`` is a run's progress line.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -37,6 +37,7 @@ class Prepared:
     python: str = ""  # the interpreter its build, server and workload run under: the pinned environment's, else target.python
     env_key: str | None = None  # the environment it runs in (perfbisect/measure/envs.py), if any
     env_info: dict | None = None  # that environment's key, lock, package count, resolution date (stored with the versions)
+    server_env: dict = field(default_factory=dict)  # what the server (or command) gets beside the config's env (rust_extensions)
     # On an SGLang target: the versions read before each trial, with the server's env for the mode,
     # per (worktree, PYTHON* variables of that env): they hold where its sglang is imported from.
     served: dict | None = None

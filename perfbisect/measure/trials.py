@@ -34,6 +34,7 @@ from ..workload_kinds import kind_of
 from .build import run_build
 from .external_workloads import run_bench_serving, run_command_workload
 from .host import clear_gpu_wait, describe_busy, gpu_memory_released, gpu_memory_used_mib, wait_until_idle, write_gpu_wait
+from . import rust_extensions
 from .launch_checks import served_elsewhere
 from .run_allocation import runs_advice
 from .served import Served, fallback_refusal, served_from_log
@@ -97,7 +98,8 @@ class TrialRunner:
                 python=prepared.python,
                 log_dir=self._logs / "build",
             )
-            # The pinned environment is part of what was built: trials pool only within one.
+            self._rust_extensions(prepared)
+            # The environment is part of what was built: trials pool only within one.
             prepared.build_hash = build.hash if prepared.env_key is None else content_hash(build.hash, prepared.env_key)
             cached = [s.name for s in build.steps if s.cached]
             if cached:
@@ -132,6 +134,25 @@ class TrialRunner:
                 f"{prepared.commit.short}: built the environment {env.key[:10]} ({len(env.lock.packages)} packages"
                 f"{', resolved as of ' + env.lock.resolved_as_of if env.lock.resolved_as_of else ''}) in {env.seconds:.1f}s"
             )
+
+    def _rust_extensions(self, prepared: Prepared) -> None:
+        """SGLang's Rust extensions built before the server starts, so it never compiles (``rust_extensions``)."""
+        cfg = self.ws.config
+        how = cfg.environment.rust_extensions
+        if not rust_extensions.applies(prepared.worktree):
+            return
+        if how == "prebuild" and not rust_extensions.toolchain().get("cargo"):
+            how = "server"  # no cargo here: SGLang falls back as it does without one (`plan` warned)
+        prepared.server_env = rust_extensions.server_env(how, prepared.worktree)
+        prepared.env_info = {**(prepared.env_info or {}), "rust_extensions": how}
+        if how != "prebuild":
+            return
+        env = {k: expand((v,), python=prepared.python, worktree=str(prepared.worktree))[0] for k, v in cfg.server.env.items()}
+        built = rust_extensions.prebuild(prepared.worktree, prepared.python, env,
+                                         self._logs / "rust" / f"{prepared.commit.sha[:12]}-{prepared.slot}.log")
+        prepared.env_info["rust_extensions"] = "prebuilt: " + (", ".join(built.modules) or "none")
+        self.progress.detail(f"{prepared.commit.short}: Rust extensions ready before the server ({', '.join(built.modules) or 'none'}; "
+                             f"{built.seconds:.1f}s); the server runs with SGLANG_RUST_BUILD_MODE=never")
 
     def identity(self, prepared: Prepared, mode: ModeConfig) -> TrialIdentity:
         return TrialIdentity.of_build(
@@ -288,7 +309,7 @@ class TrialRunner:
         cfg = self.ws.config
         env = {**cfg.server.env, **mode.env}
         for run in run_command_workload(cfg.workload, prepared.worktree, prepared.python, env, log_path,
-                                        extra_env=layout.env()):
+                                        extra_env={**layout.env(), **prepared.server_env}):
             session.on_run(run)
 
     def _run_server(self, session: TrialSession, prepared: Prepared, mode: ModeConfig, log_path: Path,
@@ -298,7 +319,7 @@ class TrialRunner:
         cfg = self.ws.config
         server = ServerSession(
             cfg.server, mode, prepared.worktree, prepared.python, log_path,
-            extra_env=layout.env(), gpu_memory_released=released,
+            extra_env={**layout.env(), **prepared.server_env}, gpu_memory_released=released,
         )
         session.servers.append(server)
         with server:

@@ -106,7 +106,9 @@ def _interpreter(ctx: dict) -> list[Finding]:
         return [Finding("target interpreter", "error", str(exc))]
     shown = ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
     out = [Finding("target interpreter", "ok", f"{cfg.target.python}: {shown or 'no packages of interest found'}")]
-    if is_sglang_target(cfg) and "sglang" not in versions and "perfbisect.demo.emulator" not in " ".join(cfg.server.command):
+    # With [environment] each commit's environment serves, sglang from the worktree: target.python only names the Python.
+    if (is_sglang_target(cfg) and "sglang" not in versions and not cfg.environment.enabled
+            and "perfbisect.demo.emulator" not in " ".join(cfg.server.command)):
         out.append(Finding("target interpreter", "warn", f"sglang is not importable with {cfg.target.python}: install it (pip install -e python) or set target.python"))
     return out
 
@@ -136,7 +138,7 @@ def _environments(ctx: dict) -> list[Finding]:
     locks = {g.lock_key for g in groups if g.lock_key}
     out = [Finding("environments", "ok", (
         f"{where}: {len(locks)} environment{'s' if len(locks) != 1 else ''} from {ws.config.environment.requirements} "
-        f"(uv {uv_version(uv) or uv}); kept under {environments.cache.dir}"
+        f"({uv_version(uv) or uv}); kept under {environments.cache.dir}"
     ))]
     for g in groups:
         if g.problem:
@@ -145,7 +147,8 @@ def _environments(ctx: dict) -> list[Finding]:
             out.append(Finding("environments", "warn", f"{g.span()} not resolved here: {g.unavailable}"))
         else:
             head = " · ".join(g.highlights()) or f"{len(g.packages)} packages"
-            out.append(Finding("environments", "ok", f"{g.span()} ({head}): {'built' if g.built else 'resolved, installed on first use'}"))
+            out.append(Finding("environments", "ok", f"{g.span()} ({head}): " + (
+                "built" if g.built else "resolved, not installed yet (`perfbisect plan --prepare` installs and verifies it)")))
     return out
 
 

@@ -139,7 +139,7 @@ def test_doctor_on_the_demo_target_checks_config_repo_patches_store_noise_and_a_
     # and the launch runs in it (the emulator refuses any other version, as SGLang does).
     (state, head), (group_state, group) = found["environments"]
     assert state == "ok" and head.startswith(f"HEAD ({target.bad[:10]}): 1 environment from python/pyproject.toml (uv ")
-    assert (group_state, group) == ("ok", f"{target.bad[:10]} (demo-sglang-kernel==0.2.0): resolved, installed on first use")
+    assert (group_state, group) == ("ok", f"{target.bad[:10]} (demo-sglang-kernel==0.2.0): resolved, not installed yet (`perfbisect plan --prepare` installs and verifies it)")
     [(state, launch)] = found["server launch"]
     assert state == "ok" and launch.startswith("[baseline] ready in ")
     assert found["worker env"] == [("ok", f"all {env_vars} configured variables reached every process")]

@@ -189,7 +189,13 @@ class Collect(Progress):
 def demo(tmp_path: Path, *, server_env: str = "", modes: dict[str, str] | None = None, python: str | None = None):
     """The demo target (no pins) with lines added to [server.env] and to [modes.NAME] tables."""
     target = make_demo_target(tmp_path / "demo", commits=4, pins=False, runs=3)
-    text = target.config.read_text().replace("[server.env]\n", "[server.env]\n" + server_env)
+    text = target.config.read_text()
+    ours = next((line for line in server_env.splitlines() if line.startswith("PYTHONPATH = ")), None)
+    if ours is not None:  # the demo's own PYTHONPATH (where the emulator is imported from) goes after the test's
+        theirs = next(line for line in text.splitlines() if line.startswith("PYTHONPATH = "))
+        text = text.replace(theirs + "\n", "")
+        server_env = server_env.replace(ours, ours[:-1] + ":" + theirs.split(' = "', 1)[1])
+    text = text.replace("[server.env]\n", "[server.env]\n" + server_env)
     for name, lines in (modes or {}).items():
         header = f"[modes.{name}]\n"
         assert header in text

@@ -117,7 +117,7 @@ def test_plan_resolves_real_sglang_releases_into_one_environment_each_and_names_
                                                                                 ("python/sglang/kernels/aot", 1)]
     text = run_cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(cfg), "--db", str(tmp_path / "r.db"),
                    "--no-patch-check").stdout
-    assert "environments: 3 (python/pyproject.toml resolved by uv as of the bad endpoint's commit date" in text
+    assert "environments: 3 for 3 stretches of commits (python/pyproject.toml resolved by uv as of the bad endpoint's commit date" in text
     assert f"{shas[1][:10]}  " in text and "torch==2.9.1" in text and "sglang-kernel==0.4.1" in text
     assert f"at {shas[2][:10]} Release 2026-08: " in text and "torch 2.9.1 → 2.13.0" in text
 

@@ -9,7 +9,6 @@ budget question (``over_budget``).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, replace
 
 from ..engine import cost
@@ -137,22 +136,20 @@ def _with_environments(ws: Workspace, result: Plan, progress: Progress | None = 
         return result
     progress = progress or Progress()
     cfg = ws.config.environment
-    started = time.perf_counter()
 
     def said(done: int, total: int, elapsed: float) -> None:
         progress.detail(f"resolving environments with uv: {done}/{total} requirement sets ({elapsed:.0f} s)")
 
     groups = tuple(environments.groups(result.commits, on_progress=said))
-    seconds = time.perf_counter() - started
+    distinct, seconds = environments.last_resolution
     policy = cfg.resolve_date
     as_of = {"bad": "the bad endpoint's commit date", "commit": "each commit's own date", "now": "today (no cut-off)"}
     dates = sorted({g.resolved_as_of for g in groups if g.resolved_as_of})
     when = (f"{dates[0]}" if len(dates) == 1 else f"{len(dates)} dates") if dates else "now"
-    locks = {g.lock_key for g in groups if g.lock_key}
-    distinct = len({environments.resolver.key(environments.requirements(c), environments.date_for(c)) for c in result.commits})
-    note = (f"{cfg.requirements} resolved by uv as of {as_of.get(policy, policy)} ({when}), "
-            f"{distinct} requirement set{'s' if distinct != 1 else ''} in {seconds:.1f} s: {len(locks)} environment"
-            f"{'s' if len(locks) != 1 else ''}")
+    unresolved = sum(len(g.commits) for g in groups if g.unavailable)
+    note = (f"{cfg.requirements} resolved by uv as of {as_of.get(policy, policy)} ({when}): {distinct} requirement "
+            f"set{'s' if distinct != 1 else ''} in {seconds:.1f} s"
+            + (f"; {unresolved} commits not resolved here" if unresolved else ""))
     warnings = []
     for g in groups:
         if g.problem:

@@ -81,6 +81,8 @@ class EnvGroup:
     moves: tuple[Move, ...] = ()  # against the previous group with a lock
     resolved_as_of: str = ""
     first_subject: str = ""
+    moved_since: str | None = None  # the first commit of the environment ``moves`` compares with
+    unresolved_between: int = 0  # commits between the two that could not be resolved here (their moves are in these)
 
     def span(self, short: Callable[[str], str] = lambda s: s[:10]) -> str:
         if len(self.commits) == 1:
@@ -106,6 +108,7 @@ class Environments:
     policy: str = "bad"  # [environment] resolve_date
     bad_date: str | None = None  # the bad endpoint's commit date, once a command names its range (anchor)
     env_from: Commit | None = None  # every commit runs in this commit's environment (`compare --env-from`)
+    last_resolution: tuple[int, float] = (0, 0.0)  # what the last ``groups`` resolved: distinct requirement sets, seconds
     _dates: dict[str, str] = field(default_factory=dict, repr=False)
 
     def anchor(self, bad: Commit | str) -> None:
@@ -195,8 +198,11 @@ class Environments:
                 results[key] = result
                 if on_progress is not None:
                     on_progress(i, len(todo), time.perf_counter() - start)
+        self.last_resolution = (len(todo), time.perf_counter() - start)
         out: list[EnvGroup] = []
         last_packages: dict[str, str] | None = None
+        last_start: str | None = None  # the first commit of the last group with a lock
+        gap = 0  # commits since it that have no lock
         for commit, reqs, date in inputs:
             result = results[self.resolver.key(reqs, date)]
             lock = result if isinstance(result, Lock) else None
@@ -213,10 +219,15 @@ class Environments:
                 group = EnvGroup((commit.sha,), None, problem=str(result), resolved_as_of=date, first_subject=commit.subject)
             if out and _ident(out[-1]) == _ident(group):
                 out[-1] = _extend(out[-1], commit.sha)
+                gap += lock is None
                 continue
             if lock is not None:
-                group = replace(group, built=self.cache.lookup(lock) is not None)
-                last_packages = lock.packages
+                failed = self.cache.failure(lock)
+                group = replace(group, built=self.cache.lookup(lock) is not None, problem=failed,
+                                moved_since=last_start if group.moves else None, unresolved_between=gap if group.moves else 0)
+                last_packages, last_start, gap = lock.packages, commit.sha, 0
+            else:
+                gap += 1
             out.append(group)
         return out
 

@@ -94,6 +94,24 @@ class EnvCache:
         """Why building ``lock``'s environment failed earlier in this process, or None."""
         return self._failed.get(self.key(lock))
 
+    def failure(self, lock: Lock) -> str | None:
+        """Why the last attempt (by any command) to install ``lock``'s environment from today's sources failed, for
+        ``plan`` and ``doctor`` to show; None when none failed. A trial tries again (``ensure``)."""
+        key = self.key(lock)
+        if key in self._failed:
+            return self._failed[key]
+        try:
+            data = json.loads((self.dir / f".{key}.failed").read_text())
+        except (OSError, ValueError):
+            return None
+        if data.get("sources") != self._sources() or self.lookup(lock) is not None:
+            return None
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(float(data.get("at", 0))))
+        return f"{data.get('reason')} (tried {when} UTC; `plan --prepare` tries again)"
+
+    def _sources(self) -> list:
+        return [self.resolver.source_args(), self.resolver.wheelhouse_state()]
+
     def ensure(self, lock: Lock) -> LockedEnv:
         """The environment of ``lock``, built unless cached; EnvironmentBuildError when it cannot be.
 
@@ -178,6 +196,7 @@ class EnvCache:
         log_path = self.log_dir / f"{key}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(path, ignore_errors=True)  # a half-built one (no env.json) is built again
+        (self.dir / f".{key}.failed").unlink(missing_ok=True)
         uv = self.resolver.uv
         try:
             with open(log_path, "w") as log:
@@ -193,6 +212,11 @@ class EnvCache:
         except EnvironmentBuildError as exc:
             shutil.rmtree(path, ignore_errors=True)
             self._failed[key] = str(exc)
+            try:  # for the next plan and doctor: the lock's failure (never the machine's: that is not an EnvironmentBuildError)
+                (self.dir / f".{key}.failed").write_text(json.dumps({"reason": str(exc), "sources": self._sources(),
+                                                                     "at": time.time()}))
+            except OSError:
+                pass
             raise
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
@@ -218,10 +242,12 @@ class EnvCache:
         if proc.returncode == 0:
             return proc.stdout
         reason = uv_error(proc.stderr or proc.stdout)
-        if is_infrastructure(reason) and not self.resolver.config.offline:
+        if is_infrastructure(proc.stderr + proc.stdout, self.resolver.config.offline):
             raise InfrastructureError(
-                f"uv failed on this machine, not because of the commit, while making an environment: {reason}. Fix "
-                f"that (network, disk space) and run again; nothing was recorded against any commit. Log: {log.name}"
+                f"uv could not make an environment because of this machine, not the commit: {reason}. Fix that (the "
+                f"network or an index it cannot reach, disk space; a wheel stub such as cuda-tile's downloads the real "
+                f"wheel from its vendor's index at install time) and run again, or give the packages in a wheelhouse "
+                f"(environment.find_links); nothing was recorded against any commit. Log: {log.name}"
             )
         raise EnvironmentBuildError(
             f"the environment of its lock ({len(lock.packages)} packages{', resolved as of ' + lock.resolved_as_of if lock.resolved_as_of else ''}) "
@@ -252,6 +278,8 @@ class EnvCache:
         """Remove every environment no process holds in use (``perfbisect gc --build-cache``), and
         the build logs; the ones in use are returned, left in place."""
         kept = [path for _, _, path in self.lru_entries() if not self.remove(path)]
+        for failed in self.dir.glob(".*.failed") if self.dir.is_dir() else ():
+            failed.unlink(missing_ok=True)
         shutil.rmtree(self.log_dir, ignore_errors=True)
         return kept
 

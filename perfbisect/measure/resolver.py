@@ -41,12 +41,17 @@ from ..settings import EnvironmentConfig
 _LOCK_VERSION = "uv-lock-v1"  # bump when the recipe changes, so old locks stop matching
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*(?:==\s*([^\s;]+)|@\s*(\S+))")
 
-# uv's words for a failure of the machine rather than of the requirements: never kept, never blamed.
+# Words for a failure of the machine rather than of the requirements (uv's own, and those of a build backend it ran:
+# a wheel stub that downloads the real wheel at build time fails with Python's): never kept, never blamed.
 _INFRA_MARKERS = (
     "error sending request", "dns error", "failed to lookup address", "tcp connect error", "connection refused",
     "connection reset", "operation timed out", "timed out", "network is unreachable", "no space left on device",
-    "disk quota exceeded", "read-only file system", "permission denied",
+    "disk quota exceeded", "read-only file system", "name or service not known", "temporary failure in name resolution",
+    "urlopen error", "gaierror", "failed to fetch", "could not connect", "network connectivity is disabled",
 )
+# uv's progress lines: what it did, not what went wrong.
+_PROGRESS = ("Resolved", "Using", "warning:", "hint:", "Downloading", "Downloaded", "Building", "Built", "Prepared",
+             "Installed", "Uninstalled", "Audited", "Checked", "Creating", "Activate")
 
 
 def normalize(name: str) -> str:
@@ -175,6 +180,7 @@ class Resolver:
     _interp: Interpreter | None = field(default=None, repr=False)
     _memo: dict[str, Lock | str] = field(default_factory=dict, repr=False)
     _wheelhouse: list | None = field(default=None, repr=False)  # read once per command (a range asks 7,000 times)
+    _keys: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
 
     @property
     def interpreter(self) -> Interpreter:
@@ -206,7 +212,7 @@ class Resolver:
         """What only resolution takes (uv pip sync installs a lock, it reads no sources)."""
         return ["--no-sources"] if self.config.no_sources else []
 
-    def _wheelhouse_state(self) -> list:
+    def wheelhouse_state(self) -> list:
         """What local find_links directories hold (names and sizes): a wheel added there may change a lock."""
         if self._wheelhouse is not None:
             return self._wheelhouse
@@ -221,10 +227,16 @@ class Resolver:
         return out
 
     def key(self, reqs: RequirementSet, date: str) -> str:
+        memo = (reqs.key, date)
+        if memo not in self._keys:
+            self._keys[memo] = self._key(reqs, date)
+        return self._keys[memo]
+
+    def _key(self, reqs: RequirementSet, date: str) -> str:
         cfg = self.config
         interp = self.interpreter
         return content_hash(_LOCK_VERSION, reqs.key, date, interp.executable, interp.version, cfg.python_platform,
-                            self.source_args(), self.resolve_args(), list(cfg.overrides), self._wheelhouse_state())
+                            self.source_args(), self.resolve_args(), list(cfg.overrides), self.wheelhouse_state())
 
     def cached(self, reqs: RequirementSet, date: str) -> Lock | str | None:
         """The lock (or the reason none exists) kept for ``reqs`` as of ``date``; None when not resolved yet."""
@@ -284,7 +296,7 @@ class Resolver:
             seconds = time.perf_counter() - start
             if proc.returncode != 0:
                 reason = uv_error(proc.stderr)
-                if is_infrastructure(reason) and not self.config.offline:
+                if is_infrastructure(proc.stderr, self.config.offline):
                     raise InfrastructureError(
                         f"uv could not resolve {reqs.file} because of this machine, not the commit: {reason}. Check the "
                         f"network (or set environment.offline = true with a wheelhouse in environment.find_links) and "
@@ -353,18 +365,34 @@ def _run_uv(argv: list[str], cwd: str | Path | None = None, timeout: float = 360
 
 
 def uv_error(stderr: str) -> str:
-    """uv's error in one line: its "error:" / "×" lines and the reasons under them, without colour."""
+    """uv's error in one line: its "error:" lines, the causes under them and the last words of a build that failed
+    (where a wheel stub says what it could not reach), without colour or progress lines."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", stderr or "")
-    lines = [line.strip(" │╰─▶×") .strip() for line in text.splitlines()]
-    lines = [line for line in lines if line and not line.startswith(("Resolved", "Using", "warning:", "hint:"))]
-    joined = "; ".join(lines)
-    return (joined[:1200] + " …") if len(joined) > 1200 else (joined or "uv failed without saying why")
+    lines = [line.strip(" │╰─▶×├").strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not line.startswith(_PROGRESS) and not line.startswith("[stderr]")]
+    if not lines:
+        return "uv failed without saying why"
+    head = [line for line in lines if line.lower().startswith(("error", "caused by", "failed", "because", "cause"))][:4]
+    # A build backend's own last words: its last exception with a message, and where it tried to reach.
+    raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception)\b[^:]*: \S", line)][-1:]
+    reached = [line for line in lines if "://" in line and not line.startswith(("$", "File "))][:2]
+    tail = [line for line in raised + reached if line not in head] or [line for line in lines[-2:] if line not in head]
+    joined = "; ".join(head + tail)
+    return (joined[:1200] + " …") if len(joined) > 1200 else joined
 
 
-def is_infrastructure(reason: str) -> bool:
-    low = reason.lower()
-    if "failed to build" in low or "no solution found" in low:
-        return False  # a distribution that cannot be built, requirements that cannot be met: the commit's
+_DISK_MARKERS = ("no space left on device", "disk quota exceeded", "read-only file system")
+
+
+def is_infrastructure(text: str, offline: bool = False) -> bool:
+    """Whether uv's output (all of it, not the one-line reason) says the machine failed, not the requirements.
+    ``offline``: the user said the node has no network, so a distribution uv could not fetch is one the wheelhouse
+    lacks (the commits that need it are untestable, named); a full disk is still the machine's."""
+    low = text.lower()
+    if any(marker in low for marker in _DISK_MARKERS):
+        return True
+    if "no solution found" in low or offline:
+        return False  # requirements that cannot be met: the commit's (a network failure never reads so)
     return any(marker in low for marker in _INFRA_MARKERS)
 
 

@@ -342,7 +342,8 @@ def format_environments(groups: Any, note: str = "", *, moves_shown: int = 10) -
     if not groups:
         return []
     locks = {g.lock_key for g in groups if g.lock_key}
-    lines = [f"environments: {len(locks)} ({note})" if note else f"environments: {len(locks)}"]
+    lines = [f"environments: {len(locks)} for {len(groups)} stretch{'es' if len(groups) != 1 else ''} of commits"
+             + (f" ({note})" if note else "")]
     for g in groups:
         if g.problem:
             lines.append(f"  {g.span()}  UNTESTABLE: {g.problem}")
@@ -356,8 +357,13 @@ def format_environments(groups: Any, note: str = "", *, moves_shown: int = 10) -
         if g.moves:
             shown = [m.text() for m in g.moves[:moves_shown]]
             more = len(g.moves) - len(shown)
-            lines.append(f"      at {g.commits[0][:10]} {g.first_subject[:50]}: {len(g.moves)} package"
-                         f"{'s' if len(g.moves) != 1 else ''} moved: " + ", ".join(shown)
+            subject = g.first_subject if len(g.first_subject) <= 60 else g.first_subject[:59] + "…"
+            since = ""
+            if getattr(g, "unresolved_between", 0):
+                since = (f" since {g.moved_since[:10]}'s environment ({g.unresolved_between} commits between were not "
+                         f"resolved here: some of these moved there)")
+            lines.append(f"      at {g.commits[0][:10]} {subject}: {len(g.moves)} package"
+                         f"{'s' if len(g.moves) != 1 else ''} moved{since}: " + ", ".join(shown)
                          + (f", and {more} more" if more > 0 else ""))
     return lines
 

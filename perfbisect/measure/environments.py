@@ -251,6 +251,8 @@ class Environments:
                 outcome = "cached" if env.cached else f"built in {env.seconds:.1f} s"
             except EnvironmentBuildError as exc:
                 outcome = f"cannot be built: {exc}"
+            except InfrastructureError as exc:  # this machine's: said, never kept against the commits
+                outcome = f"not installed here: {exc}"
             built[group.lock_key] = outcome
             say(f"environment {i}/{len(groups)}: {outcome}")
             done.append((group, outcome))

@@ -297,3 +297,65 @@ def patches_check(
     with workspace.Workspace.open(load(config), db) as ws:
         checks = app_housekeeping.patches_check(ws, g, b)
     print_lines(format_patch_checks(checks))
+
+
+def patches_carry(
+    revs: RevArgs = None,
+    good: GoodOpt = None,
+    bad: BadOpt = None,
+    resume: Annotated[bool, typer.Option("--continue", help="The boundary in progress is resolved: write its version of the patch and go on to the next.")] = False,
+    abort: Annotated[bool, typer.Option("--abort", help="Drop the boundary in progress and its worktree (the versions written before it stay).")] = False,
+    show_status: Annotated[bool, typer.Option("--status", help="Say which boundary is in progress, and where to resolve it.")] = False,
+    review: Annotated[bool, typer.Option("--review", help="Stop at every boundary, even where git carries the patch by itself, to review it.")] = False,
+    config: ConfigOpt = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Carry the patch stack over every commit of good..bad where it stops applying, as `git rebase` would.
+
+    At each boundary (the first commit where a patch no longer applies) a worktree is prepared with the patches
+    before it applied and the patch replayed by a three-way merge (rerere on). Where git resolves it and the new
+    version adds and removes what the patch did, it is written at once; otherwise the conflicts are left in the
+    worktree for you: resolve them with any tool, then --continue. Each new version goes to the patch directory's
+    variants/ and an entry is appended to the config file's patches.variants. Exit 0 once the stack applies at
+    every commit of the range, 3 while a boundary waits for you.
+
+    Example:  perfbisect patches carry good=bba2fc4 bad=v0.5.18
+
+    Example:  perfbisect patches carry --continue      # after resolving the conflicts it showed
+
+    Example:  perfbisect patches carry --abort
+    """
+    from ..app import carrying
+    from ..errors import EXIT_INCONCLUSIVE
+    from ..report.render import format_carry, json_value
+
+    if sum((resume, abort, show_status)) > 1:
+        raise UsageError("--continue, --abort and --status each do one thing: give one of them.")
+    cfg = load(config)
+    progress = ConsoleProgress(quiet)
+    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, gpu=False):
+        if abort:
+            print_lines([carrying.abort(ws)])
+            return
+        if show_status:
+            state = carrying.status(ws)
+            print_lines([f"no carry in progress" if state is None else
+                         f"carrying {state.patch} over {state.boundary[:10]} (range {state.good[:10]}..{state.bad[:10]}): "
+                         f"resolve in {state.worktree}, then `perfbisect patches carry --continue` (or --abort)"])
+            return
+        try:
+            if resume:
+                report = carrying.resume(ws, progress, review=review)
+            else:
+                g, b = parse_revs(revs or [], good, bad)
+                report = carrying.carry(ws, g, b, progress, review=review)
+        finally:
+            progress.done()
+    if json_out:
+        print_json(json_value(report))
+    else:
+        print_lines(format_carry(report))
+    if not report.applies:
+        raise typer.Exit(code=EXIT_INCONCLUSIVE)

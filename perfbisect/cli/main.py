@@ -78,9 +78,8 @@ cli = typer.Typer(
     # Help text is Rich markup: a config table name in it is written "\\[store]" so that it shows.
     rich_markup_mode="rich",
 )
-patches_app = typer.Typer(help="Inspect the patch stack over history.", no_args_is_help=True)
-cli.add_typer(patches_app, name="patches")
-patches_app = typer.Typer(help="Inspect the patch stack over history.", no_args_is_help=True)
+patches_app = typer.Typer(help="Inspect the patch stack over history, and carry it over where it stops applying.",
+                          no_args_is_help=True)
 cli.add_typer(patches_app, name="patches")
 hook_app = typer.Typer(help="The post-`git pull` hook: every pull is checked, a regression bisected.", no_args_is_help=True)
 cli.add_typer(hook_app, name="hook")
@@ -92,6 +91,7 @@ cli.command()(bisection.resume)
 cli.command()(bisection.demo)
 cli.command()(bisection.plan)
 patches_app.command("check")(bisection.patches_check)
+patches_app.command("carry")(bisection.patches_carry)
 cli.command()(measuring.measure)
 cli.command("compare")(measuring.compare_cmd)
 cli.command()(measuring.calibrate)

@@ -376,6 +376,34 @@ def format_environment_preparation(prepared: Any) -> list[str]:
     return lines
 
 
+def format_carry(report: Any) -> list[str]:
+    """`perfbisect patches carry`: each boundary met and what became of it, then where the carry stands."""
+    lines = []
+    for b in report.boundaries:
+        where = f"{b.commit.short} ({b.index} commits into the range) {b.commit.subject[:60]}"
+        if b.variant:
+            lines.append(f"{b.patch} at {where}: {b.outcome} → {b.variant}" + (f" — DIFFERS from the patch: {b.differs}" if b.differs else ""))
+        else:
+            lines.append(f"{b.patch} stops applying at {where}" + (f" — in {', '.join(b.files[:4])}" if b.files else ""))
+    state = report.waiting
+    if state is not None:
+        if state.resolved_by_git:
+            lines.append(f"git carried {state.patch} over {state.boundary[:10]} by itself" + (
+                "; the new version does not add and remove what the patch did:" if report.boundaries and report.boundaries[-1].differs
+                else "; review it") + f" in {state.worktree} (`git -C {state.worktree} diff --cached HEAD`), then "
+                f"`perfbisect patches carry --continue` (or --abort)")
+        else:
+            lines.append(f"resolve the conflicts in {state.worktree}" + (f" ({', '.join(report.unresolved[:6])})" if report.unresolved else "")
+                         + ", with any editor or `git -C WORKTREE mergetool`; then `perfbisect patches carry --continue` "
+                         "(or --abort: the versions written so far stay)")
+    if report.applies:
+        n = len([b for b in report.boundaries if b.variant])
+        lines.append(f"the stack applies at every commit of the range ({report.commits} commits)"
+                     + (f"; {n} new version{'s' if n != 1 else ''} written and added to [[patches.variants]]" if n else "")
+                     + f" ({report.seconds:.1f} s)")
+    return lines
+
+
 def format_patch_checks(checks: Any) -> list[str]:
     """`perfbisect patches check`: per commit, applies (with which files) or conflicts (where)."""
     lines = []

@@ -77,7 +77,7 @@ def resolve(worktree: Path, rel: str, content: str) -> None:
 def test_two_boundaries_carried_one_resolution_flagged_and_a_rename_carried_by_git(tmp_path):
     r, c, cfg = history(tmp_path)
     check = run_command("patches", "check", f"good={c['c0']}", f"bad={c['c9']}", "-c", str(cfg))
-    assert "6 conflict" in check.stdout or "conflict" in check.stdout  # before: the stack stops at c4
+    assert "6 conflict" in check.stdout and "to carry the stack over them: perfbisect patches carry" in check.stdout
     worktree = tmp_path / "cache" / "carry" / "worktree"
 
     first = carry(cfg, f"good={c['c0']}", f"bad={c['c9']}")
@@ -105,7 +105,9 @@ def test_two_boundaries_carried_one_resolution_flagged_and_a_rename_carried_by_g
     assert third.stdout.count("carried by git") == 2 and f"at {c['c8'][:10]}" in third.stdout
     assert "the stack applies at every commit of the range (10 commits); 3 new versions written" in third.stdout
     assert len(variants) == 4
-    assert run_command("patches", "check", f"good={c['c0']}", f"bad={c['c9']}", "-c", str(cfg)).stdout.count("CONFLICT") == 0
+    after = run_command("patches", "check", f"good={c['c0']}", f"bad={c['c9']}", "-c", str(cfg)).stdout
+    assert after.count("CONFLICT") == 0 and "the stack applies end to end" in after
+    assert f"0002-two@{c['c6'][:10]}.patch (DIFFERS)" in after and f"0002-two@{c['c6'][:10]}.patch differs from the version it replaces: adds 1 line" in after
     plan = run_command("plan", f"good={c['c0']}", f"bad={c['c9']}", "-c", str(cfg))
     assert plan.returncode == 0 and "0 untestable" in plan.stdout, plan.stdout
     assert cfg.read_text().count("[[patches.variants]]") == 4 and not worktree.exists()

@@ -296,7 +296,8 @@ def patches_check(
     g, b = parse_revs(revs or [], good, bad)
     with workspace.Workspace.open(load(config), db) as ws:
         checks = app_housekeeping.patches_check(ws, g, b)
-    print_lines(format_patch_checks(checks))
+        differing = ws.stack.differing() if ws.stack is not None else {}
+    print_lines(format_patch_checks(checks, differing))
 
 
 def patches_carry(

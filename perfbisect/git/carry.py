@@ -32,13 +32,12 @@ from pathlib import Path
 
 from ..errors import GitError, UsageError
 from .gitrepo import TargetRepo, check_git, run_git
-from .patches import Patch, PatchStack
+from .patches import DIFFERS, Patch, PatchStack, differs_note
 
 # Commits the carry makes in its own worktrees (never on a branch of the user's): an identity of their own.
 IDENTITY = {"GIT_AUTHOR_NAME": "perfbisect carry", "GIT_AUTHOR_EMAIL": "perfbisect@localhost",
             "GIT_COMMITTER_NAME": "perfbisect carry", "GIT_COMMITTER_EMAIL": "perfbisect@localhost"}
 _MARKER = re.compile(r"^(<<<<<<< |>>>>>>> |=======$)", re.M)
-DIFFERS = "Perfbisect-Differs:"
 
 
 @dataclass
@@ -136,19 +135,6 @@ def _body(text: str) -> str:
     """The diff part of a format-patch file (what follows its message)."""
     at = text.find("\ndiff --git ")
     return text[at + 1:] if at >= 0 else text
-
-
-def differs_note(path: Path) -> str | None:
-    """What a variant file says of how it differs from the patch it replaces (None: it does not say)."""
-    try:
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith(DIFFERS):
-                return line[len(DIFFERS):].strip()
-            if line.startswith("diff --git "):
-                return None
-    except OSError:
-        return None
-    return None
 
 
 # -- the git side ----------------------------------------------------------------------------------

@@ -420,8 +420,28 @@ class PatchStack:
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
 
+    def differing(self) -> dict[str, str]:
+        """Each version of a patch (file name) that says it differs from the one it replaces → how."""
+        return {c.name: note for sp in self.patches for c in sp.candidates if (note := differs_note(c.path))}
+
     def __len__(self) -> int:
         return len(self.patches)
+
+
+DIFFERS = "Perfbisect-Differs:"  # a version's own line on how it differs from the version it replaces (patches carry)
+
+
+def differs_note(path: Path) -> str | None:
+    """What a version of a patch says of how it differs from the one it replaces (None: it does not say so)."""
+    try:
+        for line in Path(path).read_text(errors="replace").splitlines():
+            if line.startswith(DIFFERS):
+                return line[len(DIFFERS):].strip()
+            if line.startswith("diff --git "):
+                return None
+    except OSError:
+        return None
+    return None
 
 
 def _retarget(conflict: PatchConflict | None, sha: str) -> PatchConflict | None:

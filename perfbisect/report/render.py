@@ -404,14 +404,17 @@ def format_carry(report: Any) -> list[str]:
     return lines
 
 
-def format_patch_checks(checks: Any) -> list[str]:
-    """`perfbisect patches check`: per commit, applies (with which files) or conflicts (where)."""
+def format_patch_checks(checks: Any, differing: dict[str, str] | None = None) -> list[str]:
+    """`perfbisect patches check`: per commit, applies (with which files) or conflicts (where); a version that says
+    it differs from the one it replaces (``differing``: file name → how) is marked, and said once below."""
+    differing = differing or {}
     lines = []
     bad = 0
     rows: list[list] = []  # consecutive commits with the same outcome share one row: [first, last, n, text]
     for c in checks:
         if c.ok:
-            used = ", ".join(patch_file_name(f) for _, f in (c.applied.applied if c.applied else ()))
+            used = ", ".join(patch_file_name(f) + (" (DIFFERS)" if patch_file_name(f) in differing else "")
+                             for _, f in (c.applied.applied if c.applied else ()))
             text = f"applies   {used}"
         else:
             bad += 1
@@ -424,6 +427,16 @@ def format_patch_checks(checks: Any) -> list[str]:
         where = first.short if n == 1 else f"{first.short}..{last.short} ({n} commits)"
         lines.append(f"{where}  {text}")
     lines.append(f"{len(checks)} commits: {len(checks) - bad} apply, {bad} conflict (those will be skipped, never blamed)")
+    used = {patch_file_name(f) for c in checks if c.ok and c.applied for _, f in c.applied.applied}
+    for name, how in sorted(differing.items()):
+        if name in used:
+            lines.append(f"  {name} differs from the version it replaces: {how}")
+    if checks and not bad:
+        lines.append("the stack applies end to end")
+    elif bad:
+        first = next(c for c in checks if not c.ok)
+        lines.append(f"to carry the stack over them: perfbisect patches carry good={checks[0].commit.short} "
+                     f"bad={checks[-1].commit.short} (the first boundary is {first.commit.short})")
     return lines
 
 

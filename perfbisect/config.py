@@ -365,6 +365,10 @@ def _patches(sec: _Section, base: Path) -> PatchesConfig:
         raise ConfigError(f"{path}: [patches] has both 'dir' and 'branch'. Keep one: a directory of patch files or a branch of patch commits.")
     if patches.branch and not patches.base:
         raise ConfigError(f"{path}: [patches] 'branch' needs 'base', the upstream commit the patch branch starts from.")
+    if (patches.versions or patches.reflog) and not patches.branch:
+        raise ConfigError(f"{path}: [patches] 'versions' and 'reflog' name earlier versions of a patch branch: they need "
+                          f"'branch' and 'base' (a directory of patch files has no earlier versions; carry it with "
+                          f"`perfbisect patches carry`).")
     return patches
 
 

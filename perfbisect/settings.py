@@ -84,6 +84,10 @@ class PatchesConfig:
     branch: str | None = None  # or a branch of patch commits ...
     base: str | None = None  # ... on top of this base
     variants: tuple[PatchVariant, ...] = ()
+    # Earlier versions of `branch` (tags, branches, shas of its earlier tips; `reflog`: every tip its reflog holds):
+    # at each commit the version based nearest before it is tried first (perfbisect/git/patches.py VersionedStack).
+    versions: tuple[str, ...] = ()
+    reflog: bool = False
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ dir = "patches"
 
 [workload]
 kind = "command"
-command = ["{{python}}", "-c", "print('{{{{\\"ops_per_s\\": 1}}}}')"]
+command = ["{{python}}", "-c", "print('{{\\"ops_per_s\\": 1}}')"]
 metric = "ops_per_s"
 """)
     return r, c, cfg
@@ -151,3 +151,61 @@ def test_claims_compare_added_and_removed_lines_context_aside():
     changed = claims(original, moved.replace("+x = 2", "+x = 3"))
     assert changed.added == ("x = 3",) and changed.dropped == ("x = 2",) and not changed.same
     assert "adds 1 line ('x = 3')" in changed.describe() and "no longer adds 1 line ('x = 2')" in changed.describe()
+
+
+def test_a_branch_with_two_rebased_versions_gives_each_commit_the_version_based_nearest_to_it(tmp_path):
+    """The user's stack is a branch: made on c2 (tagged stack-v1), rebased onto c6 past upstream's change to the
+    line it patches at c5. With the earlier version named, every commit of c0..c9 has a version that applies."""
+    r = RepoFactory(tmp_path / "target")
+    c = {"c0": r.commit("base", {"python/m.py": text(), "python/other.py": "a = 0\n"})}
+    for i in range(1, 10):
+        files = {"python/other.py": f"a = {i}\n"}
+        if i == 5:
+            files = {"python/m.py": text(l10="v10 = 'upstream'\n")}
+        c[f"c{i}"] = r.commit(f"upstream {i}", files)
+    r.git("branch", "local", c["c2"])
+    r.git("worktree", "add", "-q", str(tmp_path / "local"), "local")
+    (tmp_path / "local" / "python" / "m.py").write_text(text(l10="v10 = 'patched'\n", l11="v11 = 'mine'\n"))
+    r.git("commit", "-qam", "local: the hidden-state fix", cwd=tmp_path / "local")
+    r.git("tag", "stack-v1", "local")
+    # Rebased onto c6 as the user did it: upstream's line 10 kept, the fix moved to line 11 only.
+    r.git("reset", "-q", "--hard", c["c6"], cwd=tmp_path / "local")
+    (tmp_path / "local" / "python" / "m.py").write_text(text(l10="v10 = 'upstream'\n", l11="v11 = 'mine'\n"))
+    r.git("commit", "-qam", "local: the hidden-state fix", cwd=tmp_path / "local")
+    r.git("worktree", "remove", "--force", str(tmp_path / "local"))
+    cfg = tmp_path / "perfbisect.toml"
+    base_cfg = f"""
+[target]
+repo = {json.dumps(str(r.path))}
+python = {json.dumps(sys.executable)}
+cache_dir = {json.dumps(str(tmp_path / "cache"))}
+
+[workload]
+kind = "command"
+command = ["{{python}}", "-c", "print('{{\\"ops_per_s\\": 1}}')"]
+metric = "ops_per_s"
+
+[patches]
+branch = "local"
+base = "main"
+"""
+    cfg.write_text(base_cfg.replace('base = "main"', f'base = "{c["c6"]}"'))
+    only_newest = run_command("patches", "check", f"good={c['c0']}", f"bad={c['c9']}", "-c", str(cfg))
+    assert "5 conflict" in only_newest.stdout, only_newest.stdout  # c0..c4: the rebased version does not apply
+    cfg.write_text(base_cfg + 'versions = ["stack-v1"]\n')
+    both = run_command("patches", "check", f"good={c['c0']}", f"bad={c['c9']}", "-c", str(cfg))
+    assert both.returncode == 0 and "0 conflict" in both.stdout and "the stack applies end to end" in both.stdout, both.stdout
+    v1 = r.rev("stack-v1")[:7]
+    rows = [line for line in both.stdout.splitlines() if "applies" in line and ".patch" in line]
+    assert rows[0].startswith(f"{c['c0'][:10]}..{c['c4'][:10]} (5 commits)  applies") and f"@{v1}.patch" in rows[0]
+    assert rows[1].startswith(f"{c['c5'][:10]}..{c['c9'][:10]} (5 commits)  applies") and "@" not in rows[1]
+    # A trial takes the same version: the worktree at c1 holds v1's change, at c8 the rebased one.
+    db = tmp_path / "r.sqlite"
+    for rev in (c["c1"], c["c8"]):
+        assert run_command("measure", rev, "-n", "1", "-c", str(cfg), "--db", str(db)).returncode == 0
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    hashes = [h for (h,) in con.execute("select patch_hash from trials order by id")]
+    con.close()
+    assert len(set(hashes)) == 2

@@ -66,7 +66,7 @@ offline = true
 
 [workload]
 kind = "command"
-command = ["{{python}}", "-c", "print('{{{{\\"ops_per_s\\": 1}}}}')"]
+command = ["{{python}}", "-c", "print('{{\\"ops_per_s\\": 1}}')"]
 metric = "ops_per_s"
 """)
     return path

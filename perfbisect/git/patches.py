@@ -151,6 +151,8 @@ class PatchStack:
             workdir = None
         try:
             patches, source = cls._read(config, repo, workdir)
+            if workdir is not None and (config.versions or config.reflog):
+                return VersionedStack.of(repo, config, patches, source, workdir)
         except BaseException:
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -165,7 +167,11 @@ class PatchStack:
         elif config.branch:
             if not config.base or workdir is None:
                 raise ConfigError("[patches] 'branch' needs 'base': the upstream commit the patch branch starts from.")
-            primaries = cls._from_branch(config.base, config.branch, repo, workdir)
+            base = config.base
+            if config.versions or config.reflog:  # `base` is upstream (origin/main): each version leaves it somewhere
+                status, out, _ = repo.run("merge-base", repo.resolve(config.base).sha, repo.resolve(config.branch).sha)
+                base = out.strip() if status == 0 and out.strip() else base
+            primaries = cls._from_branch(base, config.branch, repo, workdir)
             source = f"{config.base}..{config.branch}"
         else:
             raise ConfigError("[patches] needs 'dir' (a directory of patch files) or 'branch' and 'base'.")
@@ -199,7 +205,7 @@ class PatchStack:
         return [_read_patch(f, repo, f.name) for f in files]
 
     @staticmethod
-    def _from_branch(base: str, branch: str, repo: TargetRepo, workdir: Path) -> list[Patch]:
+    def _from_branch(base: str, branch: str, repo: TargetRepo, workdir: Path, suffix: str = "") -> list[Patch]:
         b, tip = repo.resolve(base), repo.resolve(branch)
         if not repo.is_ancestor(b.sha, tip.sha):
             raise ConfigError(
@@ -215,7 +221,7 @@ class PatchStack:
             text = repo.git("format-patch", "-1", "--stdout", "--full-index", "--binary", "--no-signature", sha)
             subject = repo.resolve(sha).subject
             slug = re.sub(r"[^A-Za-z0-9]+", "-", subject).strip("-")[:52] or "patch"
-            path = workdir / f"{i:04d}-{slug}.patch"
+            path = workdir / f"{i:04d}-{slug}{suffix}.patch"
             path.write_text(text)
             patches.append(_read_patch(path, repo, path.name))
         return patches
@@ -328,17 +334,18 @@ class PatchStack:
         changes = self._blob_changes(commits[0].sha, commits[-1].sha, touched) if len(commits) > 1 else {}
         memo: dict[tuple, tuple[AppliedStack | None, PatchConflict | None]] = {}
         results: list[PatchCheck] = []
+        self._prepare_range(commits)
         with tempfile.TemporaryDirectory(prefix="perfbisect-index-") as tmp:
             for i, c in enumerate(commits):
                 if i > 0:
                     for path, entry in changes.get(c.sha, ()):
                         state[path] = entry
-                key = tuple(sorted((p, e) for p, e in state.items() if e is not None))
+                key = (self._range_key(c), tuple(sorted((p, e) for p, e in state.items() if e is not None)))
                 if key in memo:
                     applied, conflict = memo[key]
                     results.append(PatchCheck(c, applied, _retarget(conflict, c.sha), False))
                     continue
-                target = _SmallIndexTarget(self.repo, Path(tmp) / f"index-{i}", key)
+                target = _SmallIndexTarget(self.repo, Path(tmp) / f"index-{i}", key[1])
                 try:
                     applied, conflict = self._apply_all(target, c.sha), None
                 except PatchConflictError as exc:
@@ -348,6 +355,13 @@ class PatchStack:
                 memo[key] = (applied, conflict)
                 results.append(PatchCheck(c, applied, conflict, True))
         return results
+
+    def _range_key(self, commit: Commit | str) -> tuple:
+        """What besides the touched files' content decides how the stack applies at ``commit`` (nothing here)."""
+        return ()
+
+    def _prepare_range(self, commits: Sequence[Commit]) -> None:
+        """A hook for ``check_range`` to learn the range before checking it (nothing here)."""
 
     def patched_files(self, commit: Commit | str, paths: Sequence[str]) -> dict[str, str | None] | None:
         """The text of ``paths`` at ``commit`` with the stack applied, or None where it does not apply.
@@ -361,11 +375,11 @@ class PatchStack:
         sha = commit.sha if isinstance(commit, Commit) else self.repo.resolve(commit).sha
         wanted = tuple(dict.fromkeys(paths))
         state = self._blobs_at(sha, sorted(self.touched_paths | set(wanted)))
-        key = (wanted, tuple(sorted((p, e) for p, e in state.items() if e is not None)))
+        key = (wanted, self._range_key(sha), tuple(sorted((p, e) for p, e in state.items() if e is not None)))
         memo = self._patched_memo
         if key not in memo:
             with tempfile.TemporaryDirectory(prefix="perfbisect-index-") as tmp:
-                target = _SmallIndexTarget(self.repo, Path(tmp) / "index", key[1])
+                target = _SmallIndexTarget(self.repo, Path(tmp) / "index", key[2])
                 try:
                     self._apply_all(target, sha)
                 except PatchConflictError:
@@ -555,3 +569,100 @@ class _SmallIndexTarget(_IndexTarget):
 def check_patches(repo: TargetRepo, good: str, bad: str, stack: PatchStack) -> list[PatchCheck]:
     """For every commit of good..bad (first-parent): does the stack apply, and with which variants."""
     return stack.check_range(repo.first_parent_range(good, bad))
+
+
+class VersionedStack(PatchStack):
+    """A patch branch the user rebases, with its earlier versions (``[patches] versions``: tags, branches or shas
+    of earlier tips; ``reflog = true``: every tip the branch's reflog holds). Each version is the branch's commits
+    over its own base (where it leaves upstream: ``git merge-base`` with ``[patches] base``). At a commit the
+    version based nearest before it is tried first (the one a user would have rebased onto it), then the others,
+    nearest base first; the applied files name the version (``NNNN-subject@TIP.patch``)."""
+
+    def __init__(self, repo: TargetRepo, versions: Sequence[tuple[str, str, PatchStack]], source: str, workdir: Path):
+        newest = versions[-1][2]
+        super().__init__(repo, newest.patches, source, workdir)
+        self.versions = tuple(versions)  # (base sha, tip sha, its stack), oldest base first
+        self._preference: dict[str, tuple[int, ...]] = {}
+
+    @classmethod
+    def of(cls, repo: TargetRepo, config: "PatchesConfig", newest: Sequence[StackPatch], source: str,
+           workdir: Path) -> "VersionedStack":
+        tip = repo.resolve(config.branch).sha
+        tips = [repo.resolve(v).sha for v in config.versions]
+        if config.reflog:
+            status, out, _ = repo.run("reflog", "show", "--format=%H", config.branch, "--")
+            if status == 0:
+                tips += [line.strip() for line in out.splitlines() if line.strip()]
+        upstream = repo.resolve(config.base).sha
+        versions: dict[str, tuple[int, str, str, PatchStack]] = {}
+        for t in dict.fromkeys([tip, *tips]):
+            status, out, _ = repo.run("merge-base", t, upstream)
+            if status != 0 or not out.strip():
+                raise ConfigError(f"[patches] version {t[:10]} of {config.branch} shares no history with base {config.base}: "
+                                  f"it cannot be a version of the stack. Remove it from [patches] versions.")
+            base = out.strip()
+            if base == t or (base in versions and t != tip):
+                continue  # no commits of its own, or a second tip on one base (the newest is kept)
+            depth = int(repo.git("rev-list", "--count", base).strip())
+            if t == tip:
+                stack = PatchStack(repo, newest, source, None)
+            else:
+                vdir = workdir / f"v-{t[:10]}"
+                vdir.mkdir(parents=True, exist_ok=True)
+                primaries = cls._from_branch(base, t, repo, vdir, suffix=f"@{t[:7]}")
+                stack = PatchStack(repo, [StackPatch(p.name, (p,)) for p in primaries], f"{base[:10]}..{t[:10]}", None)
+            versions[base] = (depth, base, t, stack)
+        ordered = [(b, t, st) for _, b, t, st in sorted(versions.values(), key=lambda v: v[0])]
+        return cls(repo, ordered, f"{source} (+{len(ordered) - 1} earlier version{'s' if len(ordered) != 2 else ''})", workdir)
+
+    @cached_property
+    def hash(self) -> str:
+        return content_hash([[b, t, st.hash] for b, t, st in self.versions])
+
+    @cached_property
+    def touched_paths(self) -> frozenset[str]:
+        return frozenset().union(*(st.touched_paths for _, _, st in self.versions))
+
+    def _order(self, chosen: int) -> tuple[int, ...]:
+        n = len(self.versions)
+        return (chosen, *sorted((i for i in range(n) if i != chosen), key=lambda i: (abs(i - chosen), -i)))
+
+    def _prepare_range(self, commits: Sequence[Commit]) -> None:
+        """Which version each commit of a first-parent range prefers: the newest base at or before it."""
+        position = {c.sha: i for i, c in enumerate(commits)}
+        starts = []
+        for i, (base, _, _) in enumerate(self.versions):
+            if base in position:
+                starts.append((position[base], i))
+            elif commits and self.repo.is_ancestor(base, commits[0].sha):
+                starts.append((-1, i))
+        for p, c in enumerate(commits):
+            chosen = max((i for start, i in starts if start <= p), default=0)
+            self._preference[c.sha] = self._order(chosen)
+
+    def _range_key(self, commit: Commit | str) -> tuple:
+        return self._prefers(commit.sha if isinstance(commit, Commit) else commit)
+
+    def _prefers(self, sha: str) -> tuple[int, ...]:
+        if sha not in self._preference:
+            chosen = max((i for i, (base, _, _) in enumerate(self.versions) if self.repo.is_ancestor(base, sha)), default=0)
+            self._preference[sha] = self._order(chosen)
+        return self._preference[sha]
+
+    def _apply_all(self, target: "_ApplyTarget", commit: str, subject: str = "") -> AppliedStack:
+        first: PatchConflictError | None = None
+        for i in self._prefers(commit):
+            snapshot = target.snapshot()
+            try:
+                return self.versions[i][2]._apply_all(target, commit, subject)
+            except PatchConflictError as exc:
+                target.restore(snapshot)
+                first = first or exc
+        assert first is not None
+        raise first
+
+    def differing(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for _, _, st in self.versions:
+            out.update(st.differing())
+        return out

@@ -52,7 +52,9 @@ def bisection_detail(store, bisection_id: int, report: Path | None, config=None)
                 "  ← first bad commit is one of the set" if sha in culprit_set else "")
         failed = f", {len(ts) - len(ok)} not usable" if len(ts) > len(ok) else ""
         value = f"median {metric.format(level)}" if level is not None else "no value"
-        lines.append(f"  {sha[:10]}  {len(ts)} trial{'s' if len(ts) != 1 else ''}{failed}  {value}  {what}{mark}".rstrip())
+        envs = sorted({str((t.versions or {}).get("environment")) for t in ts if (t.versions or {}).get("environment")})
+        env = f"  env {','.join(e[:10] for e in envs)}" if envs else ""  # [environment]: which one it ran in
+        lines.append(f"  {sha[:10]}  {len(ts)} trial{'s' if len(ts) != 1 else ''}{failed}  {value}{env}  {what}{mark}".rstrip())
         if per_trial_layouts:
             lines.append(f"  {'':10}  {_layouts_text([t.layout.id for t in ts if t.layout is not None])}")
     warm = [t for t in trials if t.detected_warmup_runs]

@@ -200,6 +200,9 @@ def trial_row(trial: Any) -> dict[str, Any]:
         "throttled_fraction": trial.system.throttled_fraction,
         "error": trial.error,
         "layout": trial.layout.id if getattr(trial, "layout", None) else None,  # perfbisect/layout.py
+        # [environment]: the environment it ran in (perfbisect/measure/envs.py) and its lock's resolution date
+        "environment": (trial.versions or {}).get("environment") if getattr(trial, "versions", None) else None,
+        "environment_resolved_as_of": (trial.versions or {}).get("environment_resolved_as_of") if getattr(trial, "versions", None) else None,
     }
 
 

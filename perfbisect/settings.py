@@ -173,6 +173,8 @@ class ServerConfig:
     ready_poll_s: float = 2.0
     shutdown_grace_s: float = 20.0
     check_env: bool = True
+    # Variables whose values no report shows (besides any whose name holds TOKEN, KEY, SECRET, PASSWORD, ...).
+    secret_env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

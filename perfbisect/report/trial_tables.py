@@ -15,6 +15,7 @@ from ..runtime.logtail import log_tail
 from ..layout import FIXED
 from ..model import TrialResult, TrialStatus, median
 from .render import speculative_health, trial_row
+from .secrets import is_secret, redact
 
 # System-state samples drawn per trial in the timeline (stride-sampled beyond this), and in all.
 MAX_SAMPLES_PER_TRIAL = 24
@@ -173,9 +174,13 @@ def environment(trials: Sequence[TrialResult], config: Any = None) -> dict[str, 
             if str(v) not in versions[str(k)]:
                 versions[str(k)].append(str(v))
     configured: dict[str, dict[str, str]] = {}
+    secret_names = tuple(getattr(getattr(config, "server", None), "secret_env", ()) or ())
+    redacted: set[str] = set()
     if config is not None:
         for name, mode in getattr(config, "modes", {}).items():
-            configured[name] = {**dict(config.server.env), **dict(mode.env)}
+            shown, hidden = redact({**dict(config.server.env), **dict(mode.env)}, secret_names)
+            configured[name] = shown  # type: ignore[assignment]
+            redacted.update(hidden)
     checks: dict[tuple, dict[str, Any]] = {}
     for t in trials:
         for c in t.env_checks:
@@ -183,13 +188,16 @@ def environment(trials: Sequence[TrialResult], config: Any = None) -> dict[str, 
             key = (t.identity.mode, proc, c.missing, c.mismatched)
             row = checks.setdefault(key, {
                 "mode": t.identity.mode, "process": proc, "ok": c.ok, "missing": list(c.missing),
-                "mismatched": [f"{n}={a!r} (wanted {w!r})" for n, w, a in c.mismatched], "trials": 0,
+                "mismatched": [f"{n}=REDACTED (not the configured value)" if is_secret(n, secret_names)
+                               else f"{n}={a!r} (wanted {w!r})" for n, w, a in c.mismatched], "trials": 0,
             })
             row["trials"] += 1
     first = next((t for t in trials if t.server_info), None)
     server = {k: v for k, v in (first.server_info if first else {}).items() if isinstance(v, (str, int, float, bool))}
+    server, hidden = redact(server, secret_names)  # a server's api_key among its arguments
+    redacted.update(hidden)
     return {"hosts": hosts, "versions": versions, "configured_env": configured, "env_checks": list(checks.values()),
-            "server_info": dict(list(server.items())[:24])}
+            "server_info": dict(list(server.items())[:24]), "redacted": sorted(redacted)}
 
 
 def failures(trials: Sequence[TrialResult]) -> list[dict[str, Any]]:

@@ -52,3 +52,38 @@ def test_names_that_look_like_secrets():
     assert not any(is_secret(n) for n in ("NCCL_PROTO", "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "NCCL_BUFFSIZE"))
     shown, hidden = redact({"HF_TOKEN": "x", "NCCL_ALGO": "Ring", "MINE": "y"}, ["MINE"])
     assert shown == {"HF_TOKEN": "REDACTED", "NCCL_ALGO": "Ring", "MINE": "REDACTED"} and hidden == ["HF_TOKEN", "MINE"]
+
+
+def test_report_o_writes_only_regular_files_and_leaves_anything_else_untouched(demo_run, tmp_path):
+    """`report -o` onto a FIFO, a symlink and a character device: exit 2, each left exactly as it was; onto a
+    regular file or a new path: written."""
+    import os
+    import stat
+
+    db = demo_run.result["db"]
+    fifo = tmp_path / "pipe.html"
+    os.mkfifo(fifo)
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    cases = [fifo, link]
+    device = tmp_path / "full"
+    if os.geteuid() == 0:  # as root, as the probe that turned /dev/full into an HTML file
+        os.mknod(device, stat.S_IFCHR | 0o600, os.makedev(1, 7))
+        cases.append(device)
+    for path in cases:
+        before = os.lstat(path)
+        proc = run_command("report", "latest", "--db", db, "-o", str(path))
+        assert proc.returncode == 2, (path, proc.stdout, proc.stderr)
+        assert "only written as a regular file" in proc.stderr and "was left as it is" in proc.stderr
+        after = os.lstat(path)
+        assert (after.st_mode, after.st_ino, after.st_size) == (before.st_mode, before.st_ino, before.st_size)
+    assert target.read_text() == "keep me" and os.readlink(link) == str(target)
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left behind
+    regular = tmp_path / "old.html"
+    regular.write_text("old")
+    for path in (regular, tmp_path / "new.html"):
+        proc = run_command("report", "latest", "--db", db, "-o", str(path))
+        assert proc.returncode == 0, proc.stderr
+        assert path.read_text().startswith("<!doctype html") or "<html" in path.read_text()[:500]

@@ -10,6 +10,7 @@ of a range in :mod:`perfbisect.git.plan`.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -22,6 +23,13 @@ from .pathfilter import PathFilter
 _LOG_FORMAT = "%H%x00%P%x00%aI%x00%s"
 
 
+# Every git call perfbisect makes runs with these: paths verbatim, and nothing of the repository's own run by our
+# calls — its core.fsmonitor command (git runs it on every status, diff, checkout, apply) and its hooks
+# (post-checkout on `worktree add`, post-index-change, reference-transaction, pre-commit ...). Only a trial's own
+# build steps, server and workload run the target's code, by the config's word.
+SAFE_CONFIG = ("-c", "core.quotePath=false", "-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}")
+
+
 def run_git(
     workdir: Path | str, args: Sequence[str], env: Mapping[str, str] | None = None
 ) -> tuple[int, str, str]:
@@ -31,7 +39,7 @@ def run_git(
         status, out, err = git.Git(where).execute(
             # Paths verbatim (UTF-8, quotes, tabs) wherever git would print them C-quoted. `-C`: a
             # workdir that does not exist is git's error (GitPython would run in our own cwd instead).
-            ["git", "-C", where, "-c", "core.quotePath=false", *args],
+            ["git", "-C", where, *SAFE_CONFIG, *args],
             with_extended_output=True,
             with_exceptions=False,
             strip_newline_in_stdout=False,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import re
 import time
 from functools import lru_cache
@@ -378,6 +379,20 @@ def write_html(html: str, path: Path) -> Path:
         raise UsageError(
             f"The report path {path} is a directory. Give a file name (-o {path / 'report.html'}), or leave -o "
             f"out to write it beside the results database."
+        )
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise UsageError(f"Cannot use {path} for the report: {exc.strerror or exc}. Choose another path with -o FILE.") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        what = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode)
+                else "a character device" if stat.S_ISCHR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode)
+                else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        raise UsageError(
+            f"The report path {path} is {what}; a report is only written as a regular file (a new one, or over a "
+            f"regular file), so {path} was left as it is. Choose a file path with -o FILE."
         )
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -278,6 +278,9 @@ def test_coalescing_takes_old_of_the_earliest_and_new_of_the_latest(tmp_path):
         fh.write("not a line\n" + "e" * 40 + " " + "f" * 40)  # junk is skipped, a torn line waits
     job = q.take()
     assert (job.old, job.new, job.coalesced) == ("a" * 40, "d" * 40, 2)
+    assert len(q.waiting()) == 0  # taken by this (live) worker: being checked, not waiting
+    assert q.take() == job  # not yet answered: still there for a worker that takes again (one killed mid-check)
+    q.done(job)
     assert q.take() is None and len(q.waiting()) == 0
     with open(tmp_path / "queue", "a") as fh:
         fh.write(" 1 post-merge\n")
@@ -362,3 +365,42 @@ def test_a_hook_installed_before_the_package_layout_still_reaches_the_worker(tmp
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert old.returncode == new.returncode != 0
     assert "No config file at" in old.stderr and old.stderr == new.stderr
+
+
+def test_a_worker_killed_mid_check_leaves_its_range_for_the_next_pull(tmp_path):
+    """SIGKILL of the background worker while it checks (here: waiting for the GPUs, the range taken) loses nothing:
+    the next pull's worker checks that range together with the new one, and names the planted regression."""
+    import signal
+
+    setup = make_pull_setup(tmp_path, hook_table='idle_s = 0.3\n')
+    busy = tmp_path / "gpu-busy"
+    busy.write_text("4242\n")
+    hook.install(setup.clone, setup.config, python=sys.executable)
+    assert git(setup.clone, "pull", "-q", env={check.FAKE_BUSY_ENV: str(busy)}).returncode == 0
+    cfg = load_config(setup.config)
+    waiting = wait_until(lambda: (s := checkqueue.status(cfg))["worker"]["phase"] == "waiting" and s, what="the worker to wait")
+    pid = waiting["worker"]["pid"]
+    assert waiting["queued"] == []  # the pulled range is the worker's, being checked
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not _alive(pid), what="the worker to die")
+    assert setup.history() == []
+    assert [e["new"] for e in checkqueue.status(cfg)["queued"]] == [setup.target.bad]  # waiting again, not lost
+    busy.unlink()
+    docs = setup.push_commit("docs/y.md", "y\n", "docs: y")
+    assert git(setup.clone, "pull", "-q").returncode == 0
+    (result,) = setup.wait_for_checks(1, timeout=600)
+    assert (result["old"], result["new"], result["coalesced"]) == (setup.target.good, docs, 2)
+    assert result["verdict"] == "regressed" and result["culprit"] == setup.target.planted
+    assert json.loads(run_command("status", "--json", "-c", str(setup.config)).stdout)["queued"] == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie of ours counts as gone
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][:1] != "Z"
+    except OSError:
+        return False

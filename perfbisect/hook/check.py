@@ -279,6 +279,7 @@ def run_job(config: Config, queue: CheckQueue, job: Job, progress: Progress) -> 
     result["coalesced"] = job.coalesced
     result["pulls"] = [entry_dict(e) for e in job.entries]
     finish(config, queue, result, progress)
+    queue.done(job)  # only now do its pulls leave the queue: a worker killed before this leaves them for the next
     return result
 
 

@@ -4,8 +4,8 @@ Everything lives in ``<cache_dir>/hook/`` (the perfbisect directory of the targe
 
 - ``queue``: one line per pull, ``OLD NEW EPOCH SOURCE``, appended by the hook (an ``O_APPEND`` write
   of one short line, so concurrent pulls never interleave). It is never rewritten: ``state.json``
-  keeps the byte offset up to which lines were taken, so a line appended while the worker reads is
-  never lost.
+  keeps the byte offset up to which lines were *checked* (moved only once a check ended with an answer),
+  so a line appended while the worker reads is never lost, nor one whose check a killed worker left.
 - ``state.json``: what the worker is doing now (``running``, ``waiting`` and why), written atomically.
 - ``history.jsonl``: one JSON object per finished check (range, verdict, culprit, report path).
 - ``last-result``: the one-line summary of the last check (``perfbisect status``); ``unseen``: the
@@ -21,7 +21,7 @@ import fcntl
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,16 @@ LAST_RESULT = "last-result"
 UNSEEN = "unseen"
 LOG = "check.log"
 WORKER_LOCK = "worker.lock"
+
+
+def _alive(pid: object) -> bool:
+    try:
+        os.kill(int(pid), 0)  # type: ignore[arg-type]
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def hook_dir(cache_dir: Path) -> Path:
@@ -63,6 +73,7 @@ class Job:
     old: str
     new: str
     entries: tuple[Entry, ...]
+    upto: int = 0  # the queue's byte offset after its last entry: where the queue stands once its check answered
 
     @property
     def coalesced(self) -> int:
@@ -124,16 +135,28 @@ class CheckQueue:
         return entries, offset + end
 
     def waiting(self) -> list[Entry]:
-        """Pulls queued and not yet taken by the worker."""
-        return self._read_from(int(self.state().get("offset", 0)))[0]
+        """Pulls queued and not yet taken by a live worker (a dead worker's job is waiting again)."""
+        state = self.state()
+        start, taken = int(state.get("offset", 0)), int(state.get("taken", 0))
+        if taken > start and _alive(state.get("pid")):
+            start = taken
+        return self._read_from(start)[0]
 
     def take(self) -> Job | None:
-        """Take every waiting entry as one coalesced job (call with the worker lock held)."""
-        state = self.state()
-        entries, offset = self._read_from(int(state.get("offset", 0)))
-        if offset != state.get("offset", 0):
-            self.update_state(offset=offset)
-        return coalesce(entries)
+        """Every waiting entry as one coalesced job (call with the worker lock held). The entries stay in the queue
+        until ``done(job)``: a worker killed mid-check (SIGKILL, a reboot) leaves them for the next one, which checks
+        them again with whatever was pulled since."""
+        entries, offset = self._read_from(int(self.state().get("offset", 0)))
+        job = coalesce(entries)
+        if job is None:
+            return None
+        self.update_state(taken=offset, pid=os.getpid())  # for `status`: these are being checked, not waiting
+        return replace(job, upto=offset)
+
+    def done(self, job: Job) -> None:
+        """The job's check ended with an answer (a verdict, or an error it recorded): its entries leave the queue."""
+        if job.upto > int(self.state().get("offset", 0)):
+            self.update_state(offset=job.upto)
 
     # -- state -----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -44,8 +44,12 @@ def hooks_dir(repo: Path) -> Path:
     rc, top = _git(repo, "rev-parse", "--show-toplevel")
     if rc != 0:
         raise UsageError(f"{repo} is not a git working tree: pass --repo with the checkout whose pulls should be checked.")
-    rc, configured = _git(repo, "config", "--get", "core.hooksPath")
-    if rc == 0 and configured:
+    # The repository's own setting, not the one every perfbisect git call passes (-c core.hooksPath=/dev/null, so
+    # that no hook of the target's runs inside our calls): values of the "command" scope are ours.
+    rc, out = _git(repo, "config", "--show-scope", "--get-all", "core.hooksPath")
+    values = [line.split("\t", 1)[1] for line in out.splitlines() if "\t" in line and not line.startswith("command\t")]
+    configured = values[-1] if rc == 0 and values else ""
+    if configured:
         path = Path(configured).expanduser()
         return path if path.is_absolute() else Path(top) / path
     _, common = _git(repo, "rev-parse", "--git-common-dir")

@@ -287,6 +287,16 @@ def _default(f: Field) -> Any:
     return None
 
 
+def _no_nul(sec: _Section, key: str, value: str | None) -> str | None:
+    """A path holding a NUL is no path any system call takes: said here, naming the key, not later as a ValueError."""
+    if value is not None and "\x00" in value:
+        raise ConfigError(
+            f"{sec.file}: key '{key}' holds a NUL character (\\u0000) in the path {value!r}; no file can have that "
+            f"name. Fix the path in the file."
+        )
+    return value
+
+
 def _read(sec: _Section, name: str, hint: Any, default: Any, key: str, base: Path) -> Any:
     """One key, read and checked as its field's type says."""
     if hint is bool:
@@ -307,7 +317,7 @@ def _read(sec: _Section, name: str, hint: Any, default: Any, key: str, base: Pat
             return float(sec.get(name, (int, float), default))
         return sec.get(name, hint, default)
     if hint is Path or hint == (Path | None):
-        return _resolve(base, sec.get(name, str, None if default is None else str(default)))
+        return _resolve(base, _no_nul(sec, key, sec.get(name, str, None if default is None else str(default))))
     if hint == Argv:
         if key in _ARGV_LIST_ONLY and isinstance(sec.data.get(name), str):
             raise ConfigError(
@@ -319,7 +329,7 @@ def _read(sec: _Section, name: str, hint: Any, default: Any, key: str, base: Pat
     if hint == tuple[str, ...]:
         return sec.str_list(name, () if default is None else default)
     if hint == tuple[Path, ...]:
-        return tuple(_resolve(base, a) for a in sec.str_list(name, () if default is None else default))
+        return tuple(_resolve(base, _no_nul(sec, key, a)) for a in sec.str_list(name, () if default is None else default))
     if hint == Mapping[str, str]:
         return sec.env(name)
     raise TypeError(f"perfbisect.config has no reader for '{key}' of type {hint}; add one to _read.")
@@ -430,6 +440,8 @@ def _environment(sec: _Section, base: Path) -> EnvironmentConfig:
             f"Rust extensions before each server starts; the server never compiles), \"never\" (never build them) or "
             f"\"server\" (let SGLang compile at server start). Fix that value in the file."
         )
+    for key, value in (("requirements", env.requirements), *(("find_links", link) for link in env.find_links)):
+        _no_nul(sec, f"environment.{key}", value)
     links = tuple(link if "://" in link else str(_resolve(base, link)) for link in env.find_links)
     return replace(env, find_links=links)
 

@@ -103,7 +103,7 @@ def test_two_boundaries_carried_one_resolution_flagged_and_a_rename_carried_by_g
     assert "Perfbisect-Differs: adds 1 line" in two.read_text()
     # The rename at c8: git carried both patches by itself, and the range now applies end to end.
     assert third.stdout.count("carried by git") == 2 and f"at {c['c8'][:10]}" in third.stdout
-    assert "the stack applies at every commit of the range (10 commits); 3 new versions written" in third.stdout
+    assert "the stack applies at every commit of the range (10 commits); 4 new versions written by this carry" in third.stdout
     assert len(variants) == 4
     after = run_command("patches", "check", f"good={c['c0']}", f"bad={c['c9']}", "-c", str(cfg)).stdout
     assert after.count("CONFLICT") == 0 and "the stack applies end to end" in after
@@ -209,3 +209,33 @@ base = "main"
     hashes = [h for (h,) in con.execute("select patch_hash from trials order by id")]
     con.close()
     assert len(set(hashes)) == 2
+
+
+def test_a_file_upstream_deleted_stops_the_carry_with_gits_modify_delete_conflict(tmp_path):
+    """Upstream deletes the file the patch edits (SGLang's Spec V1 worker at 28c1a3cb45): not carried by git — a
+    modify/delete conflict has no markers, only the index says so; the user moves the change, and the new version
+    says which file it edits now."""
+    r = RepoFactory(tmp_path / "target")
+    c0 = r.commit("base", {"python/old_worker.py": text(), "python/other.py": "a = 0\n"})
+    c1 = r.commit("upstream 1", {"python/other.py": "a = 1\n"})
+    c2 = r.commit("upstream: deprecate the old worker", {"python/old_worker.py": None,
+                                                         "python/new_worker.py": "def run():\n    return 2\n"})
+    c3 = r.commit("upstream 3", {"python/other.py": "a = 3\n"})
+    patches = tmp_path / "patches"
+    r.make_patch(c0, {"python/old_worker.py": text(l10="v10 = 'patched'\n")}, patches, "worker fix", name="0001-fix.patch")
+    cfg = tmp_path / "perfbisect.toml"
+    cfg.write_text(f'[target]\nrepo = {json.dumps(str(r.path))}\npython = {json.dumps(sys.executable)}\n'
+                   f'cache_dir = {json.dumps(str(tmp_path / "cache"))}\n\n[patches]\ndir = "patches"\n\n'
+                   '[workload]\nkind = "command"\ncommand = ["true"]\nmetric = "x"\n')
+    first = carry(cfg, f"good={c0}", f"bad={c3}")
+    assert first.returncode == 3 and "git carried" not in first.stdout, first.stdout
+    assert "CONFLICT (modify/delete): python/old_worker.py" in first.stdout and "resolve its conflicts" in carry(cfg, "--status").stdout
+    worktree = tmp_path / "cache" / "carry" / "worktree"
+    (worktree / "python" / "old_worker.py").unlink()  # the user moves the change where the code went
+    (worktree / "python" / "new_worker.py").write_text("def run():\n    return 2  # patched\n")
+    done = carry(cfg, "--continue")
+    assert done.returncode == 0, done.stdout + done.stderr
+    variant = next((tmp_path / "patches" / "variants").glob("0001-fix@*.patch")).read_text()
+    assert "Files: python/new_worker.py (the version it replaces: python/old_worker.py)" in variant
+    assert "Perfbisect-Differs:" in variant and "old_worker.py |" not in variant.split("---\n", 1)[0]
+    assert c1 and "DIFFERS" in done.stdout

@@ -48,6 +48,7 @@ class CarryReport:
     waiting: carrying.CarryState | None = None  # the boundary left for the user
     unresolved: tuple[str, ...] = ()  # its paths in conflict
     applies: bool = False  # the stack applies at every commit of the range
+    earlier: list[str] = field(default_factory=list)  # versions this carry wrote in earlier commands
     commits: int = 0
     seconds: float = 0.0
 
@@ -101,19 +102,20 @@ def resume(ws: Workspace, progress: Progress | None = None, *, review: bool = Fa
     if left:
         raise UsageError(
             f"{len(left)} path{'s are' if len(left) != 1 else ' is'} still in conflict in {worktree}: {', '.join(left[:5])}. "
-            f"Resolve {'them' if len(left) != 1 else 'it'} (no <<<<<<< / >>>>>>> markers left), then run "
+            f"Resolve {'them' if len(left) != 1 else 'it'} (no <<<<<<<, ======= or >>>>>>> lines left), then run "
             f"`perfbisect patches carry --continue` again, or `--abort`."
         )
     report = CarryReport(state.good, state.bad)
     stack = _stack(ws)
     boundary_commit = ws.repo.resolve(state.boundary)
     start = time.perf_counter()
-    b = _finish(ws, stack, state, boundary_commit, "resolved")
+    b = _finish(ws, stack, state, boundary_commit, "carried by git, reviewed" if state.resolved_by_git else "resolved")
     b.index = len(ws.repo.first_parent_range(state.good, state.boundary)) - 1
     b.seconds = time.perf_counter() - start
     report.boundaries.append(b)
     progress.info(f"{state.patch}: the version for {state.boundary[:10]} on is {b.variant}" + (f" ({b.differs})" if b.differs else ""))
     good_c, bad_c = ws.repo.resolve(state.good), ws.repo.resolve(state.bad)
+    report.earlier = list(state.written)  # versions this carry wrote before (in earlier commands)
     return _advance(ws, good_c, bad_c, boundary_commit, progress, review, report)
 
 
@@ -135,7 +137,7 @@ def status(ws: Workspace) -> carrying.CarryState | None:
 def _advance(ws: Workspace, good: Commit, bad: Commit, start: Commit, progress: Progress, review: bool,
              report: CarryReport) -> CarryReport:
     began = time.perf_counter()
-    written: list[str] = [b.variant for b in report.boundaries if b.variant]
+    written: list[str] = list(report.earlier) + [b.variant for b in report.boundaries if b.variant]
     all_commits = ws.repo.first_parent_range(good.sha, bad.sha)
     report.commits = len(all_commits)
     position = {c.sha: i for i, c in enumerate(all_commits)}
@@ -152,8 +154,7 @@ def _advance(ws: Workspace, good: Commit, bad: Commit, start: Commit, progress: 
         conflict = failing.conflict
         at = position[failing.commit.sha]
         b = Boundary(failing.commit, conflict.patch, at, tuple(conflict.files))
-        progress.info(f"boundary: {conflict.patch} stops applying at {failing.commit.short} ({at} commits into the range): "
-                      f"{conflict.describe()}")
+        progress.info(f"boundary at {failing.commit.short} ({at} commits into the range): {conflict.describe()} stops applying")
         previous = all_commits[at - 1] if at > 0 else None
         state = _prepare(ws, stack, failing.commit, previous, conflict.patch, good, bad, written)
         b.seconds = time.perf_counter() - t0
@@ -161,14 +162,15 @@ def _advance(ws: Workspace, good: Commit, bad: Commit, start: Commit, progress: 
             diff = carrying.resolution_diff(Path(state.worktree), state.base)
             differs = carrying.claims(_replaced(stack, state).path.read_text(errors="replace"), diff)
             if differs.same and not review:
-                b = _finish(ws, stack, state, failing.commit, "carried by git", diff=diff, index=at)
+                how = "carried by git (your earlier resolution, reused by rerere)" if state.reused else "carried by git"
+                b = _finish(ws, stack, state, failing.commit, how, diff=diff, index=at)
                 b.seconds = time.perf_counter() - t0
                 report.boundaries.append(b)
                 written.append(b.variant)
                 progress.info(f"  git carried it ({b.seconds:.1f} s): {b.variant}, the same lines added and removed")
                 start = failing.commit
                 continue
-            b.outcome = "carried by git, for review"
+            b.outcome = "carried by git (rerere: an earlier resolution), for review" if state.reused else "carried by git, for review"
             b.differs = None if differs.same else differs.describe()
         else:
             b.outcome = "waiting"
@@ -204,13 +206,15 @@ def _prepare(ws: Workspace, stack: PatchStack, boundary: Commit, previous: Commi
             finally:
                 carrying.remove_worktree(ws.repo, scratch)
     if replayed is not None:
-        clean = carrying.cherry_pick(worktree, replayed)
+        replay = carrying.cherry_pick(worktree, replayed)
     else:  # the good end itself: no commit where it applied to replay from; three-way from the patch's own blobs
         primary = stack.patches[index].candidates[-1]
-        status, _, _ = run_git(worktree, ["apply", "--3way", "--index", "--whitespace=nowarn", str(primary.path)])
-        clean = status == 0 and not carrying.unresolved(worktree)
+        status, out, err = run_git(worktree, ["apply", "--3way", "--index", "--whitespace=nowarn", str(primary.path)])
+        clean = status == 0 and not carrying.unresolved(worktree) and not carrying.unmerged(worktree)
+        replay = carrying.Replay(clean, False, tuple(l.strip() for l in err.splitlines() if "conflict" in l.lower()))
     state = carrying.CarryState(good.sha, bad.sha, boundary.sha, patch, str(worktree), base, replayed or "",
-                                replaces=chosen, resolved_by_git=clean, written=list(written))
+                                replaces=chosen, resolved_by_git=replay.clean, reused=replay.reused,
+                                conflicts=list(replay.conflicts), written=list(written))
     state.save(_state_path(ws))
     return state
 

@@ -5,6 +5,8 @@ environments) and `doctor` (is this machine and config ready to give trustworthy
 
 from __future__ import annotations
 
+import shutil
+
 from pathlib import Path
 from typing import Sequence
 
@@ -43,6 +45,13 @@ def gc(ws: Workspace, build_cache: bool = False) -> list[str]:
     """Remove perfbisect's worktrees (and with ``build_cache`` the cached build artefacts and the
     environments)."""
     removed = [f"worktree {p}" for p in ws.pool.gc()]
+    logs = ws.config.cache_dir / "logs"  # servers', builds', environments' and Rust builds' logs of past trials
+    if logs.is_dir():
+        files = [p for p in logs.rglob("*") if p.is_file()]
+        size = sum(p.stat().st_size for p in files)
+        shutil.rmtree(logs, ignore_errors=True)
+        removed.append(f"logs ({len(files)} file{'s' if len(files) != 1 else ''}, {size / 1e6:.1f} MB; reports written "
+                       f"before keep the log tails they show, reports rendered from now on show none for those trials)")
     if build_cache:
         size = ws.build_cache.total_bytes()
         ws.build_cache.clear()

@@ -344,7 +344,8 @@ def patches_carry(
             state = carrying.status(ws)
             print_lines([f"no carry in progress" if state is None else
                          f"carrying {state.patch} over {state.boundary[:10]} (range {state.good[:10]}..{state.bad[:10]}): "
-                         f"resolve in {state.worktree}, then `perfbisect patches carry --continue` (or --abort)"])
+                         + ("git carried it; review it" if state.resolved_by_git else "resolve its conflicts")
+                         + f" in {state.worktree}, then `perfbisect patches carry --continue` (or --abort)"])
             return
         try:
             if resume:

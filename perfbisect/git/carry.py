@@ -53,6 +53,8 @@ class CarryState:
     replayed: str  # the patch as a commit at the boundary's parent (what is cherry-picked)
     replaces: str = ""  # the version of the patch replayed (the one the new version replaces): a file name of the stack
     resolved_by_git: bool = False
+    reused: bool = False  # git's resolution came from rerere (a resolution recorded before), not from the merge alone
+    conflicts: list[str] = field(default_factory=list)  # git's CONFLICT lines (modify/delete ones have no markers)
     started: float = field(default_factory=time.time)
     written: list[str] = field(default_factory=list)  # variants this carry wrote so far (kept by an abort)
 
@@ -89,7 +91,7 @@ class Claims:
         for label, lines in (("adds", self.added), ("no longer adds", self.dropped), ("removes", self.removed),
                              ("no longer removes", self.kept)):
             if lines:
-                shown = "; ".join(repr(line.strip())[:60] for line in lines[:2])
+                shown = "; ".join(repr(line if len(line) <= 60 else line[:59] + "…") for line in lines[:2])
                 parts.append(f"{label} {len(lines)} line{'s' if len(lines) != 1 else ''} ({shown}{'; …' if len(lines) > 2 else ''})")
         return ", ".join(parts) or "the same lines"
 
@@ -172,14 +174,35 @@ def apply_and_commit(stack: PatchStack, upto: int, worktree: Path, sha: str, mes
     return _git(worktree, "rev-parse", "HEAD", what="reading the commit just made").strip()
 
 
-def cherry_pick(worktree: Path, commit: str) -> bool:
-    """Replay ``commit`` onto the worktree (three-way, rerere on, nothing committed): True when git resolved it all."""
-    status, _, err = run_git(worktree, ["-c", "rerere.enabled=true", "-c", "rerere.autoUpdate=true",
-                                        "cherry-pick", "--no-commit", commit], env=IDENTITY)
+@dataclass(frozen=True)
+class Replay:
+    """What a cherry-pick of the patch did: resolved by git (by the merge, or by rerere's recorded resolution), or
+    conflicts left in place, with git's own CONFLICT lines."""
+
+    clean: bool
+    reused: bool
+    conflicts: tuple[str, ...]
+
+
+def cherry_pick(worktree: Path, commit: str) -> Replay:
+    """Replay ``commit`` onto the worktree (three-way, rerere on, nothing committed)."""
+    status, out, err = run_git(worktree, ["-c", "rerere.enabled=true", "-c", "rerere.autoUpdate=true",
+                                          "cherry-pick", "--no-commit", commit], env=IDENTITY)
+    words = out + "\n" + err
+    conflicts = tuple(line.strip() for line in words.splitlines() if line.strip().startswith("CONFLICT"))
+    reused = "using previous resolution" in words
     if status == 0:
-        return True
-    # Conflicts: left in place, unless rerere resolved every one of them (its resolution staged).
-    return not unresolved(worktree)
+        return Replay(True, reused, conflicts)
+    # Conflicts stay in place unless rerere resolved every one (its resolution staged, nothing unmerged). A
+    # modify/delete conflict (upstream deleted the file the patch edits) has no markers: only the index says it.
+    clean = not unmerged(worktree) and not unresolved(worktree)
+    return Replay(clean, reused and clean, conflicts)
+
+
+def unmerged(worktree: Path) -> list[str]:
+    """Paths git left unmerged in the index."""
+    out = run_git(worktree, ["diff", "--name-only", "--diff-filter=U", "-z"])[1]
+    return [p for p in out.split("\x00") if p]
 
 
 def unresolved(worktree: Path) -> list[str]:
@@ -211,18 +234,27 @@ def write_variant(directory: Path, primary: Patch, replaced: Patch, boundary: st
     version and how it differs from that version, then the resolved diff."""
     directory.mkdir(parents=True, exist_ok=True)
     text = primary.path.read_text(errors="replace")
-    at = text.find("\ndiff --git ")
+    # The patch's own message, without its diffstat (which names the files of the old version).
+    at = text.find("\n---\n")
     head = text[:at + 1] if at >= 0 and text.startswith("From ") else f"Subject: [PATCH] {primary.name}\n\n"
-    head = head.rstrip("\n").removesuffix("---").rstrip("\n") + "\n\n"
+    head = head.rstrip("\n") + "\n\n"
     note = f"Carried by perfbisect over {boundary[:10]} from {replaced.name}, which stopped applying there.\n"
     earlier = differs_note(replaced.path)
     if earlier:
         note += f"{replaced.name} already differed from the version before it: {earlier}\n"
+    old_files, new_files = _files(replaced.path.read_text(errors="replace")), _files(diff)
+    if old_files != new_files:
+        note += f"Files: {', '.join(new_files) or 'none'} (the version it replaces: {', '.join(old_files) or 'none'}).\n"
     if not differs.same:
-        note += f"{DIFFERS} {differs.describe()}\n"
+        note += f"{DIFFERS} {differs.describe()}" + ("; in other files" if old_files != new_files else "") + "\n"
     out = directory / f"{Path(primary.name).stem}@{boundary[:10]}.patch"
     out.write_text(head + note + "---\n" + diff)
     return out
+
+
+def _files(diff: str) -> list[str]:
+    """The files a diff edits (its "diff --git a/X b/Y" lines, Y)."""
+    return sorted({line.rsplit(" b/", 1)[-1] for line in diff.splitlines() if line.startswith("diff --git ")})
 
 
 def add_variant_entry(config_path: Path, patch: str, variant: Path, boundary: str) -> None:

@@ -292,7 +292,9 @@ class PatchStack:
                 target.restore(snapshot)
                 failures.append((cand, out, err))
             if chosen is None:
-                first, out, err = failures[0]
+                # Described by the newest version tried (the last): the one nearest to this commit, whose files
+                # are the ones that conflict here (the first may edit a file upstream has since moved or deleted).
+                first, out, err = failures[-1]
                 raise PatchConflictError(
                     self._conflict(target, commit, sp, first, out, err, [c.name for c, _, _ in failures]), subject
                 )

@@ -52,13 +52,27 @@ def _parse_int(text: str) -> int | _TooLong:
     return _TooLong(text) if len(text) > _MAX_INT_DIGITS else int(text)
 
 
+class _Pairs(dict):
+    """A JSON object that remembers the keys it was given more than once (json keeps the last, silently)."""
+
+    duplicates: tuple[str, ...] = ()
+
+
+def _pairs(items: list[tuple[str, Any]]) -> _Pairs:
+    obj = _Pairs(items)
+    if len(obj) != len(items):
+        seen: set[str] = set()
+        obj.duplicates = tuple(dict.fromkeys(k for k, _ in items if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+    return obj
+
+
 def _last_json_object(stdout: str) -> dict[str, Any] | None:
     for line in reversed(stdout.splitlines()):
         line = line.strip()
         if not line.startswith("{"):
             continue
         try:
-            obj = json.loads(line, parse_int=_parse_int)
+            obj = json.loads(line, parse_int=_parse_int, object_pairs_hook=_pairs)
         except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
             continue
         if isinstance(obj, dict):
@@ -178,6 +192,12 @@ def _invoke_command(
             f"The workload command {shown} printed no JSON object on stdout ({label}); it must print one "
             f'line like {{"{cfg.metric}": 123.4}} (the last one counts, within its last {TAIL_BYTES // 1024} KiB). '
             f'Last lines of its stdout:\n{_tail(stdout) or "(empty)"}'
+        )
+    if cfg.metric in getattr(obj, "duplicates", ()):
+        raise WorkloadError(
+            f"The workload command {shown} printed a JSON object with the key '{cfg.metric}' (workload.metric) more than "
+            f"once ({label}); which value it meant cannot be told, so none is taken. Print each key once. Last lines of "
+            f"its stdout:\n{_tail(stdout)}"
         )
     if cfg.metric not in obj:
         # The config asks for a key this command does not print: no commit can be measured, so it

@@ -389,9 +389,12 @@ def format_carry(report: Any) -> list[str]:
         else:
             lines.append(f"{b.patch} stops applying at {where}" + (f" — in {', '.join(b.files[:4])}" if b.files else ""))
     state = report.waiting
+    if state is not None and state.conflicts:
+        lines.append("git: " + "; ".join(state.conflicts[:4]))
     if state is not None:
         if state.resolved_by_git:
-            lines.append(f"git carried {state.patch} over {state.boundary[:10]} by itself" + (
+            lines.append(f"git carried {state.patch} over {state.boundary[:10]}"
+                         + (" with a resolution you recorded before (rerere)" if state.reused else " by itself") + (
                 "; the new version does not add and remove what the patch did:" if report.boundaries and report.boundaries[-1].differs
                 else "; review it") + f" in {state.worktree} (`git -C {state.worktree} diff --cached HEAD`), then "
                 f"`perfbisect patches carry --continue` (or --abort)")
@@ -400,9 +403,9 @@ def format_carry(report: Any) -> list[str]:
                          + ", with any editor or `git -C WORKTREE mergetool`; then `perfbisect patches carry --continue` "
                          "(or --abort: the versions written so far stay)")
     if report.applies:
-        n = len([b for b in report.boundaries if b.variant])
+        n = len(getattr(report, "earlier", ())) + len([b for b in report.boundaries if b.variant])
         lines.append(f"the stack applies at every commit of the range ({report.commits} commits)"
-                     + (f"; {n} new version{'s' if n != 1 else ''} written and added to [[patches.variants]]" if n else "")
+                     + (f"; {n} new version{'s' if n != 1 else ''} written by this carry and added to [[patches.variants]]" if n else "")
                      + f" ({report.seconds:.1f} s)")
     return lines
 

@@ -235,8 +235,9 @@ def test_patches_check_groups_identical_rows(demo):
     proc = run_command("patches", "check", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert len(lines) == 2, proc.stdout  # 12 commits that all apply the same way: one row and the total
+    assert len(lines) == 3, proc.stdout  # 12 commits that all apply the same way: one row, the total, the verdict
     assert "(12 commits)  applies" in lines[0] and lines[1].startswith("12 commits: 12 apply")
+    assert lines[2] == "the stack applies end to end"
 
 
 def test_plan_exits_2_when_the_bad_endpoint_conflicts(tmp_path):

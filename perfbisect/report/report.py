@@ -382,10 +382,8 @@ def write_html(html: str, path: Path) -> Path:
         )
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise UsageError(f"Cannot use {path} for the report: {exc.strerror or exc}. Choose another path with -o FILE.") from None
+    except OSError:
+        st = None  # nothing there (or no way there: the write below says why)
     if st is not None and not stat.S_ISREG(st.st_mode):
         what = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode)
                 else "a character device" if stat.S_ISCHR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode)

@@ -26,7 +26,8 @@ pb_enqueue() {
         return 0  # `git commit --amend`: not a pull
     fi
     if [ -f "$PB_DIR/unseen" ]; then
-        cat "$PB_DIR/unseen" 2>/dev/null
+        # Printed inert: no escape sequence from a file (a subject, a path) reaches the terminal.
+        LC_ALL=C tr -d '\000-\010\013-\037\177' < "$PB_DIR/unseen" 2>/dev/null
         mv -f "$PB_DIR/unseen" "$PB_DIR/seen" 2>/dev/null
     fi
     if ! [ -x "$PB_PYTHON" ]; then

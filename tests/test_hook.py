@@ -404,3 +404,22 @@ def _alive(pid: int) -> bool:
             return fh.read().split(") ", 1)[1][:1] != "Z"
     except OSError:
         return False
+
+
+def test_the_result_line_reaches_the_terminal_inert(tmp_path):
+    """What the next pull prints (a culprit's subject, a path) carries no escape sequence: written inert, and the
+    hook filters what an older writer may have left."""
+    q = CheckQueue(tmp_path / "q")
+    q.set_line("perfbisect: 1..2 regressed · culprit abc \"\x1b[2J\x1b]0;pwned\x07 subject\u202e\"")
+    written = (tmp_path / "q" / "unseen").read_text()
+    assert "\x1b" not in written and "\x07" not in written and "\u202e" not in written and "subject" in written
+    setup = make_pull_setup(tmp_path / "pull")
+    hook.install(setup.clone, setup.config, python=sys.executable)
+    setup.state_dir.mkdir(parents=True, exist_ok=True)
+    (setup.state_dir / "unseen").write_text("perfbisect: old line \x1b[31mred\x1b[0m \x1b]0;title\x07 end\n")
+    busy = tmp_path / "busy"
+    busy.write_text("4242\n")
+    pull = git(setup.clone, "pull", "-q", env={check.FAKE_BUSY_ENV: str(busy)})
+    said = pull.stdout + pull.stderr
+    assert "perfbisect: old line" in said and "end" in said and "\x1b" not in said and "\x07" not in said
+    stop_worker(setup)

@@ -191,9 +191,10 @@ class CheckQueue:
 
     def set_line(self, line: str) -> None:
         """The one-line summary `status` shows and the next pull's hook prints once."""
+        self.dir.mkdir(parents=True, exist_ok=True)
         for name in (LAST_RESULT, UNSEEN):
             tmp = self.path(f".{name}.{os.getpid()}.tmp")
-            tmp.write_text(line.rstrip("\n") + "\n", encoding="utf-8")
+            tmp.write_text(one_line(line) + "\n", encoding="utf-8")  # the hook prints it to a terminal
             os.replace(tmp, self.path(name))
 
     def history(self, limit: int = 10) -> list[dict[str, Any]]:

@@ -56,6 +56,10 @@ def _setup_keyless_bench(tmp: Path) -> None:
     (tmp / "bench.py").write_text("import json\nprint(json.dumps({'latency_ms': 3.0}))\n")
 
 
+def _setup_twice_bench(tmp: Path) -> None:
+    (tmp / "bench.py").write_text("print('{\"tok_s\": 10.0, \"tok_s\": 99.0}')\n")
+
+
 COMMAND_WORKLOAD = ('[workload]\nkind = "sglang"', '[workload]\nkind = "command"\ncommand = ["{python}", "{tmp}/bench.py"]\nmetric = "tok_s"')
 BASELINE_METRIC = ('metric = "eagle3"', 'metric = "baseline"')
 
@@ -106,7 +110,12 @@ CASES = [
     ("patch-dir-missing", ("[patches]\ndir = ", "[patches]\ndir = \"{tmp}/no-patches\"\n#"), None,
      ["plan", "good={good}", "bad={bad}", "-c", "{config}"], 2, "no-patches"),
     ("db-is-a-directory", None, _setup_db_dir, ["log", "-c", "{config}", "--db", "{tmp}/dbdir"], 2, "is a directory"),
+    ("db-is-a-device", None, None, ["log", "-c", "{config}", "--db", "/dev/null"], 2, "is not a regular file"),
     ("db-not-sqlite", None, _setup_not_sqlite, ["log", "-c", "{config}", "--db", "{tmp}/junk.sqlite"], 2, "not a SQLite database"),
+    ("nul-in-a-path", ("[target]\nrepo = ", "[target]\nrepo = \"{tmp}/x\\u0000y\"\n#"), None,
+     ["plan", "good=a", "bad=b", "-c", "{config}"], 2, "NUL character"),
+    ("metric-key-printed-twice", COMMAND_WORKLOAD + BASELINE_METRIC, _setup_twice_bench,
+     ["measure", "-m", "baseline", "-c", "{config}", "--db", "{db}"], 4, "more than once"),
     ("metric-key-never-printed", COMMAND_WORKLOAD + BASELINE_METRIC, _setup_keyless_bench,
      ["measure", "-m", "baseline", "-c", "{config}", "--db", "{db}"], 2, "without the key 'tok_s'"),
     # -- measurement broke -------------------------------------------------------------------

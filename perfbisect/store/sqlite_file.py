@@ -77,6 +77,11 @@ def check_file(db_path: Path, writable: bool = True) -> None:
             f"The results database path {db_path} is a directory; pass a file path such as "
             f"{db_path / DB_FILENAME}."
         )
+    if db_path.exists() and not db_path.is_file():  # /dev/null, a FIFO, a socket: SQLite would call it a failing disk
+        raise StoreError(
+            f"The results database path {db_path} is not a regular file (a device, a pipe or a socket), so no database "
+            f"can live there. Pass a file path with --db PATH, such as {Path.cwd() / DB_FILENAME}."
+        )
     if not writable:
         _check_header(db_path)
         return

@@ -423,3 +423,20 @@ def test_the_result_line_reaches_the_terminal_inert(tmp_path):
     said = pull.stdout + pull.stderr
     assert "perfbisect: old line" in said and "end" in said and "\x1b" not in said and "\x07" not in said
     stop_worker(setup)
+
+
+def test_hook_status_reads_back_a_config_path_holding_a_newline(tmp_path):
+    """A config path may hold a newline (shell-quoted in the hook): `hook status` reads the hook as the shell does."""
+    from tests.hook_setup import make_pull_setup as _setup
+
+    setup = _setup(tmp_path / "s")
+    odd = tmp_path / "odd\ndir"
+    odd.mkdir()
+    config = odd / "perfbisect.toml"
+    config.write_text(setup.config.read_text())
+    hook.install(setup.clone, config, python=sys.executable)
+    data = hook.status(setup.clone)
+    assert data["config"] == str(config) and data["works"], data["problems"]
+    text = (hook.hooks_dir(setup.clone) / "post-merge").read_text()
+    out = subprocess.run(["sh", "-c", text.split("\norig=")[0] + '\nprintf "%s" "$PB_CONFIG"'], capture_output=True, text=True)
+    assert out.stdout == str(config)  # and the shell reads the same path

@@ -93,15 +93,25 @@ class HookState:
 
 def _settings(path: Path) -> dict[str, str]:
     """PB_* values of an installed hook of ours."""
-    out = {}
+    out: dict[str, str] = {}
     try:
-        for line in path.read_text().splitlines():
-            if line.startswith("PB_") and "=" in line:
-                key, _, value = line.partition("=")
-                words = shlex.split(value)
-                out[key] = words[0] if words else ""
-    except (OSError, ValueError):
-        pass
+        text = path.read_text()
+    except OSError:
+        return out
+    # The block ``render`` wrote, read as the shell reads it: a quoted value may hold a newline (a config path can).
+    start = text.find("\nPB_PYTHON=")
+    end = text.find("\nPB_HOOK=", start)
+    end = text.find("\n", end + 1) if end >= 0 else -1
+    if start < 0 or end < 0:
+        return out
+    try:
+        tokens = shlex.split(text[start:end])
+    except ValueError:
+        return out
+    for token in tokens:
+        key, sep, value = token.partition("=")
+        if sep and key.startswith("PB_"):
+            out[key] = value
     return out
 
 

@@ -10,8 +10,10 @@ Other test modules may import it::
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Mapping
 
@@ -147,3 +149,9 @@ def fast_history(path: Path, n: int, *, files: int = 20, extra: Mapping[int, Map
     out = subprocess.run(["git", "rev-list", "--first-parent", "--reverse", "main"], cwd=path, check=True,
                          capture_output=True, text=True, env=env).stdout.split()
     return out
+
+
+def target_table(repo: Path, cache_dir: Path) -> str:
+    """The ``[target]`` table of a test's perfbisect.toml: this repository, this interpreter, its own cache."""
+    return (f"[target]\nrepo = {json.dumps(str(repo))}\npython = {json.dumps(sys.executable)}\n"
+            f"cache_dir = {json.dumps(str(cache_dir))}\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from perfbisect.git.carry import claims
 from tests.cli_runner import run_command
-from tests.repo_factory import RepoFactory
+from tests.repo_factory import RepoFactory, target_table
 
 LINES = [f"v{i} = {i}\n" for i in range(40)]
 
@@ -50,11 +50,7 @@ def history(tmp_path: Path) -> tuple[RepoFactory, dict[str, str], Path]:
     r.git("worktree", "remove", "--force", str(scratch))
     cfg = tmp_path / "perfbisect.toml"
     cfg.write_text(f"""
-[target]
-repo = {json.dumps(str(r.path))}
-python = {json.dumps(sys.executable)}
-cache_dir = {json.dumps(str(tmp_path / "cache"))}
-
+{target_table(r.path, tmp_path / "cache")}
 [patches]
 dir = "patches"
 
@@ -175,11 +171,7 @@ def test_a_branch_with_two_rebased_versions_gives_each_commit_the_version_based_
     r.git("worktree", "remove", "--force", str(tmp_path / "local"))
     cfg = tmp_path / "perfbisect.toml"
     base_cfg = f"""
-[target]
-repo = {json.dumps(str(r.path))}
-python = {json.dumps(sys.executable)}
-cache_dir = {json.dumps(str(tmp_path / "cache"))}
-
+{target_table(r.path, tmp_path / "cache")}
 [workload]
 kind = "command"
 command = ["{{python}}", "-c", "print('{{\\"ops_per_s\\": 1}}')"]

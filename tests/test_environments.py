@@ -20,7 +20,7 @@ from perfbisect.measure.resolver import parse_lock, resolution_date
 from perfbisect.measure.workspace import Workspace
 from perfbisect.app import planning
 from tests.cli_runner import run_command
-from tests.repo_factory import RepoFactory
+from tests.repo_factory import RepoFactory, target_table
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -52,11 +52,7 @@ def wheelhouse(tmp_path: Path) -> Path:
 def config_for(tmp_path: Path, repo: Path, wheels: Path, extra: str = "") -> Path:
     path = tmp_path / "perfbisect.toml"
     path.write_text(f"""
-[target]
-repo = {json.dumps(str(repo))}
-python = {json.dumps(sys.executable)}
-cache_dir = {json.dumps(str(tmp_path / "cache"))}
-
+{target_table(repo, tmp_path / "cache")}
 [environment]
 requirements = "python/pyproject.toml"
 find_links = [{json.dumps(str(wheels))}]

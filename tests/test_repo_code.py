@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.cli_runner import run_command
-from tests.repo_factory import RepoFactory
+from tests.repo_factory import RepoFactory, target_table
 
 HOOKS = ("post-checkout", "post-index-change", "reference-transaction", "pre-commit", "post-commit", "pre-applypatch",
          "post-applypatch", "post-rewrite", "pre-auto-gc")
@@ -42,11 +42,7 @@ def test_fsmonitor_and_hooks_planted_in_the_target_never_run(tmp_path):
     log.unlink()
     cfg = tmp_path / "perfbisect.toml"
     cfg.write_text(f"""
-[target]
-repo = {json.dumps(str(r.path))}
-python = {json.dumps(sys.executable)}
-cache_dir = {json.dumps(str(tmp_path / "cache"))}
-
+{target_table(r.path, tmp_path / "cache")}
 [patches]
 dir = "patches"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_runner import run_command
-from tests.repo_factory import RepoFactory
+from tests.repo_factory import RepoFactory, target_table
 
 # The loader's contract as SGLang's has it (python/sglang/srt/rust_extensions/loader.py at 67e12131df): a module in
 # the cache under SGLANG_CACHE_DIR/rust_extensions, keyed by a digest of the sources; "never" refuses to build.
@@ -71,11 +71,7 @@ def _target(tmp_path: Path, rust_extensions: str) -> tuple[Path, list[str]]:
     shas.append(r.commit("radix: faster match", {"rust/sglang-radix/src/lib.rs": "// radix tree v2\n"}))
     cfg = tmp_path / "perfbisect.toml"
     cfg.write_text(f"""
-[target]
-repo = {json.dumps(str(r.path))}
-python = {json.dumps(sys.executable)}
-cache_dir = {json.dumps(str(tmp_path / "cache"))}
-
+{target_table(r.path, tmp_path / "cache")}
 [environment]
 rust_extensions = "{rust_extensions}"
 

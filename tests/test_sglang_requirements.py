@@ -15,7 +15,7 @@ from perfbisect.demo.wheels import write_wheel
 from perfbisect.git.requirements import read_requirements
 from perfbisect.measure.environments import is_compiled
 from tests.cli_runner import run_cli
-from tests.repo_factory import RepoFactory
+from tests.repo_factory import RepoFactory, target_table
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "pyproject"
 # Oldest first, each with the kernel sources where that release keeps them.
@@ -58,11 +58,7 @@ def _history(tmp_path: Path) -> tuple[RepoFactory, list[str]]:
 def _config(tmp_path: Path, repo: Path, wheels: Path) -> Path:
     path = tmp_path / "perfbisect.toml"
     path.write_text(f"""
-[target]
-repo = {json.dumps(str(repo))}
-python = {json.dumps(sys.executable)}
-cache_dir = {json.dumps(str(tmp_path / "cache"))}
-
+{target_table(repo, tmp_path / "cache")}
 [environment]
 requirements = "python/pyproject.toml"
 extras = ["srt"]   # SGLang's extra up to 0.5.x, gone by 2026: left out where a commit lacks it

@@ -296,17 +296,3 @@ def _tree_bytes(path: Path) -> int:
             if not stat.S_ISLNK(st.st_mode):
                 total += st.st_size
     return total
-
-
-def _tree_bytes(path: Path) -> int:
-    """Bytes of the files under ``path`` (symlinks not followed: a venv's ``bin/python`` is one)."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            if not stat.S_ISLNK(st.st_mode):
-                total += st.st_size
-    return total

@@ -95,8 +95,11 @@ def test_measure_stores_the_detected_warm_up_flagged_and_keeps_the_run_count(tmp
         rows = con.execute("select idx, warmup, detected_warmup from runs order by id").fetchall()
     runs_per_trial = json.loads(proc.stdout)["trials"]["baseline"][0]
     assert rows[:2] == [(0, 1, 0), (1, 1, 1)]  # the fixed warm-up, then the run it missed: kept, flagged
-    assert [idx for idx, warmup, _ in rows if not warmup] == [2, 3, 4, 5, 6]  # five measured, as configured
-    assert runs_per_trial["runs"] == 5 and runs_per_trial["detected_warmup"] == 1
+    # Five measured after whatever was counted as warm-up, as configured. How many more runs a busy machine's
+    # jitter makes look like warm-up is timing, not what this test pins (one more was seen once under load).
+    measured = [idx for idx, warmup, _ in rows if not warmup]
+    assert len(measured) == 5 and measured == list(range(measured[0], measured[0] + 5)), rows
+    assert runs_per_trial["runs"] == 5 and runs_per_trial["detected_warmup"] == measured[0] - 1
 
 
 def test_the_store_re_marks_detected_runs_only_while_the_trial_runs_and_the_log_counts_them(tmp_path):

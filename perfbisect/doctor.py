@@ -165,10 +165,10 @@ def _rust_extensions(ctx: dict) -> list[Finding]:
     if not rust_extensions.commits_with_loader(ws.repo, commits):
         return []
     how = ws.config.environment.rust_extensions
-    problem = rust_extensions.problem(ws.config.environment, ws.repo, commits)
+    tools = rust_extensions.toolchain()
+    problem = rust_extensions.problem(ws.config.environment, ws.repo, commits, tools)
     if problem is not None:
         return [Finding("Rust extensions", "error" if problem.kind == "rust-offline" else "warn", problem.message)]
-    tools = rust_extensions.toolchain()
     said = {"prebuild": f"built before each server starts with {tools.get('cargo', 'cargo')} / {tools.get('rustc', 'rustc')}; "
                         f"the server runs with SGLANG_RUST_BUILD_MODE=never",
             "never": "never built: the server runs with SGLANG_RUST_BUILD_MODE=never (bundled or cached modules only)",

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 from ..errors import EnvironmentBuildError, InfrastructureError
 from ..git.gitrepo import TargetRepo
+from ..git.plan import span_text
 from ..git.requirements import RequirementReader, RequirementSet
 from ..model import Commit
 from .envs import EnvCache, LockedEnv
@@ -84,10 +85,8 @@ class EnvGroup:
     moved_since: str | None = None  # the first commit of the environment ``moves`` compares with
     unresolved_between: int = 0  # commits between the two that could not be resolved here (their moves are in these)
 
-    def span(self, short: Callable[[str], str] = lambda s: s[:10]) -> str:
-        if len(self.commits) == 1:
-            return short(self.commits[0])
-        return f"{short(self.commits[0])}..{short(self.commits[-1])} ({len(self.commits)} commits)"
+    def span(self) -> str:
+        return span_text(self.commits)
 
     def highlights(self, limit: int = 5) -> list[str]:
         """The packages a reader looks for first: torch, transformers, triton, flashinfer and the kernel, then

@@ -34,7 +34,7 @@ from typing import Callable
 
 from ..errors import EnvironmentBuildError, InfrastructureError
 from ..model import content_hash
-from .resolver import Lock, Resolver, _run_uv, is_infrastructure, parse_lock, uv_error, uv_version
+from .resolver import Lock, Resolver, run_uv, is_infrastructure, parse_lock, uv_error, uv_version
 from .usestamp import UseClock, last_use
 
 _KEY_VERSION = "uv-env-v1"  # bump when the recipe changes, so old environments stop matching
@@ -89,10 +89,6 @@ class EnvCache:
         except (OSError, ValueError):
             return None
         return LockedEnv(key, self.dir / key, lock, True, float(data.get("seconds", 0.0)), data.get("uv", ""))
-
-    def failed(self, lock: Lock) -> str | None:
-        """Why building ``lock``'s environment failed earlier in this process, or None."""
-        return self._failed.get(self.key(lock))
 
     def failure(self, lock: Lock) -> str | None:
         """Why the last attempt (by any command) to install ``lock``'s environment from today's sources failed, for
@@ -236,7 +232,7 @@ class EnvCache:
         of the machine's: InfrastructureError (never a property of the commits)."""
         log.write("$ " + " ".join(argv) + "\n")
         log.flush()
-        proc = _run_uv(argv, cwd=self.dir)
+        proc = run_uv(argv, cwd=self.dir)
         log.write(proc.stdout + proc.stderr)
         log.flush()
         if proc.returncode == 0:

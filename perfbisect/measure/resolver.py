@@ -292,7 +292,7 @@ class Resolver:
                 overrides.write_text("\n".join(self.config.overrides) + "\n")
                 argv += ["--override", str(overrides)]
             argv += self.source_args() + self.resolve_args()
-            proc = _run_uv(argv, cwd=tmp)
+            proc = run_uv(argv, cwd=tmp)
             seconds = time.perf_counter() - start
             if proc.returncode != 0:
                 reason = uv_error(proc.stderr)
@@ -347,7 +347,7 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _run_uv(argv: list[str], cwd: str | Path | None = None, timeout: float = 3600) -> subprocess.CompletedProcess:
+def run_uv(argv: list[str], cwd: str | Path | None = None, timeout: float = 3600) -> subprocess.CompletedProcess:
     # uv's settings come from [environment] alone (a UV_INDEX_URL in the shell must not change what a commit resolves
     # to); where its cache lives is the user's to say.
     keep = ("UV_CACHE_DIR",)

@@ -106,6 +106,11 @@ def commits_with_loader(repo: TargetRepo, commits: Sequence[Commit]) -> list[Com
     return out
 
 
+def has_cargo() -> bool:
+    """Whether cargo is on PATH (what a trial needs to know; ``toolchain`` asks the versions)."""
+    return shutil.which("cargo") is not None
+
+
 def toolchain() -> dict[str, str]:
     """cargo's and rustc's versions on this machine ({} where cargo is missing)."""
     out = {}
@@ -120,7 +125,8 @@ def toolchain() -> dict[str, str]:
     return out
 
 
-def problem(env: EnvironmentConfig, repo: TargetRepo, commits: Sequence[Commit]) -> PlanWarning | None:
+def problem(env: EnvironmentConfig, repo: TargetRepo, commits: Sequence[Commit],
+            tools: dict[str, str] | None = None) -> PlanWarning | None:
     """What ``[environment] rust_extensions = "prebuild"`` meets over ``commits`` on this machine, or None."""
     if env.rust_extensions != "prebuild":
         return None
@@ -128,7 +134,7 @@ def problem(env: EnvironmentConfig, repo: TargetRepo, commits: Sequence[Commit])
     if not with_loader:
         return None
     span = span_text([c.sha for c in with_loader])
-    tools = toolchain()
+    tools = toolchain() if tools is None else tools
     if not tools.get("cargo"):
         return PlanWarning("rust-no-cargo", (
             f"{span} build SGLang's Rust extensions on demand, and cargo is not on PATH here: they cannot be built before "

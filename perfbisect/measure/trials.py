@@ -141,7 +141,7 @@ class TrialRunner:
         how = cfg.environment.rust_extensions
         if not rust_extensions.applies(prepared.worktree):
             return
-        if how == "prebuild" and not rust_extensions.toolchain().get("cargo"):
+        if how == "prebuild" and not rust_extensions.has_cargo():
             how = "server"  # no cargo here: SGLang falls back as it does without one (`plan` warned)
         prepared.server_env = rust_extensions.server_env(how, prepared.worktree)
         prepared.env_info = {**(prepared.env_info or {}), "rust_extensions": how}

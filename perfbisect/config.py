@@ -17,7 +17,7 @@ import typing
 from datetime import datetime
 from collections.abc import Mapping as AbcMapping
 from dataclasses import MISSING, Field, fields, is_dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
 from . import metrics
@@ -480,10 +480,26 @@ def _modes(sec: _Section, base: Path) -> dict[str, ModeConfig]:
     return modes
 
 
+def _check_workload_files(names: tuple[str, ...], path: Path) -> None:
+    """workload.files are paths inside the repository (copied into each worktree at the same path)."""
+    for name in names:
+        parts = PurePosixPath(name).parts
+        if not name or PurePosixPath(name).is_absolute() or ".." in parts or (parts and parts[0] == ".git"):
+            raise ConfigError(
+                f"{path}: workload.files entry {name!r} is not a path inside the repository. Give paths relative to "
+                f"target.repo (e.g. \"bench.py\", \"benchmarks/\"); a benchmark kept outside the repository needs no "
+                f"entry: name it by its full path in workload.command (the worktree is on its PYTHONPATH)."
+            )
+
+
 def _workload(sec: _Section, base: Path) -> WorkloadConfig:
     workload = WorkloadConfig(**_read_fields(sec, WorkloadConfig, "workload", base))
     if kind_of(workload).requires == "command" and not workload.command:
         raise ConfigError(f"{sec.file}: workload.kind is 'command' but 'workload.command' is empty; give the benchmark command that prints a JSON object.")
+    if workload.files and kind_of(workload).serves:
+        raise ConfigError(f"{sec.file}: workload.files is for workload.kind = \"command\" (a benchmark placed in each worktree); "
+                          f"this workload starts a server. Remove workload.files.")
+    _check_workload_files(workload.files, sec.file)
     problem = metrics.unknown_quantity(workload) or metrics.direction_conflict(workload, sec.data.get("higher_is_better"))
     if problem:
         raise ConfigError(f"{sec.file}: {problem}")

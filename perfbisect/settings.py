@@ -192,7 +192,7 @@ class ModeConfig:
 
 
 # WorkloadConfig fields newer than its hash, with the default that leaves each out of it.
-_LATE_WORKLOAD_FIELDS: dict[str, object] = {"detect_warmup": True, "client_rev": None, "dataset_path": None}
+_LATE_WORKLOAD_FIELDS: dict[str, object] = {"detect_warmup": True, "client_rev": None, "dataset_path": None, "files": ()}
 
 
 @dataclass(frozen=True)
@@ -208,6 +208,9 @@ class WorkloadConfig:
     request_timeout_s: float = 600.0
     model: str = "default"  # model name for the OpenAI endpoints
     command: Argv = ()  # kind = "command": prints a JSON object; kind = "bench_serving": extra arguments
+    # kind = "command": paths in the working tree (files or folders) copied into every commit's worktree before the
+    # command runs, as they are when the command starts: one benchmark for every commit (measure/workload_files.py).
+    files: tuple[str, ...] = ()
     metric: str = "tok_s"  # what each run yields: a quantity, a bench_serving or command JSON key (perfbisect/metrics.py)
     higher_is_better: bool = True  # for command keys; a known metric's direction is known
     # Leading measured runs slower than the rest beyond their spread count as warm-up and are

@@ -1,6 +1,7 @@
 """What bisecting a range would measure and cost, before anything is built or run: the range between
 two revisions, its plan (``plan``: which commits are measured, which not, and why, with the warnings a
-long range, an uncached build step or a requirement set that cannot resolve earn), the checks `run` makes at its
+long range, an uncached build step, a requirement set that cannot resolve or a benchmark file that is not the
+user's earn), the checks `run` makes at its
 endpoints, and the estimate (``plan_estimate``: the search simulated with the noise `run` would start
 from and the regression the endpoints' stored trials show) behind `perfbisect plan` and `run`'s
 budget question (``over_budget``).
@@ -18,10 +19,12 @@ from ..git.plan import Plan, PlanWarning, plan_range, step_plans
 from ..git.skips import skipped_commits
 from ..git.targets import active_filters
 from ..measure import rust_extensions
+from ..measure.workload_files import file_warnings
 from ..measure.workspace import Progress, Workspace
 from ..metrics import describe as describe_metric
 from ..model import Commit, median, pct
 from ..settings import Config
+from ..workload_kinds import kind_of
 from .calibration import noise_model
 
 
@@ -118,7 +121,17 @@ def plan_between(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bo
                      warnings=result.warnings + ((long,) if long else ()))
     result = _with_build_steps(ws, result)
     result = _with_rust_extensions(ws, result)
+    result = _with_workload_files(ws, result, good_c, bad_c)
     return _with_environments(ws, result, progress)
+
+
+def _with_workload_files(ws: Workspace, result: Plan, good_c: Commit, bad_c: Commit) -> Plan:
+    """A warning for each file the workload command names that is untracked, edited or missing at an endpoint and
+    not in workload.files: the trial would run another benchmark than the user's, or fail."""
+    if kind_of(ws.config.workload).serves:
+        return result
+    found = file_warnings(ws.config, ws.repo, (("good endpoint", good_c), ("bad endpoint", bad_c)))
+    return replace(result, warnings=result.warnings + tuple(PlanWarning("workload-file", w) for w in found))
 
 
 def _with_rust_extensions(ws: Workspace, result: Plan) -> Plan:

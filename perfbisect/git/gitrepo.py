@@ -254,6 +254,17 @@ class TargetRepo:
         status, out, _ = self.run("cat-file", "-t", f"{sha}:{path.strip('/')}")
         return status == 0 and out.strip() == "tree"
 
+    def has_path(self, commit: Commit | str, path: str) -> bool:
+        """Whether ``commit``'s tree has ``path`` (a file or a folder; no checkout)."""
+        sha = commit.sha if isinstance(commit, Commit) else str(commit)
+        status, _, _ = self.run("cat-file", "-e", f"{sha}:{path.strip('/')}")
+        return status == 0
+
+    def modified(self, path: str) -> bool:
+        """Whether the working tree's ``path`` differs from HEAD (staged or not)."""
+        status, _, _ = self.run("diff", "--quiet", "HEAD", "--", path)
+        return status == 1
+
     def files_at(self, commit: Commit | str) -> tuple[str, ...]:
         """Every file path in the tree of ``commit``."""
         sha = commit.sha if isinstance(commit, Commit) else commit

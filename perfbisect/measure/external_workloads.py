@@ -139,9 +139,13 @@ def run_command_workload(
 
 
 def _full_env(env: Mapping[str, str], extra_env: Mapping[str, str] | None, python: str, worktree: Path) -> dict[str, str]:
-    """os.environ, then ``env`` with its placeholders filled, then ``extra_env`` as it is."""
+    """os.environ, then ``env`` with its placeholders filled, then ``extra_env`` as it is; the worktree first on
+    PYTHONPATH, so a benchmark kept outside the repository (as with `git bisect run`) imports the commit's code."""
     filled = {k: expand((v,), python=python, worktree=str(worktree))[0] for k, v in env.items()}
-    return {**os.environ, **filled, **(extra_env or {})}
+    full = {**os.environ, **filled, **(extra_env or {})}
+    rest = [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(worktree)]
+    full["PYTHONPATH"] = os.pathsep.join([str(worktree), *rest])
+    return full
 
 
 def _invoke_command(

@@ -101,6 +101,7 @@ class TrialRunner:
             self._rust_extensions(prepared)
             # The environment is part of what was built: trials pool only within one.
             prepared.build_hash = build.hash if prepared.env_key is None else content_hash(build.hash, prepared.env_key)
+            self._workload_files(prepared)
             cached = [s.name for s in build.steps if s.cached]
             if cached:
                 self.progress.detail(f"{commit.short}: build cache hit for {', '.join(cached)}")
@@ -134,6 +135,15 @@ class TrialRunner:
                 f"{prepared.commit.short}: built the environment {env.key[:10]} ({len(env.lock.packages)} packages"
                 f"{', resolved as of ' + env.lock.resolved_as_of if env.lock.resolved_as_of else ''}) in {env.seconds:.1f}s"
             )
+
+    def _workload_files(self, prepared: Prepared) -> None:
+        """``workload.files`` over the commit's own files: one benchmark for every commit, part of the build's identity."""
+        files = self.ws.workload_files
+        if files is None:
+            return
+        files.place(prepared.worktree)
+        prepared.build_hash = content_hash(prepared.build_hash, files.hash)
+        prepared.env_info = {**(prepared.env_info or {}), "workload_files": files.hash}
 
     def _rust_extensions(self, prepared: Prepared) -> None:
         """SGLang's Rust extensions built before the server starts, so it never compiles (``rust_extensions``)."""

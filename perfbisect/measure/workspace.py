@@ -31,6 +31,7 @@ from ..model import NoiseKey
 from .server import port_holders, port_in_use
 from ..store import Store, StoreLocation, locate, open_store
 from ..git.targets import active_filters
+from .workload_files import Snapshot, snapshot
 from ..workload_kinds import kind_of
 
 
@@ -68,6 +69,7 @@ class Workspace:
     # Each commit's environment (requirements -> uv lock -> <cache_dir>/envs/<key>), when [environment] is set.
     environments: Environments | None = None
     _pool: WorktreePool | None = field(default=None, repr=False)
+    _workload_files: tuple[Snapshot | None] | None = field(default=None, repr=False)
 
     @classmethod
     def open(cls, config: Config, db_path: Path | str | None = None, *, recover: bool = True) -> "Workspace":
@@ -111,6 +113,14 @@ class Workspace:
             slots = layout.path_slots if layout.randomize else 1
             self._pool = WorktreePool(self.repo, self.config.cache_dir, size=slots)
         return self._pool
+
+    @property
+    def workload_files(self) -> Snapshot | None:
+        """``workload.files`` taken from the working tree on first use (the command's first trial), then kept:
+        an edit made while the command runs reaches none of its trials."""
+        if self._workload_files is None:
+            self._workload_files = (snapshot(self.config),)
+        return self._workload_files[0]
 
     def noise_key(self, mode: ModeConfig) -> NoiseKey:
         """The key trials of ``mode`` on this host with this workload share their noise under."""

@@ -16,7 +16,7 @@ from .measure.host import gpu_busy_processes
 from .report.render import format_snapshot
 from .measure.sysstate import collect_snapshot, throttle_reason_names
 from .measure.versions import target_versions
-from .errors import ConfigError, GitError, PatchError, PerfbisectError, StoreError
+from .errors import ConfigError, GitError, PatchError, PerfbisectError, StoreError, Untestable
 from .git.targets import is_sglang_target, target_name
 from .workload_kinds import kind_of
 
@@ -289,7 +289,7 @@ def _launch(ctx: dict) -> list[Finding]:
     cfg = ws.config
     mode = cfg.modes.get("baseline") or next(iter(cfg.modes.values()))
     if not kind_of(cfg.workload).serves:
-        return [_command_check(ws)]
+        return _command_runs(ctx)
     try:
         # The same locks as a trial: a launch next to a running bisection would disturb its numbers.
         with exclusive(ws):
@@ -317,15 +317,50 @@ def _launch(ctx: dict) -> list[Finding]:
     return out
 
 
-def _command_check(ws) -> Finding:
-    """A command workload starts no server: check its command can be started instead."""
-    from .measure.workspace import preflight
+def _command_runs(ctx: dict) -> list[Finding]:
+    """A command workload starts no server: run workload.command once where a trial would (HEAD, and both
+    endpoints of ``--range``) and show the metric it parsed; a missing key, 0, a crash, a timeout are errors."""
+    from .measure.trials import TrialRunner
+    from .measure.workspace import exclusive, preflight
+    from .metrics import describe_workload
 
+    ws = ctx["ws"]
+    cfg = ws.config
     try:
         preflight(ws)
     except PerfbisectError as exc:
-        return Finding("workload command", "error", str(exc))
-    return Finding("workload command", "ok", "workload.kind = 'command': no server to launch; workload.command starts in each trial's worktree")
+        return [Finding("workload command", "error", str(exc))]
+    mode = cfg.modes.get("baseline") or next(iter(cfg.modes.values()))
+    metric = describe_workload(cfg.workload)
+    wanted = [("HEAD", "HEAD")] + ([("good endpoint", ctx["range"][0]), ("bad endpoint", ctx["range"][1])] if ctx["range"] else [])
+    out, seen = [], set()
+    try:
+        with exclusive(ws):  # the same locks as a trial: a run beside a bisection would disturb its numbers
+            runner = TrialRunner(ws)
+            for label, rev in wanted:
+                commit = ws.repo.resolve(rev)
+                if commit.sha in seen:
+                    continue
+                seen.add(commit.sha)
+                where = f"at {label} {commit.short}" if label != "HEAD" else f"at HEAD {commit.short}"
+                check = f"workload {where}"
+                try:
+                    value, why, seconds = runner.try_command(commit, mode)
+                except Untestable as exc:
+                    out.append(Finding(check, "warn", f"{exc}: such a commit is skipped, never blamed"))
+                    continue
+                except PerfbisectError as exc:
+                    out.append(Finding(check, "error", str(exc)))
+                    continue
+                if why is not None or value is None:
+                    out.append(Finding(check, "error", f"{why}. Make workload.command print a positive number for "
+                                                       f"'{cfg.workload.metric}' (the last JSON object on stdout)."))
+                    continue
+                out.append(Finding(check, "ok", f"{cfg.workload.metric} = {metric.format(value)} ({metric.direction}) "
+                                                f"in {seconds:.1f}s: one invocation, nothing stored"))
+    except PerfbisectError as exc:
+        out.append(Finding("workload command", "error", str(exc)))
+    return out
 
 
 CHECKS: list[tuple[str, Callable[[dict], list[Finding]], tuple[str, ...]]] = [

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import Interrupted, PerfbisectError
+from .workload_kinds import kind_of
 
 # Imported light on purpose (typer and rich only inside the functions that print): ``perfbisect.cli``
 # installs ``install_early_handlers`` before it imports anything heavy, so a signal in the first
@@ -49,7 +50,8 @@ def interruptible(ws, *, resume_id: int | None = None, resumable: bool = False, 
             what = "the bisection had not started yet: nothing to resume; run the same command again"
         else:
             what = "the trials finished so far are stored (see `perfbisect log`)"
-        message = f"Interrupted by {signal_name(signum)}: the server was stopped; {what}."
+        stopped = "the server was stopped" if kind_of(ws.config.workload).serves else "the workload command was stopped"
+        message = f"Interrupted by {signal_name(signum)}: {stopped}; {what}."
         if json_out:
             print_json({"error": message, "exit_code": 128 + signum, "kind": "Interrupted",
                         "bisection": bid if resumable else None, "resume": resume})

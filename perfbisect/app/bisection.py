@@ -185,7 +185,8 @@ def _resumed_search(ws: Workspace, record: BisectionRecord, shas: list[str], kep
         shas = list(record.commits)
     stored_observations = ws.store.observations(record.id)
     observations = observations_of(stored_observations)
-    resumed = resume_summary(ws.store, record.id, stored_observations, kept)
+    resumed = resume_summary(ws.store, record.id, stored_observations, kept,
+                             "server session" if kind_of(ws.config.workload).serves else "command run")
     progress.info(resumed.line())
     return shas, observations, resumed
 
@@ -405,7 +406,7 @@ def _expand_merge_culprit(ws: Workspace, outcome: BisectOutcome, by_sha: dict[st
 class FinishedBisection:
     """What `run` and `resume` show after the search, besides its outcome."""
 
-    broken: str | None  # why no trial produced a number (``measured_nothing``): exit 4, not 3
+    broken: str | None  # why no trial produced a number (``measured_nothing``): exit 4, not 3; the bisection is not kept
     report: tuple[Path, str] | None  # the HTML report and its short line; None when it could not be written (warned)
     spent: dict  # what it spent (``bisection_spent``)
 
@@ -414,8 +415,12 @@ def finished_bisection(ws: Workspace, result: BisectResult, progress: Progress) 
     """After a bisection: whether anything was measured, its HTML report (a failure to write it is a
     warning, never hiding the verdict) and what it spent."""
     broken = measured_nothing(ws, result.bisection_id)
-    written = _bisection_report(ws, result, progress)
-    return FinishedBisection(broken, written, bisection_spent(ws, result.bisection_id))
+    spent = bisection_spent(ws, result.bisection_id)
+    if broken:
+        # Nothing was measured: not a verdict to keep or render, only an error (exit 4). The failed trials stay.
+        ws.store.discard_bisection(result.bisection_id)
+        return FinishedBisection(broken, None, spent)
+    return FinishedBisection(None, _bisection_report(ws, result, progress), spent)
 
 
 def _bisection_report(ws: Workspace, result: BisectResult, progress: Progress) -> tuple[Path, str] | None:

@@ -84,6 +84,7 @@ class Resumed:
     reused: tuple[TrialResult, ...] = ()
     discarded: tuple[TrialResult, ...] = ()
     kept: dict[str, tuple] = field(default_factory=dict)  # [stats] kept as started: {key: (config's, bisection's)}
+    trial_unit: str = "server session"  # what one trial is, in the target's words ("command run" for a command target)
 
     def line(self) -> str:
         """One progress line: what was reused, what was discarded and why."""
@@ -96,7 +97,7 @@ class Resumed:
                          f"holds it yet: used, not measured again")
         for t in self.discarded:
             parts.append(f"interrupted trial #{t.id} ({_trial_words(t)}, {_runs_words(t)}) "
-                         f"discarded: a trial is one server session, so one cut short is kept in the database but "
+                         f"discarded: a trial is one {self.trial_unit}, so one cut short is kept in the database but "
                          f"never completed or counted, and its commit is measured again")
         return "; ".join(parts)
 
@@ -125,7 +126,7 @@ def _runs_words(t: TrialResult) -> str:
 
 
 def resume_summary(store: Store, bisection_id: int, observations: Sequence[ObservationRecord],
-                   kept: dict[str, tuple] | None = None) -> Resumed:
+                   kept: dict[str, tuple] | None = None, trial_unit: str = "server session") -> Resumed:
     """What resuming ``bisection_id`` reuses and discards (``Resumed``), from what the store holds.
 
     Reused unobserved trials are the finished ones of purpose `bisect` that no observation holds (what
@@ -140,5 +141,5 @@ def resume_summary(store: Store, bisection_id: int, observations: Sequence[Obser
     discarded = tuple(t for t in trials if t.id not in held and t.id > last and t.status is TrialStatus.FAILED
                       and not (t.job_id is not None and is_unfinished(t)))
     return Resumed(bisection_id, len(observations), len(held), sum(1 for o in observations if o.value is None),
-                   reused, discarded, dict(kept or {}))
+                   reused, discarded, dict(kept or {}), trial_unit)
 

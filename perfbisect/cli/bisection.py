@@ -19,11 +19,11 @@ from ..settings import DEFAULT_WAIT_IDLE_S
 from .options import (
     BadOpt, ConfigOpt, DEMO_DIRS, DbOpt, FailOnRegressionOpt, FormatOpt, GoodOpt, JsonOpt, QuietOpt, RevArgs,
     WaitIdleOpt, WaitOpt, YesOpt, app_bisection, app_housekeeping, app_planning, app_reports, app_resume,
-    checked_number, exit_for, load, nothing_measured, output_format, parse_revs, workspace,
+    checked_number, exit_for, load, nothing_measured, output_format, parse_revs, try_once_hint, workspace,
 )
 
 
-def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, fmt: str = "text") -> None:
+def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, fmt: str = "text", hint: str = "") -> None:
     """Print a finished bisection (lines, or one JSON object) and exit with its documented code.
 
     ``finished`` (``app.bisection.FinishedBisection``): ``broken``, no trial measured anything (the server never
@@ -35,6 +35,12 @@ def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, 
     from ..engine.cost import spent_line
 
     report, spent = finished.report, finished.spent
+    if finished.broken:
+        # One message: nothing was measured, so there is no verdict to print, store or render.
+        if json_out:
+            print_json({"verdict": None, "error": nothing_measured(finished.broken, hint), "spent": spent})
+        print_error(nothing_measured(finished.broken, hint))
+        raise typer.Exit(code=EXIT_RUNTIME)
     if json_out:
         # "resumed": what `resume` reused and discarded (app.resume.Resumed.as_json); null for a run that was not resumed
         print_json({**outcome_json(result), "report": str(report[0]) if report else None, "spent": spent,
@@ -50,9 +56,6 @@ def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, 
             out_console.print(show(spent_line(spent, result.outcome.trials_used)))
         if report is not None:
             out_console.print(show(report[1]))
-    if finished.broken:
-        print_error(nothing_measured(finished.broken))
-        raise typer.Exit(code=EXIT_RUNTIME)
     raise typer.Exit(code=exit_for(result.outcome.verdict, fail_on_regression))
 
 
@@ -114,7 +117,7 @@ def run(
         with workspace.exclusive(ws, progress, wait=wait, gpu=gpu), interruptible(ws, resumable=True, options=resume_options(config, db), json_out=json_out):
             result = app_bisection.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
             finished = app_bisection.finished_bisection(ws, result, progress)
-    _show_bisection(result, finished, json_out, fail_on_regression, fmt)
+    _show_bisection(result, finished, json_out, fail_on_regression, fmt, hint=try_once_hint(cfg, g, b))
 
 
 def resume(
@@ -133,7 +136,7 @@ def resume(
     since is named and not used) and from its stored observations, so it measures what the uninterrupted
     run would have. It says what it reused: the stored observations and their trials, a finished trial no
     observation holds yet (used, not measured again), and a trial the interruption cut short (discarded: a
-    trial is one server session; its commit is measured again). --json has the same under "resumed".
+    trial is one server session, or one command run; its commit is measured again). --json has the same under "resumed".
 
     Example:  perfbisect resume
     Example:  perfbisect resume 3 --json
@@ -146,7 +149,8 @@ def resume(
         with interruptible(ws, resume_id=bid, resumable=True, options=resume_options(config, db), json_out=json_out):
             result = app_bisection.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
         finished = app_bisection.finished_bisection(ws, result, progress)
-    _show_bisection(result, finished, json_out, fail_on_regression)
+    _show_bisection(result, finished, json_out, fail_on_regression,
+                    hint=try_once_hint(cfg, result.outcome.good[:10], result.outcome.bad[:10]))
 
 
 def demo(

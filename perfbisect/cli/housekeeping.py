@@ -21,7 +21,7 @@ from .options import ConfigOpt, DbOpt, JsonOpt, app_housekeeping, config_path, l
 def doctor(
     config: ConfigOpt = None,
     db: DbOpt = None,
-    launch: Annotated[bool, typer.Option("--launch", help="Also start the server once and check the env reaches every worker.")] = False,
+    launch: Annotated[bool, typer.Option("--launch", help="Also start the server once and check the env reaches every worker; a command target: run workload.command once at HEAD (and at --range's endpoints) and show the metric it printed.")] = False,
     json_out: JsonOpt = False,
     range_: Annotated[Optional[str], typer.Option("--range", metavar="GOOD..BAD", help="Check the environments (\\[environment]: one per uv lock) of every commit of this range, not only HEAD's.")] = None,
 ) -> None:
@@ -30,6 +30,7 @@ def doctor(
 
     Example:  perfbisect doctor
     Example:  perfbisect doctor --launch
+    Example:  perfbisect doctor --launch --range v1.0..HEAD   (a command target: run it at both endpoints)
     Example:  perfbisect doctor --range bba2fc4..HEAD
     Example:  perfbisect doctor --json
     """

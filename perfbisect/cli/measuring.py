@@ -15,7 +15,7 @@ from ..report.console import ConsoleProgress, out_console, print_error, print_js
 from ..settings import DEFAULT_WAIT_IDLE_S
 from .options import (
     ConfigOpt, DbOpt, FailOnRegressionOpt, FormatOpt, JsonOpt, ModeOpt, ModesOpt, QuietOpt, SessionsOpt, WaitIdleOpt,
-    WaitOpt, app_calibration, app_measuring, app_reports, checked_number, exit_for, load, nothing_measured,
+    WaitOpt, app_calibration, app_measuring, app_reports, checked_number, exit_for, load, nothing_measured, try_once_hint,
     output_format, workspace,
 )
 
@@ -55,7 +55,7 @@ def measure(
         print_lines(format_measure(result, cfg))
     broken = app_measuring.why_nothing_measured([t for ts in result.trials.values() for t in ts])
     if broken:
-        print_error(nothing_measured(broken))
+        print_error(nothing_measured(broken, try_once_hint(cfg)))
         raise typer.Exit(code=EXIT_RUNTIME)
 
 

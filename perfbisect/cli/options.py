@@ -152,13 +152,25 @@ def exit_for(verdict: str, fail_on_regression: bool) -> int:
     return EXIT_OK
 
 
-def nothing_measured(first_error: str) -> str:
-    """The error of a command whose trials all failed (exit 4), with the first trial's reason."""
+def nothing_measured(first_error: str, hint: str = "") -> str:
+    """The error of a command whose trials all failed (exit 4), with the first trial's reason and ``hint`` (what
+    to try: ``try_once_hint``)."""
     first = " ".join(first_error.split())[:600]
     return (
         f"No trial produced a measurement, so nothing was compared. The first trial failed with: {first} "
-        f"Fix that (run `perfbisect doctor --launch` to try the server once) and run again."
+        f"Fix that ({hint or 'run `perfbisect doctor --launch` to try it once'}) and run again."
     )
+
+
+def try_once_hint(cfg, good: str | None = None, bad: str | None = None) -> str:
+    """How to try one trial's work by hand, in the target's words."""
+    from ..workload_kinds import kind_of
+
+    if kind_of(cfg.workload).serves:
+        return "run `perfbisect doctor --launch` to start the server once"
+    where = f" --range {good}..{bad}" if good and bad else ""
+    return (f"run `perfbisect doctor --launch{where}` to run workload.command once at HEAD"
+            + (" and at both endpoints" if where else "") + " and see the metric it prints")
 
 
 def output_format(fmt: str, json_out: bool) -> str:

@@ -106,8 +106,9 @@ class DecisionSteps:
                     Verdict.INCONCLUSIVE, data,
                     explanation=(
                         f"The {'good' if end == good else 'bad'} endpoint {self.commits[end][:10]} cannot be "
-                        f"tested (patch conflict, build failure or server never ready), so there is nothing "
-                        f"to bisect against. Pick an endpoint that builds and serves."
+                        f"tested (a patch conflict, a failed build, or no trial that produced a number: `perfbisect "
+                        f"log` shows why), so there is nothing to bisect against. Pick an endpoint that builds and "
+                        f"can be measured."
                     ),
                 )
         for end in (good, bad):

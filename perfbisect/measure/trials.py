@@ -136,6 +136,22 @@ class TrialRunner:
                 f"{', resolved as of ' + env.lock.resolved_as_of if env.lock.resolved_as_of else ''}) in {env.seconds:.1f}s"
             )
 
+    def try_command(self, commit: Commit, mode: ModeConfig) -> tuple[float | None, str | None, float]:
+        """``perfbisect doctor --launch`` on a command target: ``commit`` prepared as a trial's would be (worktree,
+        patch stack, environment, build, workload.files) and workload.command run once, no warm-up, nothing stored.
+        (the metric's value, why it is no measurement — 0, negative, non-finite —, seconds). A crash, a timeout or
+        no JSON raise WorkloadError, a missing key ConfigError, exit 125 Untestable; an untestable preparation
+        (patch conflict, build failure) comes back as its reason."""
+        prepared = self.prepare(commit)
+        if prepared.untestable:
+            return None, prepared.untestable, 0.0
+        cfg = self.ws.config
+        log = self._logs / "doctor" / f"{commit.short}-{mode.name}.log"
+        start = time.monotonic()
+        runs = run_command_workload(replace(cfg.workload, warmup=0), prepared.worktree, prepared.python,
+                                    {**cfg.server.env, **mode.env}, log, extra_env=prepared.server_env)
+        return runs[-1].metric_value, runs[-1].error, time.monotonic() - start
+
     def _workload_files(self, prepared: Prepared) -> None:
         """``workload.files`` over the commit's own files: one benchmark for every commit, part of the build's identity."""
         files = self.ws.workload_files

@@ -49,7 +49,7 @@ def gpu_hours_of(trials: Sequence[TrialResult]) -> tuple[float, str]:
     """What the trials cost: hours times the host's GPU count (machine-hours where it has none), and the unit."""
     hours = sum(max(0.0, t.finished_at - t.started_at) for t in trials if t.finished_at) / 3600.0
     gpus = max((_gpu_count(t.identity.host) for t in trials), default=0)
-    return hours * (gpus or 1), "GPU-hours" if gpus else "machine-hours (no GPU here)"
+    return hours * (gpus or 1), "GPU-hours" if gpus else "machine-hours"
 
 
 def commit_row(sha: str, info: Mapping[str, Any], trials: Sequence[TrialResult], role: str, measured: bool,

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from ..errors import StoreError
@@ -25,6 +25,8 @@ from .schema import (
     BISECTION_INTERRUPTED,
     BISECTION_RUNNING,
     BisectionRow,
+    ComparisonRow,
+    JobRow,
     ObservationRow,
     TrialRow,
 )
@@ -154,6 +156,18 @@ def finish_bisection(
     row.finished_at = time.time() if finished_at is None else finished_at
     session.flush()
     return _bisection_record(session, row)
+
+
+def discard_bisection(session: Session, bisection_id: int) -> None:
+    """Remove a bisection that measured nothing (every trial failed): its observations and jobs go, its trials stay
+    (their errors are what the user reads in `perfbisect log`), no longer part of any bisection."""
+    _bisection_row(session, bisection_id)
+    session.execute(update(TrialRow).where(TrialRow.bisection_id == bisection_id).values(bisection_id=None))
+    session.execute(update(ComparisonRow).where(ComparisonRow.bisection_id == bisection_id).values(bisection_id=None))
+    session.execute(delete(ObservationRow).where(ObservationRow.bisection_id == bisection_id))
+    session.execute(delete(JobRow).where(JobRow.bisection_id == bisection_id))
+    session.execute(delete(BisectionRow).where(BisectionRow.id == bisection_id))
+    session.flush()
 
 
 def set_bisection_running(

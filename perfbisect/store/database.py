@@ -398,6 +398,11 @@ class Store:
         with self.session(write=True) as s:
             return bisection_queries.finish_bisection(s, bisection_id, outcome)
 
+    def discard_bisection(self, bisection_id: int) -> None:
+        """Forget a bisection that measured nothing; its trials stay, in no bisection."""
+        with self.session(write=True) as s:
+            bisection_queries.discard_bisection(s, bisection_id)
+
     def bisection(self, bisection_id: int) -> BisectionRecord:
         """One stored bisection."""
         with self.session() as s:

@@ -1,0 +1,96 @@
+"""A new user's first hour (issue #49): the advised check checks, words of the target kind, one message where
+nothing was measured, answers scripts can read, and a CLI that behaves as git's does. Real repositories, real
+command subprocesses, the CLI through its one error boundary."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from .cli_runner import run_cli, run_command
+from .repo_factory import RepoFactory
+
+
+def _config(dir: Path, repo: Path, bench: str, extra: str = "", workload: str = "") -> Path:
+    (dir / "bench.py").write_text(bench)
+    config = dir / "perfbisect.toml"
+    config.write_text(
+        "[target]\n"
+        f"repo = {json.dumps(str(repo))}\n"
+        f"python = {json.dumps(sys.executable)}\n"
+        f"cache_dir = {json.dumps(str(dir / 'cache'))}\n"
+        "[workload]\n"
+        'kind = "command"\n'
+        f"command = {json.dumps(['{python}', str(dir / 'bench.py')])}\n"
+        'metric = "ops_per_s"\n'
+        "warmup = 0\n" + workload + extra
+    )
+    return config
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    r = RepoFactory(tmp_path_factory.mktemp("first-hour") / "proj")
+    shas = [r.commit(f"c{i} rate {rate}", {"rate.txt": f"{rate}\n", f"src/m{i}.py": f"x = {i}\n"})
+            for i, rate in enumerate([100, 100, 100, 80, 80])]
+    return r, shas
+
+
+GOOD_BENCH = "import json, pathlib\nprint(json.dumps({'ops_per_s': float(pathlib.Path('rate.txt').read_text())}))\n"
+
+
+@pytest.mark.parametrize("bench, state, words", [
+    (GOOD_BENCH, "ok", "ops_per_s = 80.00 ops/s (higher is better)"),
+    ("import json\nprint(json.dumps({'ops': 1}))\n", "error", "without the key 'ops_per_s'"),
+    ("import json\nprint(json.dumps({'ops_per_s': 0}))\n", "error", "came back as 0"),
+    ("raise SystemExit('boom')\n", "error", "exited with status 1"),
+    ("import time\ntime.sleep(30)\n", "error", "ran longer than workload.request_timeout_s"),
+    ("import sys\nsys.exit(125)\n", "warn", "cannot be tested"),
+], ids=["ok", "missing-key", "zero", "crash", "timeout", "untestable"])
+def test_doctor_launch_runs_a_command_workload_once_and_shows_what_it_parsed(project, tmp_path, bench, state, words):
+    r, shas = project
+    config = _config(tmp_path, r.path, bench, workload="request_timeout_s = 2\n")
+    proc = run_cli("doctor", "--launch", "--json", "-c", str(config), "--db", str(tmp_path / "d.sqlite"))
+    found = [f for f in json.loads(proc.stdout)["findings"] if f["check"].startswith("workload at")]
+    assert len(found) == 1 and found[0]["check"] == f"workload at HEAD {shas[-1][:10]}", found
+    assert found[0]["state"] == state and words in " ".join(found[0]["message"].split()), found
+    assert proc.returncode == (2 if state == "error" else 0)
+    with sqlite3.connect(tmp_path / "d.sqlite") as con:
+        assert con.execute("SELECT count(*) FROM trials").fetchone() == (0,)  # nothing stored
+
+
+def test_doctor_launch_with_a_range_runs_the_command_at_both_endpoints(project, tmp_path):
+    r, shas = project
+    config = _config(tmp_path, r.path, GOOD_BENCH)
+    proc = run_cli("doctor", "--launch", "--range", f"{shas[0]}..{shas[-2]}", "-c", str(config), "--db", str(tmp_path / "d.sqlite"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert f"workload at HEAD {shas[-1][:10]}: ops_per_s = 80.00 ops/s" in out
+    assert f"workload at good endpoint {shas[0][:10]}: ops_per_s = 100.0 ops/s" in out
+    assert f"workload at bad endpoint {shas[-2][:10]}: ops_per_s = 80.00 ops/s" in out
+
+
+def test_a_configuration_that_measures_nothing_is_one_error_and_no_stored_bisection(project, tmp_path):
+    r, shas = project
+    config = _config(tmp_path, r.path, "raise SystemExit('no such benchmark')\n")
+    db = tmp_path / "r.sqlite"
+    proc = run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db))
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "INCONCLUSIVE" not in proc.stdout and "report:" not in proc.stdout, proc.stdout
+    said = " ".join(proc.stderr.split())
+    assert said.count("No trial produced a measurement") == 1
+    hint = said.split("Fix that (")[-1]
+    assert hint.startswith(f"run `perfbisect doctor --launch --range {shas[0]}..{shas[-1]}` to run workload.command once")
+    assert "server" not in hint
+    assert "Pick an endpoint" not in proc.stdout + proc.stderr
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT count(*) FROM bisections").fetchone() == (0,)
+        assert con.execute("SELECT count(*), max(bisection_id) FROM trials WHERE status = 'failed'").fetchone()[0] >= 1
+    listed = run_cli("log", "-c", str(config), "--db", str(db))
+    assert "bisection #" not in listed.stdout
+    as_json = run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--json")
+    assert as_json.returncode == 4 and json.loads(as_json.stdout)["verdict"] is None

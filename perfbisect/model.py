@@ -472,6 +472,9 @@ class BisectOutcome:
     # how trial summaries of one build track recorded state (CPU load or temperature at the start: adjusted for;
     # clock, power: only shown), as the explanation's "System state:" says them
     state_notes: tuple[str, ...] = ()
+    # the culprit is a merge on the first-parent line: named (it is the first bad commit there), with the commits
+    # it brought in ``culprit_set`` beside it (one of them, or the merge, changed performance)
+    culprit_merge: bool = False
 
     @property
     def culprit_is_set(self) -> bool:
@@ -481,5 +484,6 @@ class BisectOutcome:
     @property
     def named_culprit(self) -> str | None:
         """The one commit to blame, or None when the answer is a set (``culprit`` is then only where the
-        change was located, the set's last commit: naming it would blame a possibly innocent commit)."""
-        return None if self.culprit_is_set else self.culprit
+        change was located, the set's last commit: naming it would blame a possibly innocent commit). A merge
+        culprit is named: on the first-parent line it is the first bad commit, its branch beside it."""
+        return self.culprit if self.culprit_merge or not self.culprit_is_set else None

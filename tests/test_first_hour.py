@@ -94,3 +94,42 @@ def test_a_configuration_that_measures_nothing_is_one_error_and_no_stored_bisect
     assert "bisection #" not in listed.stdout
     as_json = run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db), "--json")
     assert as_json.returncode == 4 and json.loads(as_json.stdout)["verdict"] is None
+
+
+OLD_PYTHONS = [p for p in (Path("/root/.pyenv/versions/3.7.16/bin/python"), Path("/usr/bin/python3.7"),
+                           Path("/root/.pyenv/versions/2.7.18/bin/python")) if p.exists()]
+
+
+def _stand_in_python_37(dir: Path) -> Path:
+    """A stand-in for a Python 3.7 where none is installed (CI): the real probe answer checked below where one is."""
+    stub = dir / "python3.7"
+    stub.write_text('#!/bin/sh\nif [ "$1" = "-c" ]; then echo 3.7.16; exit 0; fi\necho "PERFBISECT_TOO_OLD 3.7.16"; exit 3\n')
+    stub.chmod(0o755)
+    return stub
+
+
+def test_a_target_python_too_old_to_be_read_is_refused_at_plan_and_doctor_with_the_versions_that_work(project, tmp_path):
+    r, shas = project
+    old = OLD_PYTHONS[0] if OLD_PYTHONS else _stand_in_python_37(tmp_path)
+    config = _config(tmp_path, r.path, GOOD_BENCH)
+    config.write_text(config.read_text().replace(json.dumps(sys.executable), json.dumps(str(old))))
+    plan = run_cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "p.sqlite"))
+    said = " ".join(plan.stderr.split())
+    assert plan.returncode == 2 and "needs Python 3.8 or newer" in said and "[target] python" in said, plan.stderr
+    run = run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(tmp_path / "p.sqlite"))
+    assert run.returncode == 2 and "needs Python 3.8 or newer" in run.stderr
+    doctor = run_cli("doctor", "--json", "-c", str(config), "--db", str(tmp_path / "p.sqlite"))
+    found = {f["check"]: f for f in json.loads(doctor.stdout)["findings"]}
+    assert found["target interpreter"]["state"] == "error" and "3.8 or newer" in found["target interpreter"]["message"]
+
+
+@pytest.mark.skipif(not OLD_PYTHONS, reason="no Python older than 3.8 installed here")
+@pytest.mark.parametrize("old", OLD_PYTHONS, ids=lambda p: p.parent.parent.name)
+def test_the_version_probe_names_a_real_old_python(old):
+    from perfbisect.errors import ConfigError
+    from perfbisect.measure.versions import python_version_problem, target_versions
+
+    with pytest.raises(ConfigError, match="needs Python 3.8 or newer"):
+        target_versions(str(old), timeout_s=60)
+    assert "3.8 or newer" in python_version_problem(str(old))
+    assert python_version_problem(sys.executable) is None

@@ -262,10 +262,15 @@ def test_merge_culprit_names_the_merged_branch(tmp_path):
     proc = run_command("run", f"good={target.bad}", "bad=HEAD", "-c", str(target.config), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    # The merge stands for its branch: the answer is a set, so no one commit is named (issue #21).
-    assert result["verdict"] == "regressed" and result["culprit"] is None and result["culprit_is_set"] is True
-    assert {merge, slow, other} <= set(result["culprit_set"])
-    assert "merge of 2 commits" in result["explanation"]
+    # The merge is the first bad commit of the first-parent line, as the text says: scripts get it, and its
+    # branch beside it (issue #49; #21 had left `culprit` null while the text named the merge).
+    assert result["verdict"] == "regressed" and result["culprit"] == merge and result["culprit_merge"] is True
+    assert result["culprit_is_set"] is True and {merge, slow, other} <= set(result["culprit_set"])
+    assert f"First bad commit {merge[:10]}" in result["explanation"] and "merge of 2 commits" in result["explanation"]
+    text = run_command("report", "latest", "--db", str(db), "-c", str(target.config))
+    assert text.returncode == 0, text.stderr
+    shown = run_command("log", "-c", str(target.config), "--db", str(db))
+    assert f"culprit {merge[:10]}" in shown.stdout
 
 
 def test_command_workload_measures_through_the_same_store(tmp_path):

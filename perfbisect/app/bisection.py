@@ -384,6 +384,7 @@ def _expand_merge_culprit(ws: Workspace, outcome: BisectOutcome, by_sha: dict[st
     """A merge commit stands for its whole branch: name the merged commits as the culprit set."""
     if not outcome.culprit or not by_sha[outcome.culprit].is_merge:
         return outcome
+    alone = not outcome.culprit_is_set  # no untestable neighbour shares the blame: the merge is named
     merged = ws.repo.merged_commits(by_sha[outcome.culprit])
     for c in merged:
         by_sha.setdefault(c.sha, c)
@@ -395,6 +396,7 @@ def _expand_merge_culprit(ws: Workspace, outcome: BisectOutcome, by_sha: dict[st
         outcome,
         culprit_set=tuple(dict.fromkeys((outcome.culprit, *outcome.culprit_set, *(c.sha for c in merged)))),
         explanation=outcome.explanation + note,
+        culprit_merge=alone,
     )
 
 

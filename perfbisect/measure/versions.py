@@ -20,6 +20,33 @@ from .sysstate import CollectorSet
 PROBE = Path(__file__).with_name("versions_probe.py")
 
 
+OLDEST_TARGET_PYTHON = (3, 8)  # the version probe's importlib.metadata
+
+
+def too_old(python: str, version: str) -> str:
+    return (f"The target interpreter {python!r} is Python {version}; perfbisect needs Python "
+            f"{'.'.join(map(str, OLDEST_TARGET_PYTHON))} or newer there (to read which packages each trial ran with; "
+            f"SGLang itself needs 3.10 or newer). Set [target] python in perfbisect.toml to a newer interpreter.")
+
+
+def python_version_problem(python: str, timeout_s: float = 60.0) -> str | None:
+    """Why ``python`` cannot be the target's interpreter because it is older than the probe reads, or None. One short
+    `-c` any Python answers (Python 2 included), so `plan` and `run` say it before any trial; an interpreter that
+    cannot be run is left to the checks that name what runs it."""
+    try:
+        proc = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % tuple(sys.version_info[:3]))"],
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    try:
+        version = tuple(int(p) for p in proc.stdout.strip().split("."))
+    except ValueError:
+        return None  # not a Python that prints its version: the probe says what it is
+    if version[:2] < OLDEST_TARGET_PYTHON:
+        return too_old(python, proc.stdout.strip())
+    return None
+
+
 def target_versions(
     python: str,
     cwd: Path | None = None,
@@ -55,6 +82,9 @@ def target_versions(
             f"{timeout_s:.0f} s. Check that `{python} -c 'import torch'` works quickly, or set "
             "[target] python to the right interpreter."
         ) from None
+    old = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PERFBISECT_TOO_OLD ")), None)
+    if old is not None:
+        raise ConfigError(too_old(python, old.split(" ", 1)[1]))
     line = next(
         (ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("PERFBISECT_VERSIONS ")),
         None,

@@ -19,6 +19,11 @@ import sys
 if sys.path and os.path.realpath(sys.path[0] or os.curdir) == os.path.dirname(os.path.realpath(__file__)):
     sys.path[0] = ""
 
+# Python 3.8 is the oldest this probe runs on (importlib.metadata): an older one says so, in syntax Python 2 reads.
+if sys.version_info < (3, 8):
+    sys.stdout.write("PERFBISECT_TOO_OLD %d.%d.%d\n" % tuple(sys.version_info[:3]))
+    sys.exit(3)
+
 import json  # noqa: E402
 from importlib import metadata  # noqa: E402
 

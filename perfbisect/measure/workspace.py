@@ -31,6 +31,7 @@ from ..model import NoiseKey
 from .server import port_holders, port_in_use
 from ..store import Store, StoreLocation, locate, open_store
 from ..git.targets import active_filters
+from .versions import python_version_problem
 from .workload_files import Snapshot, snapshot
 from ..workload_kinds import kind_of
 
@@ -159,8 +160,12 @@ def check_cache_dir(config: Config) -> None:
 
 
 def preflight(ws: Workspace) -> None:
-    """Fail fast on what would break every trial: a server command that does not exist, a busy fixed port."""
+    """Fail fast on what would break every trial: a server command that does not exist, a busy fixed port, a target
+    interpreter too old to be read."""
     cfg = ws.config
+    too_old = python_version_problem(cfg.target.python)
+    if too_old:
+        raise ConfigError(too_old)
     if not kind_of(cfg.workload).serves:
         argv = expand(cfg.workload.command, python=cfg.target.python, worktree=str(cfg.target.repo))
         what = "workload.command"

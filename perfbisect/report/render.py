@@ -76,7 +76,11 @@ def format_outcome(result: Any) -> list[str]:
     lines.append(f"{head}  ({out.good[:10]}..{out.bad[:10]}, bisection #{result.bisection_id})")
     if out.named_culprit:
         lines.append(f"first bad commit: {describe(out.named_culprit)}")
-    if out.culprit_is_set:
+    if out.culprit_merge:
+        lines.append(f"  a merge: it brought {len(out.culprit_set) - 1} commits; one of them, or the merge itself, "
+                     f"changed performance (bisect the merged branch to narrow it down):")
+        lines.extend(f"  {describe(s)}" for s in out.culprit_set[1:])
+    elif out.culprit_is_set:
         lines.append(f"first bad commit: one of these {len(out.culprit_set)} (untestable neighbours or a merged branch; "
                      f"none is blamed alone):")
         lines.extend(f"  {describe(s)}" for s in out.culprit_set)
@@ -146,7 +150,9 @@ def outcome_json(result: Any) -> dict[str, Any]:
     data.update(
         {
             "verdict": out.verdict.value,
-            "culprit": out.named_culprit,  # null when the answer is a set: culprit_set holds it
+            # the commit the text names: null only when untestable neighbours share the blame (culprit_set holds
+            # them); a merge is named, the commits it brought beside it in culprit_set (culprit_merge)
+            "culprit": out.named_culprit,
             "culprit_is_set": out.culprit_is_set,
             "metric": getattr(result, "metric", None),
             "culprit_subject": culprit.subject if culprit else None,
@@ -461,7 +467,9 @@ def format_log(bisections: Any, comparisons: Any) -> list[str]:
         when = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(b.started_at))
         verdict = b.verdict.value if b.verdict else b.status
         culprit = f" culprit {b.culprit[:10]}" if b.culprit else ""
-        if b.outcome is not None and b.outcome.culprit_is_set:
+        if b.outcome is not None and b.outcome.culprit_merge:
+            culprit += f" (a merge of {len(b.outcome.culprit_set) - 1} commits)"
+        elif b.outcome is not None and b.outcome.culprit_is_set:
             culprit = f" culprit one of {', '.join(s[:10] for s in b.outcome.culprit_set)}"
         lines.append(
             f"bisection #{b.id}  {when}  {b.good[:10]}..{b.bad[:10]}  [{b.metric}]  {verdict}{culprit}  "

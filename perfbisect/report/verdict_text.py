@@ -82,6 +82,8 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
         ci = f", {interval(cmp)}" if cmp else ""
         sigma = f" against {noise}" if noise else (f" against noise {cmp.sigma_b_pct:.1f}% per trial" if cmp else "")
         who = (name(out.culprit) if not out.culprit_is_set else
+               f"{name(out.culprit)}, a merge of {len(out.culprit_set) - 1} commits (one of them or the merge itself)"
+               if out.culprit_merge else
                f"One of {len(out.culprit_set)} commits ({', '.join(s[:10] for s in out.culprit_set)}; untestable "
                f"neighbours or a merged branch, so none is blamed alone)")
         sentence = f"{who} changed {what} by {pct_text(eff)}{absolute}{ci}{sigma}; {cost}."

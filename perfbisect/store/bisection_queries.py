@@ -151,7 +151,7 @@ def finish_bisection(
     row = _bisection_row(session, bisection_id)
     row.status = BISECTION_DONE
     row.verdict = Verdict(outcome.verdict).value
-    row.culprit = outcome.named_culprit  # NULL when the answer is a set: the index never blames one of them
+    row.culprit = outcome.named_culprit  # NULL when untestable neighbours share the blame (a merge is named)
     row.outcome = encoded
     row.finished_at = time.time() if finished_at is None else finished_at
     session.flush()

@@ -373,8 +373,9 @@ def test_a_full_stdout_exits_4_with_a_message(project, tmp_path, args):
     assert message.count("Error:") == 1
 
 
-def test_a_closed_stdout_exits_4_not_1(project, tmp_path):
-    """The reader of a pipe went away (`perfbisect log | head -0`): exit 4, not 1."""
+def test_a_closed_stdout_exits_0_quietly(project, tmp_path):
+    """The reader of a pipe went away (`perfbisect log | head -0`, `perfbisect --help | head`): its choice, not an
+    error (issue #49; it was exit 4 with a paragraph): exit 0, nothing on stderr, nothing lost."""
     r, shas = project
     config = command_config(tmp_path / "w", r.path)
     db = _stored(tmp_path)
@@ -384,8 +385,14 @@ def test_a_closed_stdout_exits_4_not_1(project, tmp_path):
         proc = run_command("log", "-c", str(config), "--db", str(db), stdout=write)
     finally:
         os.close(write)
-    assert proc.returncode == EXIT_RUNTIME, (proc.returncode, proc.stderr)
-    assert "standard output" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 0 and proc.stderr == "", (proc.returncode, proc.stderr)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        helped = run_command("--help", stdout=write)
+    finally:
+        os.close(write)
+    assert helped.returncode == 0 and helped.stderr == "", (helped.returncode, helped.stderr)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -133,3 +133,58 @@ def test_the_version_probe_names_a_real_old_python(old):
         target_versions(str(old), timeout_s=60)
     assert "3.8 or newer" in python_version_problem(str(old))
     assert python_version_problem(sys.executable) is None
+
+
+def test_help_text_keeps_every_bracketed_table_name(tmp_path):
+    """Rich markup took `[stats]` for a style and printed "(: metric, ...)": every `[table]` a command's help or
+    option help names is in what `--help` prints."""
+    import re
+
+    import typer.main
+
+    from perfbisect.cli.main import cli
+
+    def walk(group, prefix=""):
+        for name, command in group.commands.items():
+            if getattr(command, "commands", None) is not None:
+                yield from walk(command, f"{prefix}{name} ")
+            else:
+                yield f"{prefix}{name}", command
+
+    checked = 0
+    for name, command in walk(typer.main.get_command(cli)):
+        texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+        wanted = {m.group(1) for t in texts for m in re.finditer(r"\\?\[([A-Za-z_][\w.]*)\]", t)}
+        if not wanted:
+            continue
+        shown = run_cli(*name.split(), "--help", env={"COLUMNS": "400"}).stdout
+        flat = " ".join(shown.split())
+        missing = [w for w in wanted if f"[{w}]" not in flat]
+        assert not missing, (name, missing)
+        checked += len(wanted)
+    assert checked >= 3  # [stats], [environment], [store] ... are named somewhere
+
+
+def test_a_mistyped_db_directory_is_refused_not_created(project, tmp_path):
+    r, shas = project
+    config = _config(tmp_path, r.path, GOOD_BENCH)
+    wrong = tmp_path / "reslts" / "r.sqlite"
+    proc = run_cli("log", "-c", str(config), "--db", str(wrong))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and str(wrong.parent) in proc.stderr
+    assert not wrong.parent.exists()
+
+
+def test_commands_work_from_a_subdirectory_of_the_repository_as_git_does(project, tmp_path):
+    r, shas = project
+    repo = tmp_path / "own"
+    RepoFactory(repo).commit("c0", {"src/deep/x.py": "x = 1\n", "rate.txt": "100\n"})
+    (repo / "perfbisect.toml").write_text(_config(tmp_path, repo, GOOD_BENCH).read_text().replace(
+        json.dumps(str(repo)), '"."'))
+    proc = run_cli("doctor", "--json", cwd=repo / "src" / "deep", env={"PERFBISECT_CONFIG": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = {f["check"]: f for f in json.loads(proc.stdout)["findings"]}
+    assert str(repo / "perfbisect.toml") in found["config"]["message"] and found["target repo"]["state"] == "ok"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    missing = run_cli("plan", "good=HEAD~1", "bad=HEAD", cwd=outside, env={"PERFBISECT_CONFIG": ""})
+    assert missing.returncode == 2 and "perfbisect.toml" in missing.stderr

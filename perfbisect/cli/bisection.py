@@ -132,7 +132,7 @@ def resume(
 ) -> None:
     """Continue an interrupted bisection without repeating any stored trial, as the search it started as.
 
-    It decides with the settings it started with ([stats]: metric, budget, thresholds; a config changed
+    It decides with the settings it started with (\\[stats]: metric, budget, thresholds; a config changed
     since is named and not used) and from its stored observations, so it measures what the uninterrupted
     run would have. It says what it reused: the stored observations and their trials, a finished trial no
     observation holds yet (used, not measured again), and a trial the interruption cut short (discarded: a

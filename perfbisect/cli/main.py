@@ -157,8 +157,9 @@ class _WatchedStdout:
 
 
 def _stdout_failed(watched: _WatchedStdout) -> None:
-    """Exit 4 saying why the result could not be printed; stdout is pointed at /dev/null first, so
-    that the interpreter's last flush of what is still buffered cannot fail again (exit 120)."""
+    """Exit 4 saying why the result could not be printed (a full disk), or 0 quietly where the pipe's reader went
+    away; stdout is pointed at /dev/null first, so that the interpreter's last flush of what is still buffered
+    cannot fail again (exit 120)."""
     exc = watched.failed
     assert exc is not None
     try:
@@ -168,7 +169,11 @@ def _stdout_failed(watched: _WatchedStdout) -> None:
         os.close(null)
     except (OSError, AttributeError, ValueError):
         pass  # not a file descriptor (a test's StringIO): nothing is flushed at exit
-    why = "the pipe's reader went away" if exc.errno == errno.EPIPE else "the disk or device it goes to refused it"
+    if exc.errno == errno.EPIPE:
+        # The reader stopped reading (`perfbisect --help | head`, `perfbisect log | head -3`): its choice, not an
+        # error, as git and coreutils treat it. What the command stored is kept either way.
+        sys.exit(EXIT_OK)
+    why = "the disk or device it goes to refused it"
     print_error(
         f"Cannot write to standard output: {exc.strerror or exc} ({why}), so the result was not printed. "
         f"What the command stored is kept (`perfbisect log` lists it, `perfbisect report` renders it). "

@@ -59,6 +59,15 @@ def _db_value(value: str | None) -> str | None:
     """--db "" would silently mean the default database: refused."""
     if value is not None and not value.strip():
         raise typer.BadParameter("--db is empty. Give a file path or a database URL, or leave --db out to use the default.")
+    if value is not None and "://" not in value:
+        folder = Path(value).expanduser().parent
+        if not folder.is_dir():
+            from ..errors import StoreError
+
+            raise StoreError(
+                f"The folder {folder} that --db {value} names does not exist. perfbisect makes the database file, "
+                f"not folders a typo may have named: create it (mkdir -p {folder}) or fix --db."
+            )
     return value
 
 
@@ -108,11 +117,21 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Start even when the e
 
 
 def config_path(config: Path | None) -> Path:
-    """The config file a command reads: -c, else $PERFBISECT_CONFIG, else ./perfbisect.toml."""
+    """The config file a command reads: -c, else $PERFBISECT_CONFIG, else perfbisect.toml in the working directory
+    or the nearest folder above it, up to the repository's top (as git finds .git): a command works from any
+    subdirectory of the checkout."""
     if config is not None:
         return config
     env = os.environ.get("PERFBISECT_CONFIG")
-    return Path(env) if env else Path.cwd() / "perfbisect.toml"
+    if env:
+        return Path(env)
+    here = Path.cwd()
+    folders = (here, *here.parents)
+    top = next((i for i, f in enumerate(folders) if (f / ".git").exists()), 0)  # outside a checkout: here only
+    for folder in folders[: top + 1]:
+        if (folder / "perfbisect.toml").is_file():
+            return folder / "perfbisect.toml"
+    return here / "perfbisect.toml"
 
 
 def parse_revs(args: list[str], good: str | None, bad: str | None) -> tuple[str, str]:

@@ -188,3 +188,79 @@ def test_commands_work_from_a_subdirectory_of_the_repository_as_git_does(project
     outside.mkdir()
     missing = run_cli("plan", "good=HEAD~1", "bad=HEAD", cwd=outside, env={"PERFBISECT_CONFIG": ""})
     assert missing.returncode == 2 and "perfbisect.toml" in missing.stderr
+
+
+# --- the status line (issue #49, 5 and 6): seeded engine runs, no timing ------------------------------------
+
+
+def _seeded_statuses(seed: int) -> list:
+    """Every status line of one engine run on 32 commits with a −5% step at 8 and a −10% one at 20 (seeded)."""
+    import math
+
+    import numpy as np
+
+    from perfbisect.app.bisection import search_status, stepped_back
+    from perfbisect.engine.bisect import SearchPolicy
+    from perfbisect.engine.observations import Done
+    from perfbisect.engine.stats import NoiseModel
+    from perfbisect.model import Observation
+    from perfbisect.settings import StatsConfig
+
+    cs = [f"{j:02d}" + "ab" * 19 for j in range(32)]
+    settings = StatsConfig()
+    policy = SearchPolicy(cs, settings, NoiseModel.prior(5.0))
+    rng = np.random.default_rng(seed)
+    obs, last, out = [], "", []
+    while True:
+        act = policy.next(obs)
+        if isinstance(act, Done):
+            return out
+        again = stepped_back(last, act.phase)
+        last = act.phase
+        out.append((act, search_status(1, act, len(obs), settings, 20, 100.0, 30.0, again=again)))
+        j = cs.index(act.commit)
+        level = math.log(100) + (math.log(0.9) if j >= 20 else 0) + (math.log(0.95) if j >= 8 else 0)
+        obs.append(Observation(act.commit, level + float(rng.normal(0, 0.03)), seq=len(obs)))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_status_line_says_what_a_check_checks_how_many_trials_it_needs_and_why_a_phase_steps_back(seed):
+    statuses = _seeded_statuses(seed)
+    checks = [(a, s) for a, s in statuses if a.phase in ("second-change check", "confirming")]
+    assert checks
+    for act, status in checks:
+        assert act.check and act.check in status.line()
+        if act.needs:
+            assert f"~{act.needs} more trial" in status.line()
+    assert any(a.needs for a, _ in checks)  # at least one check could say how many trials it needs
+    from perfbisect.app.bisection import PHASES
+
+    for (before, _), (act, status) in zip(statuses, statuses[1:]):
+        if PHASES.index(act.phase) < PHASES.index(before.phase):
+            assert status.again and f"{act.phase} again" in status.line()
+        else:
+            assert not status.again
+
+
+def test_no_best_commit_is_shown_while_no_change_is_likeliest():
+    statuses = _seeded_statuses(0)
+    early = [s for a, s in statuses if a.p_none is not None and a.p is not None and a.p_none >= a.p * (1 - a.p_none)]
+    assert early
+    for status in early:
+        assert "likeliest: no change" in status.line() and "best:" not in status.line()
+
+
+def test_the_eta_is_a_floor_a_ceiling_or_an_estimate_and_never_a_question_once_a_trial_is_timed():
+    from perfbisect.engine import cost
+
+    def status(**kw):
+        base = dict(bisection_id=1, trial=30, max_trials=120, expected=20, phase="second-change check",
+                    commit="abc1234567", best="abc1234567", p=0.99, elapsed_s=600.0, trial_s=120.0)
+        return cost.SearchStatus(**{**base, **kw})
+
+    assert "ETA ≥ 12m" in status(needs=6).line()  # the check's trials: a floor
+    assert "ETA ≤ 3h02m" in status().line()  # past the estimate, nothing to floor it: the budget's ceiling
+    assert "ETA ~" in status(phase="locating", trial=5).line()
+    assert "ETA ?" in status(trial_s=None).line()  # before any trial is timed
+    for kw in ({}, {"needs": 1}, {"trial": 119}, {"phase": "locating", "trial": 19}):
+        assert "ETA ?" not in status(**kw).line()

@@ -77,7 +77,9 @@ def test_demo_names_the_planted_commit(demo_run, tmp_path):
     modes = db_rows(db, "select mode, count(*) from trials where purpose = 'modes' group by mode")
     assert dict(modes).get("baseline", 0) >= 6 and rp["trials"] == sum(n for _, n in modes)
     assert "which path: " in proc.stderr
-    assert "trial #" in proc.stderr and "planted" not in proc.stdout.split("\n")[0]
+    # one trial numbering on the screen: the budget's ("[1] … (endpoints)"), not the store's ids (issue #49)
+    assert "[1] " in proc.stderr and "(endpoints): " in proc.stderr and "trial #" not in proc.stderr
+    assert "planted" not in proc.stdout.split("\n")[0]
     assert result["budget_exhausted"] is False and result["answer_probability"] >= 0.99
     assert result["improvements"] == [] and result["ruled_out_pct"] is not None
     # The noise this bisection measured is kept for the next one on this host, which says so.

@@ -277,7 +277,7 @@ def test_resume_refuses_a_bisection_whose_process_is_alive(demo, tmp_path):
     db = tmp_path / "r.sqlite"
     run = Cli("run", f"good={demo.good}", f"bad={demo.bad}", "-c", str(demo.config), "--db", str(db))
     try:
-        run.wait_for("trial #")
+        run.wait_for("(endpoints): ")
         bid = rows(db, "select id from bisections")[0][0]
         # Another cache dir, so the repository lock does not stop it first: the store must.
         other = tmp_path / "other.toml"

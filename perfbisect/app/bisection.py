@@ -270,7 +270,7 @@ class _LocalNarration:
         effect = endpoint_effect(ws, policy.commits[0], policy.commits[-1], besides=bisection_id)
         self.estimate = cost.estimate(cfg, trial_time(ws), len(policy.commits), noise, effect,
                                       higher_is_better=describe_metric(cfg).higher_is_better)
-        self.started, self.best = time.monotonic(), ("", None)
+        self.started, self.best, self.phase = time.monotonic(), ("", None), ""
 
     def __call__(self, action: Measure, observations: Sequence[Observation]) -> None:
         commit, estimate = self.by_sha[action.commit], self.estimate
@@ -279,16 +279,34 @@ class _LocalNarration:
         done_here = len(observations) - self.stored
         elapsed = time.monotonic() - self.started
         step_s = elapsed / done_here if done_here else (estimate.trial_s and estimate.trial_s * estimate.modes)
+        again = stepped_back(self.phase, action.phase)
+        self.phase = action.phase
         status = search_status(self.bisection_id, action, len(observations), self.stats, estimate.trials, elapsed,
-                               step_s or None, best=self.best, short=commit.short)
+                               step_s or None, best=self.best, short=commit.short, again=again)
         self.progress.search(status)
+        if again:
+            self.progress.info(f"back to {action.phase}: {again}")
         # numbered as the budget counts trials (an untestable commit tried is not one: the next attempt keeps its number)
         self.progress.info(f"[{status.trial}] {commit.short} ({action.phase}): {action.reason}")
 
 
+PHASES = ("endpoints", "locating", "second-change check", "confirming")
+
+
+def stepped_back(before: str, now: str) -> str:
+    """Why the search's phase went back (``now`` earlier in ``PHASES`` than ``before``), or "" when it did not."""
+    if before not in PHASES or now not in PHASES or PHASES.index(now) >= PHASES.index(before):
+        return ""
+    if now == "locating":
+        return f"the newest trials moved the answer, so it is located again before the {before} goes on"
+    if now == "second-change check":
+        return "the newest trials raised the doubt of a second change, so that is checked before confirming goes on"
+    return "an endpoint has to be measured again"
+
+
 def search_status(bisection_id: int, action: Measure, observations: int, stats: StatsConfig, expected: int,
                   elapsed_s: float, step_s: float | None, best: tuple[str, float | None] | None = None,
-                  short: str | None = None) -> cost.SearchStatus:
+                  short: str | None = None, again: str = "") -> cost.SearchStatus:
     """Where the search stands before ``action``'s trial, for the progress line: the trial as the budget counts it
     (``Measure.trial``: never past stats.max_trials_total), the observations that were not trials of the budget
     (untestable commits), the estimate's own expected count, and the best answer (``best``: the latest one named,
@@ -297,7 +315,8 @@ def search_status(bisection_id: int, action: Measure, observations: int, stats: 
     name, p = (action.best, action.p) if action.best else (best or ("", None))
     return cost.SearchStatus(
         bisection_id, trial, stats.max_trials_total, expected, action.phase, short or action.commit[:10], name, p,
-        elapsed_s, step_s, untestable=max(0, observations - (trial - 1)),
+        elapsed_s, step_s, untestable=max(0, observations - (trial - 1)), p_none=action.p_none, check=action.check,
+        needs=action.needs, again=again,
     )
 
 

@@ -222,6 +222,10 @@ class LocatedChecks:
             f"confirming the change at {self.commits[st.at][:10]} against its parent directly "
             f"({pct(st.step):+.1f}% so far): {gate.what} — {where}{more}",
             "confirming",
+            p_none=post.p_none,
+            check=f"the change at {self.commits[st.at][:10]} against its parent",
+            needs=(price if gate.kind != "trials" else
+                   sum(max(0, math.ceil(gate.need) - data.count(b)) for b in (st.parent, st.at)) or None),
         )
 
     def _confirm_futile(self, data: SearchData, post: ChangePosterior, ctx: Located, what: str, where: str, left: int,
@@ -267,7 +271,9 @@ class LocatedChecks:
             return Measure(
                 self.commits[end],
                 f"confirming the change at {self._progress_key(data, top_key)}: {where}; no verdict rests on fewer than "
-                f"{self.tuning.ends_before_naming} on each side of the range", "confirming")
+                f"{self.tuning.ends_before_naming} on each side of the range", "confirming", p_none=post.p_none,
+                check=f"both endpoints' trials ({self.tuning.ends_before_naming} each) before a small change is named",
+                needs=short)
         if not self._budget_left(data, end):
             return self._exhausted(data, post, f"the change is located, but a check is still open: {what} ({where})",
                                    top_key=ctx.key, top_p=ctx.p, ends=ctx.ends, ruled_out=ctx.ruled_out, price=short,
@@ -292,18 +298,9 @@ class LocatedChecks:
         count n_a·n_b/(n_a + n_b); the weakest split must reach the count that shows the step at
         ``settings.second_change_z`` standard errors under the current noise.
         """
-        z = self.settings.second_change_z
-        if z <= 0:
+        need = self._probe_need(data, post, st, gaps)
+        if need is None:
             return None, None
-        floor, step = self._second_change_sizes(post, st)
-        gap, _ = self._residual_gap(data, post, st, gaps)
-        if self.tuning.residual_gap_z > 0 and gap >= self.tuning.residual_gap_z:
-            # an endpoint differs from the commit next to the change on its side: look harder, same size
-            z = max(z, self.tuning.residual_probe_z)
-        if self.tuning.suspected_change_z > 0 and post.p_two >= self.tuning.second_change_doubt:
-            # a second change is suspected: look for one as small as the floor, with more power
-            z, step = max(z, self.tuning.suspected_change_z), floor
-        need = (z * post.sigma_top / step) ** 2
         cnt = np.array([data.count(i) for i in range(self.n)], dtype=float)
         best: tuple[float, int] | None = None
         short: int | None = None
@@ -320,11 +317,7 @@ class LocatedChecks:
             if not ok.any():
                 # no commit of this side has budget left: the check stays open (what it would take, as the probe
                 # would spend it, without the budget)
-                c, k = c.copy(), 0
-                while _weakest_split(c) < need and k < PRICE_LIMIT:
-                    c[int(np.argmax(_weakest_split_lifted(c)))] += 1.0
-                    k += 1
-                short = (short or 0) + k
+                short = (short or 0) + _trials_to_show(c, need)
                 continue
             lifted = np.where(ok, lifted, -1.0)
             k = int(np.argmax(lifted))
@@ -332,6 +325,39 @@ class LocatedChecks:
             if best is None or cand < best:
                 best = cand
         return (None, short) if best is None else (best[1], None)
+
+    def _probe_need(self, data: SearchData, post: ChangePosterior, st: Step,
+                    gaps: list[tuple[float, tuple[int, int]]] | None = None) -> float | None:
+        """The effective trial count the weakest split of a side must reach for a second step to show at
+        ``settings.second_change_z`` standard errors (more where a residual gap or a suspected change says look
+        harder), or None when the check is off."""
+        z = self.settings.second_change_z
+        if z <= 0:
+            return None
+        floor, step = self._second_change_sizes(post, st)
+        gap, _ = self._residual_gap(data, post, st, gaps)
+        if self.tuning.residual_gap_z > 0 and gap >= self.tuning.residual_gap_z:
+            # an endpoint differs from the commit next to the change on its side: look harder, same size
+            z = max(z, self.tuning.residual_probe_z)
+        if self.tuning.suspected_change_z > 0 and post.p_two >= self.tuning.second_change_doubt:
+            # a second change is suspected: look for one as small as the floor, with more power
+            z, step = max(z, self.tuning.suspected_change_z), floor
+        return (z * post.sigma_top / step) ** 2
+
+    def _second_change_trials(self, data: SearchData, post: ChangePosterior, st: Step,
+                              gaps: list[tuple[float, tuple[int, int]]] | None = None) -> int | None:
+        """About how many more trials, on both sides of the change, before a second step there would show (for
+        the status line; the probe spends them one decision at a time)."""
+        need = self._probe_need(data, post, st, gaps)
+        if need is None:
+            return None
+        cnt = np.array([data.count(i) for i in range(self.n)], dtype=float)
+        total = 0
+        for lo, hi in ((0, st.at), (st.at, self.n)):
+            idx = [j for j in range(lo, hi) if j not in data.untestable]
+            if len(idx) >= 2:
+                total += _trials_to_show(cnt[idx].copy(), need)
+        return total
 
     def _second_change_sizes(self, post: ChangePosterior, st: Step) -> tuple[float, float]:
         """(floor, step), log: the smallest second step worth ruling out — max(tuning.second_change_pct,
@@ -489,3 +515,13 @@ def _weakest_split_lifted(c: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["Gate", "LocatedChecks", "Located"]
+
+
+def _trials_to_show(c: np.ndarray, need: float) -> int:
+    """Trials added one at a time where they lift the weakest split most, until it reaches ``need`` (at most
+    PRICE_LIMIT): what a side of a change still needs for a second step on it to show. ``c`` is changed."""
+    k = 0
+    while _weakest_split(c) < need and k < PRICE_LIMIT:
+        c[int(np.argmax(_weakest_split_lifted(c)))] += 1.0
+        k += 1
+    return k

@@ -404,10 +404,14 @@ class SearchStatus:
     phase: str  # endpoints | locating | second-change check | confirming
     commit: str  # short sha about to be measured
     best: str  # best answer so far ("" before the search has one)
-    p: float | None
+    p: float | None  # its probability given that something changed
     elapsed_s: float
     trial_s: float | None  # seconds per trial step: this run's own so far, else the estimate's
     untestable: int = 0  # observations that were not trials of the budget (untestable commits tried or marked)
+    p_none: float | None = None  # the probability of no change at all
+    check: str = ""  # what a check phase is checking ("that a second step on either side of the change would show")
+    needs: int | None = None  # about how many more trials that check needs
+    again: str = ""  # why the phase stepped back ("the newest trials moved the answer"), when it did
 
     @property
     def ahead(self) -> bool:
@@ -429,15 +433,22 @@ class SearchStatus:
         return self.trial >= self.expected or self.phase in ("confirming", "second-change check")
 
     def eta_text(self) -> str:
-        """"~4m", "≥ 12m" (a floor), or "?" when it is unknown, or a floor under a minute (which says nothing).
-        Past the estimate's count there is no estimate left: "?" too. Minutes, never seconds: a trial's time
-        varies more than that."""
-        eta = self.eta_s
-        if eta is None:
+        """The best statement the numbers allow, in minutes (a trial's time varies more than seconds): "~4m" (the
+        estimate, still ahead), "≥ 12m" (a floor: the trials the open check needs, or the estimate's rest in a phase
+        that adds trials), "≤ 2h10m" (a ceiling: the budget left, where no floor reaches a minute), "< 1m"; "?" only
+        before any trial's time is known."""
+        if self.trial_s is None:
             return "?"
-        if self.eta_is_lower_bound:
-            return "?" if eta < 60 else "≥ " + _eta_duration(eta)
-        return "< 1m" if eta < 60 else "~" + _eta_duration(eta)
+        floors = [f for f in (self.eta_s if self.eta_is_lower_bound else None,
+                              self.needs * self.trial_s if self.needs else None) if f is not None]
+        if not self.eta_is_lower_bound and self.eta_s is not None:
+            eta = max([self.eta_s, *floors])
+            return "< 1m" if eta < 60 else "~" + _eta_duration(eta)
+        floor = max(floors, default=0.0)
+        if floor >= 60:
+            return "≥ " + _eta_duration(floor)
+        ceiling = max(1, self.max_trials - self.trial + 1) * self.trial_s
+        return "< 1m" if ceiling < 60 else "≤ " + _eta_duration(ceiling)
 
     def _budget(self) -> str:
         left = f"trial {self.trial} of at most {self.max_trials}"
@@ -445,19 +456,34 @@ class SearchStatus:
             left += f" (+{self.untestable} untestable, not counted)"
         return left
 
+    def _best(self) -> str:
+        """The likeliest answer: "no change" where it outweighs the best commit (whose p is given a change)."""
+        if self.p_none is not None and self.p is not None and self.p_none >= self.p * (1.0 - self.p_none):
+            return f"likeliest: no change p={self.p_none:.2f}"
+        return f"best: {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
+
+    def _phase(self) -> str:
+        """The phase, what it checks and about how many trials that needs; why it stepped back, when it did."""
+        text = self.phase + (" again" if self.again else "")  # why: the progress line above it says
+        if self.check:
+            more = f", ~{self.needs} more trial{'s' if self.needs != 1 else ''}" if self.needs else ""
+            text += f" ({self.check}{more})"
+        return text
+
     def line(self) -> str:
-        best = f" · best: {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
+        best = f" · {self._best()}" if self._best() else ""
         expected = f" (~{self.expected} expected)" if self.ahead else ""
         return (
             f"bisection #{self.bisection_id}: {self._budget()}{expected}"
-            f" · {self.phase} · {self.commit}{best} · {format_duration(self.elapsed_s)} elapsed · ETA {self.eta_text()}"
+            f" · {self._phase()} · {self.commit}{best} · {format_duration(self.elapsed_s)} elapsed · ETA {self.eta_text()}"
         )
 
     def compact(self) -> str:
         """The live line's short form, most telling first (a terminal of 80 columns cuts the tail)."""
-        best = f" · best {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
+        best = f" · {self._best().replace(': ', ' ', 1)}" if self._best() else ""
         of = f"~{self.expected}" if self.ahead else f"≤{self.max_trials}"
-        return (f"#{self.bisection_id} trial {self.trial}/{of} · {self.phase} · {self.commit} · "
+        phase = self.phase + (f" ~{self.needs} more" if self.check and self.needs else "")
+        return (f"#{self.bisection_id} trial {self.trial}/{of} · {phase} · {self.commit} · "
                 f"ETA {self.eta_text()} · {format_duration(self.elapsed_s)}{best}")
 
 

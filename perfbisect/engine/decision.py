@@ -259,6 +259,9 @@ class DecisionSteps:
                 "second-change check",
                 best=self._progress_key(data, top_key),
                 p=top_p,
+                p_none=post.p_none,
+                check=f"the {'good' if j < st.at else 'bad'} endpoint against the commit beside the change",
+                needs=1,
             )
         blocked = self._gap_recheck_blocked(data, post, st, gaps)
         if blocked is not None:
@@ -277,6 +280,9 @@ class DecisionSteps:
                 "second-change check",
                 best=self._progress_key(data, top_key),
                 p=top_p,
+                p_none=post.p_none,
+                check="that a second step on either side of the change would show",
+                needs=self._second_change_trials(data, post, st, gaps),
             )
         if short is not None:
             return self._exhausted(
@@ -349,7 +355,9 @@ class DecisionSteps:
                         f"a change smaller than {s.layout_check_pct:g}% must survive a different environment size, "
                         f"worktree path and hash seed before it is blamed ({extra + 2 * self.tuning.min_trials_at_change} of at most "
                         f"{self.tuning.layout_extra_trials + 2 * self.tuning.min_trials_at_change} trials of the pair so far)",
-                        "confirming", vary_layout=True,
+                        "confirming", vary_layout=True, p_none=post.p_none,
+                        check=f"the change at {self.commits[st.at][:10]} under another layout",
+                        needs=self.tuning.layout_extra_trials - extra,
                     )
                 # the budget ended before the re-check did: it was not failed, it was not made
                 return self._exhausted(
@@ -530,6 +538,8 @@ class DecisionSteps:
             bits,
             best=what,
             p=top_p,
+            p_none=post.p_none,
+            check="whether a second change hides beside the located one" if phase == "second-change check" else "",
         )
 
 

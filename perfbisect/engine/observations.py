@@ -33,6 +33,9 @@ class Measure:
     # the trial this is as the budget counts them (1-based, at most stats.max_trials_total): untestable commits
     # are observations but not trials of the budget, so this is not the observation's position
     trial: int = 0
+    p_none: float | None = None  # the posterior of "no change at all" (``p`` is given that something changed)
+    check: str = ""  # what a check phase is checking, in a few words (for the status line)
+    needs: int | None = None  # about how many more trials that check needs at the noise measured so far
 
 
 @dataclass(frozen=True)

@@ -229,7 +229,10 @@ class TrialRunner:
         trial_id = self.ws.store.begin_trial(
             identity, purpose=purpose, bisection_id=bisection_id, log_path=str(log_path), layout=layout,
         )
-        self.progress.info(f"trial #{trial_id}: {commit.short} [{mode.name}] {commit.subject[:60]}")
+        # In a bisection the screen numbers trials as its budget counts them ("[7] abc (locating)", "trial 7 of at
+        # most 120"): the store's id would be a second numbering there. Elsewhere it is the only one.
+        stored_as = "" if bisection_id is not None else f"trial #{trial_id}: "
+        self.progress.info(f"{stored_as}{commit.short} [{mode.name}] {commit.subject[:60]}")
         self.progress.detail(f"  layout {layout.id}: {_layout_words(layout, prepared.worktree)}")
         session = TrialSession(trial_id, self.ws.store, self.progress, describe_workload(self.ws.config.workload))
         what = "server and benchmark" if kind_of(self.ws.config.workload).serves else "workload.command"

@@ -1,0 +1,105 @@
+"""Every decision the engine makes on seeded simulated bisections, written as JSON with one digest: a change to the
+engine that must not move a decision (wording, restructuring) is checked by dumping before and after and comparing.
+
+Each cell of ``strategies.SCENARIOS`` is bisected ``--seeds`` times from ``--seed-base``; for each run the dump holds
+every ``Measure`` the search asked for (commit, phase, the trial as the budget counts it, the node, whether it wanted
+another layout, the expected gain, the best answer and its probability — exact floats) and the outcome's verdict,
+culprits, effect, trials and answer probability. Reasons (English) are left out: they are the report's to word.
+
+    python benchmarks/decisions_dump.py --out /tmp/before.json          # before the change
+    python benchmarks/decisions_dump.py --check /tmp/before.json        # after: exit 1 at the first decision that moved
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import strategies  # noqa: E402
+
+
+def _decision(act) -> list:
+    return [act.commit, act.phase, act.trial, act.host, bool(act.vary_layout), repr(float(act.gain_bits)), act.best,
+            None if act.p is None else repr(float(act.p))]
+
+
+def _exact(value):
+    """Floats as repr (every bit), containers element by element."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return [_exact(v) for v in value]
+    return value
+
+
+def _outcome(res: dict) -> dict:
+    """The outcome as the benchmarks score it: verdict, named changes and set, effect and interval, improvements,
+    whether the budget ended it, the answer's probability, the price of settling it."""
+    return {k: _exact(v) for k, v in res.items()}
+
+
+def dump(seeds: int, seed_base: int, cells: list[str] | None = None) -> dict:
+    out: dict = {}
+    for name, scn in strategies.SCENARIOS.items():
+        if cells and name not in cells:
+            continue
+        for seed in range(seed_base, seed_base + seeds):
+            target = strategies.make_target(scn, seed)
+            decisions: list = []
+            res = strategies.run_perfbisect(target, on_measure=lambda act: decisions.append(_decision(act)))
+            out[f"{name}/{seed}"] = {"decisions": decisions, "outcome": _outcome(res)}
+    return out
+
+
+def digest(data: dict) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def first_difference(before: dict, after: dict) -> str | None:
+    for key in sorted(set(before) | set(after)):
+        a, b = before.get(key), after.get(key)
+        if a == b:
+            continue
+        if a is None or b is None:
+            return f"{key}: only in {'after' if a is None else 'before'}"
+        for i, (x, y) in enumerate(zip(a["decisions"], b["decisions"])):
+            if x != y:
+                return f"{key}: decision {i + 1} was {x}, is {y}"
+        if len(a["decisions"]) != len(b["decisions"]):
+            return f"{key}: {len(a['decisions'])} decisions before, {len(b['decisions'])} after"
+        return f"{key}: outcome was {a['outcome']}, is {b['outcome']}"
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=4, help="runs per cell (default 4)")
+    ap.add_argument("--seed-base", type=int, default=0)
+    ap.add_argument("--cells", nargs="*", help="only these cells (default: every one)")
+    ap.add_argument("--out", type=Path, help="write the dump here")
+    ap.add_argument("--check", type=Path, help="compare with this dump; exit 1 where a decision moved")
+    args = ap.parse_args()
+    start = time.perf_counter()
+    data = dump(args.seeds, args.seed_base, args.cells)
+    runs, decisions = len(data), sum(len(v["decisions"]) for v in data.values())
+    print(f"{runs} runs, {decisions} decisions, digest {digest(data)}, {time.perf_counter() - start:.1f}s")
+    if args.out:
+        args.out.write_text(json.dumps(data, sort_keys=True, indent=0))
+    if args.check:
+        moved = first_difference(json.loads(args.check.read_text()), data)
+        if moved:
+            print(f"MOVED: {moved}")
+            return 1
+        print(f"identical to {args.check}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

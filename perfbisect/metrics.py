@@ -50,7 +50,12 @@ class Metric:
         return f"{value:,.{digits}f}"
 
     def format(self, value: float | None) -> str:
-        """"94.3 tok/s", "12.41 ms", "0.00001900 s", "1,234,567 ops/s"; a unitless metric's value alone."""
+        """"94.3 tok/s", "12.41 ms", "19.00 µs" (a time in the unit that reads: never "0.00001900 s"),
+        "1,234,567 ops/s"; a unitless metric's value alone."""
+        if value is not None and math.isfinite(value) and self.unit in _TIME_UNITS:
+            scaled, unit = readable(value, self.unit)
+            if unit != self.unit:
+                return f"{Metric('', '').number(scaled)} {unit}"
         text = self.number(value)
         if text == "n/a":
             return text
@@ -205,8 +210,25 @@ def short_probability(p: float, places: int = 2) -> str:
     return f"{math.floor(p * scale + 1e-9) / scale:.{places}f}"
 
 
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
+
+
+def readable(value: float, unit: str) -> tuple[float, str]:
+    """A time in the unit where it reads best: 0.003705 s → (3.705, "ms"), 1500 ms → (1.5, "s"); anything else
+    (and zero) as it is."""
+    if unit not in _TIME_UNITS or not value or not math.isfinite(value):
+        return value, unit
+    seconds = abs(value) * _TIME_UNITS[unit]
+    for name, scale in _TIME_UNITS.items():  # s, ms, µs, ns: the largest in which it is at least 1
+        if seconds >= scale:
+            return value * _TIME_UNITS[unit] / scale, name
+    return value * _TIME_UNITS[unit] / 1e-9, "ns"
+
+
 def signed(value: float, unit: str = "") -> str:
-    """A difference with its sign in four significant digits and its unit ("-25.31 ops/s", "+1.900e-05" never)."""
+    """A difference with its sign in four significant digits and its unit ("-25.31 ops/s", "+3.705 ms"; never
+    "+0.003705 s", never "+1.900e-05")."""
+    value, unit = readable(value, unit)
     text = ("+" if value >= 0 else "-") + Metric("", "").number(abs(value))
     return f"{text} {unit}".rstrip()
 

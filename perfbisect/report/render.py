@@ -13,7 +13,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..metrics import DECODE, Metric, describe_workload, level_text, pct_text, short_probability
+from ..metrics import DECODE, Metric, describe_workload, level_text, pct_text, short_probability, stored_or_described
 from ..model import BisectOutcome, Comparison, SystemSnapshot, TrialResult, Verdict, median
 from ..store.codec import encode
 from ..measure.sysstate import throttle_reason_names
@@ -138,6 +138,10 @@ def format_outcome(result: Any) -> list[str]:
         lines.append(f"not measured (only paths the filters ignore): {len(result.filtered)} commits")
     if out.explanation:
         lines.append(out.explanation)
+    metric = stored_or_described(getattr(result, "metric", None))
+    if not metric.higher_is_better:  # a + is worse: said once, as plainly as the README does
+        what = ", ".join(x for x in (metric.label if metric.label != metric.name else "", metric.unit) if x)
+        lines.append(f"metric: {metric.name} ({what + '; ' if what else ''}lower is better, so + is slower)")
     lines.append(f"observations used by the search: {out.trials_used}; results in {result.db_path}")
     return lines
 

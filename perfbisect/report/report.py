@@ -338,8 +338,11 @@ def short_line(view: Mapping[str, Any], path: Path | None = None) -> str:
     levels = view.get("levels") or {}
     if cmp:
         unit = ""
+        lower = "lower is better" if view.get("higher_is_better") is False else ""
         if levels.get("before") is not None and levels.get("after") is not None:
-            unit = f" ({signed(levels['after'] - levels['before'], view['unit'])})"
+            unit = f" ({signed(levels['after'] - levels['before'], view['unit'])}{', ' + lower if lower else ''})"
+        elif lower:
+            unit = f" ({lower})"
         level = f"{level_text(view['level_pct'])} " if view.get("level_pct") else ""
         bits.append(f"{pct_text(cmp['effect_pct'])}{unit} {level}[{pct_text(cmp['ci_low_pct'])}, {pct_text(cmp['ci_high_pct'])}]")
     if view.get("culprit"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..metrics import Metric, level_text, pct_text, short_probability, signed
+from ..metrics import Metric, level_text, pct_text, readable, short_probability, signed
 from ..measure.build import NO_BUILD_STEPS_HASH
 from ..model import BisectOutcome, Comparison, TrialResult, Verdict
 from ..engine.outcomes import settles
@@ -29,6 +29,7 @@ def fmt_value(v: float | None, unit: str) -> str:
         return "?"
     if unit == "×":
         return f"{v:.3f}×"
+    v, unit = readable(v, unit)
     return f"{Metric('', '').number(v)} {unit}".rstrip()
 
 

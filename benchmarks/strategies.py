@@ -554,7 +554,7 @@ def run_perfbisect_thorough(t: Target) -> dict:
 
 # The posterior as the only guard of a second change (issue #35, measured and not adopted): (Tuning fields, StatsConfig
 # fields) — no density probe or gap re-measure (``stats.second_change_z = 0``), a prior of 0.3 of two changes, and a
-# doubt given up only once no trial is expected to remove 0.01 bits (docs/benchmarks.md). rules.py's sweep reads it too.
+# doubt given up only once no trial is expected to remove 0.01 bits (docs/archive/benchmarks-notebook.md). rules.py's sweep reads it too.
 POSTERIOR_GUARD = ({"two_change_prior": 0.3, "min_gain_bits": 0.01}, {"second_change_z": 0.0})
 
 
@@ -839,7 +839,7 @@ def run_sprt_learned_levels(t: Target, ends: int | None = None, per_commit: int 
     uncertainty a commit's trials share); a commit whose walk has not crossed a bound after ``per_commit`` trials
     (``PB_SPRT_CAP``, default 10) goes to the side its likelihood ratio leans to (a level estimate off by chance
     would stall it). No confirmation, no second-change search, no drift or outlier model: what it costs beyond
-    the oracle is the price of not being told the levels (docs/benchmarks.md, round 9: 4 and 10 are its best
+    the oracle is the price of not being told the levels (docs/archive/benchmarks-notebook.md, round 9: 4 and 10 are its best
     on S2–S4). Single-change scenarios only.
     """
     if not t.changes:

@@ -411,7 +411,7 @@ def _build(sec: _Section, base: Path) -> BuildConfig:
             f"requirement file resolves to with uv, every package of it, not a few pinned ones. Remove "
             f"{', '.join('build.' + k for k in retired)} and add\n  [environment]\n  requirements = \"python/pyproject.toml\"\n"
             f"(wheel_dir becomes environment.find_links, index_url environment.index_url; a version you want fixed "
-            f"by hand goes in environment.overrides). See the README's \"How environments are made\"."
+            f"by hand goes in environment.overrides). See docs/environments.md, \"How environments are made\"."
         )
     return BuildConfig(steps=tuple(steps), **_read_fields(sec, BuildConfig, "build", base))
 

@@ -52,7 +52,7 @@ def mask_secrets(text: str, *secrets: str | None) -> str:
     return text
 
 
-# Documented exit codes (README, `perfbisect --help`).
+# Documented exit codes (docs/commands.md, `perfbisect --help`).
 EXIT_OK = 0
 EXIT_REGRESSION = 1  # a regression was found and the caller asked to fail on one (--fail-on-regression)
 EXIT_USAGE = 2  # bad input: config, revisions, flags

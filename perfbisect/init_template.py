@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 
 SGLANG_TEMPLATE = """\
 # perfbisect.toml for an SGLang checkout — written by `perfbisect init`.
-# Every key is documented in perfbisect's README; unknown keys are errors.
+# Every key is documented in perfbisect's docs/configuration.md; unknown keys are errors.
 
 [target]
 repo = "."                       # the SGLang checkout to bisect (relative to this file)
@@ -127,7 +127,7 @@ ignore = []
 
 COMMAND_TEMPLATE = """\
 # perfbisect.toml for any git repository whose speed one command can measure — written by
-# `perfbisect init --command`. Every key is documented in perfbisect's README; unknown keys are errors.
+# `perfbisect init --command`. Every key is documented in perfbisect's docs/configuration.md; unknown keys are errors.
 #
 # Each trial checks the commit out in its own worktree, runs the build steps, then runs
 # workload.command there: `warmup` warm-up invocations and one measured one. No server is started
@@ -184,7 +184,7 @@ skip = []                        # commits known to be untestable (or `perfbisec
 
 OPENAI_TEMPLATE = """\
 # perfbisect.toml for any server with an OpenAI-compatible API (vLLM, TGI, llama.cpp, ...) —
-# written by `perfbisect init --openai`. Every key is documented in perfbisect's README.
+# written by `perfbisect init --openai`. Every key is documented in perfbisect's docs/configuration.md.
 #
 # Each trial checks the commit out in its own worktree, builds it, launches server.command, waits
 # for ready_path to answer 200, sends the workload's requests and tears the whole process group down.

@@ -250,7 +250,7 @@ class StatsConfig:
     alpha: float = 0.01  # false-blame rate per decision
     confidence: float = 0.99  # posterior needed to name a culprit
     max_trials_per_commit: int = 0  # 0: no cap per commit (the look-ahead allocates within max_trials_total)
-    max_trials_total: int = 120  # at the H200's session noise a 5% tolerance takes ~80 (docs/benchmarks.md, round 6)
+    max_trials_total: int = 120  # at the H200's session noise a 5% tolerance takes ~80 (docs/archive/benchmarks-notebook.md, round 6)
     prior_sigma_pct: float = 5.0  # between-trial noise assumed before any is measured
     drift_check: bool = True  # model the machine's drift over the run order (and say when it moved)
     stop_when_ruled_out_pct: float = 0.0  # older name of tolerance_pct: > 0 overrides it

@@ -1,6 +1,6 @@
 """The bad-input battery: every case runs the real CLI (in this process, through ``perfbisect.cli.main.main``,
-its one error boundary; four of them also as the installed command) and must give README's exit code
-(2 usage/config, 3 inconclusive, 4 measurement broke) with one paragraph on stderr and no traceback.
+its one error boundary; four of them also as the installed command) and must give the exit code docs/commands.md
+documents (2 usage/config, 3 inconclusive, 4 measurement broke) with one paragraph on stderr and no traceback.
 
 A case is (id, edit of the demo config or None, extra setup, arguments, exit code, words the
 message must hold). ``{config}``, ``{db}``, ``{good}``, ``{bad}``, ``{tmp}`` in arguments are filled in.

@@ -92,4 +92,4 @@ def test_the_learned_levels_floor_pays_its_endpoint_trials_over_the_oracle_when_
 def test_the_learned_levels_floor_names_the_change_under_the_noise_of_the_user_case():
     named = [S.run_sprt_learned_levels(S.make_target(S.SCENARIOS["S1"], seed))["changes"]
              == S.make_target(S.SCENARIOS["S1"], seed).changes for seed in range(20)]
-    assert all(named)  # seeded (300 seeds: 100%, docs/benchmarks.md)
+    assert all(named)  # seeded (300 seeds: 100%, docs/archive/benchmarks-notebook.md)

@@ -31,7 +31,7 @@ PRIOR_DOF = 1.0
 # must outweigh them from its first repeats. At 4, a stored σ a third of the truth still made `compare` call
 # 2.7% of A/A pairs (S2 noise; R1 replay 4.0%) and the bisection name a wrong commit in 1.3% of MC's runs; at
 # 1: 0%, 1.3% (as with a right figure) and 0.7%, for ≤ 1.1 more trials when the figure is right (round 7,
-# docs/benchmarks.md).
+# docs/archive/benchmarks-notebook.md).
 PRIOR_DOF_CAP = 1.0
 # Every look of a repeated test (compare after each pair, the bisection after each trial) decides at this
 # share of alpha: a constant per-look level, Pocock's boundary for some 20–40 looks, so the error over all
@@ -193,7 +193,7 @@ def _two_sample(a: np.ndarray, b: np.ndarray, noise: NoiseModel) -> _TwoSample:
         # ...and only to widen: a figure under the pair's own spread (a calibration of quiet back-to-back
         # sessions) would narrow σ and add a degree of freedom where the pair has two or three, which is where
         # a repeated comparison's false verdicts came from (round 8: A/A pairs of the H200 replay from a stored
-        # 1% σ, 10 a side: 2.3 → 1.3% false, five of seven at 2–3 trials a side; docs/benchmarks.md)
+        # 1% σ, 10 a side: 2.3 → 1.3% false, five of seven at 2–3 trials a side; docs/archive/benchmarks-notebook.md)
         prior_dof = 0.0
     dof = prior_dof + own_dof
     sigma = math.sqrt((prior_dof * noise.sigma_b**2 + ss) / dof)

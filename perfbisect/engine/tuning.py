@@ -4,8 +4,8 @@ Each constant of ``bisect.SearchPolicy`` lives here as a field of the frozen ``T
 ``self.tuning`` (``DEFAULT_TUNING`` unless one is passed), so a test or a benchmark that wants another value
 builds ``replace(DEFAULT_TUNING, name=value)`` and hands it to the policy instead of patching a module. Each
 comment says what its constant means and why it has its value; the simulations that chose the values
-(benchmarks/strategies.py, cells and rounds named as there) are in docs/benchmarks.md, "The engine's tuning
-constants: how each value was chosen".
+(benchmarks/strategies.py, cells and rounds named as there) are in docs/archive/benchmarks-notebook.md, "The
+engine's tuning constants: how each value was chosen".
 """
 
 from __future__ import annotations

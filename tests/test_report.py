@@ -112,6 +112,42 @@ def test_index_site_links_every_report(demo, tmp_path):
     assert '"href"' in index  # history points link to their reports
 
 
+def chart_specs(html: str) -> dict[str, dict]:
+    """Every chart's Vega-Lite specification in a rendered report, by its element id."""
+    return {m.group(1): json.loads(m.group(2)) for m in re.finditer(
+        r'<script type="application/json" data-chart="([^"]+)">(.*?)</script>', html, re.S)}
+
+
+def trial_layers(spec: dict) -> list[dict]:
+    """The trial points a chart draws (its layers named "trials", a concatenation's included)."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("name") == "trials":
+                found.extend(node["data"]["values"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(spec)
+    return found
+
+
+def test_the_decided_modes_range_chart_holds_none_of_another_modes_trials(demo):
+    """Issue #49: the which-path trials of `baseline` were drawn on the `eagle3` range chart in the same
+    side colours, so the culprit's parent looked as slow as the bad side. Each mode has its own chart."""
+    specs = chart_specs(Path(demo["report"]).read_text())
+    decided = trial_layers(specs["chart-range"])
+    assert decided and {p["mode"] for p in decided} == {"eagle3"}
+    assert {p["mode"] for p in trial_layers(specs["chart-timeline"])} == {"eagle3"}
+    others = {name: {p["mode"] for p in trial_layers(spec)} for name, spec in specs.items()
+              if name.startswith("chart-range-")}
+    assert list(others.values()) == [{"baseline"}], others  # the which-path trials, apart on their own chart
+    assert "baseline trials measured at the culprit and its parent" in Path(demo["report"]).read_text()
+
+
 def test_repository_text_is_inert(payload_results, tmp_path):
     from perfbisect.app import reports
     from perfbisect.store import open_store

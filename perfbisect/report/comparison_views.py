@@ -55,6 +55,7 @@ def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult]
         "kind": kind, "id": record_id, "title": title, "good": a, "bad": b,
         "started": iso_time(min((t.started_at for t in trials), default=None)),
         "finished": iso_time(max((t.finished_at for t in trials), default=None)), "metric": mode, "modes": [mode], "unit": unit, "what": what,
+        "higher_is_better": described.higher_is_better,
         "verdict": verdict, "culprit": None, "culprit_set": [], "extra_changes": [], "improvements": [],
         "explanation": (comparison.explanation if comparison else ""), "lines": list(lines),
         "excluded": [f"trial #{p['trial']}: {p['excluded']}" for p in points if p["excluded"]],

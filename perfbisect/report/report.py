@@ -142,9 +142,38 @@ def with_unit(title: str, unit: str) -> str:
     return f"{title} ({unit})" if unit else title
 
 
-def range_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Every measured commit's trial summaries per side, levels and noise band, culprit and skips marked."""
-    points = [p for p in view["points"] if p["value"] is not None]
+def chart_modes(view: Mapping[str, Any]) -> list[str]:
+    """The modes the range is drawn for, one chart each: the mode the answer was decided on first (the one
+    the levels are fitted to), then the metric's other mode, then any mode measured besides (a speculative
+    culprit's which-path trials of ``baseline``), in the order they ran."""
+    modes = list(view.get("modes") or [])
+    present = list(dict.fromkeys(p["mode"] for p in view["points"] if p["value"] is not None))
+    ordered = [m for m in [*modes[::-1], *present] if m in present]
+    return list(dict.fromkeys(ordered))
+
+
+def range_specs(view: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """One range chart per mode, (mode, spec), the decided mode's first: a mode's chart holds its trials
+    only, so trials of another mode (on another scale, at two commits) never read as a level of this one."""
+    modes = chart_modes(view)
+    specs = [(m, range_spec(view, m, decided=i == 0)) for i, m in enumerate(modes)]
+    return [(m, s) for m, s in specs if s]
+
+
+def value_title(title: str, unit: str, higher_is_better: bool | None) -> str:
+    """A value axis's title: what, its unit, and which way is worse ("trial median (tok/s) · ↓ worse")."""
+    text = with_unit(title, unit)
+    if higher_is_better is None:
+        return text
+    return f"{text} · {'↓' if higher_is_better else '↑'} worse"
+
+
+def range_spec(view: Mapping[str, Any], mode: str | None = None, decided: bool = True) -> dict[str, Any] | None:
+    """One mode's trial summaries at every measured commit per side, culprit and skips marked; the decided
+    mode's chart (``decided``) also draws the fitted levels and their noise band. ``mode`` None: the first
+    of ``chart_modes``."""
+    mode = mode if mode is not None else next(iter(chart_modes(view)), None)
+    points = [p for p in view["points"] if p["value"] is not None and p["mode"] == mode]
     if not points:
         return None
     order = view["order"]
@@ -156,9 +185,12 @@ def range_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
                   "values": axis_values(order, culprits),
                   "labelColor": {"condition": {"test": label_test, "value": CULPRIT_COLOR}, "value": "#333"},
                   "labelFontWeight": {"condition": {"test": label_test, "value": "bold"}, "value": "normal"}}}
-    y_title = with_unit("trial median", view["unit"])
+    several = len(chart_modes(view)) > 1
+    # A ratio metric's modes are each measured in their own unit, never in "×".
+    unit = "" if several and view["unit"] == "×" else view["unit"]
+    y_title = value_title(f"{mode} trial median" if several else "trial median", unit, view.get("higher_is_better"))
     layers: list[dict[str, Any]] = []
-    segs = view["levels"].get("segments") or []
+    segs = (view["levels"].get("segments") or []) if decided else []
     level_pct = view["levels"].get("level_pct")
     interval = f"{level_pct:g}% interval" if level_pct else "interval"
     if segs:
@@ -176,7 +208,7 @@ def range_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
                                                 {"field": "low", "format": ",.2f", "title": f"{interval} low"},
                                                 {"field": "high", "format": ",.2f", "title": f"{interval} high"},
                                                 {"field": "n", "title": "trials"}]}})
-    marks = [{"commit": c["short"], "what": w, "subject": c["subject"]} for c in view["commits"]
+    marks = [] if not decided else [{"commit": c["short"], "what": w, "subject": c["subject"]} for c in view["commits"]
              for w in (("skipped (untestable)",) if "skipped" in c["role"] else ())
              + (("filtered (paths ignored)",) if "filtered" in c["role"] else ())]
     if marks:
@@ -220,11 +252,14 @@ def timeline_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
     A concatenation cannot take the container's width in Vega-Lite: its views are ``"width": "container"``
     markers that the page's script replaces with the chart's measured width (templates/_layout.html.j2).
     """
-    points = [p for p in view["points"] if p["value"] is not None and p["started"]]
+    modes = chart_modes(view)
+    points = [p for p in view["points"] if p["value"] is not None and p["started"] and p["mode"] == modes[0]] if modes else []
     if not points:
         return None
     x = {"field": "t", "type": "temporal", "title": "wall-clock time", "axis": {"format": "%H:%M:%S", "labelOverlap": True}}
-    y = {"field": "value", "type": "quantitative", "scale": {"zero": False}, "title": with_unit("trial median", view["unit"])}
+    unit = "" if len(modes) > 1 and view["unit"] == "×" else view["unit"]
+    y = {"field": "value", "type": "quantitative", "scale": {"zero": False},
+         "title": value_title(f"{modes[0]} trial median" if len(modes) > 1 else "trial median", unit, view.get("higher_is_better"))}
     lines = list(view.get("drift_lines") or [])
     color = _side_color([p["side"] for p in points] + [r["side"] for r in lines])
     layers: list[dict[str, Any]] = []
@@ -352,11 +387,13 @@ def short_line(view: Mapping[str, Any], path: Path | None = None) -> str:
 def render_report(view: Mapping[str, Any]) -> str:
     """One self-contained HTML document for a bisection, comparison or calibration."""
     safe = inert(view)
+    ranges = range_specs(safe)
     charts = {name: spec for name, spec in (
-        ("range", range_spec(safe)), ("timeline", timeline_spec(safe)), ("posterior", posterior_spec(safe)),
+        ("range", ranges[0][1] if ranges else None), ("timeline", timeline_spec(safe)), ("posterior", posterior_spec(safe)),
     ) if spec}
+    other_ranges = [{"mode": m, "spec": spec, "in_metric": m in safe.get("modes", ())} for m, spec in ranges[1:]]
     return _environment().get_template("report.html.j2").render(
-        v=safe, charts=charts, vendor=vendored_js(), color=PALETTE.get(safe["verdict"]["cls"], "#555"),
+        v=safe, charts=charts, range_mode=ranges[0][0] if ranges else None, other_ranges=other_ranges, vendor=vendored_js(), color=PALETTE.get(safe["verdict"]["cls"], "#555"),
         generated=time.strftime("%Y-%m-%d %H:%M:%S"), version=__version__,
     )
 

@@ -95,7 +95,7 @@ def test_report_command_latest_ids_and_errors(demo, tmp_path):
     same = run_command("report", str(demo["bisection_id"]), "--db", db, "--json")
     assert json.loads(same.stdout)["verdict"]["cls"] == "regressed"
     missing = run_command("report", "c42", "--db", db)
-    assert missing.returncode == 2 and "No comparison #42" in missing.stderr
+    assert missing.returncode == 2 and "No comparison c42" in missing.stderr
     wrong = run_command("report", "x1", "--db", db)
     assert wrong.returncode == 2 and "give a bisection id" in wrong.stderr
     nodb = run_command("report", "--db", str(tmp_path / "none.sqlite"))
@@ -258,6 +258,43 @@ def test_compare_and_calibrate_write_reports(compared_demo, tmp_path):
     assert report.is_file() and "NOISE CALIBRATION" in report.read_text()
     text = run_command("report", f"c{result['comparison_id']}", "--db", str(db))
     assert text.returncode == 0 and "report: " in text.stdout
+
+
+def test_a_comparison_has_one_name_the_report_command_accepts(compared_demo, tmp_path):
+    """Issue #49: `perfbisect log` listed "compare #2", the report said "compare #2" while `perfbisect
+    report` takes `c2` (and reads "#2" as a bisection). The log, the report and the index say "comparison c2"."""
+    db = compared_demo.db_copy(tmp_path)
+    cid = compared_demo.result["comparison_id"]
+    name = f"comparison c{cid}"
+    log = run_command("log", "--db", str(db))
+    assert log.returncode == 0 and log.stdout.startswith(name), log.stdout
+    report = run_command("report", f"c{cid}", "--db", str(db), "-o", str(tmp_path / "c.html"))
+    assert report.returncode == 0, report.stderr
+    site = tmp_path / "site"
+    assert run_command("report", "--index", str(site), "--db", str(db)).returncode == 0
+    for html in ((tmp_path / "c.html").read_text(), (site / "index.html").read_text()):
+        assert name in html and "compare #" not in html
+
+
+def test_every_place_counts_a_bisections_trials_in_the_same_words(demo, tmp_path):
+    """Issue #49: "28 vs 22 trials for one bisection" — `perfbisect log` counted every trial, the report
+    the observations the search used. Each place now gives both, in the same words."""
+    import sqlite3
+
+    from perfbisect.engine.cost import trials_text
+
+    with sqlite3.connect(f"file:{demo['db']}?mode=ro", uri=True) as con:
+        total = con.execute("select count(*) from trials").fetchone()[0]
+    assert total > demo["trials_used"]  # the demo's which-path trials are not the search's
+    words = trials_text(total, demo["trials_used"])
+    assert words == f"{total} trials ({demo['trials_used']} observations used by the search)"
+    log = run_command("log", "--db", demo["db"])
+    assert words in log.stdout, log.stdout
+    site = tmp_path / "site"
+    assert run_command("report", "--index", str(site), "--db", demo["db"]).returncode == 0
+    assert words in (site / "index.html").read_text()
+    assert words in Path(demo["report"]).read_text()
+    assert trials_text(9, 9) == "9 trials (all used by the search)" and trials_text(1) == "1 trial"
 
 
 def test_a_bisection_without_any_measurement_still_renders(tmp_path):

@@ -365,12 +365,21 @@ def spent(trials, gpus: int, unit: str = "GPU-hours") -> dict:
             "hours_unit": unit}
 
 
+def trials_text(total: int, used: int | None = None) -> str:
+    """A bisection's trial count in the words every command and page uses: "17 trials (9 observations used by
+    the search)", "9 trials (all used by the search)"; ``used`` None: "17 trials". The two differ because a
+    ratio metric's observation holds a trial per mode, and re-runs, failures and which-path trials add some."""
+    run = f"{total} trial{'s' if total != 1 else ''}"
+    if used is None:
+        return run
+    if used == total:
+        return f"{run} (all used by the search)" if total else run
+    return f"{run} ({used} observation{'s' if used != 1 else ''} used by the search)"
+
+
 def spent_line(s: dict, used: int | None = None) -> str:
-    """"spent: 17 trials for the search's 9 observations, 1m02s wall, 0.02 GPU-hours (…)"."""
-    n = s["trials"]
-    run = f"{n} trial{'s' if n != 1 else ''}"
-    if used is not None and used != n:  # a ratio metric's observation holds a trial per mode; re-runs add some
-        run += f" for the search's {used} observation{'s' if used != 1 else ''}"
+    """"spent: 17 trials (9 observations used by the search), 1m02s wall, 0.02 GPU-hours (…)"."""
+    run = trials_text(s["trials"], used)
     unit = s.get("hours_unit", "GPU-hours")
     per = (f" (trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)" if unit == "GPU-hours"
            else " (trial time)")

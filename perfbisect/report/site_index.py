@@ -20,7 +20,7 @@ def index_entries(views: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, An
         href = f"{view['kind']}-{view['id']}.html"
         first = min((p["started"] for p in view["points"] if p["started"]), default=None)
         culprit = view.get("culprit") or {}
-        label = f"{'bisection' if view['kind'] == 'bisection' else 'compare'} #{view['id']}"
+        label = report_name(view)
         ends = ((view.get("good") or "")[:10], (view.get("bad") or "")[:10]) if view["kind"] == "bisection" else None
         pair = " vs ".join(c["short"] for c in view["commits"][:2][::-1]) if view["kind"] != "bisection" else ""
         cmp = view["comparisons"][0] if view["comparisons"] else None
@@ -32,7 +32,7 @@ def index_entries(views: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, An
             "range": f"{ends[0]}..{ends[1]}" if ends else pair, "verdict": view["verdict"]["headline"].lower(),
             "effect_pct": effect, "culprit": culprit.get("short", ""), "culprit_subject": culprit.get("subject", ""),
             "culprit_set": [c["short"] for c in view.get("culprit_set") or ()] if view.get("culprit_is_set") else [],
-            "trials": len(view["points"]),
+            "trials": view.get("trials_text") or f"{len(view['points'])} trials",
         })
         sigma = (view.get("outcome") or {}).get("noise_sigma_pct") or (cmp["sigma_pct"] if cmp else None)
         roles = {c["short"]: c["role"] for c in view["commits"]}
@@ -61,6 +61,14 @@ def index_entries(views: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, An
             p["x"] = order.get(p["sha"], len(order))
         points.sort(key=lambda p: (p["x"], p["date"] or ""))
     return entries, history
+
+
+def report_name(view: Mapping[str, Any]) -> str:
+    """What a report is called, in the words `perfbisect log` uses and `perfbisect report` accepts:
+    "bisection #3" (`report 3`), "comparison c2" (`report c2`), "calibration #1"."""
+    if view["kind"] == "comparison":
+        return f"comparison c{view['id']}"
+    return f"{view['kind']} #{view['id']}"
 
 
 # Roles a history point can have, in legend order (report.ROLE_COLORS gives each a fixed colour).

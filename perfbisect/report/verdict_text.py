@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 from ..metrics import Metric, level_text, pct_text, short_probability, signed
 from ..measure.build import NO_BUILD_STEPS_HASH
 from ..model import BisectOutcome, Comparison, TrialResult, Verdict
+from ..engine.cost import trials_text
 from ..engine.outcomes import settles
 from ..engine.regressed_path import lines as regressed_path_lines
 
@@ -57,12 +58,13 @@ def best_answer_text(best: Sequence[str]) -> str:
 
 def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, dict], levels: dict[str, Any],
                  unit: str, what: str, trials: int, gpu_hours: float, gpu_label: str, alpha: float,
-                 min_effect: float) -> dict[str, Any]:
-    """The verdict in one sentence a colleague can repeat, plus its headline and class."""
+                 min_effect: float, total: int | None = None) -> dict[str, Any]:
+    """The verdict in one sentence a colleague can repeat, plus its headline and class; ``trials``: the
+    observations the search used, ``total``: every trial run (which-path, failed and re-run ones too)."""
     def name(sha: str) -> str:
         return f"{sha[:10]} “{commits.get(sha, {}).get('subject', '')}”" if commits.get(sha, {}).get("subject") else sha[:10]
 
-    cost = f"{plural(trials, 'trial')}, {gpu_hours:.2f} {gpu_label}"
+    cost = f"{trials_text(total, trials) if total is not None else plural(trials, 'trial')}, {gpu_hours:.2f} {gpu_label}"
     level_pct = 100 * (1 - 2 * alpha)  # the bisection's own comparisons: one-sided 1 − alpha bounds
 
     def interval(cmp: Comparison) -> str:

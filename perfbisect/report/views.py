@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 from ..metrics import stored_or_described
 from ..errors import PerfbisectError
 from ..model import BisectOutcome, RepoFacts, TrialResult
+from ..engine.cost import trials_text
 from ..engine.search_replay import REPLAY_WORK, engine_fit, replay, stats_config
 from .trial_tables import (
     environment,
@@ -80,7 +81,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
     levels, drift_lines = _levels(record, trials, observations, excluded, modes, full, higher, final_post)
     gpu_hours, gpu_label = gpu_hours_of(trials)
     verdict = verdict_view(out, record.status, info, levels, unit, what, out.trials_used if out else len(observations),
-                           gpu_hours, gpu_label, settings.alpha, settings.min_effect_pct)
+                           gpu_hours, gpu_label, settings.alpha, settings.min_effect_pct, total=len(trials))
     db = str(db_path or store.path)
     return {
         "kind": "bisection",
@@ -96,6 +97,8 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         "drift_note": out.drift_note if out else None,
         "excluded": list(out.excluded) if out else [],
         "outcome": _outcome_figures(out, observations),
+        "trials_total": len(trials),
+        "trials_text": trials_text(len(trials), out.trials_used if out else len(observations)),
         "gpu_hours": gpu_hours, "gpu_label": gpu_label,
         "commits": _commit_table(record, full, info, facts, trials, observations),
         "order": [s[:10] for s in full],
@@ -300,7 +303,7 @@ def _comparisons(store: Any, bisection_id: int, out: BisectOutcome | None) -> li
         comparison_row("from the culprit on vs before it", out.culprit_comparison if out else None),
     ) if c]
     for c in store.comparisons(1000, bisection_id=bisection_id):
-        row = comparison_row(f"compare #{c.id}: {c.b[:10]} vs {c.a[:10]} [{c.mode}]", c.comparison)
+        row = comparison_row(f"comparison c{c.id}: {c.b[:10]} vs {c.a[:10]} [{c.mode}]", c.comparison)
         if row:
             comparisons.append(row)
     return comparisons

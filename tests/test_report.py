@@ -344,6 +344,39 @@ def probe_page(report: Path, tmp: Path, width: int, script: str, attr: str) -> d
     return json.loads(html_lib.unescape(m.group(1)))
 
 
+WORDS_PROBE = """<script>
+window.perfbisectCharts.then(function () { setTimeout(function () {
+  // Every word of every table cell (a hash, a number, a subject's word; not a path, which may wrap at
+  // 48+ characters), and whether it was laid out on one line: a range over it has one client rect. A
+  // word of prose may break at its own hyphen ("second-" "change"), as print does; one holding a digit
+  // (a date, a layout id, a version) may not.
+  var broken = [], seen = 0, walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  function check(node, index, word) {
+    var r = document.createRange(); r.setStart(node, index); r.setEnd(node, index + word.length);
+    var lines = Array.prototype.filter.call(r.getClientRects(), function (b) { return b.width > 0; }).length;
+    seen++;
+    if (lines > 1) broken.push(word);
+  }
+  while (walker.nextNode()) {
+    var node = walker.currentNode;
+    if (!node.parentElement.closest("td, th")) continue;
+    var re = /\\S+/g, m;
+    while ((m = re.exec(node.data))) {
+      if (m[0].length >= 48) continue;
+      if (!/[0-9]/.test(m[0]) && m[0].indexOf("-") > 0) {
+        var at = m.index;
+        m[0].split("-").forEach(function (part) { if (part) check(node, at, part); at += part.length + 1; });
+      } else {
+        check(node, m.index, m[0]);
+      }
+    }
+  }
+  document.body.setAttribute("data-words", JSON.stringify({ seen: seen, broken: broken,
+    scrollWidth: document.documentElement.scrollWidth, clientWidth: document.documentElement.clientWidth }));
+}, 50); });
+</script>"""
+
+
 def layout_probe(report: Path, tmp: Path, width: int) -> dict:
     """Open a copy of ``report`` at ``width`` CSS pixels; what the page measured once every chart drew."""
     return probe_page(report, tmp, width, LAYOUT_PROBE, "data-layout")
@@ -390,3 +423,17 @@ def test_the_verdict_box_says_which_path_regressed_and_the_demo_report_fits_900_
     assert "REGRESSION" in verdict
     # the demo plants a slower verify cycle: the speculative path, the baseline unchanged
     assert "Which path: speculative path regressed (baseline unchanged" in verdict, verdict
+
+
+@needs_chromium
+@pytest.mark.parametrize("width", [1400, 900])
+def test_table_cells_never_break_a_word_or_a_hash(demo, tmp_path, width):
+    """Issue #49: table columns broke hashes and words mid-way (``overflow-wrap: anywhere``) to fit 900 px.
+    A hash, number or word is laid out on one line; a wide table scrolls inside its own box instead."""
+    site = tmp_path / "site"
+    assert run_command("report", "--index", str(site), "--db", demo["db"]).returncode == 0
+    for page in (Path(demo["report"]), site / "index.html"):
+        words = probe_page(page, tmp_path, width, WORDS_PROBE, "data-words")
+        assert words["seen"] > (50 if page.name != "index.html" else 10), words
+        assert words["broken"] == [], (page.name, words["broken"])
+        assert words["scrollWidth"] <= words["clientWidth"], words  # the page itself never scrolls sideways

@@ -437,3 +437,26 @@ def test_table_cells_never_break_a_word_or_a_hash(demo, tmp_path, width):
         assert words["seen"] > (50 if page.name != "index.html" else 10), words
         assert words["broken"] == [], (page.name, words["broken"])
         assert words["scrollWidth"] <= words["clientWidth"], words  # the page itself never scrolls sideways
+
+
+def test_the_index_orders_commits_by_history_not_by_when_they_were_measured():
+    """Issue #49: the index's commit axis must follow history. Two ranges bisected in either order, and a
+    comparison of a commit between them, lie oldest first on one axis."""
+    from perfbisect.report.site_index import commit_order
+
+    def rows(names, day0):
+        return [{"sha": n * 4, "committed": f"2026-01-{day0 + i:02d}T12:00:00+02:00"} for i, n in enumerate(names)]
+    older = {"kind": "bisection", "started": "", "commits": rows("abcd", 1)}
+    newer = {"kind": "bisection", "started": "", "commits": rows("wxyz", 10)}
+    between = {"kind": "comparison", "started": "", "commits": [*rows("m", 7), older["commits"][1]]}
+    want = ["a", "b", "c", "d", "m", "w", "x", "y", "z"]
+    for first, second in ((older, newer), (newer, older)):
+        views = [{**first, "started": "2026-02-01T10:00:00"}, {**second, "started": "2026-02-02T10:00:00"},
+                 {**between, "started": "2026-02-03T10:00:00"}]
+        order = commit_order(views)
+        assert [s[0] for s in sorted(order, key=order.get)] == want
+    # Without dates (the repository is gone), each range keeps its own history order.
+    bare = [{"kind": "bisection", "started": "", "commits": [{"sha": s} for s in ("p", "q", "r")]},
+            {"kind": "bisection", "started": "", "commits": [{"sha": s} for s in ("q", "s", "r")]}]
+    order = commit_order(bare)
+    assert order["p"] < order["q"] < order["s"] < order["r"]

@@ -5,6 +5,7 @@ commit's level across reports on one per-commit axis (``index_entries``), from t
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 
@@ -85,18 +86,47 @@ def history_role(role: str) -> str:
 
 
 def commit_order(views: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """One oldest-first order of every commit the views measured, for a per-commit history axis (as asv
-    and Bencher plot): each view's range order is kept, and a commit new to the merged order goes right
-    after the commit before it in its view; views are merged oldest first."""
-    merged: list[str] = []
-    for view in sorted(views, key=lambda v: v.get("started") or ""):
+    """One oldest-first history order of every commit the views measured, for a per-commit history axis (as
+    asv and Bencher plot), whatever order the views were measured in: each bisection's range is in history
+    order (git's, or the stored candidates'), and those orders are kept; commits they leave unordered (two
+    ranges apart, a comparison's commits) go by commit date, then as first seen."""
+    after: dict[str, set[str]] = {}
+    before_count: dict[str, int] = {}
+    when: dict[str, float] = {}
+    seen: dict[str, int] = {}
+    for view in views:
         shas = [c["sha"] for c in view["commits"]]
-        prev = None
-        for sha in shas:
-            if sha in merged:
-                prev = sha
-                continue
-            at = merged.index(prev) + 1 if prev is not None else 0
-            merged.insert(at, sha)
-            prev = sha
+        for c in view["commits"]:
+            seen.setdefault(c["sha"], len(seen))
+            t = commit_time(c.get("committed") or c.get("date") or "")
+            if t is not None:
+                when.setdefault(c["sha"], t)
+        if view["kind"] != "bisection":
+            continue  # a comparison's B vs A says nothing of which came first
+        for a, b in zip(shas, shas[1:]):
+            if b not in after.setdefault(a, set()):
+                after[a].add(b)
+                before_count[b] = before_count.get(b, 0) + 1
+
+    def rank(sha: str) -> tuple[float, int]:
+        return (when.get(sha, math.inf), seen[sha])
+    ready = sorted((s for s in seen if not before_count.get(s)), key=rank)
+    merged: list[str] = []
+    while ready:
+        sha = ready.pop(0)
+        merged.append(sha)
+        for nxt in after.get(sha, ()):
+            before_count[nxt] -= 1
+            if not before_count[nxt]:
+                ready.append(nxt)
+        ready.sort(key=rank)
+    merged += sorted((s for s in seen if s not in set(merged)), key=rank)  # ranges that disagree: never dropped
     return {sha: i for i, sha in enumerate(merged)}
+
+
+def commit_time(text: str) -> float | None:
+    """A commit's ISO date (git's %cI or %aI) as a timestamp; None when unknown or unreadable."""
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp() if text.strip() else None
+    except ValueError:
+        return None

@@ -205,6 +205,34 @@ def short_probability(p: float, places: int = 2) -> str:
     return f"{math.floor(p * scale + 1e-9) / scale:.{places}f}"
 
 
+# A time unit a metric's key may state, in seconds; readable() writes a time in the one of these that
+# puts one to three digits before the point.
+_SECONDS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
+_TIME_SCALES = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
+
+
+def readable(value: float | None, unit: str = "", *, sign: bool = False, like: float | None = None) -> str:
+    """A value as a person reads it: a time in s, ms, µs or ns with three significant digits ("3.71 ms", not
+    "0.003705 s"); any other unit with ``Metric.number``'s four ("86.96 tok/s"). ``sign``: always signed
+    ("+3.71 ms"); ``like``: pick the time unit for this magnitude instead (a before → after pair shares one).
+    The one formatter of a metric's absolute values and effects, for the report and the terminal alike."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    prefix = ("+" if value >= 0 else "-") if sign else ("-" if value < 0 else "")
+    if unit not in _SECONDS:
+        return f"{prefix}{Metric('', '').number(abs(value))} {unit}".rstrip()
+    seconds = abs(value) * _SECONDS[unit]
+    ref = abs(like) * _SECONDS[unit] if like is not None and math.isfinite(like) and like else seconds
+    name, scale = next(((n, f) for n, f in _TIME_SCALES if ref >= f * 0.9995), _TIME_SCALES[-1])
+    if ref >= 1000 * _TIME_SCALES[0][1]:
+        name, scale = "s", 1.0  # past 999 s, seconds with thousands separators read better than minutes
+    x = float(f"{seconds / scale:.3g}")
+    if x == 0:
+        return f"{prefix}0 {unit}"
+    digits = max(0, 2 - math.floor(math.log10(x)))
+    return f"{prefix}{x:,.{digits}f} {name}"
+
+
 def signed(value: float, unit: str = "") -> str:
     """A difference with its sign in four significant digits and its unit ("-25.31 ops/s", "+1.900e-05" never)."""
     text = ("+" if value >= 0 else "-") + Metric("", "").number(abs(value))

@@ -292,7 +292,8 @@ def test_every_place_counts_a_bisections_trials_in_the_same_words(demo, tmp_path
     assert words in log.stdout, log.stdout
     site = tmp_path / "site"
     assert run_command("report", "--index", str(site), "--db", demo["db"]).returncode == 0
-    assert words in (site / "index.html").read_text()
+    index = (site / "index.html").read_text()
+    assert words in index and "level (tok/s) · ↓ worse" in index  # the history chart's value axis too
     assert words in Path(demo["report"]).read_text()
     assert trials_text(9, 9) == "9 trials (all used by the search)" and trials_text(1) == "1 trial"
 
@@ -460,3 +461,25 @@ def test_the_index_orders_commits_by_history_not_by_when_they_were_measured():
             {"kind": "bisection", "started": "", "commits": [{"sha": s} for s in ("q", "s", "r")]}]
     order = commit_order(bare)
     assert order["p"] < order["q"] < order["s"] < order["r"]
+
+
+def test_effects_in_seconds_read_in_ms_and_every_value_axis_says_which_way_is_worse(demo):
+    """Issue #49: a latency regression read "+0.003705 s"; it reads "+3.71 ms". Each chart's value axis
+    says which way is worse."""
+    from perfbisect.metrics import readable
+    from perfbisect.model import BisectOutcome, Comparison, Verdict
+    from perfbisect.report.verdict_text import verdict_view
+
+    step = Comparison(Verdict.REGRESSED, 8.2, 6.0, 10.4, 1.0, "measured", 6, 7)
+    out = BisectOutcome(Verdict.REGRESSED, "a" * 40, "b" * 40, culprit="c" * 40, effect_pct=8.2,
+                        culprit_comparison=step, trials_used=13)
+    view = verdict_view(out, "done", {}, {"before": 0.045180, "after": 0.048885}, "s", "lat_s latency (lower is better)",
+                        13, 0.1, "GPU-hours", 0.01, 2.0, total=19)
+    assert "(+3.71 ms: 45.2 ms → 48.9 ms)" in view["sentence"], view["sentence"]
+    assert "19 trials (13 observations used by the search)" in view["sentence"]
+    assert readable(-0.0000123, "s", sign=True) == "-12.3 µs" and readable(1234.5, "ms") == "1.23 s"
+    assert readable(-86.96, "tok/s", sign=True) == "-86.96 tok/s"  # a unit that is not a time: as before
+    specs = chart_specs(Path(demo["report"]).read_text())  # tok/s: higher is better, so down is worse
+    titles = [specs["chart-range"]["layer"][-1]["encoding"]["y"]["title"],
+              specs["chart-timeline"]["vconcat"][0]["layer"][-1]["encoding"]["y"]["title"]]
+    assert all(t.endswith("· ↓ worse") and "(tok/s)" in t for t in titles), titles

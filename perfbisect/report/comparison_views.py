@@ -39,7 +39,7 @@ def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult]
     if comparison is not None:
         va = median(p["value"] for p in points if p["sha"] == a)
         vb = median(p["value"] for p in points if p["sha"] == b)
-        absolute = f" ({fmt_value(va, unit)} → {fmt_value(vb, unit)})" if va and vb else ""
+        absolute = f" ({fmt_value(va, unit)} → {fmt_value(vb, unit, like=va)})" if va and vb else ""
         cls = comparison.verdict.value
         sentence = (
             f"{(b or '')[:10]} vs {(a or '')[:10]}: {what} {comparison.effect_pct:+.1f}%{absolute}, interval "

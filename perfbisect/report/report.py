@@ -23,7 +23,7 @@ import jinja2
 
 from .. import __version__
 from ..errors import UsageError
-from ..metrics import level_text, pct_text, signed
+from ..metrics import level_text, pct_text, readable
 from ..resources import data_dir
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -340,7 +340,8 @@ def history_spec(points: Sequence[Mapping[str, Any]], mode: str) -> dict[str, An
     spec["layer"] = [
         {"mark": {"type": "rule", "strokeWidth": 6, "opacity": 0.25},
          "encoding": {"x": x, "y": {"field": "band_low", "type": "quantitative", "scale": {"zero": False},
-                                    "title": with_unit(f"{mode} level", points[0]["unit"] if points else "")},
+                                    "title": value_title(f"{mode} level", points[0]["unit"] if points else "",
+                                                         points[0].get("higher_is_better") if points else None)},
                       "y2": {"field": "band_high"}, "color": color}},
         {"name": "history", "mark": {"type": "point", "filled": True, "size": 80, "cursor": "pointer"},
          "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"},
@@ -374,7 +375,7 @@ def short_line(view: Mapping[str, Any], path: Path | None = None) -> str:
     if cmp:
         unit = ""
         if levels.get("before") is not None and levels.get("after") is not None:
-            unit = f" ({signed(levels['after'] - levels['before'], view['unit'])})"
+            unit = f" ({readable(levels['after'] - levels['before'], view['unit'], sign=True)})"
         level = f"{level_text(view['level_pct'])} " if view.get("level_pct") else ""
         bits.append(f"{pct_text(cmp['effect_pct'])}{unit} {level}[{pct_text(cmp['ci_low_pct'])}, {pct_text(cmp['ci_high_pct'])}]")
     if view.get("culprit"):

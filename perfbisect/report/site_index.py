@@ -52,7 +52,7 @@ def index_entries(views: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, An
                 "date": min(p["started"] for p in ps), "value": math.exp(m), "band_low": math.exp(m - s),
                 "band_high": math.exp(m + s), "commit": commit, "subject": subjects.get(commit, ""),
                 "end": role.split(",")[0] or "measured", "role": history_role(role), "sha": sha,
-                "href": href, "label": label, "unit": view["unit"],
+                "href": href, "label": label, "unit": view["unit"], "higher_is_better": view.get("higher_is_better"),
                 "verdict": view["verdict"]["headline"].lower(),
             })
     entries.sort(key=lambda e: e["date"] or "", reverse=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..metrics import Metric, level_text, pct_text, short_probability, signed
+from ..metrics import Metric, level_text, pct_text, readable, short_probability
 from ..measure.build import NO_BUILD_STEPS_HASH
 from ..model import BisectOutcome, Comparison, TrialResult, Verdict
 from ..engine.cost import trials_text
@@ -25,12 +25,14 @@ def metric_unit(metric: str, described: Metric) -> tuple[str, str]:
     return described.unit, f"{metric} {described.label} ({described.direction})"
 
 
-def fmt_value(v: float | None, unit: str) -> str:
+def fmt_value(v: float | None, unit: str, like: float | None = None) -> str:
+    """A level in readable units ("45.2 ms", not "0.04518 s"; ``metrics.readable``); ``like``: the other
+    level of a before → after pair, so both are written in one unit."""
     if v is None:
         return "?"
     if unit == "×":
         return f"{v:.3f}×"
-    return f"{Metric('', '').number(v)} {unit}".rstrip()
+    return readable(v, unit, like=like)
 
 
 def builds_note(trials: Sequence[TrialResult], builds: int, reused: int) -> str:
@@ -79,7 +81,7 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
         cmp = out.culprit_comparison or out.endpoint_comparison
         eff = out.effect_pct or 0.0
         delta = (after - before) if before is not None and after is not None else None
-        absolute = (f" ({signed(delta, unit)}: {fmt_value(before, unit)} → {fmt_value(after, unit)})"
+        absolute = (f" ({readable(delta, unit, sign=True)}: {fmt_value(before, unit)} → {fmt_value(after, unit, like=before)})"
                     if delta is not None else "")
         ci = f", {interval(cmp)}" if cmp else ""
         sigma = f" against {noise}" if noise else (f" against noise {cmp.sigma_b_pct:.1f}% per trial" if cmp else "")
@@ -114,7 +116,7 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
                 "sentence": f"Inconclusive after {cost}: {why}{stop}. Best answer: {best}{prob}.{bound}{layout}{more}"}
     ends = out.endpoint_comparison
     eff = f" The endpoints differ by {pct_text(ends.effect_pct)} ({interval(ends)})" if ends else ""
-    abs_part = f" ({fmt_value(levels.get('good'), unit)} → {fmt_value(levels.get('bad'), unit)})" if levels.get("good") else ""
+    abs_part = f" ({fmt_value(levels.get('good'), unit)} → {fmt_value(levels.get('bad'), unit, like=levels.get('good'))})" if levels.get("good") else ""
     sigma = f", {noise}" if noise else ""
     if out.verdict is Verdict.IMPROVED:
         return {"cls": "improved", "headline": "NO REGRESSION (faster)",

@@ -343,24 +343,32 @@ def more_trials_line(cfg, timing: TrialTime, trials: int, what: str) -> str:
             f"{hours * gpus:.1f} {unit} ({format_duration(trial_s)} per trial, {source}{per})")
 
 
+def pauses(trials) -> list[tuple[float, float]]:
+    """When nothing ran, as (from, to) times: gaps between trials longer than ``PAUSE_GAP_S`` and than a
+    median trial, as when a bisection was interrupted and resumed later."""
+    timed = sorted((t for t in trials if t.started_at and t.finished_at), key=lambda t: t.started_at)
+    if not timed:
+        return []
+    typical = median([max(t.finished_at - t.started_at, 0.0) for t in timed]) or 0.0
+    limit = max(PAUSE_GAP_S, typical)
+    gaps = []
+    seg_end = timed[0].finished_at
+    for t in timed[1:]:
+        if t.started_at - seg_end > limit:  # nothing ran in between: it was paused
+            gaps.append((seg_end, t.started_at))
+        seg_end = max(seg_end, t.finished_at)
+    return gaps
+
+
 def spent(trials, gpus: int, unit: str = "GPU-hours") -> dict:
     """What a bisection spent: its trials, the wall time it ran (first start to last finish, less the
     pauses: gaps between trials longer than ``PAUSE_GAP_S`` and than a median trial, as when it was
     interrupted and resumed later), and GPU-hours (each trial's duration × gpus)."""
     timed = sorted((t for t in trials if t.started_at and t.finished_at), key=lambda t: t.started_at)
     busy = sum(max(t.finished_at - t.started_at, 0.0) for t in timed)
-    wall = paused = 0.0
-    if timed:
-        typical = median([max(t.finished_at - t.started_at, 0.0) for t in timed]) or 0.0
-        limit = max(PAUSE_GAP_S, typical)
-        seg_start, seg_end = timed[0].started_at, timed[0].finished_at
-        for t in timed[1:]:
-            if t.started_at - seg_end > limit:  # nothing ran in between: it was paused
-                wall += seg_end - seg_start
-                paused += t.started_at - seg_end
-                seg_start = t.started_at
-            seg_end = max(seg_end, t.finished_at)
-        wall += seg_end - seg_start
+    gaps = pauses(timed)
+    paused = sum(b - a for a, b in gaps)
+    wall = (max(t.finished_at for t in timed) - timed[0].started_at - paused) if timed else 0.0
     return {"trials": len(trials), "wall_s": wall, "paused_s": paused, "gpu_hours": busy / 3600.0 * gpus, "gpus": gpus,
             "hours_unit": unit}
 

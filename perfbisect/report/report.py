@@ -263,6 +263,17 @@ def timeline_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
     lines = list(view.get("drift_lines") or [])
     color = _side_color([p["side"] for p in points] + [r["side"] for r in lines])
     layers: list[dict[str, Any]] = []
+    gaps = list(view.get("gaps") or [])
+    if gaps:  # an interruption is a shaded, labelled band: the axis jumps there, nothing ran
+        layers.append({"name": "gaps", "data": {"values": gaps},
+                       "mark": {"type": "rect", "color": "#9e9e9e", "opacity": 0.18},
+                       "encoding": {"x": {**x, "field": "from"}, "x2": {"field": "to"},
+                                    "tooltip": [{"field": "label", "title": "nothing ran"},
+                                                {"field": "from", "type": "temporal", "timeUnit": "yearmonthdatehoursminutes", "title": "from"},
+                                                {"field": "to", "type": "temporal", "timeUnit": "yearmonthdatehoursminutes", "title": "to"}]}})
+        layers.append({"name": "gap_label", "data": {"values": gaps},
+                       "mark": {"type": "text", "color": "#616161", "baseline": "top", "fontSize": 11},
+                       "encoding": {"x": {**x, "field": "mid"}, "y": {"value": 4}, "text": {"field": "label"}}})
     if lines:
         layers.append({
             "name": "drift", "data": {"values": lines}, "mark": {"type": "line", "strokeDash": [5, 3], "strokeWidth": 1.5},

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from ..metrics import stored_or_described
 from ..errors import PerfbisectError
 from ..model import BisectOutcome, RepoFacts, TrialResult
-from ..engine.cost import trials_text
+from ..engine.cost import pauses, trials_text
 from ..engine.search_replay import REPLAY_WORK, engine_fit, replay, stats_config
 from .trial_tables import (
     environment,
@@ -102,6 +102,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         "gpu_hours": gpu_hours, "gpu_label": gpu_label,
         "commits": _commit_table(record, full, info, facts, trials, observations),
         "order": [s[:10] for s in full],
+        "gaps": interruptions(trials),
         "points": points, "levels": levels, "culprit_short": culprit[:10] if culprit else None,
         "culprit_set_short": [c[:10] for c in culprit_set], "drift_lines": drift_lines,
         "serves": serves(trials, config),
@@ -118,6 +119,25 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         "reproduce": _reproduce(record, bisection_id, config, db, culprit, modes[-1]),
         "db": db,
     }
+
+
+def interruptions(trials: Sequence[TrialResult]) -> list[dict[str, Any]]:
+    """When the bisection stood still between trials (interrupted and resumed later: ``cost.pauses``), for
+    the timeline's labelled band: its ends, its middle and "interrupted 2 h 10 min"."""
+    return [{"from": iso_time(a), "to": iso_time(b), "mid": iso_time((a + b) / 2),
+             "label": f"interrupted {duration_words(b - a)}"} for a, b in pauses(trials)]
+
+
+def duration_words(seconds: float) -> str:
+    """"2 h 10 min", "14 min", "50 s": a pause's length as a reader says it."""
+    seconds = max(0, int(round(seconds)))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    if h >= 24:
+        return f"{h // 24} d {h % 24} h"
+    if h:
+        return f"{h} h {m} min" if m else f"{h} h"
+    return f"{m} min" if m else f"{s} s"
 
 
 def _commit_table(record: Any, full: Sequence[str], info: Mapping[str, Mapping[str, Any]], facts: RepoFacts,

@@ -483,3 +483,17 @@ def test_effects_in_seconds_read_in_ms_and_every_value_axis_says_which_way_is_wo
     titles = [specs["chart-range"]["layer"][-1]["encoding"]["y"]["title"],
               specs["chart-timeline"]["vconcat"][0]["layer"][-1]["encoding"]["y"]["title"]]
     assert all(t.endswith("· ↓ worse") and "(tok/s)" in t for t in titles), titles
+
+
+def test_the_load_panel_starts_at_zero_with_room_above_a_steady_load(demo):
+    """Issue #49: an idle machine's load (0.46–0.55) was autoscaled into a panel-high zigzag. Each state
+    panel starts at 0 and ends above its largest value, the load's at 1 task or more; the unit is named."""
+    timeline = chart_specs(Path(demo["report"]).read_text())["chart-timeline"]
+    panel = timeline["vconcat"][1]
+    rows = panel["data"]["values"]
+    load = [r["value"] for r in rows if r.get("value") is not None and r["var"].startswith("CPU load")]
+    assert load and {r["var"] for r in rows if r["var"].startswith("CPU load")} == {"CPU load (runnable tasks, 1-min average)"}
+    ceiling = [r["ceiling"] for r in rows if r.get("ceiling") is not None and r["var"].startswith("CPU load")]
+    assert ceiling == [max(1.0, 1.25 * max(load))]
+    for layer in panel["spec"]["layer"]:
+        assert layer["encoding"]["y"]["scale"]["zero"] is True

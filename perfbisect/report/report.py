@@ -302,17 +302,42 @@ def timeline_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
     spec["autosize"] = {"type": "pad"}
     spec["vconcat"] = [top]
     if view["samples"]:
+        # Each panel's axis starts at 0 and ends above its largest value (the CPU load's at 1 or more): a
+        # near-constant series reads as the level it holds, never stretched to the panel's height as noise.
+        ceilings = [{"var": var, "t": first, "ceiling": top} for var, first, top in sample_ceilings(view["samples"])]
+        y = {"type": "quantitative", "scale": {"zero": True, "nice": True}, "title": None}
         spec["vconcat"].append({
-            "data": {"values": view["samples"]},
+            "data": {"values": [*view["samples"], *ceilings]},
             "facet": {"row": {"field": "var", "type": "nominal", "title": None, "header": {"labelAngle": 0, "labelOrient": "top", "labelAnchor": "start", "labelAlign": "left", "labelFontSize": 11, "labelLimit": 0}}},
-            "spec": {"width": "container", "height": 70, "mark": {"type": "line", "point": {"size": 12}, "interpolate": "step-after"},
-                     "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "scale": {"zero": False}, "title": None},
-                                  "detail": {"field": "trial"}, "color": {"field": "mode", "type": "nominal", "legend": None},
-                                  "tooltip": [{"field": "var"}, {"field": "value"}, {"field": "trial"}, {"field": "commit"}, {"field": "t", "type": "temporal", "timeUnit": "hoursminutesseconds"}]}},
+            "spec": {"width": "container", "height": 70, "layer": [
+                {"name": "state", "transform": [{"filter": "datum.value != null"}],
+                 "mark": {"type": "line", "point": {"size": 12}, "interpolate": "step-after"},
+                 "encoding": {"x": x, "y": {**y, "field": "value"},
+                              "detail": {"field": "trial"}, "color": {"field": "mode", "type": "nominal", "legend": None},
+                              "tooltip": [{"field": "var"}, {"field": "value"}, {"field": "trial"}, {"field": "commit"}, {"field": "t", "type": "temporal", "timeUnit": "hoursminutesseconds"}]}},
+                {"name": "ceiling", "transform": [{"filter": "datum.ceiling != null"}], "mark": {"type": "point", "opacity": 0},
+                 "encoding": {"x": x, "y": {**y, "field": "ceiling"}}},
+            ]},
             "resolve": {"scale": {"y": "independent"}},
         })
     spec["resolve"] = {"scale": {"x": "shared", "color": "independent"}}
     return spec
+
+
+# The one-minute load average counts runnable tasks; its panel reaches at least this high, so that an idle
+# machine's 0.5 reads as little, not as a line across the panel's top.
+LOAD_FLOOR_TOP = 1.0
+
+
+def sample_ceilings(samples: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, float]]:
+    """(variable, its first sample's time, the top of its panel): a quarter above its largest value, and at
+    least ``LOAD_FLOOR_TOP`` for the CPU load."""
+    out: dict[str, tuple[str, float]] = {}
+    for r in samples:
+        first, top = out.get(r["var"], (r["t"], 0.0))
+        out[r["var"]] = (first, max(top, float(r["value"])))
+    return [(var, first, max(1.25 * top, LOAD_FLOOR_TOP if var.startswith("CPU load") else 0.0) or 1.0)
+            for var, (first, top) in out.items()]
 
 
 def posterior_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -177,11 +177,15 @@ def range_spec(view: Mapping[str, Any], mode: str | None = None, decided: bool =
     if not points:
         return None
     order = view["order"]
-    culprits = [c for c in [view.get("culprit_short"), *(view.get("culprit_set_short") or [])] if c]
-    culprit = view.get("culprit_short")
+    if not decided:  # a mode measured besides the search (at the culprit and its parent): only its commits
+        measured = {p["commit"] for p in points}
+        order = [c for c in order if c in measured]
+    culprits = [c for c in [view.get("culprit_short"), *(view.get("culprit_set_short") or [])] if c in order]
+    culprit = view.get("culprit_short") if view.get("culprit_short") in order else None
     label_test = " || ".join(f"datum.value === {json.dumps(c)}" for c in culprits) or "false"
+    x_title = "commits, oldest first (good … bad)" if decided else f"commits measured in {mode}, oldest first"
     x = {"field": "commit", "type": "ordinal", "scale": {"domain": order}, "sort": order,
-         "axis": {"labelAngle": -60, "title": "commits, oldest first (good … bad)", "labelOverlap": False,
+         "axis": {"labelAngle": -60, "title": x_title, "labelOverlap": False,
                   "values": axis_values(order, culprits),
                   "labelColor": {"condition": {"test": label_test, "value": CULPRIT_COLOR}, "value": "#333"},
                   "labelFontWeight": {"condition": {"test": label_test, "value": "bold"}, "value": "normal"}}}
@@ -239,7 +243,7 @@ def range_spec(view: Mapping[str, Any], mode: str | None = None, decided: bool =
             "tooltip": [{"field": "side"}, *_TOOLTIP_TRIAL],
         },
     })
-    spec = _base(height=300)
+    spec = _base(height=300 if decided else 200)
     spec["layer"] = layers
     spec["resolve"] = {"scale": {"color": "independent"}}
     return spec

@@ -52,10 +52,8 @@ class Metric:
     def format(self, value: float | None) -> str:
         """"94.3 tok/s", "12.41 ms", "19.00 µs" (a time in the unit that reads: never "0.00001900 s"),
         "1,234,567 ops/s"; a unitless metric's value alone."""
-        if value is not None and math.isfinite(value) and self.unit in _TIME_UNITS:
-            scaled, unit = readable(value, self.unit)
-            if unit != self.unit:
-                return f"{Metric('', '').number(scaled)} {unit}"
+        if value is not None and math.isfinite(value) and self.unit in _SECONDS:
+            return readable(value, self.unit)
         text = self.number(value)
         if text == "n/a":
             return text
@@ -210,27 +208,38 @@ def short_probability(p: float, places: int = 2) -> str:
     return f"{math.floor(p * scale + 1e-9) / scale:.{places}f}"
 
 
-_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
+# A time unit a metric's key may state, in seconds; readable() writes a time in the one of these that
+# puts one to three digits before the point.
+_SECONDS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
+_TIME_SCALES = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
 
 
-def readable(value: float, unit: str) -> tuple[float, str]:
-    """A time in the unit where it reads best: 0.003705 s → (3.705, "ms"), 1500 ms → (1.5, "s"); anything else
-    (and zero) as it is."""
-    if unit not in _TIME_UNITS or not value or not math.isfinite(value):
-        return value, unit
-    seconds = abs(value) * _TIME_UNITS[unit]
-    for name, scale in _TIME_UNITS.items():  # s, ms, µs, ns: the largest in which it is at least 1
-        if seconds >= scale:
-            return value * _TIME_UNITS[unit] / scale, name
-    return value * _TIME_UNITS[unit] / 1e-9, "ns"
+def readable(value: float | None, unit: str = "", *, sign: bool = False, like: float | None = None) -> str:
+    """A value as a person reads it: a time in s, ms, µs or ns with three significant digits ("3.71 ms", not
+    "0.003705 s"); any other unit with ``Metric.number``'s four ("86.96 tok/s"). ``sign``: always signed
+    ("+3.71 ms"); ``like``: pick the time unit for this magnitude instead (a before → after pair shares one).
+    The one formatter of a metric's absolute values and effects, for the report and the terminal alike."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    prefix = ("+" if value >= 0 else "-") if sign else ("-" if value < 0 else "")
+    if unit not in _SECONDS:
+        return f"{prefix}{Metric('', '').number(abs(value))} {unit}".rstrip()
+    seconds = abs(value) * _SECONDS[unit]
+    ref = abs(like) * _SECONDS[unit] if like is not None and math.isfinite(like) and like else seconds
+    name, scale = next(((n, f) for n, f in _TIME_SCALES if ref >= f * 0.9995), _TIME_SCALES[-1])
+    if ref >= 1000 * _TIME_SCALES[0][1]:
+        name, scale = "s", 1.0  # past 999 s, seconds with thousands separators read better than minutes
+    x = float(f"{seconds / scale:.3g}")
+    if x == 0:
+        return f"{prefix}0 {unit}"
+    digits = max(0, 2 - math.floor(math.log10(x)))
+    return f"{prefix}{x:,.{digits}f} {name}"
 
 
 def signed(value: float, unit: str = "") -> str:
-    """A difference with its sign in four significant digits and its unit ("-25.31 ops/s", "+3.705 ms"; never
+    """A difference with its sign and its unit ("-25.31 ops/s", "+3.71 ms": ``readable``; never
     "+0.003705 s", never "+1.900e-05")."""
-    value, unit = readable(value, unit)
-    text = ("+" if value >= 0 else "-") + Metric("", "").number(abs(value))
-    return f"{text} {unit}".rstrip()
+    return readable(value, unit, sign=True)
 
 
 def stored_or_described(stored: Any, config: Any = None) -> Metric:

@@ -269,9 +269,9 @@ def test_the_eta_is_a_floor_a_ceiling_or_an_estimate_and_never_a_question_once_a
 def test_lower_is_better_is_said_and_times_read_in_their_unit(tmp_path):
     from perfbisect.metrics import Metric, readable, signed
 
-    assert signed(0.003705, "s") == "+3.705 ms" and signed(-0.0000190, "s") == "-19.00 µs"
-    assert readable(1500.0, "ms") == (1.5, "s") and signed(-25.31, "ops/s") == "-25.31 ops/s"
-    assert Metric("wall_s", "wall_s", "s", False).format(0.002962) == "2.962 ms"
+    assert signed(0.003705, "s") == "+3.71 ms" and signed(-0.0000190, "s") == "-19.0 µs"
+    assert readable(1500.0, "ms") == "1.50 s" and signed(-25.31, "ops/s") == "-25.31 ops/s"
+    assert Metric("wall_s", "wall_s", "s", False).format(0.002962) == "2.96 ms"
     r = RepoFactory(tmp_path / "proj")
     shas = [r.commit(f"c{i}", {"t.txt": ("0.0037" if i >= 4 else "0.0030") + "\n", f"f{i}.txt": f"{i}\n"}) for i in range(7)]
     bench = "import json, pathlib\nprint(json.dumps({'wall_s': float(pathlib.Path('t.txt').read_text())}))\n"
@@ -283,5 +283,5 @@ def test_lower_is_better_is_said_and_times_read_in_their_unit(tmp_path):
     last = proc.stdout.strip().splitlines()[-1]
     import re
 
-    assert re.search(r"\(\+\d{3}\.\d µs, lower is better\)", last) and "0.000" not in last, last
-    assert "→ 3.700 ms" in proc.stderr and "0.0037" not in proc.stderr
+    assert re.search(r"\(\+\d{3} µs, lower is better\)", last) and "0.000" not in last, last
+    assert "→ 3.70 ms" in proc.stderr and "0.0037" not in proc.stderr

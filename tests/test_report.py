@@ -95,7 +95,7 @@ def test_report_command_latest_ids_and_errors(demo, tmp_path):
     same = run_command("report", str(demo["bisection_id"]), "--db", db, "--json")
     assert json.loads(same.stdout)["verdict"]["cls"] == "regressed"
     missing = run_command("report", "c42", "--db", db)
-    assert missing.returncode == 2 and "No comparison #42" in missing.stderr
+    assert missing.returncode == 2 and "No comparison c42" in missing.stderr
     wrong = run_command("report", "x1", "--db", db)
     assert wrong.returncode == 2 and "give a bisection id" in wrong.stderr
     nodb = run_command("report", "--db", str(tmp_path / "none.sqlite"))
@@ -110,6 +110,42 @@ def test_index_site_links_every_report(demo, tmp_path):
     name = f"bisection-{demo['bisection_id']}.html"
     assert f'href="{name}"' in index and (site / name).is_file()
     assert '"href"' in index  # history points link to their reports
+
+
+def chart_specs(html: str) -> dict[str, dict]:
+    """Every chart's Vega-Lite specification in a rendered report, by its element id."""
+    return {m.group(1): json.loads(m.group(2)) for m in re.finditer(
+        r'<script type="application/json" data-chart="([^"]+)">(.*?)</script>', html, re.S)}
+
+
+def trial_layers(spec: dict) -> list[dict]:
+    """The trial points a chart draws (its layers named "trials", a concatenation's included)."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("name") == "trials":
+                found.extend(node["data"]["values"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(spec)
+    return found
+
+
+def test_the_decided_modes_range_chart_holds_none_of_another_modes_trials(demo):
+    """Issue #49: the which-path trials of `baseline` were drawn on the `eagle3` range chart in the same
+    side colours, so the culprit's parent looked as slow as the bad side. Each mode has its own chart."""
+    specs = chart_specs(Path(demo["report"]).read_text())
+    decided = trial_layers(specs["chart-range"])
+    assert decided and {p["mode"] for p in decided} == {"eagle3"}
+    assert {p["mode"] for p in trial_layers(specs["chart-timeline"])} == {"eagle3"}
+    others = {name: {p["mode"] for p in trial_layers(spec)} for name, spec in specs.items()
+              if name.startswith("chart-range-")}
+    assert list(others.values()) == [{"baseline"}], others  # the which-path trials, apart on their own chart
+    assert "baseline trials measured at the culprit and its parent" in Path(demo["report"]).read_text()
 
 
 def test_repository_text_is_inert(payload_results, tmp_path):
@@ -224,6 +260,44 @@ def test_compare_and_calibrate_write_reports(compared_demo, tmp_path):
     assert text.returncode == 0 and "report: " in text.stdout
 
 
+def test_a_comparison_has_one_name_the_report_command_accepts(compared_demo, tmp_path):
+    """Issue #49: `perfbisect log` listed "compare #2", the report said "compare #2" while `perfbisect
+    report` takes `c2` (and reads "#2" as a bisection). The log, the report and the index say "comparison c2"."""
+    db = compared_demo.db_copy(tmp_path)
+    cid = compared_demo.result["comparison_id"]
+    name = f"comparison c{cid}"
+    log = run_command("log", "--db", str(db))
+    assert log.returncode == 0 and log.stdout.startswith(name), log.stdout
+    report = run_command("report", f"c{cid}", "--db", str(db), "-o", str(tmp_path / "c.html"))
+    assert report.returncode == 0, report.stderr
+    site = tmp_path / "site"
+    assert run_command("report", "--index", str(site), "--db", str(db)).returncode == 0
+    for html in ((tmp_path / "c.html").read_text(), (site / "index.html").read_text()):
+        assert name in html and "compare #" not in html
+
+
+def test_every_place_counts_a_bisections_trials_in_the_same_words(demo, tmp_path):
+    """Issue #49: "28 vs 22 trials for one bisection" — `perfbisect log` counted every trial, the report
+    the observations the search used. Each place now gives both, in the same words."""
+    import sqlite3
+
+    from perfbisect.engine.cost import trials_text
+
+    with sqlite3.connect(f"file:{demo['db']}?mode=ro", uri=True) as con:
+        total = con.execute("select count(*) from trials").fetchone()[0]
+    assert total > demo["trials_used"]  # the demo's which-path trials are not the search's
+    words = trials_text(total, demo["trials_used"])
+    assert words == f"{total} trials ({demo['trials_used']} observations used by the search)"
+    log = run_command("log", "--db", demo["db"])
+    assert words in log.stdout, log.stdout
+    site = tmp_path / "site"
+    assert run_command("report", "--index", str(site), "--db", demo["db"]).returncode == 0
+    index = (site / "index.html").read_text()
+    assert words in index and "level (tok/s) · ↓ worse" in index  # the history chart's value axis too
+    assert words in Path(demo["report"]).read_text()
+    assert trials_text(9, 9) == "9 trials (all used by the search)" and trials_text(1) == "1 trial"
+
+
 def test_a_bisection_without_any_measurement_still_renders(tmp_path):
     """An unfinished bisection, or one whose every trial failed, has no points: the report says so."""
     from perfbisect.app import reports
@@ -269,6 +343,39 @@ def probe_page(report: Path, tmp: Path, width: int, script: str, attr: str) -> d
     m = re.search(rf'{attr}="([^"]*)"', dom.stdout)
     assert m, "the probe never ran: the charts did not finish drawing"
     return json.loads(html_lib.unescape(m.group(1)))
+
+
+WORDS_PROBE = """<script>
+window.perfbisectCharts.then(function () { setTimeout(function () {
+  // Every word of every table cell (a hash, a number, a subject's word; not a path, which may wrap at
+  // 48+ characters), and whether it was laid out on one line: a range over it has one client rect. A
+  // word of prose may break at its own hyphen ("second-" "change"), as print does; one holding a digit
+  // (a date, a layout id, a version) may not.
+  var broken = [], seen = 0, walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  function check(node, index, word) {
+    var r = document.createRange(); r.setStart(node, index); r.setEnd(node, index + word.length);
+    var lines = Array.prototype.filter.call(r.getClientRects(), function (b) { return b.width > 0; }).length;
+    seen++;
+    if (lines > 1) broken.push(word);
+  }
+  while (walker.nextNode()) {
+    var node = walker.currentNode;
+    if (!node.parentElement.closest("td, th")) continue;
+    var re = /\\S+/g, m;
+    while ((m = re.exec(node.data))) {
+      if (m[0].length >= 48) continue;
+      if (!/[0-9]/.test(m[0]) && m[0].indexOf("-") > 0) {
+        var at = m.index;
+        m[0].split("-").forEach(function (part) { if (part) check(node, at, part); at += part.length + 1; });
+      } else {
+        check(node, m.index, m[0]);
+      }
+    }
+  }
+  document.body.setAttribute("data-words", JSON.stringify({ seen: seen, broken: broken,
+    scrollWidth: document.documentElement.scrollWidth, clientWidth: document.documentElement.clientWidth }));
+}, 50); });
+</script>"""
 
 
 def layout_probe(report: Path, tmp: Path, width: int) -> dict:
@@ -317,3 +424,76 @@ def test_the_verdict_box_says_which_path_regressed_and_the_demo_report_fits_900_
     assert "REGRESSION" in verdict
     # the demo plants a slower verify cycle: the speculative path, the baseline unchanged
     assert "Which path: speculative path regressed (baseline unchanged" in verdict, verdict
+
+
+@needs_chromium
+@pytest.mark.parametrize("width", [1400, 900])
+def test_table_cells_never_break_a_word_or_a_hash(demo, tmp_path, width):
+    """Issue #49: table columns broke hashes and words mid-way (``overflow-wrap: anywhere``) to fit 900 px.
+    A hash, number or word is laid out on one line; a wide table scrolls inside its own box instead."""
+    site = tmp_path / "site"
+    assert run_command("report", "--index", str(site), "--db", demo["db"]).returncode == 0
+    for page in (Path(demo["report"]), site / "index.html"):
+        words = probe_page(page, tmp_path, width, WORDS_PROBE, "data-words")
+        assert words["seen"] > (50 if page.name != "index.html" else 10), words
+        assert words["broken"] == [], (page.name, words["broken"])
+        assert words["scrollWidth"] <= words["clientWidth"], words  # the page itself never scrolls sideways
+
+
+def test_the_index_orders_commits_by_history_not_by_when_they_were_measured():
+    """Issue #49: the index's commit axis must follow history. Two ranges bisected in either order, and a
+    comparison of a commit between them, lie oldest first on one axis."""
+    from perfbisect.report.site_index import commit_order
+
+    def rows(names, day0):
+        return [{"sha": n * 4, "committed": f"2026-01-{day0 + i:02d}T12:00:00+02:00"} for i, n in enumerate(names)]
+    older = {"kind": "bisection", "started": "", "commits": rows("abcd", 1)}
+    newer = {"kind": "bisection", "started": "", "commits": rows("wxyz", 10)}
+    between = {"kind": "comparison", "started": "", "commits": [*rows("m", 7), older["commits"][1]]}
+    want = ["a", "b", "c", "d", "m", "w", "x", "y", "z"]
+    for first, second in ((older, newer), (newer, older)):
+        views = [{**first, "started": "2026-02-01T10:00:00"}, {**second, "started": "2026-02-02T10:00:00"},
+                 {**between, "started": "2026-02-03T10:00:00"}]
+        order = commit_order(views)
+        assert [s[0] for s in sorted(order, key=order.get)] == want
+    # Without dates (the repository is gone), each range keeps its own history order.
+    bare = [{"kind": "bisection", "started": "", "commits": [{"sha": s} for s in ("p", "q", "r")]},
+            {"kind": "bisection", "started": "", "commits": [{"sha": s} for s in ("q", "s", "r")]}]
+    order = commit_order(bare)
+    assert order["p"] < order["q"] < order["s"] < order["r"]
+
+
+def test_effects_in_seconds_read_in_ms_and_every_value_axis_says_which_way_is_worse(demo):
+    """Issue #49: a latency regression read "+0.003705 s"; it reads "+3.71 ms". Each chart's value axis
+    says which way is worse."""
+    from perfbisect.metrics import readable
+    from perfbisect.model import BisectOutcome, Comparison, Verdict
+    from perfbisect.report.verdict_text import verdict_view
+
+    step = Comparison(Verdict.REGRESSED, 8.2, 6.0, 10.4, 1.0, "measured", 6, 7)
+    out = BisectOutcome(Verdict.REGRESSED, "a" * 40, "b" * 40, culprit="c" * 40, effect_pct=8.2,
+                        culprit_comparison=step, trials_used=13)
+    view = verdict_view(out, "done", {}, {"before": 0.045180, "after": 0.048885}, "s", "lat_s latency (lower is better)",
+                        13, 0.1, "GPU-hours", 0.01, 2.0, total=19)
+    assert "(+3.71 ms: 45.2 ms → 48.9 ms)" in view["sentence"], view["sentence"]
+    assert "19 trials (13 observations used by the search)" in view["sentence"]
+    assert readable(-0.0000123, "s", sign=True) == "-12.3 µs" and readable(1234.5, "ms") == "1.23 s"
+    assert readable(-86.96, "tok/s", sign=True) == "-86.96 tok/s"  # a unit that is not a time: as before
+    specs = chart_specs(Path(demo["report"]).read_text())  # tok/s: higher is better, so down is worse
+    titles = [specs["chart-range"]["layer"][-1]["encoding"]["y"]["title"],
+              specs["chart-timeline"]["vconcat"][0]["layer"][-1]["encoding"]["y"]["title"]]
+    assert all(t.endswith("· ↓ worse") and "(tok/s)" in t for t in titles), titles
+
+
+def test_the_load_panel_starts_at_zero_with_room_above_a_steady_load(demo):
+    """Issue #49: an idle machine's load (0.46–0.55) was autoscaled into a panel-high zigzag. Each state
+    panel starts at 0 and ends above its largest value, the load's at 1 task or more; the unit is named."""
+    timeline = chart_specs(Path(demo["report"]).read_text())["chart-timeline"]
+    panel = timeline["vconcat"][1]
+    rows = panel["data"]["values"]
+    load = [r["value"] for r in rows if r.get("value") is not None and r["var"].startswith("CPU load")]
+    assert load and {r["var"] for r in rows if r["var"].startswith("CPU load")} == {"CPU load (runnable tasks, 1-min average)"}
+    ceiling = [r["ceiling"] for r in rows if r.get("ceiling") is not None and r["var"].startswith("CPU load")]
+    assert ceiling == [max(1.0, 1.25 * max(load))]
+    for layer in panel["spec"]["layer"]:
+        assert layer["encoding"]["y"]["scale"]["zero"] is True

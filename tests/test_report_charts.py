@@ -37,7 +37,7 @@ window.perfbisectCharts.then(function () { setTimeout(function () {
     out.charts[c.id] = {
       svgLeft: box && box.left, svgRight: box && box.right, marksRight: right,
       xLabels: texts(c, ".role-axis-label text"), legend: texts(c, ".role-legend-label text"),
-      culpritLabel: texts(c, ".culprit_label_marks text"), driftPaths: c.querySelectorAll(".drift_marks path").length,
+      culpritLabel: texts(c, ".culprit_label_marks text"), gapLabel: texts(c, ".gap_label_marks text"), driftPaths: c.querySelectorAll(".drift_marks path").length,
       trialFills: fills(c, ".trials_marks path"), historyFills: fills(c, ".history_marks path"),
       failed: c.textContent.indexOf("chart failed to render") >= 0,
     };
@@ -176,6 +176,28 @@ def test_a_fitted_drift_is_drawn_with_both_sides(tmp_path):
     assert {SIDE_COLORS["before the culprit"], SIDE_COLORS["the culprit and after"]} <= set(timeline["trialFills"])
     assert "fitted level plus the drift" in page["text"]
     assert page["scrollWidth"] <= page["innerWidth"]
+
+
+@needs_chromium
+def test_an_interrupted_bisection_shows_its_gap_as_a_labelled_band(tmp_path):
+    """Issue #49: a bisection interrupted for 2 h 10 min and resumed left an unexplained jump on the time
+    axis. The timeline shades the gap and labels it."""
+    from perfbisect.app import reports
+    from perfbisect.demo.results import make_results
+    from perfbisect.store import open_store
+
+    r = make_results(tmp_path / "gap", commits=16, trials=40)
+    with sqlite3.connect(r.db) as con:
+        middle = con.execute("select min(started_at) + (max(started_at) - min(started_at)) / 2 from trials").fetchone()[0]
+        con.execute("update trials set started_at = started_at + 7800, finished_at = finished_at + 7800 "
+                    "where started_at > ?", (middle,))
+    with open_store(r.db) as store:
+        path, view = reports.report(store, "latest", tmp_path / "gap.html")
+    assert [g["label"] for g in view["gaps"]] == ["interrupted 2 h 10 min"]
+    page = probe(path, tmp_path, 900)
+    assert page["charts"]["chart-timeline"]["gapLabel"] == ["interrupted 2 h 10 min"]
+    assert "grey band (interrupted 2 h 10 min) marks when the bisection stood still" in page["text"]
+    assert page["charts"]["chart-range"]["gapLabel"] == []  # the range has no time axis
 
 
 @needs_chromium

@@ -343,34 +343,51 @@ def more_trials_line(cfg, timing: TrialTime, trials: int, what: str) -> str:
             f"{hours * gpus:.1f} {unit} ({format_duration(trial_s)} per trial, {source}{per})")
 
 
+def pauses(trials) -> list[tuple[float, float]]:
+    """When nothing ran, as (from, to) times: gaps between trials longer than ``PAUSE_GAP_S`` and than a
+    median trial, as when a bisection was interrupted and resumed later."""
+    timed = sorted((t for t in trials if t.started_at and t.finished_at), key=lambda t: t.started_at)
+    if not timed:
+        return []
+    typical = median([max(t.finished_at - t.started_at, 0.0) for t in timed]) or 0.0
+    limit = max(PAUSE_GAP_S, typical)
+    gaps = []
+    seg_end = timed[0].finished_at
+    for t in timed[1:]:
+        if t.started_at - seg_end > limit:  # nothing ran in between: it was paused
+            gaps.append((seg_end, t.started_at))
+        seg_end = max(seg_end, t.finished_at)
+    return gaps
+
+
 def spent(trials, gpus: int, unit: str = "GPU-hours") -> dict:
     """What a bisection spent: its trials, the wall time it ran (first start to last finish, less the
     pauses: gaps between trials longer than ``PAUSE_GAP_S`` and than a median trial, as when it was
     interrupted and resumed later), and GPU-hours (each trial's duration × gpus)."""
     timed = sorted((t for t in trials if t.started_at and t.finished_at), key=lambda t: t.started_at)
     busy = sum(max(t.finished_at - t.started_at, 0.0) for t in timed)
-    wall = paused = 0.0
-    if timed:
-        typical = median([max(t.finished_at - t.started_at, 0.0) for t in timed]) or 0.0
-        limit = max(PAUSE_GAP_S, typical)
-        seg_start, seg_end = timed[0].started_at, timed[0].finished_at
-        for t in timed[1:]:
-            if t.started_at - seg_end > limit:  # nothing ran in between: it was paused
-                wall += seg_end - seg_start
-                paused += t.started_at - seg_end
-                seg_start = t.started_at
-            seg_end = max(seg_end, t.finished_at)
-        wall += seg_end - seg_start
+    gaps = pauses(timed)
+    paused = sum(b - a for a, b in gaps)
+    wall = (max(t.finished_at for t in timed) - timed[0].started_at - paused) if timed else 0.0
     return {"trials": len(trials), "wall_s": wall, "paused_s": paused, "gpu_hours": busy / 3600.0 * gpus, "gpus": gpus,
             "hours_unit": unit}
 
 
+def trials_text(total: int, used: int | None = None) -> str:
+    """A bisection's trial count in the words every command and page uses: "17 trials (9 observations used by
+    the search)", "9 trials (all used by the search)"; ``used`` None: "17 trials". The two differ because a
+    ratio metric's observation holds a trial per mode, and re-runs, failures and which-path trials add some."""
+    run = f"{total} trial{'s' if total != 1 else ''}"
+    if used is None:
+        return run
+    if used == total:
+        return f"{run} (all used by the search)" if total else run
+    return f"{run} ({used} observation{'s' if used != 1 else ''} used by the search)"
+
+
 def spent_line(s: dict, used: int | None = None) -> str:
-    """"spent: 17 trials for the search's 9 observations, 1m02s wall, 0.02 GPU-hours (…)"."""
-    n = s["trials"]
-    run = f"{n} trial{'s' if n != 1 else ''}"
-    if used is not None and used != n:  # a ratio metric's observation holds a trial per mode; re-runs add some
-        run += f" for the search's {used} observation{'s' if used != 1 else ''}"
+    """"spent: 17 trials (9 observations used by the search), 1m02s wall, 0.02 GPU-hours (…)"."""
+    run = trials_text(s["trials"], used)
     unit = s.get("hours_unit", "GPU-hours")
     per = (f" (trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)" if unit == "GPU-hours"
            else " (trial time)")

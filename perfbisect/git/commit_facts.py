@@ -38,14 +38,14 @@ class _Repo:
             return {}
         out: dict[str, dict[str, Any]] = {}
         try:
-            text = self.repo.git("show", "-s", "--format=%H%x1f%an%x1f%ae%x1f%aI%x1f%s%x1e", *dict.fromkeys(shas))
+            text = self.repo.git("show", "-s", "--format=%H%x1f%an%x1f%ae%x1f%aI%x1f%cI%x1f%s%x1e", *dict.fromkeys(shas))
         except (PerfbisectError, OSError):
             return {}
         for record in text.split("\x1e"):
             parts = record.strip().split("\x1f")
-            if len(parts) == 5:
-                sha, name, email, date, subject = parts
-                out[sha] = {"author": name, "email": email, "date": date, "subject": subject}
+            if len(parts) == 6:
+                sha, name, email, date, committed, subject = parts
+                out[sha] = {"author": name, "email": email, "date": date, "committed": committed, "subject": subject}
         return out
 
     def files(self, sha: str) -> list[str]:

@@ -15,6 +15,7 @@ from ..errors import UsageError
 from ..model import Comparison, RepoFacts, TrialResult, median
 from .trial_tables import environment, failures, iso_time, layouts, placements, speculative_rows, state_samples, trial_point
 from .verdict_text import builds_note, fmt_value, metric_unit
+from ..engine.cost import trials_text
 from .view_rows import comparison_row, commit_row, gpu_hours_of, serves
 
 
@@ -38,7 +39,7 @@ def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult]
     if comparison is not None:
         va = median(p["value"] for p in points if p["sha"] == a)
         vb = median(p["value"] for p in points if p["sha"] == b)
-        absolute = f" ({fmt_value(va, unit)} → {fmt_value(vb, unit)})" if va and vb else ""
+        absolute = f" ({fmt_value(va, unit)} → {fmt_value(vb, unit, like=va)})" if va and vb else ""
         cls = comparison.verdict.value
         sentence = (
             f"{(b or '')[:10]} vs {(a or '')[:10]}: {what} {comparison.effect_pct:+.1f}%{absolute}, interval "
@@ -52,9 +53,10 @@ def trials_view(store: Any, title: str, kind: str, trials: Sequence[TrialResult]
                    "sentence": (lines[0] if lines else f"{len(trials)} trials") + f"; {len(trials)} trials, {gpu_hours:.2f} {gpu_label}."}
     order = [s[:10] for s in shas]
     return {
-        "kind": kind, "id": record_id, "title": title, "good": a, "bad": b,
+        "kind": kind, "id": record_id, "title": title, "trials_text": trials_text(len(trials)), "good": a, "bad": b,
         "started": iso_time(min((t.started_at for t in trials), default=None)),
         "finished": iso_time(max((t.finished_at for t in trials), default=None)), "metric": mode, "modes": [mode], "unit": unit, "what": what,
+        "higher_is_better": described.higher_is_better,
         "verdict": verdict, "culprit": None, "culprit_set": [], "extra_changes": [], "improvements": [],
         "explanation": (comparison.explanation if comparison else ""), "lines": list(lines),
         "excluded": [f"trial #{p['trial']}: {p['excluded']}" for p in points if p["excluded"]],
@@ -81,7 +83,7 @@ def comparison_view(store: Any, comparison_id: int, config: Any = None, db_path:
     record = next((c for c in store.comparisons(1 << 30) if c.id == comparison_id), None)
     if record is None:
         raise UsageError(
-            f"No comparison #{comparison_id} in {store.path}. List the stored ones with `perfbisect log`."
+            f"No comparison c{comparison_id} in {store.path}. List the stored ones with `perfbisect log`."
         )
     by_id = {}
     for sha in (record.a, record.b):
@@ -92,7 +94,7 @@ def comparison_view(store: Any, comparison_id: int, config: Any = None, db_path:
     db = str(db_path or store.path)
     cfg = f" -c {config.path}" if getattr(config, "path", None) else ""
     return trials_view(
-        store, f"perfbisect compare #{comparison_id}: {record.b[:10]} vs {record.a[:10]} [{record.mode}]", "comparison",
+        store, f"perfbisect comparison c{comparison_id}: {record.b[:10]} vs {record.a[:10]} [{record.mode}]", "comparison",
         trials, comparison=record.comparison, a=record.a, b=record.b, config=config, record_id=comparison_id,
         metric=stored_or_described(record.metric_info, config),
         reproduce=[f"perfbisect compare {record.a} {record.b} --mode {record.mode}{cfg} --db {db}",

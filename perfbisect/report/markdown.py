@@ -96,7 +96,7 @@ _ICON = {"regressed": "🔴", "improved": "🟢", "same": "⚪", "inconclusive":
 
 def bisection_markdown(result: Any, report: Path | None, spent: dict | None) -> str:
     """A finished bisection (``app.bisection.BisectResult``)."""
-    from ..engine.cost import format_duration
+    from ..engine.cost import format_duration, trials_text
 
     out = result.outcome
     verdict = out.verdict.value
@@ -123,10 +123,12 @@ def bisection_markdown(result: Any, report: Path | None, spent: dict | None) -> 
         if rp.break_even_before is not None and rp.break_even_after is not None:
             lines.append(f"| break-even accept length | {rp.break_even_before:.2f} → {rp.break_even_after:.2f} |")
     lines.append(f"| interval | {_interval(cmp)} |")
-    lines.append(f"| trials used | {out.trials_used} |")
     if spent is not None:
-        lines.append(f"| spent | {plural(spent['trials'], 'trial')}, {format_duration(spent['wall_s'])} wall, "
+        lines.append(f"| trials | {trials_text(spent['trials'], out.trials_used)} |")
+        lines.append(f"| spent | {format_duration(spent['wall_s'])} wall, "
                      f"{spent['gpu_hours']:.2f} {spent.get('hours_unit', 'GPU-hours')} |")
+    else:
+        lines.append(f"| trials | {plural(out.trials_used, 'observation')} used by the search |")
     if result.filtered:
         lines.append(f"| not measured | {plural(len(result.filtered), 'commit')} (only paths the filters ignore) |")
     if report is not None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..metrics import DECODE, Metric, describe_workload, level_text, pct_text, short_probability, stored_or_described
 from ..model import BisectOutcome, Comparison, SystemSnapshot, TrialResult, Verdict, median
+from ..engine.cost import trials_text
 from ..store.codec import encode
 from ..measure.sysstate import throttle_reason_names
 
@@ -462,6 +463,11 @@ def patch_file_name(path: Any) -> str:
     return Path(str(path)).name
 
 
+def observations_used(b: Any) -> int:
+    """The observations a stored bisection's search used: its outcome's count, or (unfinished) those stored so far."""
+    return b.outcome.trials_used if b.outcome is not None else b.observation_count
+
+
 def format_log(bisections: Any, comparisons: Any) -> list[str]:
     """`perfbisect log`: past bisections and comparisons with their verdicts."""
     import time as _time
@@ -477,13 +483,13 @@ def format_log(bisections: Any, comparisons: Any) -> list[str]:
             culprit = f" culprit one of {', '.join(s[:10] for s in b.outcome.culprit_set)}"
         lines.append(
             f"bisection #{b.id}  {when}  {b.good[:10]}..{b.bad[:10]}  [{b.metric}]  {verdict}{culprit}  "
-            f"({b.trial_count} trials)"
+            f"{trials_text(b.trial_count, observations_used(b))}"
         )
     for c in comparisons:
         when = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(c.created_at))
         cmp = c.comparison
         lines.append(
-            f"compare #{c.id}  {when}  {c.a[:10]} vs {c.b[:10]}  [{c.mode}]  {cmp.verdict.value} "
+            f"comparison c{c.id}  {when}  {c.a[:10]} vs {c.b[:10]}  [{c.mode}]  {cmp.verdict.value} "
             f"{effect_text(cmp)}"
         )
     if not lines:
@@ -502,7 +508,7 @@ def log_json(bisections: Any, comparisons: Any, config: Any = None) -> dict[str,
             "culprit_set": list(b.outcome.culprit_set) if b.outcome is not None and b.outcome.culprit_is_set else [],
             "culprit_is_set": bool(b.outcome is not None and b.outcome.culprit_is_set),
             "effect_pct": b.outcome.effect_pct if b.outcome is not None else None,
-            "trials": b.trial_count, "started_at": b.started_at, "finished_at": b.finished_at, "target": b.target,
+            "trials": b.trial_count, "observations_used": observations_used(b), "started_at": b.started_at, "finished_at": b.finished_at, "target": b.target,
             "metric": stored_or_described(b.metric_info, config).as_json(),
         } for b in bisections],
         "comparisons": [{

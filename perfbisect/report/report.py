@@ -23,7 +23,7 @@ import jinja2
 
 from .. import __version__
 from ..errors import UsageError
-from ..metrics import level_text, pct_text, signed
+from ..metrics import level_text, pct_text, readable
 from ..resources import data_dir
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -142,23 +142,59 @@ def with_unit(title: str, unit: str) -> str:
     return f"{title} ({unit})" if unit else title
 
 
-def range_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Every measured commit's trial summaries per side, levels and noise band, culprit and skips marked."""
-    points = [p for p in view["points"] if p["value"] is not None]
+def chart_modes(view: Mapping[str, Any]) -> list[str]:
+    """The modes the range is drawn for, one chart each: the mode the answer was decided on first (the one
+    the levels are fitted to), then the metric's other mode, then any mode measured besides (a speculative
+    culprit's which-path trials of ``baseline``), in the order they ran."""
+    modes = list(view.get("modes") or [])
+    present = list(dict.fromkeys(p["mode"] for p in view["points"] if p["value"] is not None))
+    ordered = [m for m in [*modes[::-1], *present] if m in present]
+    return list(dict.fromkeys(ordered))
+
+
+def range_specs(view: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """One range chart per mode, (mode, spec), the decided mode's first: a mode's chart holds its trials
+    only, so trials of another mode (on another scale, at two commits) never read as a level of this one."""
+    modes = chart_modes(view)
+    specs = [(m, range_spec(view, m, decided=i == 0)) for i, m in enumerate(modes)]
+    return [(m, s) for m, s in specs if s]
+
+
+def value_title(title: str, unit: str, higher_is_better: bool | None) -> str:
+    """A value axis's title: what, its unit, and which way is worse ("trial median (tok/s) · ↓ worse")."""
+    text = with_unit(title, unit)
+    if higher_is_better is None:
+        return text
+    return f"{text} · {'↓' if higher_is_better else '↑'} worse"
+
+
+def range_spec(view: Mapping[str, Any], mode: str | None = None, decided: bool = True) -> dict[str, Any] | None:
+    """One mode's trial summaries at every measured commit per side, culprit and skips marked; the decided
+    mode's chart (``decided``) also draws the fitted levels and their noise band. ``mode`` None: the first
+    of ``chart_modes``."""
+    mode = mode if mode is not None else next(iter(chart_modes(view)), None)
+    points = [p for p in view["points"] if p["value"] is not None and p["mode"] == mode]
     if not points:
         return None
     order = view["order"]
-    culprits = [c for c in [view.get("culprit_short"), *(view.get("culprit_set_short") or [])] if c]
-    culprit = view.get("culprit_short")
+    if not decided:  # a mode measured besides the search (at the culprit and its parent): only its commits
+        measured = {p["commit"] for p in points}
+        order = [c for c in order if c in measured]
+    culprits = [c for c in [view.get("culprit_short"), *(view.get("culprit_set_short") or [])] if c in order]
+    culprit = view.get("culprit_short") if view.get("culprit_short") in order else None
     label_test = " || ".join(f"datum.value === {json.dumps(c)}" for c in culprits) or "false"
+    x_title = "commits, oldest first (good … bad)" if decided else f"commits measured in {mode}, oldest first"
     x = {"field": "commit", "type": "ordinal", "scale": {"domain": order}, "sort": order,
-         "axis": {"labelAngle": -60, "title": "commits, oldest first (good … bad)", "labelOverlap": False,
+         "axis": {"labelAngle": -60, "title": x_title, "labelOverlap": False,
                   "values": axis_values(order, culprits),
                   "labelColor": {"condition": {"test": label_test, "value": CULPRIT_COLOR}, "value": "#333"},
                   "labelFontWeight": {"condition": {"test": label_test, "value": "bold"}, "value": "normal"}}}
-    y_title = with_unit("trial median", view["unit"])
+    several = len(chart_modes(view)) > 1
+    # A ratio metric's modes are each measured in their own unit, never in "×".
+    unit = "" if several and view["unit"] == "×" else view["unit"]
+    y_title = value_title(f"{mode} trial median" if several else "trial median", unit, view.get("higher_is_better"))
     layers: list[dict[str, Any]] = []
-    segs = view["levels"].get("segments") or []
+    segs = (view["levels"].get("segments") or []) if decided else []
     level_pct = view["levels"].get("level_pct")
     interval = f"{level_pct:g}% interval" if level_pct else "interval"
     if segs:
@@ -176,7 +212,7 @@ def range_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
                                                 {"field": "low", "format": ",.2f", "title": f"{interval} low"},
                                                 {"field": "high", "format": ",.2f", "title": f"{interval} high"},
                                                 {"field": "n", "title": "trials"}]}})
-    marks = [{"commit": c["short"], "what": w, "subject": c["subject"]} for c in view["commits"]
+    marks = [] if not decided else [{"commit": c["short"], "what": w, "subject": c["subject"]} for c in view["commits"]
              for w in (("skipped (untestable)",) if "skipped" in c["role"] else ())
              + (("filtered (paths ignored)",) if "filtered" in c["role"] else ())]
     if marks:
@@ -207,7 +243,7 @@ def range_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
             "tooltip": [{"field": "side"}, *_TOOLTIP_TRIAL],
         },
     })
-    spec = _base(height=300)
+    spec = _base(height=300 if decided else 200)
     spec["layer"] = layers
     spec["resolve"] = {"scale": {"color": "independent"}}
     return spec
@@ -220,14 +256,28 @@ def timeline_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
     A concatenation cannot take the container's width in Vega-Lite: its views are ``"width": "container"``
     markers that the page's script replaces with the chart's measured width (templates/_layout.html.j2).
     """
-    points = [p for p in view["points"] if p["value"] is not None and p["started"]]
+    modes = chart_modes(view)
+    points = [p for p in view["points"] if p["value"] is not None and p["started"] and p["mode"] == modes[0]] if modes else []
     if not points:
         return None
     x = {"field": "t", "type": "temporal", "title": "wall-clock time", "axis": {"format": "%H:%M:%S", "labelOverlap": True}}
-    y = {"field": "value", "type": "quantitative", "scale": {"zero": False}, "title": with_unit("trial median", view["unit"])}
+    unit = "" if len(modes) > 1 and view["unit"] == "×" else view["unit"]
+    y = {"field": "value", "type": "quantitative", "scale": {"zero": False},
+         "title": value_title(f"{modes[0]} trial median" if len(modes) > 1 else "trial median", unit, view.get("higher_is_better"))}
     lines = list(view.get("drift_lines") or [])
     color = _side_color([p["side"] for p in points] + [r["side"] for r in lines])
     layers: list[dict[str, Any]] = []
+    gaps = list(view.get("gaps") or [])
+    if gaps:  # an interruption is a shaded, labelled band: the axis jumps there, nothing ran
+        layers.append({"name": "gaps", "data": {"values": gaps},
+                       "mark": {"type": "rect", "color": "#9e9e9e", "opacity": 0.18},
+                       "encoding": {"x": {**x, "field": "from"}, "x2": {"field": "to"},
+                                    "tooltip": [{"field": "label", "title": "nothing ran"},
+                                                {"field": "from", "type": "temporal", "timeUnit": "yearmonthdatehoursminutes", "title": "from"},
+                                                {"field": "to", "type": "temporal", "timeUnit": "yearmonthdatehoursminutes", "title": "to"}]}})
+        layers.append({"name": "gap_label", "data": {"values": gaps},
+                       "mark": {"type": "text", "color": "#616161", "baseline": "top", "fontSize": 11},
+                       "encoding": {"x": {**x, "field": "mid"}, "y": {"value": 4}, "text": {"field": "label"}}})
     if lines:
         layers.append({
             "name": "drift", "data": {"values": lines}, "mark": {"type": "line", "strokeDash": [5, 3], "strokeWidth": 1.5},
@@ -256,17 +306,42 @@ def timeline_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
     spec["autosize"] = {"type": "pad"}
     spec["vconcat"] = [top]
     if view["samples"]:
+        # Each panel's axis starts at 0 and ends above its largest value (the CPU load's at 1 or more): a
+        # near-constant series reads as the level it holds, never stretched to the panel's height as noise.
+        ceilings = [{"var": var, "t": first, "ceiling": top} for var, first, top in sample_ceilings(view["samples"])]
+        y = {"type": "quantitative", "scale": {"zero": True, "nice": True}, "title": None}
         spec["vconcat"].append({
-            "data": {"values": view["samples"]},
+            "data": {"values": [*view["samples"], *ceilings]},
             "facet": {"row": {"field": "var", "type": "nominal", "title": None, "header": {"labelAngle": 0, "labelOrient": "top", "labelAnchor": "start", "labelAlign": "left", "labelFontSize": 11, "labelLimit": 0}}},
-            "spec": {"width": "container", "height": 70, "mark": {"type": "line", "point": {"size": 12}, "interpolate": "step-after"},
-                     "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "scale": {"zero": False}, "title": None},
-                                  "detail": {"field": "trial"}, "color": {"field": "mode", "type": "nominal", "legend": None},
-                                  "tooltip": [{"field": "var"}, {"field": "value"}, {"field": "trial"}, {"field": "commit"}, {"field": "t", "type": "temporal", "timeUnit": "hoursminutesseconds"}]}},
+            "spec": {"width": "container", "height": 70, "layer": [
+                {"name": "state", "transform": [{"filter": "datum.value != null"}],
+                 "mark": {"type": "line", "point": {"size": 12}, "interpolate": "step-after"},
+                 "encoding": {"x": x, "y": {**y, "field": "value"},
+                              "detail": {"field": "trial"}, "color": {"field": "mode", "type": "nominal", "legend": None},
+                              "tooltip": [{"field": "var"}, {"field": "value"}, {"field": "trial"}, {"field": "commit"}, {"field": "t", "type": "temporal", "timeUnit": "hoursminutesseconds"}]}},
+                {"name": "ceiling", "transform": [{"filter": "datum.ceiling != null"}], "mark": {"type": "point", "opacity": 0},
+                 "encoding": {"x": x, "y": {**y, "field": "ceiling"}}},
+            ]},
             "resolve": {"scale": {"y": "independent"}},
         })
     spec["resolve"] = {"scale": {"x": "shared", "color": "independent"}}
     return spec
+
+
+# The one-minute load average counts runnable tasks; its panel reaches at least this high, so that an idle
+# machine's 0.5 reads as little, not as a line across the panel's top.
+LOAD_FLOOR_TOP = 1.0
+
+
+def sample_ceilings(samples: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, float]]:
+    """(variable, its first sample's time, the top of its panel): a quarter above its largest value, and at
+    least ``LOAD_FLOOR_TOP`` for the CPU load."""
+    out: dict[str, tuple[str, float]] = {}
+    for r in samples:
+        first, top = out.get(r["var"], (r["t"], 0.0))
+        out[r["var"]] = (first, max(top, float(r["value"])))
+    return [(var, first, max(1.25 * top, LOAD_FLOOR_TOP if var.startswith("CPU load") else 0.0) or 1.0)
+            for var, (first, top) in out.items()]
 
 
 def posterior_spec(view: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -305,7 +380,8 @@ def history_spec(points: Sequence[Mapping[str, Any]], mode: str) -> dict[str, An
     spec["layer"] = [
         {"mark": {"type": "rule", "strokeWidth": 6, "opacity": 0.25},
          "encoding": {"x": x, "y": {"field": "band_low", "type": "quantitative", "scale": {"zero": False},
-                                    "title": with_unit(f"{mode} level", points[0]["unit"] if points else "")},
+                                    "title": value_title(f"{mode} level", points[0]["unit"] if points else "",
+                                                         points[0].get("higher_is_better") if points else None)},
                       "y2": {"field": "band_high"}, "color": color}},
         {"name": "history", "mark": {"type": "point", "filled": True, "size": 80, "cursor": "pointer"},
          "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"},
@@ -340,7 +416,7 @@ def short_line(view: Mapping[str, Any], path: Path | None = None) -> str:
         unit = ""
         lower = "lower is better" if view.get("higher_is_better") is False else ""
         if levels.get("before") is not None and levels.get("after") is not None:
-            unit = f" ({signed(levels['after'] - levels['before'], view['unit'])}{', ' + lower if lower else ''})"
+            unit = f" ({readable(levels['after'] - levels['before'], view['unit'], sign=True)}{', ' + lower if lower else ''})"
         elif lower:
             unit = f" ({lower})"
         level = f"{level_text(view['level_pct'])} " if view.get("level_pct") else ""
@@ -355,11 +431,13 @@ def short_line(view: Mapping[str, Any], path: Path | None = None) -> str:
 def render_report(view: Mapping[str, Any]) -> str:
     """One self-contained HTML document for a bisection, comparison or calibration."""
     safe = inert(view)
+    ranges = range_specs(safe)
     charts = {name: spec for name, spec in (
-        ("range", range_spec(safe)), ("timeline", timeline_spec(safe)), ("posterior", posterior_spec(safe)),
+        ("range", ranges[0][1] if ranges else None), ("timeline", timeline_spec(safe)), ("posterior", posterior_spec(safe)),
     ) if spec}
+    other_ranges = [{"mode": m, "spec": spec, "in_metric": m in safe.get("modes", ())} for m, spec in ranges[1:]]
     return _environment().get_template("report.html.j2").render(
-        v=safe, charts=charts, vendor=vendored_js(), color=PALETTE.get(safe["verdict"]["cls"], "#555"),
+        v=safe, charts=charts, range_mode=ranges[0][0] if ranges else None, other_ranges=other_ranges, vendor=vendored_js(), color=PALETTE.get(safe["verdict"]["cls"], "#555"),
         generated=time.strftime("%Y-%m-%d %H:%M:%S"), version=__version__,
     )
 

@@ -5,6 +5,7 @@ commit's level across reports on one per-commit axis (``index_entries``), from t
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 
@@ -20,7 +21,7 @@ def index_entries(views: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, An
         href = f"{view['kind']}-{view['id']}.html"
         first = min((p["started"] for p in view["points"] if p["started"]), default=None)
         culprit = view.get("culprit") or {}
-        label = f"{'bisection' if view['kind'] == 'bisection' else 'compare'} #{view['id']}"
+        label = report_name(view)
         ends = ((view.get("good") or "")[:10], (view.get("bad") or "")[:10]) if view["kind"] == "bisection" else None
         pair = " vs ".join(c["short"] for c in view["commits"][:2][::-1]) if view["kind"] != "bisection" else ""
         cmp = view["comparisons"][0] if view["comparisons"] else None
@@ -32,7 +33,7 @@ def index_entries(views: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, An
             "range": f"{ends[0]}..{ends[1]}" if ends else pair, "verdict": view["verdict"]["headline"].lower(),
             "effect_pct": effect, "culprit": culprit.get("short", ""), "culprit_subject": culprit.get("subject", ""),
             "culprit_set": [c["short"] for c in view.get("culprit_set") or ()] if view.get("culprit_is_set") else [],
-            "trials": len(view["points"]),
+            "trials": view.get("trials_text") or f"{len(view['points'])} trials",
         })
         sigma = (view.get("outcome") or {}).get("noise_sigma_pct") or (cmp["sigma_pct"] if cmp else None)
         roles = {c["short"]: c["role"] for c in view["commits"]}
@@ -51,7 +52,7 @@ def index_entries(views: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, An
                 "date": min(p["started"] for p in ps), "value": math.exp(m), "band_low": math.exp(m - s),
                 "band_high": math.exp(m + s), "commit": commit, "subject": subjects.get(commit, ""),
                 "end": role.split(",")[0] or "measured", "role": history_role(role), "sha": sha,
-                "href": href, "label": label, "unit": view["unit"],
+                "href": href, "label": label, "unit": view["unit"], "higher_is_better": view.get("higher_is_better"),
                 "verdict": view["verdict"]["headline"].lower(),
             })
     entries.sort(key=lambda e: e["date"] or "", reverse=True)
@@ -61,6 +62,14 @@ def index_entries(views: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, An
             p["x"] = order.get(p["sha"], len(order))
         points.sort(key=lambda p: (p["x"], p["date"] or ""))
     return entries, history
+
+
+def report_name(view: Mapping[str, Any]) -> str:
+    """What a report is called, in the words `perfbisect log` uses and `perfbisect report` accepts:
+    "bisection #3" (`report 3`), "comparison c2" (`report c2`), "calibration #1"."""
+    if view["kind"] == "comparison":
+        return f"comparison c{view['id']}"
+    return f"{view['kind']} #{view['id']}"
 
 
 # Roles a history point can have, in legend order (report.ROLE_COLORS gives each a fixed colour).
@@ -77,18 +86,47 @@ def history_role(role: str) -> str:
 
 
 def commit_order(views: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """One oldest-first order of every commit the views measured, for a per-commit history axis (as asv
-    and Bencher plot): each view's range order is kept, and a commit new to the merged order goes right
-    after the commit before it in its view; views are merged oldest first."""
-    merged: list[str] = []
-    for view in sorted(views, key=lambda v: v.get("started") or ""):
+    """One oldest-first history order of every commit the views measured, for a per-commit history axis (as
+    asv and Bencher plot), whatever order the views were measured in: each bisection's range is in history
+    order (git's, or the stored candidates'), and those orders are kept; commits they leave unordered (two
+    ranges apart, a comparison's commits) go by commit date, then as first seen."""
+    after: dict[str, set[str]] = {}
+    before_count: dict[str, int] = {}
+    when: dict[str, float] = {}
+    seen: dict[str, int] = {}
+    for view in views:
         shas = [c["sha"] for c in view["commits"]]
-        prev = None
-        for sha in shas:
-            if sha in merged:
-                prev = sha
-                continue
-            at = merged.index(prev) + 1 if prev is not None else 0
-            merged.insert(at, sha)
-            prev = sha
+        for c in view["commits"]:
+            seen.setdefault(c["sha"], len(seen))
+            t = commit_time(c.get("committed") or c.get("date") or "")
+            if t is not None:
+                when.setdefault(c["sha"], t)
+        if view["kind"] != "bisection":
+            continue  # a comparison's B vs A says nothing of which came first
+        for a, b in zip(shas, shas[1:]):
+            if b not in after.setdefault(a, set()):
+                after[a].add(b)
+                before_count[b] = before_count.get(b, 0) + 1
+
+    def rank(sha: str) -> tuple[float, int]:
+        return (when.get(sha, math.inf), seen[sha])
+    ready = sorted((s for s in seen if not before_count.get(s)), key=rank)
+    merged: list[str] = []
+    while ready:
+        sha = ready.pop(0)
+        merged.append(sha)
+        for nxt in after.get(sha, ()):
+            before_count[nxt] -= 1
+            if not before_count[nxt]:
+                ready.append(nxt)
+        ready.sort(key=rank)
+    merged += sorted((s for s in seen if s not in set(merged)), key=rank)  # ranges that disagree: never dropped
     return {sha: i for i, sha in enumerate(merged)}
+
+
+def commit_time(text: str) -> float | None:
+    """A commit's ISO date (git's %cI or %aI) as a timestamp; None when unknown or unreadable."""
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp() if text.strip() else None
+    except ValueError:
+        return None

@@ -132,7 +132,7 @@ def state_samples(store: Any, trials: Sequence[TrialResult], budget: int = MAX_S
                 "GPU temperature (°C)": _max(g.temperature_c for g in gpus),
                 "GPU power (W, total)": _sum(g.power_w for g in gpus),
                 "throttle reasons (bitmask)": _or(g.throttle_reasons for g in gpus),
-                "CPU load (1 min)": s.load_avg_1m,
+                "CPU load (runnable tasks, 1-min average)": s.load_avg_1m,
             }
             for var, v in values.items():
                 if v is not None:

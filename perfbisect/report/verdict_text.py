@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..metrics import Metric, level_text, pct_text, readable, short_probability, signed
+from ..metrics import Metric, level_text, pct_text, readable, short_probability
 from ..measure.build import NO_BUILD_STEPS_HASH
 from ..model import BisectOutcome, Comparison, TrialResult, Verdict
+from ..engine.cost import trials_text
 from ..engine.outcomes import settles
 from ..engine.regressed_path import lines as regressed_path_lines
 
@@ -24,13 +25,14 @@ def metric_unit(metric: str, described: Metric) -> tuple[str, str]:
     return described.unit, f"{metric} {described.label} ({described.direction})"
 
 
-def fmt_value(v: float | None, unit: str) -> str:
+def fmt_value(v: float | None, unit: str, like: float | None = None) -> str:
+    """A level in readable units ("45.2 ms", not "0.04518 s"; ``metrics.readable``); ``like``: the other
+    level of a before → after pair, so both are written in one unit."""
     if v is None:
         return "?"
     if unit == "×":
         return f"{v:.3f}×"
-    v, unit = readable(v, unit)
-    return f"{Metric('', '').number(v)} {unit}".rstrip()
+    return readable(v, unit, like=like)
 
 
 def builds_note(trials: Sequence[TrialResult], builds: int, reused: int) -> str:
@@ -58,12 +60,13 @@ def best_answer_text(best: Sequence[str]) -> str:
 
 def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, dict], levels: dict[str, Any],
                  unit: str, what: str, trials: int, gpu_hours: float, gpu_label: str, alpha: float,
-                 min_effect: float) -> dict[str, Any]:
-    """The verdict in one sentence a colleague can repeat, plus its headline and class."""
+                 min_effect: float, total: int | None = None) -> dict[str, Any]:
+    """The verdict in one sentence a colleague can repeat, plus its headline and class; ``trials``: the
+    observations the search used, ``total``: every trial run (which-path, failed and re-run ones too)."""
     def name(sha: str) -> str:
         return f"{sha[:10]} “{commits.get(sha, {}).get('subject', '')}”" if commits.get(sha, {}).get("subject") else sha[:10]
 
-    cost = f"{plural(trials, 'trial')}, {gpu_hours:.2f} {gpu_label}"
+    cost = f"{trials_text(total, trials) if total is not None else plural(trials, 'trial')}, {gpu_hours:.2f} {gpu_label}"
     level_pct = 100 * (1 - 2 * alpha)  # the bisection's own comparisons: one-sided 1 − alpha bounds
 
     def interval(cmp: Comparison) -> str:
@@ -78,7 +81,7 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
         cmp = out.culprit_comparison or out.endpoint_comparison
         eff = out.effect_pct or 0.0
         delta = (after - before) if before is not None and after is not None else None
-        absolute = (f" ({signed(delta, unit)}: {fmt_value(before, unit)} → {fmt_value(after, unit)})"
+        absolute = (f" ({readable(delta, unit, sign=True)}: {fmt_value(before, unit)} → {fmt_value(after, unit, like=before)})"
                     if delta is not None else "")
         ci = f", {interval(cmp)}" if cmp else ""
         sigma = f" against {noise}" if noise else (f" against noise {cmp.sigma_b_pct:.1f}% per trial" if cmp else "")
@@ -115,7 +118,7 @@ def verdict_view(out: BisectOutcome | None, status: str, commits: Mapping[str, d
                 "sentence": f"Inconclusive after {cost}: {why}{stop}. Best answer: {best}{prob}.{bound}{layout}{more}"}
     ends = out.endpoint_comparison
     eff = f" The endpoints differ by {pct_text(ends.effect_pct)} ({interval(ends)})" if ends else ""
-    abs_part = f" ({fmt_value(levels.get('good'), unit)} → {fmt_value(levels.get('bad'), unit)})" if levels.get("good") else ""
+    abs_part = f" ({fmt_value(levels.get('good'), unit)} → {fmt_value(levels.get('bad'), unit, like=levels.get('good'))})" if levels.get("good") else ""
     sigma = f", {noise}" if noise else ""
     if out.verdict is Verdict.IMPROVED:
         return {"cls": "improved", "headline": "NO REGRESSION (faster)",

@@ -57,9 +57,10 @@ def commit_row(sha: str, info: Mapping[str, Any], trials: Sequence[TrialResult],
     """One commit of a report's commit table: what it is, its role, and its trials' values and identities."""
     return {
         "sha": sha, "short": sha[:10], "subject": info.get("subject", ""), "author": info.get("author", ""),
-        "date": info.get("date", ""), "role": role, "measured": measured,
+        "date": info.get("date", ""), "committed": info.get("committed", ""), "role": role, "measured": measured,
         "trials": len(trials), "ok": sum(1 for t in trials if t.status is TrialStatus.OK),
-        "values": [round(math.exp(t.summary), 2) for t in trials if t.summary is not None],
+        # four significant digits: a median of 0.003705 s must not read 0.0
+        "values": [float(f"{math.exp(t.summary):.4g}") for t in trials if t.summary is not None],
         "patch_hash": sorted({t.identity.patch_hash for t in trials}),
         "build_hash": sorted({t.identity.build_hash for t in trials}),
         "variants": variants,

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 from ..metrics import stored_or_described
 from ..errors import PerfbisectError
 from ..model import BisectOutcome, RepoFacts, TrialResult
+from ..engine.cost import pauses, trials_text
 from ..engine.search_replay import REPLAY_WORK, engine_fit, replay, stats_config
 from .trial_tables import (
     environment,
@@ -80,7 +81,7 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
     levels, drift_lines = _levels(record, trials, observations, excluded, modes, full, higher, final_post)
     gpu_hours, gpu_label = gpu_hours_of(trials)
     verdict = verdict_view(out, record.status, info, levels, unit, what, out.trials_used if out else len(observations),
-                           gpu_hours, gpu_label, settings.alpha, settings.min_effect_pct)
+                           gpu_hours, gpu_label, settings.alpha, settings.min_effect_pct, total=len(trials))
     db = str(db_path or store.path)
     return {
         "kind": "bisection",
@@ -96,9 +97,12 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         "drift_note": out.drift_note if out else None,
         "excluded": list(out.excluded) if out else [],
         "outcome": _outcome_figures(out, observations),
+        "trials_total": len(trials),
+        "trials_text": trials_text(len(trials), out.trials_used if out else len(observations)),
         "gpu_hours": gpu_hours, "gpu_label": gpu_label,
         "commits": _commit_table(record, full, info, facts, trials, observations),
         "order": [s[:10] for s in full],
+        "gaps": interruptions(trials),
         "points": points, "levels": levels, "culprit_short": culprit[:10] if culprit else None,
         "culprit_set_short": [c[:10] for c in culprit_set], "drift_lines": drift_lines,
         "serves": serves(trials, config),
@@ -115,6 +119,25 @@ def bisection_view(store: Any, bisection_id: int, config: Any = None, db_path: P
         "reproduce": _reproduce(record, bisection_id, config, db, culprit, modes[-1]),
         "db": db,
     }
+
+
+def interruptions(trials: Sequence[TrialResult]) -> list[dict[str, Any]]:
+    """When the bisection stood still between trials (interrupted and resumed later: ``cost.pauses``), for
+    the timeline's labelled band: its ends, its middle and "interrupted 2 h 10 min"."""
+    return [{"from": iso_time(a), "to": iso_time(b), "mid": iso_time((a + b) / 2),
+             "label": f"interrupted {duration_words(b - a)}"} for a, b in pauses(trials)]
+
+
+def duration_words(seconds: float) -> str:
+    """"2 h 10 min", "14 min", "50 s": a pause's length as a reader says it."""
+    seconds = max(0, int(round(seconds)))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    if h >= 24:
+        return f"{h // 24} d {h % 24} h"
+    if h:
+        return f"{h} h {m} min" if m else f"{h} h"
+    return f"{m} min" if m else f"{s} s"
 
 
 def _commit_table(record: Any, full: Sequence[str], info: Mapping[str, Mapping[str, Any]], facts: RepoFacts,
@@ -300,7 +323,7 @@ def _comparisons(store: Any, bisection_id: int, out: BisectOutcome | None) -> li
         comparison_row("from the culprit on vs before it", out.culprit_comparison if out else None),
     ) if c]
     for c in store.comparisons(1000, bisection_id=bisection_id):
-        row = comparison_row(f"compare #{c.id}: {c.b[:10]} vs {c.a[:10]} [{c.mode}]", c.comparison)
+        row = comparison_row(f"comparison c{c.id}: {c.b[:10]} vs {c.a[:10]} [{c.mode}]", c.comparison)
         if row:
             comparisons.append(row)
     return comparisons

@@ -27,11 +27,9 @@ from ..engine.outcomes import settles
 from ..engine.regressed_path import decide as decide_path
 from ..engine.search_replay import SearchStart, observations_of
 from ..engine.stats import NoiseModel
-from ..executors import slurm
-from ..executors.local import LocalExecutor
-from ..executors.loop import Executor, SearchLoop
-from ..measure.search_trials import measure_modes, measured_trials
-from ..measure.trials import TrialRunner
+from ..executors.chosen import ModesMeasurer, measures_here, search_executor
+from ..executors.loop import SearchLoop
+from ..measure.search_trials import measured_trials
 from ..measure.workspace import Progress, Workspace, preflight
 from ..metrics import DECODE, Metric, describe as describe_metric
 from ..metrics import stored_or_described
@@ -209,7 +207,7 @@ def _finish(ws: Workspace, bisection_id: int, outcome: BisectOutcome, span: _Ran
     this host, and its result: the system state over its trials, and what more trials would settle."""
     cfg, store = ws.config, ws.store
     store.finish_bisection(bisection_id, outcome)
-    if cfg.executor.kind == "local":  # trials on cluster nodes measured their noise, not this host's
+    if measures_here(cfg):  # trials on cluster nodes measured their noise, not this host's
         keep_noise(
             ws, cfg.metric_modes, outcome.noise_sigma_pct, outcome.noise_dof,
             f"bisection #{bisection_id}: residual noise of {outcome.trials_used} trials after the change(s) and drift",
@@ -246,15 +244,14 @@ def _search(ws: Workspace, policy: SearchPolicy, observations: list[Observation]
     """The search over the configured executor (``executors.loop``): its trials on this machine one at a time
     (``[executor] kind = "local"``), or as Slurm jobs up to ``executor.nodes`` at once; each observation stored
     as it lands with the decision that asked for it."""
-    if ws.config.executor.kind == "slurm":
-        executor: Executor = slurm.SlurmExecutor(ws, bisection_id, progress)
-
+    # the good endpoint's benchmark client measures every trial
+    executor = search_executor(ws, bisection_id, progress, by_sha=by_sha, client_rev=policy.commits[0],
+                               wait_idle_s=wait_idle_s)
+    if measures_here(ws.config):  # one trial at a time here: where it stands, with an ETA
+        announce = _LocalNarration(ws, policy, bisection_id, by_sha, noise, progress, len(observations))
+    else:
         def announce(measure: Measure, _observations: Sequence[Observation]) -> None:
             progress.info(f"{measure.commit[:10]} ({measure.phase}): {measure.reason}")
-    else:
-        runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=policy.commits[0])  # the good endpoint's client
-        executor = LocalExecutor(runner, bisection_id, by_sha)
-        announce = _LocalNarration(ws, policy, bisection_id, by_sha, noise, progress, len(observations))
     return SearchLoop(ws.store, policy, bisection_id, executor, progress, announce, observations).run()
 
 
@@ -373,7 +370,7 @@ def which_path(ws: Workspace, outcome: BisectOutcome, shas: Sequence[str], bisec
                                  f"bisection #{bisection_id}'s residual noise")
     metric = describe_metric(cfg)
     modes = [(m, cfg.modes[m].speculative) for m in cfg.modes]
-    runner: TrialRunner | None = None
+    measure = ModesMeasurer(ws, bisection_id, progress, wait_idle_s)
     measured = 0
     # n trials each; when that cannot tell the two paths apart (a noisy session), n more, once.
     for target in (n, 2 * n):
@@ -383,12 +380,7 @@ def which_path(ws: Workspace, outcome: BisectOutcome, shas: Sequence[str], bisec
                 f"which path regressed: measuring {', '.join(missing)} at {pair[0].short} (before the culprit) and "
                 f"{pair[1].short} (the culprit), up to {target} trials each, interleaved (stats.mode_trials)"
             )
-            if cfg.executor.kind == "slurm":  # one job on one node measures them all, interleaved there
-                measured += slurm.measure_modes(ws, bisection_id, pair, missing, target, progress)
-                stored = ws.store.trials(bisection_id=bisection_id)
-            else:
-                runner = runner or TrialRunner(ws, progress, wait_idle_s=wait_idle_s)
-                measured += len(measure_modes(runner, pair, missing, target, bisection_id, stored))
+            measured += measure(pair, missing, target, stored)
         trials = [t for t in stored if t.identity.commit in (parent, culprit)]
         verdict = decide_path(trials, spec_mode=spec, modes=modes, before=parent, after=culprit, noise=stats_noise,
                               settings=cfg.stats, higher_is_better=metric.higher_is_better,

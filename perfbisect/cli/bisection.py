@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import EXIT_RUNTIME, EXIT_USAGE, UsageError
+from ..executors.chosen import measures_here
 from ..interrupts import interruptible, resume_options, say_interrupted, signal_name
 from ..report.console import ConsoleProgress, err_console, out_console, print_error, print_json, print_lines, print_report, show
 from ..settings import DEFAULT_WAIT_IDLE_S
@@ -113,7 +114,7 @@ def run(
     with workspace.Workspace.open(cfg, db) as ws:
         _confirm_budget(ws, g, b, yes)
         # Slurm jobs take their own node's lock; the controller holds only the repository's.
-        gpu = cfg.executor.kind == "local"
+        gpu = measures_here(cfg)
         with workspace.exclusive(ws, progress, wait=wait, gpu=gpu), interruptible(ws, resumable=True, options=resume_options(config, db), json_out=json_out):
             result = app_bisection.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
             finished = app_bisection.finished_bisection(ws, result, progress)
@@ -144,7 +145,7 @@ def resume(
 
     cfg = load(config)
     progress = ConsoleProgress(quiet)
-    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait, gpu=cfg.executor.kind == "local"):
+    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait, gpu=measures_here(cfg)):
         bid = bisection if bisection is not None else app_resume.latest_unfinished(ws)
         with interruptible(ws, resume_id=bid, resumable=True, options=resume_options(config, db), json_out=json_out):
             result = app_bisection.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)

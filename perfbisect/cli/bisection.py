@@ -347,7 +347,7 @@ def patches_carry(
             return
         if show_status:
             state = carrying.status(ws)
-            print_lines([f"no carry in progress" if state is None else
+            print_lines(["no carry in progress" if state is None else
                          f"carrying {state.patch} over {state.boundary[:10]} (range {state.good[:10]}..{state.bad[:10]}): "
                          + ("git carried it; review it" if state.resolved_by_git else "resolve its conflicts")
                          + f" in {state.worktree}, then `perfbisect patches carry --continue` (or --abort)"])

@@ -283,12 +283,6 @@ class LocatedChecks:
     # ----------------------------------------------------------------------------------------
     # the second-change check: a side of the change too thinly measured to show a second step, a residual gap
 
-    def _second_change_probe(self, data: SearchData, post: ChangePosterior, st: Step,
-                             gaps: list[tuple[float, tuple[int, int]]] | None = None) -> int | None:
-        """A commit to measure so that a second step on either side of the change could show, or None
-        (``_second_change_probe_for`` without the price of a side the budget leaves short)."""
-        return self._second_change_probe_for(data, post, st, gaps)[0]
-
     def _second_change_probe_for(self, data: SearchData, post: ChangePosterior, st: Step,
                                  gaps: list[tuple[float, tuple[int, int]]] | None = None) -> tuple[int | None, int | None]:
         """(a commit to measure so that a second step on either side of the change could show, or None; the trials

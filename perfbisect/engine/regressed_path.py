@@ -45,11 +45,6 @@ def _run_median(trials: Sequence[TrialResult], what: str) -> float | None:
     return median([v for v in values if v])
 
 
-def _worse(effect_pct: float, higher_is_better: bool) -> float:
-    """A change in percent as a loss (positive = worse), whichever direction is better."""
-    return -effect_pct if higher_is_better else effect_pct
-
-
 def _moved(before: float | None, after: float | None, min_effect_pct: float) -> bool:
     if not before or not after:
         return False

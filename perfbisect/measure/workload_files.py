@@ -149,7 +149,7 @@ def file_warnings(cfg: Config, repo: TargetRepo, endpoints: tuple[tuple[str, Com
         if missing:
             where = " and ".join(missing)
             out.append(f"workload.command names {path}, which is missing at the {where}: trials there would fail"
-                       + ("" if in_tree else f" (and it is not in your working tree either: check workload.command)")
+                       + ("" if in_tree else " (and it is not in your working tree either: check workload.command)")
                        + (f"; {fix}." if in_tree else "."))
         elif not in_tree and not tracked and not endpoints:
             out.append(f"workload.command names {path}, which is neither in your working tree nor at HEAD: check workload.command.")

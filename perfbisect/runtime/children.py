@@ -9,7 +9,7 @@ server holding the GPUs or a benchmark still running. Grandchildren are not cove
 signal goes to the direct child only): SGLang's schedulers ask for the same signal themselves, and
 the pidfiles under ``<cache_dir>/servers`` let the next perfbisect reap what is left.
 
-``signal_group`` / ``stop_group`` are the one way perfbisect signals such a group (servers, builds,
+``signal_group`` is the one way perfbisect signals such a group (servers, builds,
 ``command`` workloads, a crashed run's leftovers), with the guard against a reused group id.
 
 The standard library only at import (the demo emulator uses ``own_group`` under the target's
@@ -111,16 +111,6 @@ def signal_group(group: int, sig: int, leader: subprocess.Popen | None = None) -
     except ProcessLookupError:
         return False
     return True
-
-
-def stop_group(leader: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGTERM the group ``leader`` leads, SIGKILL it after ``grace_s``, and reap the leader."""
-    signal_group(leader.pid, signal.SIGTERM, leader)
-    try:
-        leader.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        signal_group(leader.pid, signal.SIGKILL, leader)
-        leader.wait()
 
 
 # ---------------------------------------------------------------------------------------------

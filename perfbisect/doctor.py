@@ -277,6 +277,25 @@ def _runs_per_trial(ws) -> list[Finding]:
     return out
 
 
+def _workload_files(ctx: dict) -> list[Finding]:
+    """A command workload: each file the command names that is untracked, edited, or missing at ``--range``'s
+    endpoints and not in workload.files (the trial would run another benchmark than yours, or fail)."""
+    from .measure.workload_files import file_warnings
+
+    ws = ctx["ws"]
+    cfg = ws.config
+    if kind_of(cfg.workload).serves:
+        return []
+    ends = ()
+    if ctx["range"]:
+        ends = (("good endpoint", ws.repo.resolve(ctx["range"][0])), ("bad endpoint", ws.repo.resolve(ctx["range"][1])))
+    found = [Finding("workload files", "warn", w) for w in file_warnings(cfg, ws.repo, ends)]
+    if found:
+        return found
+    listed = f"; workload.files: {', '.join(cfg.workload.files)} from your working tree" if cfg.workload.files else ""
+    return [Finding("workload files", "ok", f"every file workload.command names is the one a trial runs{listed}")]
+
+
 def _launch(ctx: dict) -> list[Finding]:
     """Start the server once (baseline mode, in the checkout) and check the env reaches every worker."""
     from .measure.served import fallback_refusal
@@ -374,6 +393,7 @@ CHECKS: list[tuple[str, Callable[[dict], list[Finding]], tuple[str, ...]]] = [
     ("gpus", _gpus, ()),
     ("cpu", _cpu, ()),
     ("database", _database, ("ws",)),
+    ("workload files", _workload_files, ("ws",)),
 ]
 
 

@@ -136,3 +136,16 @@ def test_workload_files_that_are_not_paths_of_the_repository_are_config_errors(t
         proc = run_cli("measure", shas[0], "-c", str(config), "--db", str(tmp_path / "e.sqlite"))
         assert proc.returncode == 2, (entry, proc.stdout, proc.stderr)
         assert words in proc.stderr and "workload.files" in proc.stderr
+
+
+def test_doctor_names_an_untracked_benchmark_and_an_edited_one(tmp_path):
+    r, shas = _project(tmp_path / "proj")
+    (r.path / "bench.py").write_text(BENCH.replace("SCALE", "1.0"))
+    config = _config(tmp_path, r.path)
+    proc = run_cli("doctor", "--json", "-c", str(config), "--db", str(tmp_path / "d.sqlite"))
+    found = [f for f in json.loads(proc.stdout)["findings"] if f["check"] == "workload files"]
+    assert [f["state"] for f in found] == ["warn"] and "untracked" in found[0]["message"], found
+    listed = _config(tmp_path, r.path, extra='files = ["bench.py"]\n')
+    proc = run_cli("doctor", "--json", "-c", str(listed), "--db", str(tmp_path / "d.sqlite"))
+    found = [f for f in json.loads(proc.stdout)["findings"] if f["check"] == "workload files"]
+    assert [f["state"] for f in found] == ["ok"] and "bench.py from your working tree" in found[0]["message"], found

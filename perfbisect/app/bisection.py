@@ -280,9 +280,9 @@ class _LocalNarration:
         self.phase = action.phase
         status = search_status(self.bisection_id, action, len(observations), self.stats, estimate.trials, elapsed,
                                step_s or None, best=self.best, short=commit.short, again=again)
-        self.progress.search(status)
         if again:
             self.progress.info(f"back to {action.phase}: {again}")
+        self.progress.search(status)
         # numbered as the budget counts trials (an untestable commit tried is not one: the next attempt keeps its number)
         self.progress.info(f"[{status.trial}] {commit.short} ({action.phase}): {action.reason}")
 

@@ -463,9 +463,9 @@ class SearchStatus:
             return "< 1m" if eta < 60 else "~" + _eta_duration(eta)
         floor = max(floors, default=0.0)
         if floor >= 60:
-            return "≥ " + _eta_duration(floor)
+            return "≥ " + _eta_duration(floor, rounding=math.floor)  # a floor rounded down stays a floor
         ceiling = max(1, self.max_trials - self.trial + 1) * self.trial_s
-        return "< 1m" if ceiling < 60 else "≤ " + _eta_duration(ceiling)
+        return "< 1m" if ceiling < 60 else "≤ " + _eta_duration(ceiling, rounding=math.ceil)  # a ceiling, up
 
     def _budget(self) -> str:
         left = f"trial {self.trial} of at most {self.max_trials}"
@@ -481,7 +481,7 @@ class SearchStatus:
 
     def _phase(self) -> str:
         """The phase, what it checks and about how many trials that needs; why it stepped back, when it did."""
-        text = self.phase + (" again" if self.again else "")  # why: the progress line above it says
+        text = self.phase + (" again" if self.again else "")  # why: the "back to …" progress line says
         if self.check:
             more = f", ~{self.needs} more trial{'s' if self.needs != 1 else ''}" if self.needs else ""
             text += f" ({self.check}{more})"
@@ -504,8 +504,9 @@ class SearchStatus:
                 f"ETA {self.eta_text()} · {format_duration(self.elapsed_s)}{best}")
 
 
-def _eta_duration(seconds: float) -> str:
-    """An ETA to the minute ("4m", "1h05m"): seconds would claim a precision no estimate of trials has."""
-    minutes = max(1, int(round(seconds / 60.0)))
+def _eta_duration(seconds: float, rounding=round) -> str:
+    """An ETA to the minute ("4m", "1h05m"): seconds would claim a precision no estimate of trials has. A floor is
+    rounded down and a ceiling up (``rounding``), so neither claims more than it knows."""
+    minutes = max(1, int(rounding(seconds / 60.0)))
     h, m = divmod(minutes, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m"

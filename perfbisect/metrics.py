@@ -288,3 +288,15 @@ __all__ = [
     "describe", "describe_workload", "direction_conflict", "level_text", "pct_text", "signed", "stored_or_described",
     "unit_of_key", "quantity_name", "unknown_quantity", "with_quantity",
 ]
+
+
+def trials_text(total: int, used: int | None = None) -> str:
+    """A bisection's trial count in the words every command and page uses: "17 trials (9 observations used by
+    the search)", "9 trials (all used by the search)"; ``used`` None: "17 trials". The two differ because a
+    ratio metric's observation holds a trial per mode, and re-runs, failures and which-path trials add some."""
+    run = f"{total} trial{'s' if total != 1 else ''}"
+    if used is None:
+        return run
+    if used == total:
+        return f"{run} (all used by the search)" if total else run
+    return f"{run} ({used} observation{'s' if used != 1 else ''} used by the search)"

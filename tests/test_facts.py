@@ -81,19 +81,24 @@ def test_a_metric_speaks_its_own_unit_everywhere(tmp_path, key, unit, higher, sc
     assert proc.returncode == 0, proc.stderr
     runs = re.findall(r"^  run 0: (.*)$", proc.stderr, re.M)
     assert runs, proc.stderr
+    times = ("s", "ms", "µs", "ns")  # a time reads in the unit that fits it (issue #49): 18.9 µs, not 0.0000189 s
     for shown in runs:
-        if unit:
+        if unit in times:
+            assert shown.rsplit(" ", 1)[-1] in times, shown
+        elif unit:
             assert shown.endswith(f" {unit}"), shown
         else:
             assert re.fullmatch(r"[0-9.,]+", shown), shown  # no unit, not "(score)" or "s"
     assert "tok/s" not in proc.stdout + proc.stderr
     closing = proc.stdout.strip().splitlines()[-1]
     assert closing.startswith("REGRESSION") and f"culprit {shas[3][:10]}" in closing, proc.stdout
-    delta = re.search(r"\(([-+][0-9.,]+)( [^)]*)?\) 98% \[", closing)
-    assert delta and (delta.group(2) or "") == (f" {unit}" if unit else ""), closing
+    delta = re.search(r"\(([-+][0-9.,]+)( [^,)]*)?(, lower is better)?\) 98% \[", closing)
+    shown_unit = (delta.group(2) or "").strip() if delta else None
+    assert delta and (shown_unit in times if unit in times else shown_unit == unit), closing
+    assert bool(delta.group(3)) == (not higher), closing  # "(…, lower is better)" where it is
     assert delta.group(1).startswith("-" if higher else "+"), closing
-    if key == "wall_s":  # 1.9e-5 s × 25%: significant digits, never "+0.0 s"
-        assert delta.group(1).startswith("+0.00000"), closing
+    if key == "wall_s":  # 1.9e-5 s × 25%: in µs with significant digits, never "+0.0 s" or "+0.0000047 s"
+        assert shown_unit == "µs" and not delta.group(1).startswith("+0.0"), closing
     spent = next(line for line in proc.stdout.splitlines() if line.startswith("spent:"))
     assert "machine-hours" in spent and "GPU" not in spent, spent  # a command target holds no GPU
 
@@ -172,7 +177,7 @@ def test_report_text_states_levels_and_counts_in_label_order(tmp_path):
     note = dom.split('id="builds-note"', 1)[1].split("</p>", 1)[0]
     assert "No build steps" in note and "reused" not in note.replace("nothing was built or reused", ""), note
     sentence = dom.split('<div class="sentence">', 1)[1].split("</div>", 1)[0]
-    assert "98% interval [" in sentence and re.search(r"\d+ trials, [0-9.]+ machine-hours", sentence), sentence
+    assert "98% interval [" in sentence and re.search(r"\d+ trials( \([^)]*\))?, [0-9.]+ machine-hours", sentence), sentence
 
 
 # ------------------------------------------------------------------------------------------------
@@ -365,9 +370,10 @@ def test_the_live_line_fits_80_columns_and_its_eta_says_when_it_is_a_floor(tmp_p
     assert max(len(row) for row in live) <= 80, max(live, key=len)
     # The detail under it names the benchmark while it runs (not "preparing worktree" throughout).
     assert any("running the workload.command" in row for row in rows), plain[-3000:]
-    # Confirming adds trials the estimate did not foresee: its ETA is a floor, never "about".
+    # Confirming adds trials the estimate did not foresee: its ETA is a floor (≥), the budget's ceiling (≤) or
+    # under a minute, never "about" and never "?" once a trial is timed (issue #49).
     confirming = [row for row in live if "confirming" in row and "ETA" in row]
-    assert confirming and all("ETA ≥" in row or "ETA ?" in row for row in confirming), confirming
+    assert confirming and all(re.search(r"ETA (≥ \d|≤ \d|< 1m)", row) for row in confirming), confirming
 
 
 def test_plan_estimates_the_no_change_outcome_too(tmp_path):

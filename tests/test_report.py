@@ -281,7 +281,7 @@ def test_every_place_counts_a_bisections_trials_in_the_same_words(demo, tmp_path
     the observations the search used. Each place now gives both, in the same words."""
     import sqlite3
 
-    from perfbisect.engine.cost import trials_text
+    from perfbisect.metrics import trials_text
 
     with sqlite3.connect(f"file:{demo['db']}?mode=ro", uri=True) as con:
         total = con.execute("select count(*) from trials").fetchone()[0]

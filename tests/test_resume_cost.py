@@ -160,7 +160,7 @@ def test_resume_says_which_stored_trials_it_reuses_and_which_interrupted_one_it_
     assert "3 stored observations (6 trials) reused" in line
     assert f"trial #7 ({commit[:10]} [{trials[7].identity.mode}])" in line and "used, not measured again" in line
     assert f"trial #8 ({commit[:10]} [{trials[8].identity.mode}], 1 warm-up run stored)" in line and "discarded" in line
-    assert "a trial is one server session" in line
+    assert "a trial is one command run" in line  # the seeded demo measures with a command, not a server
     resumed = out["resumed"]
     assert resumed["observations"] == 3 and resumed["trials"] == 6
     assert [t["trial"] for t in resumed["reused"]] == [7]

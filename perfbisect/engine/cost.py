@@ -32,6 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..metrics import trials_text
 from ..model import Observation, median
 from ..settings import StatsConfig
 from .stats import NoiseModel, log_of_pct, pct
@@ -371,18 +372,6 @@ def spent(trials, gpus: int, unit: str = "GPU-hours") -> dict:
     wall = (max(t.finished_at for t in timed) - timed[0].started_at - paused) if timed else 0.0
     return {"trials": len(trials), "wall_s": wall, "paused_s": paused, "gpu_hours": busy / 3600.0 * gpus, "gpus": gpus,
             "hours_unit": unit}
-
-
-def trials_text(total: int, used: int | None = None) -> str:
-    """A bisection's trial count in the words every command and page uses: "17 trials (9 observations used by
-    the search)", "9 trials (all used by the search)"; ``used`` None: "17 trials". The two differ because a
-    ratio metric's observation holds a trial per mode, and re-runs, failures and which-path trials add some."""
-    run = f"{total} trial{'s' if total != 1 else ''}"
-    if used is None:
-        return run
-    if used == total:
-        return f"{run} (all used by the search)" if total else run
-    return f"{run} ({used} observation{'s' if used != 1 else ''} used by the search)"
 
 
 def spent_line(s: dict, used: int | None = None) -> str:

@@ -7,11 +7,12 @@ which-path step's trials (the culprit and its parent, every other mode), on this
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from ..model import Commit, TrialResult
-from ..measure.workspace import Progress, Workspace
-from .loop import Executor
+if TYPE_CHECKING:  # the command line asks ``measures_here`` before anything heavy is loaded
+    from ..measure.workspace import Progress, Workspace
+    from ..model import Commit, TrialResult
+    from .loop import Executor
 
 
 def measures_here(config) -> bool:

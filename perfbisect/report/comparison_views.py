@@ -15,7 +15,7 @@ from ..errors import UsageError
 from ..model import Comparison, RepoFacts, TrialResult, median
 from .trial_tables import environment, failures, iso_time, layouts, placements, speculative_rows, state_samples, trial_point
 from .verdict_text import builds_note, fmt_value, metric_unit
-from ..engine.cost import trials_text
+from ..metrics import trials_text
 from .view_rows import comparison_row, commit_row, gpu_hours_of, serves
 
 

@@ -96,7 +96,8 @@ _ICON = {"regressed": "🔴", "improved": "🟢", "same": "⚪", "inconclusive":
 
 def bisection_markdown(result: Any, report: Path | None, spent: dict | None) -> str:
     """A finished bisection (``app.bisection.BisectResult``)."""
-    from ..engine.cost import format_duration, trials_text
+    from ..engine.cost import format_duration
+    from ..metrics import trials_text
 
     out = result.outcome
     verdict = out.verdict.value

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..metrics import DECODE, Metric, describe_workload, level_text, pct_text, short_probability, stored_or_described
 from ..model import BisectOutcome, Comparison, SystemSnapshot, TrialResult, Verdict, median
-from ..engine.cost import trials_text
+from ..metrics import trials_text
 from ..store.codec import encode
 from ..measure.sysstate import throttle_reason_names
 

@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 from ..metrics import stored_or_described
 from ..errors import PerfbisectError
 from ..model import BisectOutcome, RepoFacts, TrialResult
-from ..engine.cost import pauses, trials_text
+from ..engine.cost import pauses
+from ..metrics import trials_text
 from ..engine.search_replay import REPLAY_WORK, engine_fit, replay, stats_config
 from .trial_tables import (
     environment,

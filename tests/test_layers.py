@@ -1,16 +1,14 @@
-"""The import graph of perfbisect: no cycles (lazy imports included), no cycle between packages and no
-package importing a later one, nothing imports upward into the use cases or the CLI, and the value
-modules stand on nothing but each other.
-
-The packages and their order come from tools/restructure.py (``PACKAGES``, ``ORDER``, ``layer_of``),
-which moves the flat modules into them: every rule here holds for both layouts, modules are named by
-their last part (``trials`` is ``perfbisect.measure.trials`` or ``perfbisect.measure.trials``).
+"""The import graph of perfbisect. The layer contract itself — which package may import which, the one way into
+the use cases, value modules on nothing but values, the engine without the store — is pyproject.toml's
+``[tool.importlinter]`` contracts, run here with import-linter's ``lint-imports``. This file adds what those do not
+say: no cycle between modules (lazy imports included, and modules the CLI loads by name) nor between packages,
+and a top level of at most 15 modules.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,25 +16,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "perfbisect"
-_spec = importlib.util.spec_from_file_location("perfbisect_restructure", ROOT / "tools" / "restructure.py")
-restructure = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = restructure  # dataclasses look their module up there
-_spec.loader.exec_module(restructure)
 
-# Who may import the use cases (app) and the command line (cli): the layers above them.
+# Who may import the use cases (app) and the command line (cli): the layers above them (the contracts say the same).
 MAY_IMPORT_APP = {"cli", "demo.run", "check"}
 MAY_IMPORT_CLI = {"__main__"}
-# Values every layer receives; they import nothing of perfbisect but each other.
-VALUE_MODULES = {"settings", "model", "errors", "placeholders", "layout", "workload_kinds"}
-# Deciding (engine) and measuring (measure) are siblings: neither imports the other. Until it moves, one
-# module of measure still decides with the engine's statistics.
-# The one exception left (issue #36): measure/noise_figures turns the stored noise figures into the engine's
-# NoiseModel (with its variance-ratio test); run_allocation, under the trial runner, reads it for auto runs.
-# It goes when the runner is handed its noise model by the use case.
-MEASURE_MAY_IMPORT_ENGINE = {"noise_figures"}
-# What each of them may import of the store: its public entry (``perfbisect.store``, whatever its __init__
-# exposes), never one of its modules; the engine decides on values and needs none of it.
-STORE_ENTRY = {"engine": set(), "measure": {"perfbisect.store"}}
 
 
 def named(graph: dict[str, set[str]], short: str) -> str:
@@ -144,10 +127,16 @@ def _allowed_upward(name: str, target: str) -> bool:
             or (_is(target, {"cli"}) and _is(name, MAY_IMPORT_CLI)))
 
 
+def _package_of(module: str) -> str | None:
+    """The package a module is in (``perfbisect.measure.trials`` → ``measure``); None for a top-level module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else None
+
+
 def _collapsed(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """Each package one node (its layer), each top-level module its own; the allowed entries into the
     use cases and the CLI (the hook's check enters the use cases; `python -m perfbisect`, the CLI) left out."""
-    node = {m: restructure.layer_of(m) or m for m in graph}
+    node = {m: _package_of(m) or m for m in graph}
     out: dict[str, set[str]] = {n: set() for n in node.values()}
     for m, targets in graph.items():
         out[node[m]] |= {node[t] for t in targets if node[t] != node[m] and not _allowed_upward(m, t)}
@@ -158,64 +147,16 @@ def test_no_cycles_between_packages() -> None:
     assert _cycles(_collapsed(import_graph())) == []
 
 
-def test_no_package_imports_a_later_one() -> None:
-    order = {layer: i for i, layer in enumerate(restructure.ORDER)}
-    upward = sorted(
-        (name, target)
-        for name, targets in import_graph().items()
-        for target in targets
-        if (a := restructure.layer_of(name)) and (b := restructure.layer_of(target)) and order[b] > order[a]
-    )
-    assert upward == []
-
-
-def test_every_module_has_a_place() -> None:
-    """Each top-level module is placed in a package by tools/restructure.py or kept at the top on purpose;
-    a new one must be given a place there (and in docs/architecture.md)."""
-    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
-    unplaced = [m for m in top if restructure.package_of(m) is None and m not in restructure.KEPT_AT_TOP]
-    assert unplaced == [], "give these a package in tools/restructure.py's PACKAGES (or add them to KEPT_AT_TOP)"
-
-
 def test_the_top_level_holds_at_most_15_modules() -> None:
-    if (PACKAGE / "trials.py").exists():
-        pytest.skip("flat layout: tools/restructure.py moves the modules into their packages")
     assert len(list(PACKAGE.glob("*.py"))) <= 15
 
 
-def test_nothing_imports_upward_into_the_use_cases_or_the_cli() -> None:
-    graph = import_graph()
-    upward = sorted(
-        (name, target)
-        for name, targets in graph.items()
-        for target in targets
-        if (_is(target, {"app"}) and not _is(name, {"app"} | MAY_IMPORT_APP))
-        or (_is(target, {"cli"}) and not _is(name, {"cli"} | MAY_IMPORT_CLI))
-    )
-    assert upward == []
-
-
-def test_value_modules_stand_on_nothing_but_values() -> None:
-    graph = import_graph()
-    values = {f"perfbisect.{v}" for v in VALUE_MODULES}
-    assert {name: sorted(graph[name] - values) for name in values} == {name: [] for name in values}
-
-
-def test_engine_and_measure_never_import_each_other_nor_the_stores_modules() -> None:
-    graph = import_graph()
-    crossing = sorted(
-        (name, target)
-        for name, targets in graph.items()
-        for target in targets
-        if {restructure.layer_of(name), restructure.layer_of(target)} == {"engine", "measure"}
-        and not (restructure.layer_of(name) == "measure" and name.rpartition(".")[2] in MEASURE_MAY_IMPORT_ENGINE)
-    )
-    assert crossing == []
-    into_store = sorted(
-        (name, target)
-        for name, targets in graph.items()
-        if (layer := restructure.layer_of(name)) in STORE_ENTRY
-        for target in targets
-        if restructure.layer_of(target) == "store" and target not in STORE_ENTRY[layer]
-    )
-    assert into_store == []
+def test_the_layer_contracts_in_pyproject_hold() -> None:
+    """pyproject.toml's import-linter contracts, checked as CI checks them (lazy imports included: grimp reads every
+    import statement)."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    assert lint.exists(), "import-linter is in the test dependency group: `uv run pytest` installs it"
+    proc = subprocess.run([str(lint), "--config", str(ROOT / "pyproject.toml"), "--no-cache"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout and "BROKEN" not in proc.stdout

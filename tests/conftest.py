@@ -312,3 +312,28 @@ def pytest_xdist_make_scheduler(config, log):
             return super()._split_scope(nodeid)
 
     return SharedFixtureScheduling(config, log)
+
+
+# The fast local loop: `pytest -m "not slow"` leaves out the tests tests/slow.txt lists (made by
+# tools/slow_tests.py from a full run's timings) besides those marked slow by hand. CI runs everything.
+_SLOW_LIST = Path(__file__).with_name("slow.txt")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _SLOW_LIST.exists():
+        return
+    slow = {line.strip() for line in _SLOW_LIST.read_text(encoding="utf-8").splitlines()
+            if line.strip() and not line.startswith("#")}
+    def shared_fixtures(item) -> set[str]:
+        info = getattr(item, "_fixtureinfo", None)
+        return {name for name, defs in (info.name2fixturedefs.items() if info else ()) if defs and defs[-1].scope != "function"}
+
+    listed = [item for item in items if item.nodeid.split("[", 1)[0] in slow]
+    # A shared fixture (a demo bisection for a module) is paid by whichever of its tests runs first: every test
+    # that uses one a slow test uses is slow too. Fixtures nearly every test uses (autouse) say nothing.
+    common = {name for name in set().union(*(shared_fixtures(i) for i in items))
+              if sum(name in shared_fixtures(i) for i in items) > len(items) // 2} if items else set()
+    heavy = set().union(*(shared_fixtures(i) for i in listed)) - common if listed else set()
+    for item in items:
+        if item in listed or shared_fixtures(item) & heavy:
+            item.add_marker(pytest.mark.slow)

@@ -1,4 +1,4 @@
-"""The exploration driver docs/validation/issue35/floor_doubt.py (issue #35): the mass of two changes whose steps
+"""The exploration driver benchmarks/issue35/floor_doubt.py (issue #35): the mass of two changes whose steps
 both reach a floor, read from the engine's own posterior — equal to the two-change mass at the 3% the weights are
 truncated at, falling as the floor rises, and the engine left as it was after a variant ran (no git, no servers)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "docs" / "validation" / "issue35"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "issue35"))
 import floor_doubt as F  # noqa: E402
 from perfbisect.engine import decision  # noqa: E402
 from perfbisect.engine.stats import log_of_pct  # noqa: E402

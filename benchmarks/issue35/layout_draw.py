@@ -1,7 +1,7 @@
 """LY's wrong names under the two layout draws (issue #35): which seeds, and what the named commit really moved.
 
 Run from the repository root:
-    .venv/bin/python docs/validation/issue35/layout_draw.py CELL SEED_BASE REPS rotate|uniform [per-trial]
+    .venv/bin/python benchmarks/issue35/layout_draw.py CELL SEED_BASE REPS rotate|uniform [per-trial]
 
 ``rotate`` is perfbisect's slot draw since 2026-12-06 (a commit's trials go through the layouts in turn from a start
 of its own); ``uniform`` the draw before (each trial picks one independently). ``per-trial`` gives every trial its own
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import strategies as S  # noqa: E402
 
 CELL, BASE, REPS, DRAW = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

@@ -1,12 +1,12 @@
 """Genuine gains (issue #35): the single-change cells with their step reversed, and what the engine says.
 
 Run from the repository root:
-    TV='{"improved_min_per_side": 2}' .venv/bin/python docs/validation/issue35/gains.py S1,S2,M1,R1-P5,R2,HS 300000 200
+    TV='{"improved_min_per_side": 2}' .venv/bin/python benchmarks/issue35/gains.py S1,S2,M1,R1-P5,R2,HS 300000 200
 TV holds Tuning fields to replace (none: the engine's defaults). Prints, per cell, the verdicts and the mean trials.
 """
 import sys, json, os
 from dataclasses import replace
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
 import strategies as S
 from perfbisect.engine.tuning import DEFAULT_TUNING
 from multiprocessing import Pool

@@ -1,7 +1,7 @@
 """Is the price an `inconclusive` A/A run states a forecast that holds? (issue #35, the A/A price row)
 
 Run from the repository root:
-    .venv/bin/python docs/validation/issue35/price_check.py R1-P10-AA:60,R2-AA:20,HS-AA 300 100000 out.json
+    .venv/bin/python benchmarks/issue35/price_check.py R1-P10-AA:60,R2-AA:20,HS-AA 300 100000 out.json
 (cells, each with how many of its first seeds' priced runs to re-run — all by default —, reps, seed base, output;
 WORKERS=N processes, 2 by default; a line on standard error per re-run).
 
@@ -20,7 +20,7 @@ import sys
 import time
 from multiprocessing import get_context
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
 import strategies as S  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
 

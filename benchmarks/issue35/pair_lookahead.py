@@ -1,7 +1,7 @@
 """The look-ahead asked about both change positions (issue #35's "what would move the engine onto the curve").
 
 Run from the repository root:
-    .venv/bin/python docs/validation/issue35/pair_lookahead.py S2,S5 100 300000 out.json [default,pair]
+    .venv/bin/python benchmarks/issue35/pair_lookahead.py S2,S5 100 300000 out.json [default,pair]
 (WORKERS=N processes, 2 by default).
 
 The engine's look-ahead scores a trial by the information it gives about "where is the first change" and "how
@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
 import strategies as S  # noqa: E402
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 import paired  # noqa: E402

@@ -1,6 +1,6 @@
 """Where perfbisect's trials go in one cell (issue #35): every decision of the search, by phase and reason.
 
-Run from the repository root: .venv/bin/python docs/validation/issue35/phases.py S1 60 100000
+Run from the repository root: .venv/bin/python benchmarks/issue35/phases.py S1 60 100000
 Prints the mean number of trials per bisection asked for by each (phase, reason) — the reason with its commits
 and numbers blanked so that the same rule counts as one row — over seeds N..N+reps−1."""
 import collections
@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import strategies as S  # noqa: E402
 
 

@@ -6,7 +6,7 @@ must; its cost on a one-change cell against its hit rate on S5 (both changes nam
 the single-change learner on the same seeds (pass them as variants "perfbisect" and "bayes-learner").
 
 Run from the repository root:
-    .venv/bin/python docs/validation/issue35/two_changes.py S1,S2,S5,S5r 100 100000 out.json q0.1-m3,q0.5-m3
+    .venv/bin/python benchmarks/issue35/two_changes.py S1,S2,S5,S5r 100 100000 out.json q0.1-m3,q0.5-m3
 (WORKERS=N for N processes, 2 by default). A variant is q<Q>-m<M> (prior of two changes, the step in percent that
 matters; g, the steps' prior variance in σ², is 10 unless -g<G> follows; -f<F>: DESIGN.md's floor, each named commit
 and its parent F trials; -n<P>: "nothing changed" a hypothesis of prior P;
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bayes_two  # noqa: E402
 import strategies as S  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402

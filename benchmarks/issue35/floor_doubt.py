@@ -1,7 +1,7 @@
 """The engine's doubt of a second change asked at perfbisect's own floor, as `bayes-told-nothing` asks it (issue #35).
 
 Run from the repository root:
-    .venv/bin/python docs/validation/issue35/floor_doubt.py S5,S2,S1,HS,R1,MC 100 400000 out.json [VARIANT,...]
+    .venv/bin/python benchmarks/issue35/floor_doubt.py S5,S2,S1,HS,R1,MC 100 400000 out.json [VARIANT,...]
 (WORKERS=N processes, 2 by default).
 
 `bayes-told-nothing` names S5's two changes in 92.7% with S2 at 25.3 trials; the engine's guard 88.0% at 28.0, and
@@ -25,7 +25,7 @@ from functools import partialmethod
 
 import numpy as np
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
 import strategies as S  # noqa: E402
 from bayes_two import _outside  # noqa: E402
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))

@@ -1,13 +1,13 @@
 """Where the rest of the gap to bayes-learner goes (issue #35): each rule the engine adds to its posterior, switched off.
 
-Run from the repository root: .venv/bin/python docs/validation/issue35/rules.py S1,M1,... 150 100000 out.json [VARIANT,...]
+Run from the repository root: .venv/bin/python benchmarks/issue35/rules.py S1,M1,... 150 100000 out.json [VARIANT,...]
 (WORKERS=N for N processes, 2 by default).
 Each variant is (Tuning fields, StatsConfig fields) replaced; "guard off" as in guard.py. Seeds are paired: variant
 and cell see the same targets, so a difference is the rule's own."""
 import json, sys
 from dataclasses import replace
 import numpy as np
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
 import strategies as S
 from perfbisect.engine.tuning import DEFAULT_TUNING
 from perfbisect.settings import StatsConfig

@@ -155,3 +155,12 @@ def target_table(repo: Path, cache_dir: Path) -> str:
     """The ``[target]`` table of a test's perfbisect.toml: this repository, this interpreter, its own cache."""
     return (f"[target]\nrepo = {json.dumps(str(repo))}\npython = {json.dumps(sys.executable)}\n"
             f"cache_dir = {json.dumps(str(cache_dir))}\n")
+
+
+def command_config(dir: Path, repo: Path, command: str, extra: str = "") -> Path:
+    """``dir``/perfbisect.toml: a ``command`` workload (``command``: its argv as a TOML list) printing ``ops_per_s``,
+    no warm-up, its own cache under ``dir``; ``extra`` follows the [workload] table (more of its keys, or tables)."""
+    config = dir / "perfbisect.toml"
+    config.write_text(target_table(repo, dir / "cache") + '[workload]\nkind = "command"\n'
+                      f'command = {command}\nmetric = "ops_per_s"\nwarmup = 0\n' + extra)
+    return config

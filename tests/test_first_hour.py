@@ -12,24 +12,12 @@ from pathlib import Path
 import pytest
 
 from .cli_runner import run_cli, run_command
-from .repo_factory import RepoFactory
+from .repo_factory import RepoFactory, command_config
 
 
 def _config(dir: Path, repo: Path, bench: str, extra: str = "", workload: str = "") -> Path:
     (dir / "bench.py").write_text(bench)
-    config = dir / "perfbisect.toml"
-    config.write_text(
-        "[target]\n"
-        f"repo = {json.dumps(str(repo))}\n"
-        f"python = {json.dumps(sys.executable)}\n"
-        f"cache_dir = {json.dumps(str(dir / 'cache'))}\n"
-        "[workload]\n"
-        'kind = "command"\n'
-        f"command = {json.dumps(['{python}', str(dir / 'bench.py')])}\n"
-        'metric = "ops_per_s"\n'
-        "warmup = 0\n" + workload + extra
-    )
-    return config
+    return command_config(dir, repo, json.dumps(["{python}", str(dir / "bench.py")]), workload + extra)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from perfbisect.config import load_config
 from perfbisect.measure.workload_files import named_files, snapshot
 
 from .cli_runner import run_cli
-from .repo_factory import RepoFactory
+from .repo_factory import RepoFactory, command_config
 
 BENCH = """\
 import json, pathlib
@@ -22,19 +22,7 @@ print(json.dumps({"ops_per_s": float(pathlib.Path("rate.txt").read_text()) * SCA
 
 
 def _config(dir: Path, repo: Path, command: str = '["{python}", "bench.py"]', extra: str = "") -> Path:
-    config = dir / "perfbisect.toml"
-    config.write_text(
-        "[target]\n"
-        f"repo = {json.dumps(str(repo))}\n"
-        f"python = {json.dumps(sys.executable)}\n"
-        f"cache_dir = {json.dumps(str(dir / 'cache'))}\n"
-        "[workload]\n"
-        'kind = "command"\n'
-        f"command = {command}\n"
-        'metric = "ops_per_s"\n'
-        "warmup = 0\n" + extra
-    )
-    return config
+    return command_config(dir, repo, command, extra)
 
 
 def _project(path: Path) -> tuple[RepoFactory, list[str]]:

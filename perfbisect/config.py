@@ -484,7 +484,7 @@ def _check_workload_files(names: tuple[str, ...], path: Path) -> None:
     """workload.files are paths inside the repository (copied into each worktree at the same path)."""
     for name in names:
         parts = PurePosixPath(name).parts
-        if not name or PurePosixPath(name).is_absolute() or ".." in parts or (parts and parts[0] == ".git"):
+        if not parts or PurePosixPath(name).is_absolute() or ".." in parts or parts[0] == ".git":
             raise ConfigError(
                 f"{path}: workload.files entry {name!r} is not a path inside the repository. Give paths relative to "
                 f"target.repo (e.g. \"bench.py\", \"benchmarks/\"); a benchmark kept outside the repository needs no "

@@ -160,7 +160,7 @@ env = {{}}                         # e.g. {{ OMP_NUM_THREADS = "8" }}
 [workload]
 kind = "command"
 command = ["{{python}}", "bench.py"]  # a list of arguments (never run through a shell); runs in each commit's worktree,
-                                 # which is first on PYTHONPATH (a benchmark kept outside imports the commit's code)
+                                 # (a .py kept outside, named by its full path, gets it first on PYTHONPATH)
 files = ["bench.py"]             # taken from your working tree when the run starts and placed in every commit's
                                  # worktree: one benchmark for every commit (remove it to run each commit's own)
 metric = "ops_per_s"             # the key of the printed JSON object that is measured

@@ -273,3 +273,22 @@ def test_lower_is_better_is_said_and_times_read_in_their_unit(tmp_path):
 
     assert re.search(r"\(\+\d{3} µs, lower is better\)", last) and "0.000" not in last, last
     assert "→ 3.70 ms" in proc.stderr and "0.0037" not in proc.stderr
+
+
+def test_a_closed_pipe_keeps_the_status_a_command_reached(project, tmp_path):
+    """`perfbisect run --fail-on-regression | head -1` must still fail on a regression (the reader going away is
+    not an error, but neither is it a pass); a listing or help cut short ends 0."""
+    import os
+
+    r, shas = project
+    config = _config(tmp_path, r.path, GOOD_BENCH)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = run_command("run", f"good={shas[0]}", f"bad={shas[-1]}", "--fail-on-regression", "-c", str(config),
+                           "--db", str(tmp_path / "r.sqlite"), stdout=write)
+        listing = run_command("log", "-c", str(config), "--db", str(tmp_path / "r.sqlite"), stdout=write)
+    finally:
+        os.close(write)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and "Cannot write" not in proc.stderr, proc.stderr
+    assert listing.returncode == 0 and listing.stderr == "", listing.stderr

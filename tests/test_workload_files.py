@@ -9,6 +9,8 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import pytest
+
 from perfbisect.config import load_config
 from perfbisect.measure.workload_files import named_files, snapshot
 
@@ -137,3 +139,74 @@ def test_doctor_names_an_untracked_benchmark_and_an_edited_one(tmp_path):
     proc = run_cli("doctor", "--json", "-c", str(listed), "--db", str(tmp_path / "d.sqlite"))
     found = [f for f in json.loads(proc.stdout)["findings"] if f["check"] == "workload files"]
     assert [f["state"] for f in found] == ["ok"] and "bench.py from your working tree" in found[0]["message"], found
+
+
+def test_the_benchmark_wins_where_a_commit_disagrees_about_file_and_folder(tmp_path):
+    r = RepoFactory(tmp_path / "proj")
+    r.commit("c0", {"rate.txt": "1\n"})
+    (r.path / "bench").mkdir()
+    (r.path / "bench" / "x").mkdir()
+    (r.path / "bench" / "x" / "y.py").write_text("print(1)\n")
+    (r.path / "run.py").write_text("print(2)\n")
+    config = load_config(_config(tmp_path, r.path, extra='files = ["bench", "./run.py"]\n'))
+    snap = snapshot(config)
+    worktree = tmp_path / "wt"
+    (worktree / "bench").mkdir(parents=True)
+    (worktree / "bench" / "x").write_text("a file where the benchmark has a folder\n")
+    (worktree / "run.py").mkdir()  # a folder where it has a file
+    (worktree / "run.py" / "inner").write_text("\n")
+    snap.place(worktree)
+    assert (worktree / "bench" / "x" / "y.py").read_text() == "print(1)\n"
+    assert (worktree / "run.py").read_text() == "print(2)\n"
+
+
+def test_the_whole_tree_is_no_workload_file_and_dot_slash_names_one(tmp_path):
+    r, shas = _project(tmp_path / "proj")
+    (r.path / "bench.py").write_text(BENCH.replace("SCALE", "1.0"))
+    for entry in (".", "./"):
+        proc = run_cli("measure", shas[0], "-c", str(_config(tmp_path, r.path, extra=f'files = ["{entry}"]\n')),
+                       "--db", str(tmp_path / "e.sqlite"))
+        assert proc.returncode == 2 and "not a path inside the repository" in proc.stderr, (entry, proc.stderr)
+    dotted = _config(tmp_path, r.path, extra='files = ["./bench.py"]\n')
+    plan = run_cli("plan", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(dotted), "--db", str(tmp_path / "p.sqlite"))
+    assert plan.returncode == 0 and "untracked" not in plan.stdout + plan.stderr
+
+
+def test_only_scripts_of_the_repository_are_named(tmp_path):
+    r = RepoFactory(tmp_path / "proj")
+    r.commit("c0", {"tools/b.py": "print(1)\n", "pkg/__init__.py": "", "pkg/bench.py": "print(1)\n"})
+    (r.path / "out.json").write_text("{}\n")  # a leftover output of a manual run
+    for command, named in [
+        ('["{python}", "-m", "pytest", "-q"]', []),  # an installed module, not this repository's
+        ('["{python}", "-m", "pkg.bench"]', ["pkg/bench.py"]),
+        ('["{python}", "tools/b.py", "--result-file", "out.json"]', ["tools/b.py"]),
+        ('["bash", "-c", "python tools/b.py"]', []),  # a shell snippet, not a path
+        ('["{python}", "{worktree}/tools/b.py", "-o", "out.json"]', ["tools/b.py"]),
+    ]:
+        assert named_files(load_config(_config(tmp_path, r.path, command=command))) == named, command
+
+
+def test_a_bisection_keeps_the_benchmark_it_started_with(tmp_path):
+    """Its hash is stored with the bisection: `resume` and its cluster jobs run that copy, never the working tree's
+    of today; a copy gone from the cache is refused, not replaced."""
+    from perfbisect.errors import ConfigError
+    from perfbisect.measure.workspace import Workspace
+
+    r, shas = _project(tmp_path / "proj")
+    (r.path / "bench.py").write_text(BENCH.replace("SCALE", "1.0"))
+    config = _config(tmp_path, r.path, extra='files = ["bench.py"]\n')
+    db = tmp_path / "r.sqlite"
+    assert run_cli("run", f"good={shas[0]}", f"bad={shas[-1]}", "-c", str(config), "--db", str(db)).returncode == 0
+    with sqlite3.connect(db) as con:
+        (start,) = con.execute("SELECT search_start FROM bisections").fetchone()
+    digest = json.loads(start)["workload_files"]
+    (r.path / "bench.py").write_text(BENCH.replace("SCALE", "2.0"))  # edited after the bisection started
+    with Workspace.open(load_config(config), db) as ws:
+        ws.keep_workload_files(json.loads(start), 1)
+        assert ws.workload_files.hash == digest
+        assert "* 1.0" in (ws.workload_files.root / "bench.py").read_text()
+    import shutil
+
+    shutil.rmtree(tmp_path / "cache" / "workload-files" / digest)
+    with Workspace.open(load_config(config), db) as ws, pytest.raises(ConfigError, match="is gone from"):
+        ws.keep_workload_files(json.loads(start), 1)

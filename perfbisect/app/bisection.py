@@ -122,6 +122,9 @@ def _reopened(ws: Workspace, resume_id: int, progress: Progress) -> tuple[Bisect
     as_then, kept = as_started(ws, record)
     if kept:
         progress.warn(kept_line(record.id, kept, ws.config))
+    as_then.keep_workload_files(record.search_start, record.id)
+    if as_then.workload_files is not None:
+        progress.info(f"workload.files: {as_then.workload_files.describe()}, as bisection #{record.id} started with them")
     return record, as_then, kept
 
 
@@ -167,10 +170,11 @@ def _search_start(ws: Workspace, record: BisectionRecord | None, span: _Range, p
 def _begin(ws: Workspace, span: _Range, start: SearchStart) -> int:
     """A new bisection stored with its candidates, [stats], metric and search start; its id."""
     cfg = ws.config
+    files = ws.workload_files  # taken now: the whole search, its resumes and its cluster jobs run this benchmark
     return ws.store.begin_bisection(
         good=span.good.sha, bad=span.bad.sha, commits=span.shas, metric=cfg.stats.metric,
         settings=cfg.stats, target=str(cfg.target.repo), metric_info=describe_metric(cfg).as_json(),
-        search_start=start.as_json(),
+        search_start={**start.as_json(), **({"workload_files": files.hash} if files is not None else {})},
     )
 
 

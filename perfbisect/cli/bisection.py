@@ -39,7 +39,8 @@ def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, 
     if finished.broken:
         # One message: nothing was measured, so there is no verdict to print, store or render.
         if json_out:
-            print_json({"verdict": None, "error": nothing_measured(finished.broken, hint), "spent": spent})
+            print_json({"verdict": None, "error": nothing_measured(finished.broken, hint), "exit_code": EXIT_RUNTIME,
+                        "kind": "NothingMeasured", "spent": spent})
         print_error(nothing_measured(finished.broken, hint))
         raise typer.Exit(code=EXIT_RUNTIME)
     if json_out:

@@ -156,10 +156,27 @@ class _WatchedStdout:
         return getattr(self._inner, name)
 
 
-def _stdout_failed(watched: _WatchedStdout) -> None:
-    """Exit 4 saying why the result could not be printed (a full disk), or 0 quietly where the pipe's reader went
-    away; stdout is pointed at /dev/null first, so that the interpreter's last flush of what is still buffered
-    cannot fail again (exit 120)."""
+# Commands whose exit status carries a verdict: cut short while printing, their status was never reached.
+_VERDICT_COMMANDS = {"run", "resume", "compare", "check", "measure", "calibrate", "demo"}
+
+
+def _pipe_closed_status(pending: int | None) -> int:
+    """The exit status when the pipe's reader went away: the command's own where it was reached (a regression's 1
+    stays 1), else 0 for a listing or help (`perfbisect --help | head`, `perfbisect log | head -3`: the reader's
+    choice, not an error) and 4 for a command whose status is its verdict (the verdict was never reached)."""
+    if pending is not None:
+        return pending
+    words = [a for a in sys.argv[1:] if not a.startswith("-")]
+    if "--help" in sys.argv[1:] or not words or words[0] not in _VERDICT_COMMANDS:
+        return EXIT_OK
+    return EXIT_RUNTIME
+
+
+def _stdout_failed(watched: _WatchedStdout, pending: int | None = None) -> None:
+    """Exit 4 saying why the result could not be printed (a full disk); where the pipe's reader went away, quietly,
+    with ``_pipe_closed_status(pending)`` (``pending``: the status the command was exiting with, if it got there).
+    stdout is pointed at /dev/null first, so that the interpreter's last flush of what is still buffered cannot
+    fail again (exit 120)."""
     exc = watched.failed
     assert exc is not None
     try:
@@ -170,9 +187,7 @@ def _stdout_failed(watched: _WatchedStdout) -> None:
     except (OSError, AttributeError, ValueError):
         pass  # not a file descriptor (a test's StringIO): nothing is flushed at exit
     if exc.errno == errno.EPIPE:
-        # The reader stopped reading (`perfbisect --help | head`, `perfbisect log | head -3`): its choice, not an
-        # error, as git and coreutils treat it. What the command stored is kept either way.
-        sys.exit(EXIT_OK)
+        sys.exit(_pipe_closed_status(pending))
     why = "the disk or device it goes to refused it"
     print_error(
         f"Cannot write to standard output: {exc.strerror or exc} ({why}), so the result was not printed. "
@@ -234,24 +249,30 @@ def _main(json_out: bool, watched: _WatchedStdout) -> None:
         # into a silent 130 (for SIGTERM too); a command's own handling exits 128 + the signal.
         if signalled and exc.code in (1, 130, 128 + signalled[0]):
             _exit_interrupted(json_out)
-        if watched.failed is None:
+        # A write that failed while the command printed: it never reached its own status (Click answers a broken
+        # pipe with 1 of its own). One that fails only in the last flush: the command did, and keeps it.
+        cut_short = watched.failed is not None
+        if not cut_short:
             try:  # what is still buffered is part of the result: a write that fails now fails the command
                 watched.flush()
             except OSError:
                 pass
         if watched.failed is not None:
-            _stdout_failed(watched)
+            code = exc.code
+            reached = code if isinstance(code, int) else (EXIT_OK if code is None else EXIT_RUNTIME)
+            _stdout_failed(watched, None if cut_short else reached)
         raise
     except KeyboardInterrupt as exc:
         _exit_interrupted(json_out, getattr(exc, "signum", None))
     except PerfbisectError as exc:  # what a command could not do: one paragraph, its documented exit status
         if os.environ.get("PERFBISECT_DEBUG"):
             traceback.print_exc()
-        if watched.failed is not None:
+        piped_away = watched.failed is not None and watched.failed.errno == errno.EPIPE
+        if watched.failed is not None and not piped_away:
             _stdout_failed(watched)
-        if json_out:
+        if json_out and not piped_away:
             _json_error(str(exc), exc.exit_code, type(exc).__name__)
-        print_error(str(exc))
+        print_error(str(exc))  # stderr still reaches the user when stdout's reader went away
         sys.exit(exc.exit_code)
     except Exception as exc:
         if json_out and _usage_error(exc):  # Click's (as Typer vendors it): a bad option, a missing argument

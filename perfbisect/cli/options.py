@@ -59,11 +59,13 @@ def _db_value(value: str | None) -> str | None:
     """--db "" would silently mean the default database: refused."""
     if value is not None and not value.strip():
         raise typer.BadParameter("--db is empty. Give a file path or a database URL, or leave --db out to use the default.")
-    if value is not None and "://" not in value:
-        folder = Path(value).expanduser().parent
-        if not folder.is_dir():
-            from ..errors import StoreError
+    if value is not None and ("://" not in value or value.lower().startswith("sqlite")):
+        from ..errors import StoreError
+        from ..store.location import locate
 
+        where = locate(value).path  # a SQLite file, named by path or sqlite:///path
+        folder = where.parent if where is not None else None
+        if folder is not None and not folder.is_dir():
             raise StoreError(
                 f"The folder {folder} that --db {value} names does not exist. perfbisect makes the database file, "
                 f"not folders a typo may have named: create it (mkdir -p {folder}) or fix --db."

@@ -80,6 +80,9 @@ def _run(args: argparse.Namespace) -> int:
         store.job_started(job.id, job_id, node)
         progress.info(f"job {job_id} on {node}: {job.commit[:10]} for bisection #{job.bisection_id} (slot {job.slot})")
         try:
+            record = store.bisection(job.bisection_id) if job.bisection_id else None
+            if record is not None:  # the benchmark the bisection started with, not the working tree's of today
+                ws.keep_workload_files(record.search_start, record.id)
             with exclusive(ws, progress, wait=True):
                 if args.pair:  # the which-path step: every mode at the pair, interleaved on this node
                     pair = [ws.repo.resolve(sha) for sha in args.pair]
@@ -90,7 +93,6 @@ def _run(args: argparse.Namespace) -> int:
                               "pair": list(args.pair), "node": node, "job_id": job_id}
                     return _store_result(store, job, result, progress)
                 commit = ws.repo.resolve(job.commit)
-                record = store.bisection(job.bisection_id) if job.bisection_id else None
                 if record is not None:  # measure the bisection's metric, as it started, never the config file's of today
                     ws = replace(ws, config=replace(ws.config, stats=stats_over(record.settings, record.metric, ws.config.stats)))
                 runner = TrialRunner(ws, progress, client_rev=record.good if record is not None else None)

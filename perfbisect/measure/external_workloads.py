@@ -122,7 +122,7 @@ def run_command_workload(
     if not cfg.command:
         raise WorkloadError("workload.kind is 'command' but workload.command is empty: set the benchmark command in the config.")
     argv = expand(cfg.command, python=python, worktree=str(worktree))
-    full_env = _full_env(env, extra_env, python, worktree)
+    full_env = _full_env(env, extra_env, python, worktree, importable=_runs_a_script_outside(argv, worktree))
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     results = []
@@ -138,13 +138,30 @@ def run_command_workload(
     return results
 
 
-def _full_env(env: Mapping[str, str], extra_env: Mapping[str, str] | None, python: str, worktree: Path) -> dict[str, str]:
-    """os.environ, then ``env`` with its placeholders filled, then ``extra_env`` as it is; the worktree first on
-    PYTHONPATH, so a benchmark kept outside the repository (as with `git bisect run`) imports the commit's code."""
+_SCRIPT_SUFFIXES = (".py", ".pyw")
+
+
+def _runs_a_script_outside(argv: list[str], worktree: Path) -> bool:
+    """Whether the command runs a Python script kept outside the worktree (as with `git bisect run`): its own
+    folder, not the worktree, would come first on sys.path."""
+    root = os.path.realpath(worktree)
+    for arg in argv[1:]:
+        if arg.endswith(_SCRIPT_SUFFIXES) and os.path.isabs(arg):
+            real = os.path.realpath(arg)
+            return not (real == root or real.startswith(root.rstrip(os.sep) + os.sep))
+    return False
+
+
+def _full_env(env: Mapping[str, str], extra_env: Mapping[str, str] | None, python: str, worktree: Path,
+              importable: bool = False) -> dict[str, str]:
+    """os.environ, then ``env`` with its placeholders filled, then ``extra_env`` as it is. ``importable``: the
+    worktree first on PYTHONPATH, so a benchmark kept outside the repository imports the commit's code (only then:
+    a script in the worktree has it first already, and a command that imports an installed build keeps it)."""
     filled = {k: expand((v,), python=python, worktree=str(worktree))[0] for k, v in env.items()}
     full = {**os.environ, **filled, **(extra_env or {})}
-    rest = [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(worktree)]
-    full["PYTHONPATH"] = os.pathsep.join([str(worktree), *rest])
+    if importable:
+        rest = [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(worktree)]
+        full["PYTHONPATH"] = os.pathsep.join([str(worktree), *rest])
     return full
 
 

@@ -39,10 +39,19 @@ class Snapshot:
 
     def place(self, worktree: Path) -> None:
         """Copy every file into ``worktree`` at its path, over what the commit has there."""
+        worktree = Path(worktree)
         for rel in self.paths:
-            src, dst = self.root / rel, Path(worktree) / rel
-            if dst.is_symlink() or (dst.exists() and not dst.is_dir()):
+            src, dst = self.root / rel, worktree / rel
+            # The benchmark wins where the commit disagrees about what a path is: a file where the snapshot has a
+            # folder along the way, a folder (or a link) where it has a file.
+            for parent in reversed(PurePosixPath(rel).parents[:-1]):
+                here = worktree / parent
+                if here.is_symlink() or (here.exists() and not here.is_dir()):
+                    here.unlink()
+            if dst.is_symlink() or dst.is_file():
                 dst.unlink()
+            elif dst.is_dir():
+                shutil.rmtree(dst)
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
 
@@ -77,36 +86,61 @@ def snapshot(cfg: Config) -> Snapshot | None:
         return None
     repo = cfg.target.repo
     paths = tuple(sorted({p for name in names for p in _files_of(repo, name)}))
-    digest = content_hash([(p, (repo / p).read_bytes().hex(), os.access(repo / p, os.X_OK)) for p in paths])
-    root = cfg.cache_dir / "workload-files" / digest[:16]
+    base = cfg.cache_dir / "workload-files"
+    base.mkdir(parents=True, exist_ok=True)
+    # Copied first, then hashed: the name is the hash of the bytes kept, whatever an editor saves meanwhile.
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
+    for p in paths:
+        (tmp / p).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / p, tmp / p)
+    digest = _digest(tmp, paths)
+    root = base / digest
+    try:
+        tmp.rename(root)
+    except OSError:  # this content is kept already (by an earlier command): the same bytes
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Snapshot(root=root, paths=paths, hash=digest)
+
+
+def _digest(root: Path, paths: tuple[str, ...]) -> str:
+    return content_hash([(p, (root / p).read_bytes().hex(), os.access(root / p, os.X_OK)) for p in paths])
+
+
+def kept(cfg: Config, digest: str, bisection_id: int) -> Snapshot:
+    """The snapshot a bisection started with (its hash stored with it), for `resume` and its cluster jobs: the
+    search goes on with the benchmark it began with, not the working tree's of today."""
+    root = cfg.cache_dir / "workload-files" / digest
     if not root.is_dir():
-        root.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root.parent))
-        for p in paths:
-            (tmp / p).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(repo / p, tmp / p)
-        try:
-            tmp.rename(root)
-        except OSError:  # another command made the same snapshot first: the same bytes
-            shutil.rmtree(tmp, ignore_errors=True)
+        raise ConfigError(
+            f"Bisection #{bisection_id} ran workload.files as they were when it started (copy {digest[:10]}), and that "
+            f"copy is gone from {root.parent} (the cache was cleared or another cache_dir is set): going on with "
+            f"today's would compare two benchmarks in one search. Start a new `perfbisect run` instead."
+        )
+    paths = tuple(sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()))
     return Snapshot(root=root, paths=paths, hash=digest)
 
 
 def named_files(cfg: Config) -> list[str]:
-    """Repository paths the workload command names: arguments that are files of the working tree or of HEAD
-    (``{worktree}/x`` counts as ``x``), and the module of ``-m``. Options and values outside the repository are
-    not paths of it."""
+    """The scripts of this repository the workload command runs: arguments with a script's suffix (``.py``, ``.sh``,
+    …; ``{worktree}/x`` counts as ``x``) and ``-m``'s module where its package is in the repository. Options, the
+    value after a ``--long`` option, data and output files, anything outside the repository: not scripts of it."""
     repo = cfg.target.repo
     marker = "\0worktree\0"
     argv = expand(cfg.workload.command, python=cfg.target.python, worktree=marker)
     found: list[str] = []
     for i, arg in enumerate(argv[1:], start=1):
-        if argv[i - 1] == "-m" and arg and not arg.startswith("-"):
+        before = argv[i - 1]
+        if before == "-m" and arg and not arg.startswith("-"):
+            # only a module of this repository (its first part a folder or file here): not `-m pytest`, not a
+            # package the environment installs
             base = arg.replace(".", "/")
-            found.append(next((c for c in (f"{base}.py", f"{base}/__main__.py") if (repo / c).exists()), f"{base}.py"))
+            top = base.split("/", 1)[0]
+            if (repo / top).is_dir() or (repo / f"{top}.py").is_file():
+                found.append(next((c for c in (f"{base}.py", f"{base}/__main__.py") if (repo / c).exists()), f"{base}.py"))
             continue
-        if arg.startswith("-") or "=" in arg.split("/")[0]:
-            continue
+        if (arg.startswith("-") or "=" in arg.split("/")[0] or any(c.isspace() for c in arg)
+                or (before.startswith("--") and "=" not in before)):
+            continue  # an option, its value (an output file, a size), a shell snippet: not a file the command runs
         if arg.startswith(marker):
             rel = arg[len(marker):].lstrip("/")
         elif os.path.isabs(arg):
@@ -116,7 +150,7 @@ def named_files(cfg: Config) -> list[str]:
                 continue
         else:
             rel = arg
-        if rel and not rel.startswith("..") and PurePosixPath(rel).suffix and ((repo / rel).is_file() or _looks_like_script(rel)):
+        if rel and not rel.startswith("..") and _looks_like_script(rel):
             found.append(PurePosixPath(rel).as_posix())
     return list(dict.fromkeys(found))
 
@@ -126,7 +160,8 @@ def _looks_like_script(rel: str) -> bool:
 
 
 def _covered(path: str, files: tuple[str, ...]) -> bool:
-    return any(path == f.rstrip("/") or path.startswith(f.rstrip("/") + "/") for f in files)
+    names = [PurePosixPath(f).as_posix() for f in files]  # "./bench.py" is bench.py
+    return any(path == f or path.startswith(f + "/") for f in names)
 
 
 def file_warnings(cfg: Config, repo: TargetRepo, endpoints: tuple[tuple[str, Commit], ...] = ()) -> list[str]:

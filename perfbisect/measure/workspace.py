@@ -12,6 +12,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 from ..runtime import locks
 from .build import BuildCache
@@ -32,7 +33,7 @@ from .server import port_holders, port_in_use
 from ..store import Store, StoreLocation, locate, open_store
 from ..git.targets import active_filters
 from .versions import python_version_problem
-from .workload_files import Snapshot, snapshot
+from .workload_files import Snapshot, kept, snapshot
 from ..workload_kinds import kind_of
 
 
@@ -122,6 +123,13 @@ class Workspace:
         if self._workload_files is None:
             self._workload_files = (snapshot(self.config),)
         return self._workload_files[0]
+
+    def keep_workload_files(self, search_start: Mapping[str, Any] | None, bisection_id: int) -> None:
+        """A stored bisection goes on with the ``workload.files`` it started with (their hash in its search start),
+        never the working tree's of today: `resume`, and each cluster job of it."""
+        digest = (search_start or {}).get("workload_files")
+        if digest:
+            self._workload_files = (kept(self.config, digest, bisection_id),)
 
     def noise_key(self, mode: ModeConfig) -> NoiseKey:
         """The key trials of ``mode`` on this host with this workload share their noise under."""

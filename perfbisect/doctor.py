@@ -361,8 +361,7 @@ def _command_runs(ctx: dict) -> list[Finding]:
                 if commit.sha in seen:
                     continue
                 seen.add(commit.sha)
-                where = f"at {label} {commit.short}" if label != "HEAD" else f"at HEAD {commit.short}"
-                check = f"workload {where}"
+                check = f"workload at {label} {commit.short}"
                 try:
                     value, why, seconds = runner.try_command(commit, mode)
                 except Untestable as exc:

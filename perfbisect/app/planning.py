@@ -14,12 +14,12 @@ from dataclasses import dataclass, replace
 
 from ..engine import cost
 from ..engine.changepoint import SPARSE_ABOVE, sparse_footprint
-from ..errors import ConfigError, EnvironmentBuildError, UsageError
+from ..errors import EnvironmentBuildError, UsageError
 from ..git.plan import Plan, PlanWarning, plan_range, step_plans
 from ..git.skips import skipped_commits
 from ..git.targets import active_filters
 from ..measure import rust_extensions
-from ..measure.versions import python_version_problem
+from ..measure.versions import check_target_python
 from ..measure.workload_files import file_warnings
 from ..measure.workspace import Progress, Workspace
 from ..metrics import describe as describe_metric
@@ -107,9 +107,7 @@ def plan(ws: Workspace, good: str, bad: str, check_patches: bool = True, progres
     """Which commits of good..bad would be measured, which not, and why (nothing is built or run; each
     distinct requirement set is resolved by uv, and kept)."""
     good_c, bad_c, _ = range_of(ws, good, bad)
-    too_old = python_version_problem(ws.config.target.python)
-    if too_old:
-        raise ConfigError(too_old)
+    check_target_python(ws.config.target.python)
     return plan_between(ws, good_c, bad_c, check_patches=check_patches and ws.stack is not None, progress=progress)
 
 

@@ -24,7 +24,7 @@ from .options import (
 )
 
 
-def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, fmt: str = "text", hint: str = "") -> None:
+def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, fmt: str = "text", *, hint: str) -> None:
     """Print a finished bisection (lines, or one JSON object) and exit with its documented code.
 
     ``finished`` (``app.bisection.FinishedBisection``): ``broken``, no trial measured anything (the server never
@@ -38,10 +38,11 @@ def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, 
     report, spent = finished.report, finished.spent
     if finished.broken:
         # One message: nothing was measured, so there is no verdict to print, store or render.
+        message = nothing_measured(finished.broken, hint)
         if json_out:
-            print_json({"verdict": None, "error": nothing_measured(finished.broken, hint), "exit_code": EXIT_RUNTIME,
-                        "kind": "NothingMeasured", "spent": spent})
-        print_error(nothing_measured(finished.broken, hint))
+            print_json({"verdict": None, "error": message, "exit_code": EXIT_RUNTIME, "kind": "NothingMeasured",
+                        "spent": spent})
+        print_error(message)
         raise typer.Exit(code=EXIT_RUNTIME)
     if json_out:
         # "resumed": what `resume` reused and discarded (app.resume.Resumed.as_json); null for a run that was not resumed

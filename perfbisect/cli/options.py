@@ -173,13 +173,13 @@ def exit_for(verdict: str, fail_on_regression: bool) -> int:
     return EXIT_OK
 
 
-def nothing_measured(first_error: str, hint: str = "") -> str:
+def nothing_measured(first_error: str, hint: str) -> str:
     """The error of a command whose trials all failed (exit 4), with the first trial's reason and ``hint`` (what
     to try: ``try_once_hint``)."""
     first = " ".join(first_error.split())[:600]
     return (
         f"No trial produced a measurement, so nothing was compared. The first trial failed with: {first} "
-        f"Fix that ({hint or 'run `perfbisect doctor --launch` to try it once'}) and run again."
+        f"Fix that ({hint}) and run again."
     )
 
 

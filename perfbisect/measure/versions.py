@@ -29,6 +29,13 @@ def too_old(python: str, version: str) -> str:
             f"SGLang itself needs 3.10 or newer). Set [target] python in perfbisect.toml to a newer interpreter.")
 
 
+def check_target_python(python: str) -> None:
+    """A ConfigError where ``python`` is older than the version probe reads (``python_version_problem``)."""
+    problem = python_version_problem(python)
+    if problem:
+        raise ConfigError(problem)
+
+
 def python_version_problem(python: str, timeout_s: float = 60.0) -> str | None:
     """Why ``python`` cannot be the target's interpreter because it is older than the probe reads, or None. One short
     `-c` any Python answers (Python 2 included), so `plan` and `run` say it before any trial; an interpreter that

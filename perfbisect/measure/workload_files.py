@@ -4,8 +4,9 @@ A command workload runs in each commit's worktree, so a benchmark written today 
 untracked one is missing at every commit, and an edit to a tracked one is not what runs. The paths in
 ``workload.files`` are taken from the working tree once per command (``snapshot``: a copy under
 ``<cache_dir>/workload-files/<hash>/``, so an edit during a bisection changes nothing) and copied into each
-worktree after its build, over the commit's own (``Snapshot.place``). Their hash joins the trial's build identity:
-trials of two versions of a benchmark never pool.
+worktree after its build, over the commit's own (``Snapshot.place``). Their hash joins the trial's build identity
+(trials of two versions of a benchmark never pool) and is stored with a bisection, whose `resume` and cluster jobs
+run that copy again (``kept``), never the working tree's of today.
 
 ``named_files`` finds the repository files a command names (``bench.py``, ``{worktree}/tools/b.py``, ``-m pkg.bench``)
 and ``file_warnings`` says where one would not be the file the user means: untracked, edited, or missing at an

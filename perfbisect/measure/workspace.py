@@ -32,7 +32,7 @@ from ..model import NoiseKey
 from .server import port_holders, port_in_use
 from ..store import Store, StoreLocation, locate, open_store
 from ..git.targets import active_filters
-from .versions import python_version_problem
+from .versions import check_target_python
 from .workload_files import Snapshot, kept, snapshot
 from ..workload_kinds import kind_of
 
@@ -171,9 +171,7 @@ def preflight(ws: Workspace) -> None:
     """Fail fast on what would break every trial: a server command that does not exist, a busy fixed port, a target
     interpreter too old to be read."""
     cfg = ws.config
-    too_old = python_version_problem(cfg.target.python)
-    if too_old:
-        raise ConfigError(too_old)
+    check_target_python(cfg.target.python)
     if not kind_of(cfg.workload).serves:
         argv = expand(cfg.workload.command, python=cfg.target.python, worktree=str(cfg.target.repo))
         what = "workload.command"

@@ -63,8 +63,10 @@ pb_enqueue() {
         "$PB_PYTHON" -m perfbisect.hook.hookworker "$PB_CONFIG" "$PB_DIR"
         rc=$?
         if [ "$rc" -ne 0 ] && ! [ -f "$PB_DIR/unseen" ]; then
+            # Written aside, then moved in whole: a pull reading `unseen` meanwhile never finds it empty (and
+            # moves it away unsaid).
             printf 'perfbisect: the check of the pull %.10s..%.10s did not run (exit %s); see %s\n' \
-                "$old" "$new" "$rc" "$PB_DIR/check.log" > "$PB_DIR/unseen"
+                "$old" "$new" "$rc" "$PB_DIR/check.log" > "$PB_DIR/unseen.$$" && mv -f "$PB_DIR/unseen.$$" "$PB_DIR/unseen"
         fi
     ) </dev/null >>"$PB_DIR/check.log" 2>&1 &
     return 0

@@ -23,10 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import strategies  # noqa: E402
+from perfbisect.report import words  # noqa: E402
 
 
 def _decision(act) -> list:
-    return [act.commit, act.phase, act.trial, act.host, bool(act.vary_layout), repr(float(act.gain_bits)), act.best,
+    best = act.best if isinstance(act.best, str) else words.best_text(act)
+    return [act.commit, act.phase, act.trial, act.host, bool(act.vary_layout), repr(float(act.gain_bits)), best,
             None if act.p is None else repr(float(act.p))]
 
 

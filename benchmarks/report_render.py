@@ -11,7 +11,7 @@
 
 Setup (building the repository and database) is not timed. The machine's load average is printed
 with the numbers: on a shared 2-core machine the replay's posterior fits dominate the time and slow with
-load, but the steps replayed do not (the replay's budget is work units, search_replay.REPLAY_WORK); CPU
+load, but the steps replayed do not (the replay's budget is work units, report.replay.REPLAY_WORK); CPU
 seconds (time.process_time) are printed beside the wall time.
 """
 

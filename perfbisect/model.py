@@ -23,6 +23,22 @@ def content_hash(*parts: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Reason:
+    """Why the engine asked for a trial or ended a search, as a code and the numbers behind it: the engine decides,
+    ``report.words`` says it (a wording change is never an engine diff). ``numbers`` holds JSON-able values only
+    (numbers, strings such as commit shas, lists, and nested ``Reason``s), so a stored one words the same later."""
+
+    code: str
+    numbers: Mapping[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.numbers[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.numbers.get(key, default)
+
+
 class Verdict(str, enum.Enum):
     """Outcome of comparing two sets of trials, or of a whole bisection."""
 
@@ -475,6 +491,9 @@ class BisectOutcome:
     # the culprit is a merge on the first-parent line: named (it is the first bad commit there), with the commits
     # it brought in ``culprit_set`` beside it (one of them, or the merge, changed performance)
     culprit_merge: bool = False
+    # why the search ended, as the engine decided it (``report.words.explained`` writes ``explanation``,
+    # ``stopped_by`` and ``drift_note`` from it); None in outcomes stored before reasons were codes
+    reason: Reason | None = None
 
     @property
     def culprit_is_set(self) -> bool:

@@ -128,7 +128,7 @@ def test_a_check_the_rest_of_the_budget_cannot_settle_stops_at_once_with_its_pri
     assert re.search(r"z \d+\.\d+ against \d+\.\d+ needed", out.explanation), out.explanation
     # the text says it stopped early and why; the price line names what it settles (not the tolerance)
     assert f"stopped early ({out.stopped_by})" in format_outcome(_result(out))
-    from perfbisect.engine.outcomes import settles
+    from perfbisect.report.words import settles
 
     assert settles(out) == "settling the check still open on the best answer"
 

@@ -65,7 +65,8 @@ def _copy_db(src: Path, dst: Path) -> Path:
 def test_the_reports_replay_makes_the_live_decisions(demo_run, tmp_path):
     """Every decision the demo's live search logged beside its observation is the one the report's replay
     makes from what is stored (starting noise, nodes, history); the last step stops with the stored verdict."""
-    from perfbisect.engine.search_replay import SearchStart, decision_json, observations_of, policy_for, replay, stored_start
+    from perfbisect.engine.search_start import SearchStart, observations_of, policy_for
+    from perfbisect.report.replay import decision_json, replay, stored_start
     from perfbisect.store import open_store
 
     db = _copy_db(Path(demo_run.result["db"]), tmp_path / "demo.sqlite")
@@ -96,7 +97,7 @@ def test_the_reports_replay_makes_the_live_decisions(demo_run, tmp_path):
 def test_the_replay_starts_from_the_stored_noise_not_todays_prior(demo_run, tmp_path):
     """A stored start (noise σ, dof, source) is what the replay uses: changing the configured prior in the
     stored settings does not change a replayed reason, changing the stored start does."""
-    from perfbisect.engine.search_replay import replay
+    from perfbisect.report.replay import replay
     from perfbisect.store import open_store
 
     db = _copy_db(Path(demo_run.result["db"]), tmp_path / "demo.sqlite")
@@ -119,7 +120,7 @@ def test_the_replay_starts_from_the_stored_noise_not_todays_prior(demo_run, tmp_
 def test_the_replay_budget_is_work_so_every_machine_shows_the_same_steps(tmp_path):
     """A long search is shown at the steps a fixed amount of work buys: the same steps on every run."""
     from perfbisect.demo.results import make_results
-    from perfbisect.engine.search_replay import replay, step_work
+    from perfbisect.report.replay import replay, step_work
     from perfbisect.store import open_store
 
     r = make_results(tmp_path / "long", commits=24, trials=90)
@@ -287,7 +288,7 @@ WRITE_STARTED_BISECTION = """
 import sys
 from perfbisect.model import Observation
 from perfbisect.config import load_config
-from perfbisect.engine.search_replay import SearchStart
+from perfbisect.engine.search_start import SearchStart
 from perfbisect.engine.stats import NoiseModel
 from perfbisect.store import open_store
 config, db, good, bad = sys.argv[1:5]
@@ -304,7 +305,7 @@ def test_resume_continues_from_the_stored_start_and_its_report_replays_it(tmp_pa
     those, not from today's prior; each decision of the resumed search is stored, and the report's replay
     makes the same ones."""
     from perfbisect.demo.target import make_demo_target
-    from perfbisect.engine.search_replay import replay
+    from perfbisect.report.replay import replay
     from perfbisect.store import open_store
 
     target = make_demo_target(tmp_path / "demo", commits=2)

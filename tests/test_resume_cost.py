@@ -25,7 +25,8 @@ import pytest
 from perfbisect.app.bisection import run_bisection
 from perfbisect.config import load_config
 from perfbisect.demo.target import make_demo_target
-from perfbisect.engine.search_replay import decision_json, observations_of, policy_for, stored_start
+from perfbisect.engine.search_start import observations_of, policy_for
+from perfbisect.report.replay import decision_json, stored_start
 from perfbisect.measure.sysstate import collectors
 from perfbisect.measure.sysstate.readings import CpuReading
 from perfbisect.measure.workspace import Workspace

@@ -14,7 +14,7 @@ import pytest
 
 from perfbisect.engine import changepoint
 from perfbisect.engine.bisect import SearchPolicy
-from perfbisect.engine.change_checks import _weakest_split, _weakest_split_lifted
+from perfbisect.engine.pair_checks import weakest_split as _weakest_split, weakest_split_lifted as _weakest_split_lifted
 from perfbisect.engine.observations import Done
 from perfbisect.model import Observation
 from perfbisect.engine.change_posterior import Evidence

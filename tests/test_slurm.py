@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.config import parse_config
-from perfbisect.engine.search_replay import replay
+from perfbisect.report.replay import replay
 from perfbisect.store import open_store
 from perfbisect.demo.target import make_demo_target
 from perfbisect.errors import ConfigError

@@ -23,9 +23,10 @@ from typing import Sequence
 from ..engine import cost
 from ..engine.bisect import SearchPolicy
 from ..engine.observations import Done, Measure
-from ..engine.outcomes import settles
+from ..report import words
+from ..report.words import settles
 from ..engine.regressed_path import decide as decide_path
-from ..engine.search_replay import SearchStart, observations_of
+from ..engine.search_start import SearchStart, observations_of
 from ..engine.stats import NoiseModel
 from ..executors.chosen import ModesMeasurer, measures_here, search_executor
 from ..executors.loop import SearchLoop
@@ -255,7 +256,7 @@ def _search(ws: Workspace, policy: SearchPolicy, observations: list[Observation]
         announce = _LocalNarration(ws, policy, bisection_id, by_sha, noise, progress, len(observations))
     else:
         def announce(measure: Measure, _observations: Sequence[Observation]) -> None:
-            progress.info(f"{measure.commit[:10]} ({measure.phase}): {measure.reason}")
+            progress.info(f"{measure.commit[:10]} ({measure.phase}): {words.measure_text(measure)}")
     return SearchLoop(ws.store, policy, bisection_id, executor, progress, announce, observations).run()
 
 
@@ -275,8 +276,8 @@ class _LocalNarration:
 
     def __call__(self, action: Measure, observations: Sequence[Observation]) -> None:
         commit, estimate = self.by_sha[action.commit], self.estimate
-        if action.best:
-            self.best = (action.best, action.p)
+        if action.best is not None:
+            self.best = (words.best_text(action), action.p)
         done_here = len(observations) - self.stored
         elapsed = time.monotonic() - self.started
         step_s = elapsed / done_here if done_here else (estimate.trial_s and estimate.trial_s * estimate.modes)
@@ -288,7 +289,7 @@ class _LocalNarration:
             self.progress.info(f"back to {action.phase}: {again}")
         self.progress.search(status)
         # numbered as the budget counts trials (an untestable commit tried is not one: the next attempt keeps its number)
-        self.progress.info(f"[{status.trial}] {commit.short} ({action.phase}): {action.reason}")
+        self.progress.info(f"[{status.trial}] {commit.short} ({action.phase}): {words.measure_text(action)}")
 
 
 PHASES = ("endpoints", "locating", "second-change check", "confirming")
@@ -313,10 +314,10 @@ def search_status(bisection_id: int, action: Measure, observations: int, stats: 
     (untestable commits), the estimate's own expected count, and the best answer (``best``: the latest one named,
     when this action names none)."""
     trial = action.trial or observations + 1
-    name, p = (action.best, action.p) if action.best else (best or ("", None))
+    name, p = (words.best_text(action), action.p) if action.best is not None else (best or ("", None))
     return cost.SearchStatus(
         bisection_id, trial, stats.max_trials_total, expected, action.phase, short or action.commit[:10], name, p,
-        elapsed_s, step_s, untestable=max(0, observations - (trial - 1)), p_none=action.p_none, check=action.check,
+        elapsed_s, step_s, untestable=max(0, observations - (trial - 1)), p_none=action.p_none, check=words.check_text(action),
         needs=action.needs, again=again,
     )
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..engine.search_replay import INDEX_REPLAY_WORK
+from ..report.replay import INDEX_REPLAY_WORK
 from ..errors import UsageError
 from ..measure.workspace import Progress, Workspace
 from ..settings import Config

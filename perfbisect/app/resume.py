@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Sequence
 
-from ..engine.search_replay import stats_over
+from ..engine.search_start import stats_over
 from ..errors import UsageError
 from ..measure.workspace import Workspace
 from ..model import TrialResult, TrialStatus
@@ -29,7 +29,7 @@ def latest_unfinished(ws: Workspace) -> int:
 
 
 def stored_stats(record: BisectionRecord, base: StatsConfig) -> StatsConfig:
-    """The [stats] a stored bisection started with (``search_replay.stats_over``)."""
+    """The [stats] a stored bisection started with (``search_start.stats_over``)."""
     return stats_over(record.settings, record.metric, base)
 
 

@@ -38,35 +38,43 @@ How it decides (DESIGN.md §5):
    a random effect (prior sd tuning.host_offset_prior_pct) integrated out of the posterior, so a slow node
    is never a slow commit. The noise σ stays one for the bisection (shared by its nodes).
 
-Where each part lives: the values it reads and answers with in observations.py; the steps of one decision,
-in the order above, over an explicit state (``Look``) in decision.py; the checks a located change passes
-before it is named in change_checks.py; the outcome builders in outcomes.py; the constants in tuning.py.
-``SearchPolicy`` (here) is the entry point — ``next``, ``next_batch`` — and the posterior it decides on.
+Where each part lives: the value types in observations.py; the kernel (observations → posterior) in kernel.py;
+one decision's immutable view in view.py; the gates, in the order they run, in gates.py, with the pair checks and
+the second-change probe they share in pair_checks.py; the outcome values in endings.py; the constants in tuning.py.
+The engine answers with codes and numbers (``model.Reason``): ``report.words`` writes every sentence.
+``SearchPolicy`` (here) builds the gates from its settings and runs them: ``next``, ``next_batch``, ``posterior``.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
-import numpy as np
-
-from .change_checks import LocatedChecks
-from .change_posterior import ChangePosterior, Evidence
-from .changepoint import RHO_GRID, RHO_PRIOR, outlier_scale, posterior
-from .decision import DecisionSteps
-from ..errors import UsageError
+from . import gates
+from .change_posterior import ChangePosterior
+from .endings import Endings
+from .gates import Search
+from .kernel import Fit, fit, regroup
 from .observations import Done, Measure, SearchData
-from ..model import Observation
-from .outcomes import Outcomes
-from ..settings import StatsConfig
-from .covariates import covariate_notes
-from .stats import PRIOR_DOF_CAP, NoiseModel, log_of_pct, pooled_squares, variance_ratio_test
+from .pair_checks import PairConfirm, SecondChange
+from .stats import NoiseModel
 from .tuning import DEFAULT_TUNING, Tuning
+from .view import Range, View, look
+from ..errors import UsageError
+from ..model import Observation
+from ..settings import StatsConfig
 
 
-class SearchPolicy(DecisionSteps, LocatedChecks, Outcomes):
+@dataclass
+class _Fitted:
+    """One batch's regrouped observations and the posterior fitted on them (they depend on the stored observations
+    only, so every slot of a batch decides on the same fit: the first slot's, with the trials in flight then)."""
+
+    data: SearchData | None = None
+    post: ChangePosterior | None = None
+
+
+class SearchPolicy:
     """Decide which commit to measure next, or stop with an outcome (see the module docstring)."""
 
     def __init__(
@@ -90,13 +98,48 @@ class SearchPolicy(DecisionSteps, LocatedChecks, Outcomes):
                 "good..bad, oldest first, each commit once."
             )
         self.commits = commits
-        self.index = {c: i for i, c in enumerate(commits)}
         self.settings = settings
         self.noise = noise
         self.history = tuple(history)
         self.higher_is_better = higher_is_better
         self.tuning = tuning
-        self.n = len(commits)
+        s, t = settings, tuning
+        self.range = Range(tuple(commits), s.max_trials_total, s.max_trials_per_commit)
+        self.index = self.range.index  # commit → its position in the range
+        self.fit_params = Fit.of(noise, s, t, len(commits))
+        # the regression `same` must rule out: stats.tolerance_pct, or the older key's value
+        self.tolerance = s.stop_when_ruled_out_pct or s.tolerance_pct
+        r = self.range
+        endings = Endings(r, s.alpha, self.tolerance, higher_is_better, noise, self.history, t.same_alpha_share,
+                          t.futility_min_per_end, t.futility_sigma_q, t.side_scale_alpha)
+        ends = gates.EndpointTrials(r, endings)
+        search = Search(r, endings, s.confidence, t.locate_min_gain_bits)
+        confirm = PairConfirm(r, endings, s.confidence, noise.sigma_b, t.local_z, t.pure_alpha, t.pure_look_knee,
+                              t.pure_look_power, t.min_trials_at_change, t.futility_sigma_q)
+        second = SecondChange(r, s.second_change_z, t.second_change_pct, t.second_change_sigmas, t.second_change_share,
+                              t.residual_gap_z, t.residual_probe_z, t.suspected_change_z, t.second_change_doubt,
+                              t.residual_confirm_z, t.residual_confirm_max, t.residual_confirm_hidden)
+        self.first = gates.EndpointsFirst(r, endings, ends)
+        # the gates in the order they run (gates.py's docstring); the last, Naming, always answers
+        self.gates: tuple[gates.Gate, ...] = (
+            gates.EndpointVerdict(endings, ends, s.confidence, s.alpha, s.min_effect_pct, t.same_alpha_share,
+                                  t.improved_min_per_side, t.same_no_change, higher_is_better),
+            gates.SettleEndpoints(endings, ends, higher_is_better),
+            gates.Locate(search, s.confidence, t.no_change_doubt),
+            gates.SecondChangeDoubt(search, t.second_change_doubt, t.min_gain_bits),
+            gates.Sized(r),
+            gates.OneChange(r, endings, second),
+            gates.PairChecks(r, confirm, noise.sigma_b, t.small_step_sigmas, t.small_step_trials,
+                             t.ends_before_naming, t.change_trials_z, t.min_trials_at_change, t.max_trials_at_change),
+            gates.LayoutRecheck(r, endings, s.layout_check_pct, t.min_trials_at_change, t.layout_extra_trials,
+                                t.layout_min_distinct, t.layout_keep),
+            gates.Naming(r, endings, s, higher_is_better, t.side_scale_alpha, t.min_gain_bits),
+        )
+
+    @property
+    def n(self) -> int:
+        """Candidate commits, good and bad included."""
+        return self.range.n
 
     # ----------------------------------------------------------------------------------------
     # public
@@ -132,13 +175,31 @@ class SearchPolicy(DecisionSteps, LocatedChecks, Outcomes):
         pend = [self._pending_item(p) for p in pending]
         free: list[str | None] = list(hosts) if hosts is not None else [None] * max(k, 0)
         out: list[Measure] = []
-        memo: dict = {}  # the regrouped data and the posterior: one per batch, whatever the slot
+        fitted = _Fitted()
         for slot in range(min(k, len(free))):
-            act = self._decide(observations, pend + [(m.commit, m.host) for m in out], free[slot], memo)
+            act = self._decide(observations, pend + [(m.commit, m.host) for m in out], free[slot], fitted)
             if isinstance(act, Done):
                 return act if not pend and not out else out
             out.append(replace(act, host=free[slot]) if free[slot] is not None else act)
         return out
+
+    def next(self, observations: Sequence[Observation]) -> Measure | Done:
+        """The next trial to run, or Done with the outcome; a pure function of the observations."""
+        return self._decide(observations, (), None, _Fitted())
+
+    def next_and_posterior(self, observations: Sequence[Observation]) -> tuple[Measure | Done, ChangePosterior]:
+        """``next``, and the change-point posterior it decided on (fitted here when it decided before needing
+        one, while the endpoints were measured first): what a replay shows at each step, fitted once."""
+        fitted = _Fitted()
+        action = self._decide(observations, (), None, fitted)
+        return action, fitted.post if fitted.post is not None else self.posterior(observations)
+
+    def posterior(self, observations: Sequence[Observation]) -> ChangePosterior:
+        """The change-point posterior over the observations, as the search fits it (kernel.fit)."""
+        return fit(self._regroup(observations), self.fit_params)
+
+    # ----------------------------------------------------------------------------------------
+    # one decision
 
     def _pending_item(self, p) -> tuple[str, str | None]:
         if isinstance(p, Measure):
@@ -147,179 +208,48 @@ class SearchPolicy(DecisionSteps, LocatedChecks, Outcomes):
             commit, host = p, None
         else:
             commit, host = p
-        if commit not in self.index:
+        if commit not in self.range.index:
             raise UsageError(
                 f"A pending trial names commit {str(commit)[:10]}, which is not in this bisection's range. "
                 f"Pass the commits of the trials in flight for this bisection only."
             )
         return commit, host
 
-    def next(self, observations: Sequence[Observation]) -> Measure | Done:
-        """The next trial to run, or Done with the outcome; a pure function of the observations."""
-        return self._decide(observations, (), None)
-
-    def next_and_posterior(self, observations: Sequence[Observation]):
-        """``next``, and the change-point posterior it decided on (fitted here when it decided before needing
-        one, while the endpoints were measured first): what a replay shows at each step, fitted once."""
-        memo: dict = {}
-        action = self._decide(observations, (), None, memo)
-        return action, memo["post"] if "post" in memo else self.posterior(observations)
-
-    def posterior(self, observations: Sequence[Observation]):
-        """The change-point posterior over the observations (as the search fits it)."""
-        return self._posterior(self._regroup(observations))
+    def _regroup(self, observations: Sequence[Observation]) -> SearchData:
+        return regroup(observations, self.range.index, alpha=self.settings.alpha,
+                       higher_is_better=self.higher_is_better)
 
     def _decide(self, observations: Sequence[Observation], pending: Sequence[tuple[str, str | None]],
-                host: str | None, memo: dict | None = None) -> Measure | Done:
-        """``next`` with trials in flight (``pending``: (commit, node)) counted as started, for ``host``.
-
-        ``memo`` carries the regrouped observations and their posterior from one slot of a batch to
-        the next (they depend on the stored observations only). Every trial asked for once there is a
-        posterior names the best answer and its probability (progress shows them: a confirming trial
-        left the locating step's answer on the progress line)."""
-        memo = {} if memo is None else memo
-        act = self._decide_step(observations, pending, host, memo)
-        if isinstance(act, Measure) and not act.best and "post" in memo:
-            top_key, top_p = memo["post"].answer()
-            act = replace(act, best=self._progress_key(memo["data"], top_key) or "no change", p=top_p)
+                host: str | None, fitted: _Fitted) -> Measure | Done:
+        """``next`` with trials in flight (``pending``: (commit, node)) counted as started, for ``host``: the first
+        gate that answers. Every trial asked for once there is a posterior names the best answer and its
+        probability (progress shows them), and the trial it is as the budget counts them."""
+        if fitted.data is None:
+            fitted.data = self._regroup(observations)
+        data = replace(fitted.data, pending=[(self.range.index[c], h) for c, h in pending])
+        act = self.first.check(data, host)
+        if act is None:
+            act = self._run_gates(data, host, fitted)
+        if isinstance(act, Measure) and act.best is None and fitted.post is not None:
+            top_key, top_p = fitted.post.answer()
+            act = replace(act, best=self.range.named(top_key, fitted.data), p=top_p)
         if isinstance(act, Measure):
-            act = replace(act, trial=memo["data"].spent + len(pending) + 1)
+            act = replace(act, trial=fitted.data.spent + len(pending) + 1)
         return act
 
-    # ----------------------------------------------------------------------------------------
-    # observations
-
-    def _regroup(self, observations: Sequence[Observation]) -> SearchData:
-        ordered = sorted(enumerate(observations), key=lambda io: (io[1].seq, io[0]))
-        values: list[list[float]] = [[] for _ in range(self.n)]
-        times: list[list[int]] = [[] for _ in range(self.n)]
-        untestable: set[int] = set()
-        excluded: list[str] = []
-        rows = []
-        for pos, (_, o) in enumerate(ordered):
-            i = self.index.get(o.commit)
-            if i is None:
-                raise UsageError(
-                    f"Observation for commit {o.commit[:10]} which is not in this bisection's range. "
-                    f"Resume the bisection with the same good/bad revisions it was started with."
-                )
-            if o.value is None or not math.isfinite(o.value):
-                untestable.add(i)
-                continue
-            if o.flag:
-                excluded.append(f"{o.commit[:10]}: {o.flag}")
-                continue
-            rows.append((i, pos, float(o.value), o.covariates, o.host or "", o.layout))
-        # A commit that failed once is untestable: its earlier values (if any) are kept out too,
-        # since a build that sometimes fails is not one identity to compare.
-        rows = [r for r in rows if r[0] not in untestable]
-        adjusted, notes = covariate_notes(
-            [r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows], alpha=self.settings.alpha,
-            higher_is_better=self.higher_is_better,
-        )
-        hosts: list[list[str]] = [[] for _ in range(self.n)]
-        layouts: list[list[str | None]] = [[] for _ in range(self.n)]
-        for (i, pos, _, _, h, lay), v in zip(rows, adjusted):
-            values[i].append(v)
-            times[i].append(pos)
-            hosts[i].append(h)
-            layouts[i].append(lay)
-        return SearchData(values, times, untestable, len(rows), len(rows) + len(excluded), excluded, notes, hosts,
-                     layouts=layouts)
-
-    def _budget_left(self, data: SearchData, i: int) -> bool:
-        s = self.settings
-        cap = s.max_trials_per_commit or s.max_trials_total  # 0: no cap per commit, the look-ahead allocates
-        return data.spent + len(data.pending) < s.max_trials_total and data.count(i) < cap
-
-    def _noise_with(self, data: SearchData) -> NoiseModel:
-        """The noise model sharpened by this bisection's own repeats of identical builds."""
-        return NoiseModel.from_groups([v for v in data.values if len(v) >= 2], prior=self.noise)
-
-    def _parent(self, b: int, data: SearchData) -> int:
-        p = b - 1
-        while p > 0 and p in data.untestable:
-            p -= 1
-        return p
-
-    # ----------------------------------------------------------------------------------------
-    # posterior
-
-    def _level_prior_ratio(self, data: SearchData) -> float:
-        """Prior variance of segment levels as a multiple of σ²: wide enough for the endpoints' gap."""
-        a, b = data.values[0], data.values[-1]
-        gap = abs(float(np.mean(b)) - float(np.mean(a))) if a and b else 0.0
-        return max(4.0, 2.0 * (gap / self.noise.sigma_b) ** 2)
-
-    def _tolerance(self) -> float:
-        """The regression `same` must rule out (percent): stats.tolerance_pct, or the older key's value."""
-        s = self.settings
-        return s.stop_when_ruled_out_pct or s.tolerance_pct
-
-    def _posterior(self, data: SearchData) -> ChangePosterior:
-        """The change-point posterior, with wild sessions down-weighted once there are enough trials to see them."""
-        ev = data.evidence(self.n)
-        post = self._fit(ev, data)
-        scale = None
-        if ev.trials >= self.tuning.robust_min_trials:
-            scale = outlier_scale(post)
-            if scale is not None:
-                post = self._fit(replace(ev, scale=scale), data)
-        if self.tuning.side_scale_alpha > 0:
-            side = self._side_scale(data, ev, post)
-            if side is not None:
-                post = self._fit(replace(ev, scale=side if scale is None else scale * side), data)
-        return post
-
-    def _side_spreads(self, data: SearchData, key) -> list[tuple[float, float] | None] | None:
-        """Per segment of the answer ``key``, its repeat variance and dof (None: fewer than 2 dof), when the
-        segments' repeat spreads differ beyond chance (two-sided F test of the noisiest against the quietest
-        at tuning.side_scale_alpha); else None: one spread serves the whole range."""
-        if not key:
-            return None
-        bounds = [0, *sorted(key), len(data.values)]
-        var: list[tuple[float, float] | None] = []
-        for a, b in zip(bounds, bounds[1:]):
-            ss, dof = pooled_squares(data.values[a:b])
-            var.append((ss / dof, dof) if dof >= 2 and ss > 0 else None)
-        known = [v for v in var if v is not None]
-        if len(known) < 2:
-            return None
-        hi, lo = max(known), min(known)
-        if variance_ratio_test(math.sqrt(hi[0]), hi[1], math.sqrt(lo[0]), lo[1])[1] >= self.tuning.side_scale_alpha:
-            return None
-        return var
-
-    def _side_scale(self, data: SearchData, ev: Evidence, post: ChangePosterior) -> np.ndarray | None:
-        """Per trial, its segment's repeat variance over the quietest segment's (under the best answer), when
-        the segments' repeat spreads differ beyond chance (``_side_spreads``); else None."""
-        key, _ = post.answer()
-        var = self._side_spreads(data, key)
-        if var is None:
-            return None
-        known = [v for v in var if v is not None]
-        lo = min(known)
-        pooled = sum(v * d for v, d in known) / sum(d for _, d in known)
-        mult = np.array([(v[0] if v is not None else pooled) for v in var]) / lo[0]
-        bounds = [0, *sorted(key), len(data.values)]
-        seg = np.searchsorted(np.asarray(bounds[1:-1]), ev.commit, side="right")
-        return np.clip(mult[seg], 1.0, self.tuning.side_scale_max)
-
-    def _fit(self, ev: Evidence, data: SearchData) -> ChangePosterior:
-        return posterior(
-            ev,
-            sigma0=self.noise.sigma_b,
-            dof0=min(self.noise.dof, PRIOR_DOF_CAP),
-            level_ratio=self._level_prior_ratio(data),
-            min_step=log_of_pct(self.settings.min_effect_pct),
-            no_change_prior=self.tuning.no_change_prior,
-            two_change_prior=self.tuning.two_change_prior if self.n >= 3 else 0.0,
-            # drift_check = false: trials are i.i.d. given their commit (the model before drift).
-            rho_grid=RHO_GRID if self.settings.drift_check else (0.0,),
-            rho_prior=RHO_PRIOR if self.settings.drift_check else (1.0,),
-            host_ratio=(log_of_pct(self.tuning.host_offset_prior_pct) / self.noise.sigma_b) ** 2,
-            extra_edges=tuple(sorted({i for i, _ in data.pending})),
-        )
+    def _run_gates(self, data: SearchData, host: str | None, fitted: _Fitted) -> Measure | Done:
+        if fitted.post is None:
+            fitted.post = fit(data, self.fit_params)
+        view: View = look(data, host, fitted.post, self.settings, sigma0=self.noise.sigma_b,
+                          higher_is_better=self.higher_is_better, same_alpha_share=self.tuning.same_alpha_share,
+                          min_trials_per_side=self.tuning.min_trials_per_side, tol=self.tolerance)
+        for gate in self.gates:
+            answer = gate.check(view)
+            if isinstance(answer, View):
+                view = answer
+            elif answer is not None:
+                return answer
+        raise AssertionError("the last gate (Naming) always answers")
 
 
 __all__ = ["SearchPolicy"]

@@ -15,18 +15,23 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .change_posterior import Evidence
-from ..model import BisectOutcome
+from ..model import BisectOutcome, Reason
+
+# The best answer as progress names it: per change, the testable commit and how many untestable commits before it
+# share the blame; () is "no change".
+Named = tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True)
 class Measure:
-    """What to do next: run one more trial of ``commit``; ``reason`` says why (for progress)."""
+    """What to do next: run one more trial of ``commit``; ``why`` says why (a code and its numbers: ``report.words``
+    writes the sentence, and what a check phase is checking)."""
 
     commit: str
-    reason: str
+    why: Reason
     phase: str = "locating"  # endpoints | locating | second-change check | confirming
     gain_bits: float = 0.0  # uncertainty about the answer this trial is expected to remove
-    best: str = ""  # the best answer so far (for progress), when the search has one
+    best: Named | None = None  # the best answer so far (for progress), when the search has one
     p: float | None = None  # its posterior probability
     host: str | None = None  # the node to run it on (next_batch with ``hosts``); None = any node
     vary_layout: bool = False  # run it under a layout its commit has not had yet, even when layouts are fixed
@@ -34,7 +39,6 @@ class Measure:
     # are observations but not trials of the budget, so this is not the observation's position
     trial: int = 0
     p_none: float | None = None  # the posterior of "no change at all" (``p`` is given that something changed)
-    check: str = ""  # what a check phase is checking, in a few words (for the status line)
     needs: int | None = None  # about how many more trials that check needs at the noise measured so far
 
 
@@ -107,4 +111,4 @@ class SearchData:
         )
 
 
-__all__ = ["Done", "Measure", "SearchData"]
+__all__ = ["Done", "Measure", "Named", "SearchData"]

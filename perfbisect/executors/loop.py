@@ -10,7 +10,7 @@ the same way in the report.
 Each decision is stored with what it was decided on (``batch_decision``): how many observations were stored, the
 measurements in flight and the node it was asked for. A cluster job's result may land after others submitted
 later, so its observation's ``seq`` (completion order) is not when it was decided; the report replays it with its
-own context (``engine.search_replay``) and checks it as it checks a local decision.
+own context (``report.replay``) and checks it as it checks a local decision.
 
 With one slot, nothing in flight and no node (the local executor) ``SearchPolicy.next_batch`` is exactly
 ``SearchPolicy.next``: the local search decides as it always did.
@@ -24,7 +24,8 @@ from typing import Any, Protocol, Sequence
 from ..engine.bisect import SearchPolicy
 from ..engine.observations import Done, Measure
 from ..model import Observation
-from ..engine.search_replay import decision_json
+from ..report import words
+from ..report.replay import decision_json
 from ..errors import InfrastructureError
 from ..measure.workspace import Progress
 from ..store.database import Store
@@ -105,7 +106,7 @@ class SearchLoop:
                     if ex.in_flight:
                         ids = ex.cancel_all("cancelled: the search finished without this measurement")
                         self.progress.info(f"search finished: cancelled {ex.what} {', '.join(ids)} still in flight")
-                    return action
+                    return Done(words.explained(action.outcome))  # the engine's reason, worded as stored
                 if not ex.in_flight and not action:
                     raise InfrastructureError(
                         f"The search of bisection #{self.bisection_id} asked for nothing while nothing was in flight; "

@@ -27,7 +27,7 @@ from ..config import load_config
 from ..report.console import ConsoleProgress
 from ..errors import PerfbisectError, UsageError
 from ..interrupts import install_signal_handlers, signal_name
-from ..engine.search_replay import stats_over
+from ..engine.search_start import stats_over
 from ..measure.search_trials import measure_modes, observe
 from ..measure.trials import TrialRunner
 from ..measure.workspace import Workspace, exclusive

@@ -11,7 +11,7 @@ from ..metrics import Metric, level_text, pct_text, readable, short_probability
 from ..measure.build import NO_BUILD_STEPS_HASH
 from ..model import BisectOutcome, Comparison, TrialResult, Verdict
 from ..metrics import trials_text
-from ..engine.outcomes import settles
+from .words import settles
 from ..engine.regressed_path import lines as regressed_path_lines
 
 

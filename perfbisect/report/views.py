@@ -6,7 +6,7 @@ policy over the stored observations are read here; ``perfbisect.report.report`` 
 this module returns, so a report can be rebuilt at any time without rerunning anything.
 
 This module assembles a bisection's view; the per-trial rows live in ``trial_tables``, the search
-replay in ``search_replay``, the verdict's sentences in ``verdict_text`` and the rows every view shares
+replay in ``replay``, the verdict's sentences in ``verdict_text`` and the rows every view shares
 in ``view_rows``. A comparison's or a calibration's view is ``comparison_views``'s, the static site's
 index ``site_index``'s.
 """
@@ -23,7 +23,8 @@ from ..errors import PerfbisectError
 from ..model import BisectOutcome, RepoFacts, TrialResult
 from ..engine.cost import pauses
 from ..metrics import trials_text
-from ..engine.search_replay import REPLAY_WORK, engine_fit, replay, stats_config
+from ..engine.search_start import stats_config
+from .replay import REPLAY_WORK, engine_fit, replay
 from .trial_tables import (
     environment,
     failures,
@@ -186,7 +187,7 @@ def _builds_reused(trials: Sequence[TrialResult]) -> tuple[int, int]:
 
 
 def _replayed_search(record: Any, observations: Sequence[Any], higher: bool, replay_work: int) -> tuple[dict[str, Any], Any]:
-    """The search policy replayed over the stored observations (``search_replay.replay``: the report's
+    """The search policy replayed over the stored observations (``replay.replay``: the report's
     reasoning), and the final posterior it ended on (None when the replay failed: the reasoning says why)."""
     try:
         with warnings.catch_warnings():  # early prefixes (one endpoint measured) make numpy warn on empty means
@@ -202,7 +203,7 @@ def _replayed_search(record: Any, observations: Sequence[Any], higher: bool, rep
 def _levels(record: Any, trials: Sequence[TrialResult], observations: Sequence[Any], excluded: Mapping[int, str],
             modes: Sequence[str], full: Sequence[str], higher: bool, final_post: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Levels in the metric's own unit (single-mode metrics): the endpoints' trial means, and the segment
-    levels, steps and drift the engine fitted (search_replay.engine_fit: changepoint.level_step); and the
+    levels, steps and drift the engine fitted (replay.engine_fit: changepoint.level_step); and the
     fitted drift path per side, for the chart (empty when the engine found no drift)."""
     out: BisectOutcome | None = record.outcome
     located = out.culprit if out else None  # where the change was located (the set's last commit)

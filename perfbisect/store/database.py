@@ -338,7 +338,7 @@ class Store:
 
         ``settings`` is a mapping or a config dataclass (e.g. ``StatsConfig``), stored as JSON;
         ``config_hash`` defaults to the content hash of those settings; ``search_start`` is what the
-        search starts from (``search_replay.SearchStart.as_json``), so a report replays this search.
+        search starts from (``search_start.SearchStart.as_json``), so a report replays this search.
         """
         encoded = json_part("settings", settings if settings is not None else {})
         if config_hash is None:

@@ -92,7 +92,7 @@ class BisectionRecord:
     trial_count: int = 0
     observation_count: int = 0
     metric_info: Mapping[str, Any] | None = None  # metrics.Metric.as_json() when it started; None before 0007
-    # What the search started from (search_replay.SearchStart.as_json): noise, endpoint history, direction;
+    # What the search started from (search_start.SearchStart.as_json): noise, endpoint history, direction;
     # None for a bisection stored before migration 0006.
     search_start: Mapping[str, Any] | None = None
 

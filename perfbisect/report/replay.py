@@ -5,7 +5,7 @@ so running it prefix by prefix over a bisection's stored observations shows its 
 at every step. What it started from is stored with the bisection (``SearchStart``: the noise model,
 the endpoint history, the metric's direction) and each observation keeps the node the search was told
 measured it and the live decision that asked for it, so the replay is the search that ran and says so
-(``matches_live``). The report (``views.bisection_view``) shows it as a heat map and a table, with
+(``matches_live``); each decision is stored and compared as ``words`` says it. The report (``views.bisection_view``) shows it as a heat map and a table, with
 the levels and the drift the engine fitted (``engine_fit``); nothing is re-measured.
 
 The replay's budget is work, not time: each step costs about trials² · commits units and a report
@@ -17,21 +17,20 @@ only guards against a pathological case, and the report says when it cut the rep
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .bisect import SearchPolicy
-from .observations import Done, Measure
-from ..model import Observation
-from .change_posterior import level_step
+from . import words
+from ..engine.bisect import SearchPolicy
+from ..engine.change_posterior import level_step
+from ..engine.observations import Done, Measure
+from ..engine.search_start import SearchStart, observations_of, policy_for, stats_config
+from ..engine.stats import NoiseModel, t_quantile
 from ..errors import PerfbisectError
-from ..settings import StatsConfig
-from .stats import NoiseModel, t_quantile
+from ..model import Observation
 
 # Replaying the search re-fits the posterior once per step; past this many steps, steps are sampled
 # evenly (the last one always kept) so a long bisection still renders in seconds.
@@ -40,36 +39,16 @@ MAX_REPLAY_STEPS = 60
 # posterior's whitened design and prefix sums per drift scale) plus 10,000·n (the look-ahead over commits).
 # Measured here (64 commits, 50 to 600 observations): 5 to 15 M units per CPU second, so 5 M units is about
 # a CPU-second; the index spends a tenth per report.
+
+
 REPLAY_WORK = 5_000_000
+
+
 INDEX_REPLAY_WORK = REPLAY_WORK // 10
 # CPU seconds (time.process_time) after which a replay stops whatever work is left: a guard, never the rule.
+
+
 REPLAY_CPU_CAP_S = 30.0
-
-
-@dataclass(frozen=True)
-class SearchStart:
-    """What a bisection's search started from: the noise model, the endpoint history, the direction."""
-
-    noise: NoiseModel
-    history: tuple[Observation, ...] = ()
-    higher_is_better: bool = True
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain JSON values for ``bisections.search_start``."""
-        return {
-            "noise": dataclasses.asdict(self.noise),
-            "history": [{"commit": o.commit, "value": o.value, "day": o.day} for o in self.history],
-            "higher_is_better": bool(self.higher_is_better),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "SearchStart":
-        """The stored form back (fields this version lacks are dropped)."""
-        names = {f.name for f in dataclasses.fields(NoiseModel)}
-        noise = NoiseModel(**{k: v for k, v in dict(data["noise"]).items() if k in names})
-        history = tuple(Observation(commit=h["commit"], value=h["value"], day=h.get("day", ""))
-                        for h in data.get("history") or ())
-        return cls(noise, history, bool(data.get("higher_is_better", True)))
 
 
 def decision_json(action: Measure | Done) -> dict[str, Any]:
@@ -77,7 +56,7 @@ def decision_json(action: Measure | Done) -> dict[str, Any]:
     if isinstance(action, Done):
         out = action.outcome
         return {"commit": out.culprit or "", "phase": "done", "reason": out.verdict.value}
-    return {"commit": action.commit, "phase": action.phase, "reason": action.reason}
+    return {"commit": action.commit, "phase": action.phase, "reason": words.measure_text(action)}
 
 
 def same_decision(live: Mapping[str, Any], action: Measure | Done) -> bool:
@@ -125,23 +104,6 @@ def check_in_context(policy: SearchPolicy, obs: Sequence[Observation], observati
     return {"compared": compared, "mismatches": mismatches, "unchecked": unchecked, "work": spent, "differ": differ}
 
 
-def stats_config(settings: Mapping[str, Any]) -> StatsConfig:
-    """The stats settings a bisection stored, as a StatsConfig (keys this version lacks are dropped)."""
-    names = {f.name for f in dataclasses.fields(StatsConfig)}
-    return StatsConfig(**{k: v for k, v in dict(settings or {}).items() if k in names})
-
-
-def stats_over(settings: Mapping[str, Any] | None, metric: str | None, base: StatsConfig) -> StatsConfig:
-    """The [stats] a stored bisection started with: its stored ``settings`` over ``base`` (a key it
-    predates keeps ``base``'s value), its ``metric`` where the settings lack one. A resumed search, and
-    every Slurm job of a bisection, decides and measures with these, never with the config's of today."""
-    names = {f.name for f in dataclasses.fields(StatsConfig)}
-    stored = {k: v for k, v in dict(settings or {}).items() if k in names}
-    if "metric" not in stored and metric:
-        stored["metric"] = metric
-    return dataclasses.replace(base, **stored)
-
-
 def stored_start(record: Any, higher_is_better: bool = True) -> tuple[SearchStart, str]:
     """What the stored bisection started from, and a note when it is not stored (before migration 0006)."""
     if getattr(record, "search_start", None):
@@ -150,19 +112,6 @@ def stored_start(record: Any, higher_is_better: bool = True) -> tuple[SearchStar
     note = ("this bisection was stored before its starting noise was (migration 0006): replayed from the "
             f"configured {settings.prior_sigma_pct:g}% prior, so a replayed reason may quote another σ")
     return SearchStart(NoiseModel.prior(settings.prior_sigma_pct), (), higher_is_better), note
-
-
-def observations_of(stored: Sequence[Any]) -> list[Observation]:
-    """Stored observations as the search saw them (node and layout included)."""
-    return [Observation(commit=o.commit, value=o.value, covariates=dict(o.covariates), seq=o.seq,
-                        at=o.recorded_at or None, flag=o.flag, host=getattr(o, "host", None), layout=o.layout)
-            for o in stored]
-
-
-def policy_for(record: Any, start: SearchStart) -> SearchPolicy:
-    """The search policy exactly as the bisection built it."""
-    return SearchPolicy(list(record.commits), stats_config(record.settings), start.noise, history=start.history,
-                        higher_is_better=start.higher_is_better)
 
 
 def step_work(k: int, n: int) -> int:
@@ -267,7 +216,7 @@ def _step_rows(record: Any, policy: SearchPolicy, obs: Sequence[Observation], ob
         last = obs[k - 1]
         nxt = {"commit": "", "phase": "done", "reason": "the search stopped: the outcome above"}
         if not isinstance(action, Done):
-            nxt = {"commit": action.commit[:10], "phase": action.phase, "reason": action.reason}
+            nxt = {"commit": action.commit[:10], "phase": action.phase, "reason": words.measure_text(action)}
         live = observations[k].decision if k < n and getattr(observations[k], "decision", None) else None
         if live is not None and not decided_here(live, k):
             live = None  # decided with other results or jobs in flight: checked in its own context
@@ -357,5 +306,5 @@ def engine_fit(record: Any, observations: Sequence[Any], outcome: Any, higher_is
             "level_pct": 100 * (1 - 2 * settings.alpha)}
 
 
-__all__ = ["INDEX_REPLAY_WORK", "MAX_REPLAY_STEPS", "REPLAY_CPU_CAP_S", "REPLAY_WORK", "SearchStart", "decision_json",
-           "engine_fit", "observations_of", "policy_for", "replay", "stats_config", "step_work", "stored_start"]
+__all__ = ["INDEX_REPLAY_WORK", "MAX_REPLAY_STEPS", "REPLAY_CPU_CAP_S", "REPLAY_WORK", "decision_json", "engine_fit",
+           "replay", "same_decision", "step_work", "stored_start"]

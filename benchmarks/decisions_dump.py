@@ -4,7 +4,8 @@ engine that must not move a decision (wording, restructuring) is checked by dump
 Each cell of ``strategies.SCENARIOS`` is bisected ``--seeds`` times from ``--seed-base``; for each run the dump holds
 every ``Measure`` the search asked for (commit, phase, the trial as the budget counts it, the node, whether it wanted
 another layout, the expected gain, the best answer and its probability — exact floats) and the outcome's verdict,
-culprits, effect, trials and answer probability. Reasons (English) are left out: they are the report's to word.
+culprits, effect, trials and answer probability; and the batched search of several nodes (``next_batch``, the
+cells of ``NODE_CELLS``), batch by batch. Reasons (English) are left out: they are the report's to word.
 
     python benchmarks/decisions_dump.py --out /tmp/before.json          # before the change
     python benchmarks/decisions_dump.py --check /tmp/before.json        # after: exit 1 at the first decision that moved
@@ -23,11 +24,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import strategies  # noqa: E402
-from perfbisect.report import words  # noqa: E402
+
+# The batched search (next_batch on several nodes, an event-driven clock) on these cells, seeds 0-1: 3 nodes, ±2%.
+NODE_CELLS = ("S2", "S2-AA", "S5", "LY")
 
 
 def _decision(act) -> list:
-    best = act.best if isinstance(act.best, str) else words.best_text(act)
+    if isinstance(act.best, str):  # an engine from before report.words
+        best = act.best
+    else:
+        from perfbisect.report import words
+
+        best = words.best_text(act)
     return [act.commit, act.phase, act.trial, act.host, bool(act.vary_layout), repr(float(act.gain_bits)), best,
             None if act.p is None else repr(float(act.p))]
 
@@ -57,6 +65,16 @@ def dump(seeds: int, seed_base: int, cells: list[str] | None = None) -> dict:
             decisions: list = []
             res = strategies.run_perfbisect(target, on_measure=lambda act: decisions.append(_decision(act)))
             out[f"{name}/{seed}"] = {"decisions": decisions, "outcome": _outcome(res)}
+    for name in NODE_CELLS:
+        if cells and name not in cells:
+            continue
+        for seed in range(2):
+            target = strategies.make_target(strategies.SCENARIOS[name], seed)
+            target.seed = seed
+            batches: list = []
+            res = strategies.run_perfbisect_nodes(target, 3, 2.0,
+                                                  on_batch=lambda acts: batches.append([_decision(a) for a in acts]))
+            out[f"nodes:{name}/{seed}"] = {"decisions": batches, "outcome": _outcome(res)}
     return out
 
 

@@ -590,8 +590,10 @@ def stored_noise(t: Target) -> NoiseModel | None:
 
 
 def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsConfig | None = None,
-                   tuning: Tuning | None = None, on_measure: Callable[[Any], None] | None = None) -> dict:
-    """One bisection of ``t`` by the engine; ``on_measure`` sees each decision to measure before it is carried out."""
+                   tuning: Tuning | None = None, on_measure: Callable[[Any], None] | None = None,
+                   on_outcome: Callable[[Any], None] | None = None) -> dict:
+    """One bisection of ``t`` by the engine; ``on_measure`` sees each decision to measure before it is carried out,
+    ``on_outcome`` the engine's outcome (its ``reason`` included) before it is scored."""
     commits, settings, policy = _policy(t, settings, noise or stored_noise(t), tuning)
     obs: list[Observation] = []
     for _ in range(1000):
@@ -600,6 +602,8 @@ def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsCo
             on_measure(act)
         if isinstance(act, Done):
             o = act.outcome
+            if on_outcome is not None:
+                on_outcome(o)
             named = ()
             if o.culprit is not None:
                 named = (int(o.culprit[1:]), *(int(c[1:]) for c in o.extra_changes))
@@ -675,7 +679,7 @@ def node_offsets(nodes: int, offset_pct: float) -> list[float]:
 
 
 def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, settings: StatsConfig | None = None,
-                         blind: bool = False) -> dict:
+                         blind: bool = False, on_batch: Callable[[Any], None] | None = None) -> dict:
     """perfbisect on ``nodes`` nodes at once: an event-driven clock, SearchPolicy.next_batch per free slot.
 
     Each node has its own fixed level offset (``node_offsets``), its own session-noise stream and its
@@ -683,7 +687,8 @@ def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, setting
     order) and the policy is asked for every free node given the trials still in flight; an empty batch
     leaves the node idle until the next result. Wall time ends at the verdict; GPU-hours sum every
     node's trials and builds. ``blind``: the stored observations do not say which node ran them (the
-    model cannot see the offsets: what perfbisect did before host offsets were modelled).
+    model cannot see the offsets: what perfbisect did before host offsets were modelled). ``on_batch`` sees each
+    batch the policy asked for (a list of Measures, maybe empty) before it is started.
     """
     import heapq
 
@@ -702,6 +707,8 @@ def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, setting
     for _ in range(4000):
         if free:
             act = policy.next_batch(obs, len(free), pending=list(inflight.values()), hosts=[names[k] for k in free])
+            if on_batch is not None and not isinstance(act, Done):
+                on_batch(act)
             if isinstance(act, Done):
                 assert not inflight, "Done with trials in flight"
                 o = act.outcome

@@ -18,6 +18,7 @@ from perfbisect.errors import UsageError
 from perfbisect.model import Observation, Verdict
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel
+from perfbisect.report import words
 
 from .test_bisect import LOG82, SimulatedTarget, commits
 
@@ -193,9 +194,9 @@ def test_a_slow_node_is_never_a_slow_commit(seed):
     start = confounded_start(n, cs, offsets, 0.015, seed)
     blind = policy(n).next([Observation(o.commit, o.value, seq=o.seq) for o in start])
     # what a model without nodes makes of these trials: the middle commit is its best answer
-    assert isinstance(blind, Measure) and blind.best == cs[n // 2][:10]
+    assert isinstance(blind, Measure) and words.best_text(blind) == cs[n // 2][:10]
     outcome, obs = run_nodes(policy(n), cs, np.full(n, LOG82), offsets, 0.015, seed=seed, initial=start)
-    assert outcome.culprit is None and outcome.verdict in (Verdict.SAME, Verdict.INCONCLUSIVE), outcome.explanation
+    assert outcome.culprit is None and outcome.verdict in (Verdict.SAME, Verdict.INCONCLUSIVE), words.explain(outcome)
     assert outcome.verdict is Verdict.SAME or outcome.budget_exhausted
 
 
@@ -204,7 +205,7 @@ def test_four_nodes_with_offsets_and_no_change_blame_nothing():
     cs = commits(n)
     offsets = [math.log(1.06), math.log(0.94), math.log(1.06), math.log(0.94)]
     outcome, obs = run_nodes(policy(n), cs, np.full(n, LOG82), offsets, 0.025, seed=1)
-    assert outcome.culprit is None and outcome.verdict is not Verdict.REGRESSED, outcome.explanation
+    assert outcome.culprit is None and outcome.verdict is not Verdict.REGRESSED, words.explain(outcome)
     assert len({o.host for o in obs}) == 4
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +15,11 @@ import pytest
 
 from perfbisect.engine import changepoint
 from perfbisect.engine.bisect import SearchPolicy
-from perfbisect.engine.pair_checks import weakest_split as _weakest_split, weakest_split_lifted as _weakest_split_lifted
+from perfbisect.engine.pair_checks import weakest_split, weakest_split_lifted
 from perfbisect.engine.observations import Done
 from perfbisect.model import Observation
 from perfbisect.engine.change_posterior import Evidence
+from perfbisect.engine.kernel import fit, regroup
 from perfbisect.engine.changepoint import SPARSE_ABOVE, posterior, sparse_footprint
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel
@@ -72,18 +74,14 @@ def _search(n: int, culprit: int | None, seed: int, step: float = 0.8):
     commits = [f"{i:040x}" for i in range(n)]
     policy = SearchPolicy(commits, StatsConfig(), NoiseModel(0.02, 10, "prior"))
     sizes = []
-    fit = policy._posterior
-
-    def recorded(data):
-        post = fit(data)
-        sizes.append((len(post.w), post.sparse, data.trials))
-        return post
-
-    policy._posterior = recorded  # type: ignore[method-assign]
     rng = np.random.default_rng(seed)
     obs: list[Observation] = []
     while True:
-        action = policy.next(obs)
+        if len(obs) < 2:  # the endpoints first: no posterior is fitted before both are in
+            action = policy.next(obs)
+        else:
+            action, post = policy.next_and_posterior(obs)  # the posterior this decision was made on
+            sizes.append((len(post.w), post.sparse, len(obs)))
         if isinstance(action, Done):
             return policy, action.outcome, sizes
         i = policy.index[action.commit]
@@ -115,8 +113,8 @@ def test_the_lifted_weakest_split_is_the_one_by_one_computation():
     for _ in range(300):
         m = int(rng.integers(2, 60))
         c = rng.integers(0, 9, m).astype(float)
-        one_by_one = np.array([_weakest_split(row) for row in c[None, :] + np.eye(m)])
-        assert np.array_equal(_weakest_split_lifted(c), one_by_one)
+        one_by_one = np.array([weakest_split(row) for row in c[None, :] + np.eye(m)])
+        assert np.array_equal(weakest_split_lifted(c), one_by_one)
 
 
 def _config(tmp_path: Path, repo: Path) -> Path:
@@ -163,18 +161,13 @@ def test_a_batch_on_a_long_range_spreads_and_resolves_the_trials_in_flight():
            for s, i in enumerate([0, n - 1, 0, n - 1, 2000, 3000])]
     first = policy.next_batch(obs, 3)
     assert isinstance(first, list) and len({m.commit for m in first}) == 3
-    seen = []
-    fit = policy._posterior
-
-    def recorded(data):
-        post = fit(data)
-        seen.append(post)
-        return post
-
-    policy._posterior = recorded  # type: ignore[method-assign]
     second = policy.next_batch(obs, 2, pending=first)
     assert isinstance(second, list) and len(second) == 2
-    assert seen and all(p.sparse for p in seen)
+    # the posterior the second batch decided on: the kernel's fit with the first batch in flight
+    data = replace(regroup(obs, policy.index, alpha=policy.settings.alpha, higher_is_better=True),
+                   pending=[(policy.index[m.commit], None) for m in first])
+    seen = [fit(data, policy.fit_params)]
+    assert seen[0].sparse
     assert {policy.index[m.commit] for m in first} <= set(seen[0].edges.tolist())
 
 

@@ -349,19 +349,46 @@ class PairChecks:
     min_trials_at_change: int
     max_trials_at_change: int
 
-    def check(self, view: View) -> Measure | Done | None:
+    higher_is_better: bool = True
+
+    def check(self, view: View) -> Measure | Done | View | None:
         data, post, steps = view.data, view.post, view.steps
         ctx = Located(view.top_key, view.top_p, view.ends, view.ruled_out)
+        pure = pure_error(data)
+        found = self.first_open(data, post, steps, pure)
+        if found is None:
+            return None
+        st, open_ = found
+        if st is None:  # an endpoint short of the trials a small step's verdict rests on (open_: which one)
+            end = open_
+            answer = self.confirm.confirm_end(data, post, end, ctx, self.ends_before_naming)
+            what = Reason("ends_before_naming", {"n": self.ends_before_naming})
+        else:
+            answer = self.confirm.confirm(data, post, st, open_, ctx)
+            what = open_.what
+        if isinstance(answer, Done) and len(steps) == 2 and is_regression(steps[0].step, self.higher_is_better) \
+                and self.first_open(data, post, steps[:1], pure) is None:
+            # The earlier change passed every check of its own; only the later one's cannot be settled within the
+            # budget. The earlier one is the first bad commit whatever the later one turns out to be: it is named,
+            # and the later one said beside it, not named (a search that confirmed a clear step and then spent its
+            # whole budget on a smaller one must not end naming neither).
+            return replace(view, steps=steps[:1], unsettled=steps[1:], unsettled_check=what,
+                           unsettled_price=answer.outcome.more_trials)
+        return answer
+
+    def first_open(self, data: SearchData, post: ChangePosterior, steps: tuple[Step, ...],
+                   pure: tuple[float, float]) -> tuple[Step | None, OpenCheck | int] | None:
+        """The first check still open over ``steps``, in the order they are confirmed: (the change, its open
+        check), or (None, the endpoint) when an endpoint lacks the trials a small step needs; None when all pass."""
         for st in steps:
             open_ = self.confirm.direction(st)
             if open_ is not None:
-                return self.confirm.confirm(data, post, st, open_, ctx)
-        pure = pure_error(data)
+                return st, open_
         sd_small = max(pure[0], self.sigma_prior)
         small = [st for st in steps if self.small_step_sigmas > 0 and abs(st.step) < self.small_step_sigmas * sd_small]
         for end in (0, self.range.n - 1) if small else ():
             if data.count(end) < self.ends_before_naming:
-                return self.confirm.confirm_end(data, post, end, ctx, self.ends_before_naming)
+                return None, end
         for st in steps:
             need = trials_at_change(post, st, self.change_trials_z, self.min_trials_at_change, self.max_trials_at_change)
             if st in small:
@@ -369,13 +396,13 @@ class PairChecks:
             if min(data.count(st.parent), data.count(st.at)) < need:
                 what = Reason("trials", {"need": need, "second": need <= self.min_trials_at_change,
                                          "sigma_pct": pct(post.sigma_top), "step_pct": abs(pct(st.step))})
-                return self.confirm.confirm(data, post, st, OpenCheck("trials", what, None, float(need)), ctx)
+                return st, OpenCheck("trials", what, None, float(need))
         # The change must also show between its own commit and its parent, not only between the segments around
         # it: sessions that happened to fall on the same side of the noise cannot carry it then.
         for st in steps:
             open_ = self.confirm.local(data, post, st) or self.confirm.pure(data, st, pure)
             if open_ is not None:
-                return self.confirm.confirm(data, post, st, open_, ctx)
+                return st, open_
         return None
 
 
@@ -493,7 +520,9 @@ class Naming:
                 "noise": noise, "p": top_p, "p_none": post.p_none,
                 "further": self.endings.steps_named(data, regressions[1:]),
                 "improvements": self.endings.steps_named(data, improvements),
-                "doubt": view.doubt, "min_gain_bits": self.min_gain_bits}),
+                "doubt": view.doubt, "min_gain_bits": self.min_gain_bits,
+                "unsettled": self.endings.steps_named(data, view.unsettled), "unsettled_check": view.unsettled_check,
+                "unsettled_price": view.unsettled_price}),
             post=post, endpoint_cmp=ends, culprit_cmp=cmp, ruled_out=view.ruled_out, top_key=top_key,
             culprit=first.at, extra=tuple(r.commits[st.at] for st in regressions[1:]),
             improvements=tuple(r.commits[st.at] for st in improvements), probability=top_p)

@@ -15,7 +15,7 @@ from .change_posterior import ChangePosterior
 from .effects import Step, endpoint_comparison, ruled_out_pct
 from .kernel import level_prior_ratio, own_dof
 from .observations import Named, SearchData
-from ..model import Comparison
+from ..model import Comparison, Reason
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,10 @@ class View:
     doubt: float | None = None  # p_two a second change keeps that no trial is expected to settle
     steps: tuple[Step, ...] = ()  # each located change, sized under the posterior
     layout_sensitive: tuple[Step, ...] = ()  # changes that did not survive another layout
+    # a later change located beside a named one whose own check the budget could not settle: said, not named
+    unsettled: tuple[Step, ...] = ()
+    unsettled_check: "Reason | None" = None  # what it still had to show
+    unsettled_price: int | None = None  # about how many more trials would settle it (None: beyond counting)
 
 
 def look(data: SearchData, host: str | None, post: ChangePosterior, settings, *, sigma0: float,

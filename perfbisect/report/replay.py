@@ -26,6 +26,7 @@ import numpy as np
 from . import words
 from ..engine.bisect import SearchPolicy
 from ..engine.change_posterior import level_step
+from ..engine.kernel import fit, regroup
 from ..engine.observations import Done, Measure
 from ..engine.search_start import SearchStart, observations_of, policy_for, stats_config
 from ..engine.stats import NoiseModel, t_quantile
@@ -159,7 +160,7 @@ def replay(record: Any, observations: Sequence[Any], higher_is_better: bool = Tr
     compared += batch["compared"]
     mismatches += batch["mismatches"]
     first = policy.next([]) if n else None
-    opening = first.reason if first is not None and not isinstance(first, Done) else ""
+    opening = words.measure_text(first) if first is not None and not isinstance(first, Done) else ""
     if batch["compared"] or batch["unchecked"]:
         note = (f"this search ran with measurements in flight (jobs on a cluster): each of its {batch['compared']} "
                 f"decisions is replayed with what it was decided on (the results stored then and the jobs in flight) "
@@ -250,10 +251,10 @@ def engine_fit(record: Any, observations: Sequence[Any], outcome: Any, higher_is
     start, _ = stored_start(record, higher_is_better)
     policy = policy_for(record, start)
     obs = observations_of(observations)
-    data = policy._regroup(obs)
+    data = regroup(obs, policy.index, alpha=policy.settings.alpha, higher_is_better=policy.higher_is_better)
     if not data.values[0] or not data.values[-1]:
         return {"segments": [], "steps": [], "drift": None}
-    post = post if post is not None else policy._posterior(data)
+    post = post if post is not None else fit(data, policy.fit_params)
     commits = list(record.commits)
     key: tuple[int, ...] = ()
     if outcome is not None and outcome.culprit in commits:

@@ -316,6 +316,12 @@ def _regressed(r: Reason) -> str:
         text += f" A further regression: {steps_text(r['further'])}."
     if r["improvements"]:
         text += f" An improvement was also located (not the culprit): {steps_text(r['improvements'])}."
+    if r.get("unsettled"):
+        price = r["unsettled_price"]
+        text += (f" A later change was also located, {steps_text(r['unsettled'])}, and is not named: "
+                 f"{_what(r['unsettled_check'])}, which the budget could not settle"
+                 + (f" (about {price:,} more trials would)" if price is not None else "")
+                 + "; the first bad commit stands whatever it turns out to be.")
     if r["doubt"] is not None:
         text += (f" A second, smaller change elsewhere keeps {r['doubt']:.2f} of the whole posterior and further trials "
                  f"are not expected to settle it (each < {r['min_gain_bits']:g} bits): the first bad commit stands.")

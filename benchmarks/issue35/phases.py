@@ -10,13 +10,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import strategies as S  # noqa: E402
+from perfbisect.report import words  # noqa: E402
 
 
 def main(cell: str, reps: int, base: int) -> None:
     tally: collections.Counter = collections.Counter()
 
     def count(act) -> None:
-        reason = re.sub(r"[0-9.]+", "N", re.sub(r"c\d{3}", "cX", act.reason or ""))
+        reason = re.sub(r"[0-9.]+", "N", re.sub(r"c\d{3}", "cX", words.measure_text(act)))
         tally[(act.phase, reason[:110])] += 1
 
     for seed in range(base, base + reps):

@@ -591,10 +591,15 @@ def stored_noise(t: Target) -> NoiseModel | None:
 
 def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsConfig | None = None,
                    tuning: Tuning | None = None, on_measure: Callable[[Any], None] | None = None,
-                   on_outcome: Callable[[Any], None] | None = None) -> dict:
+                   on_outcome: Callable[[Any], None] | None = None,
+                   variant: Callable[[SearchPolicy], None] | None = None) -> dict:
     """One bisection of ``t`` by the engine; ``on_measure`` sees each decision to measure before it is carried out,
-    ``on_outcome`` the engine's outcome (its ``reason`` included) before it is scored."""
+    ``on_outcome`` the engine's outcome (its ``reason`` included) before it is scored. ``variant`` is handed the fresh
+    policy before its first decision, to try a variant rule the supported way: by replacing a gate object in
+    ``policy.gates`` (e.g. benchmarks/issue35/floor_doubt.py)."""
     commits, settings, policy = _policy(t, settings, noise or stored_noise(t), tuning)
+    if variant is not None:
+        variant(policy)
     obs: list[Observation] = []
     for _ in range(1000):
         act = policy.next(obs)

@@ -12,16 +12,42 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from perfbisect.engine import gates, kernel
 from perfbisect.engine.bisect import SearchPolicy
 from perfbisect.engine.observations import Done, Measure
+from perfbisect.engine.pair_checks import residual_gap, side_gaps
 from perfbisect.engine.tuning import DEFAULT_TUNING as T
 from perfbisect.engine.change_posterior import Evidence
 from perfbisect.engine.changepoint import outlier_scale, posterior
 from perfbisect.model import Observation, Verdict
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel, compare, compare_sequential
+from perfbisect.report import words
 
-from .test_bisect import LOG82, SimulatedTarget, commits, drive, drive_with
+from . import test_bisect
+from .test_bisect import LOG82, SimulatedTarget, commits
+
+
+def drive(policy: SearchPolicy, target: SimulatedTarget, cs: list[str], limit: int = 400):
+    """test_bisect.drive, its outcome worded (``words.explained``: explanation, stopped_by)."""
+    outcome, obs = test_bisect.drive(policy, target, cs, limit)
+    return words.explained(outcome), obs
+
+
+def drive_with(pol: SearchPolicy, cs: list[str], observe, limit: int = 200):
+    """test_bisect.drive_with, its outcome worded (``words.explained``: explanation, stopped_by)."""
+    outcome, obs = test_bisect.drive_with(pol, cs, observe, limit)
+    return words.explained(outcome), obs
+
+
+def _gate(pol: SearchPolicy, kind):
+    """The policy's gate of this kind (``policy.gates``)."""
+    return next(g for g in pol.gates if isinstance(g, kind))
+
+
+def _regroup(pol: SearchPolicy, obs):
+    """The observations as ``pol`` regroups them (kernel.regroup with the policy's range and settings)."""
+    return kernel.regroup(obs, pol.index, alpha=pol.settings.alpha, higher_is_better=pol.higher_is_better)
 
 
 def _noise(pct: float, dof: float, source: str = "calibrate: 5 back-to-back sessions") -> NoiseModel:
@@ -89,7 +115,6 @@ def test_a_calibrated_figure_three_times_too_small_blames_nothing(seed):
 
 
 def test_a_stored_figure_is_a_prior_worth_one_trial_in_compare_and_in_the_bisection():
-    from perfbisect.engine import bisect as B
     from perfbisect.engine.stats import PRIOR_DOF_CAP
 
     rng = np.random.default_rng(3)
@@ -127,10 +152,10 @@ def test_a_stored_figure_is_a_prior_worth_one_trial_in_compare_and_in_the_bisect
     fit = []
     for dof in (20.0, 1.0):
         pol = SearchPolicy(cs, StatsConfig(), _noise(2.0, dof))
-        fit.append(pol._posterior(pol._regroup(_obs(cs, vals))))
+        fit.append(pol.posterior(_obs(cs, vals)))
+        assert pol.fit_params.dof0 == PRIOR_DOF_CAP  # the bisection's cap is compare's
     assert fit[0].sigma_top == pytest.approx(fit[1].sigma_top, rel=1e-12)
     assert np.allclose(fit[0].w, fit[1].w)
-    assert B.PRIOR_DOF_CAP == PRIOR_DOF_CAP
 
 
 def test_compare_ends_same_once_the_tolerance_is_ruled_out():
@@ -196,7 +221,7 @@ def _drive_layouts(pol, cs, observe, limit=200):
     for _ in range(limit):
         act = pol.next(obs)
         if isinstance(act, Done):
-            return act.outcome, obs
+            return words.explained(act.outcome), obs
         obs.append(observe(cs.index(act.commit), len(obs), act.commit, vary=act.vary_layout))
     raise AssertionError("the policy did not finish")
 
@@ -240,8 +265,8 @@ def _located(pol: SearchPolicy, cs, vals: dict[int, list[float]], at: int):
     """The regrouped data, its posterior and the step of a change located at ``at`` (parent ``at − 1``)."""
     from perfbisect.engine.effects import located_step
 
-    data = pol._regroup(_obs(cs, vals))
-    post = pol._posterior(data)
+    data = _regroup(pol, _obs(cs, vals))
+    post = kernel.fit(data, pol.fit_params)
     return data, post, located_step(post, (at,), at, at - 1, [len(v) for v in data.values])
 
 
@@ -250,10 +275,10 @@ def test_pure_error_is_the_spread_of_repeats_of_one_build():
     pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
     # two commits repeated: logs ±d around their own means; single trials add nothing
     d = math.log1p(0.04)
-    data = pol._regroup([Observation(cs[0], LOG82 + d, seq=0), Observation(cs[0], LOG82 - d, seq=1),
-                         Observation(cs[2], LOG82, seq=2), Observation(cs[4], LOG82 - 0.2 + d, seq=3),
-                         Observation(cs[4], LOG82 - 0.2 - d, seq=4)])
-    sd, dof = pol._pure_error(data)
+    data = _regroup(pol, [Observation(cs[0], LOG82 + d, seq=0), Observation(cs[0], LOG82 - d, seq=1),
+                          Observation(cs[2], LOG82, seq=2), Observation(cs[4], LOG82 - 0.2 + d, seq=3),
+                          Observation(cs[4], LOG82 - 0.2 - d, seq=4)])
+    sd, dof = kernel.pure_error(data)
     assert dof == 2.0
     assert sd == pytest.approx(math.sqrt(4 * d * d / 2))
 
@@ -267,13 +292,14 @@ def test_a_step_the_repeats_spread_does_not_support_is_confirmed_not_named():
     # under the one-sided t quantile at tuning.pure_alpha of that spread, so the pair is measured again
     vals = {0: [5.0, -5.0, 5.0, -5.0], 8: [-7.0, -17.0, -7.0, -17.0], 1: [0.5], 2: [-0.5], 3: [0.0],
             4: [0.5, -0.5, 0.0], 5: [-12.0, -12.5, -12.2], 6: [-11.5], 7: [-12.0]}
-    data = pol._regroup(_obs(cs, vals))
-    sd, dof = pol._pure_error(data)
+    data = _regroup(pol, _obs(cs, vals))
+    sd, dof = kernel.pure_error(data)
     assert dof == 10 and sd > math.log1p(0.045)
     act = pol.next(_obs(cs, vals))
     assert isinstance(act, Measure)
     assert act.commit in (cs[4], cs[5]) and act.phase == "confirming"
-    assert "spread of repeated trials of one build" in act.reason
+    assert act.why.code == "confirm.pair" and act.why["what"].code == "pure"
+    assert "spread of repeated trials of one build" in words.measure_text(act)
     # the same data without the rule: the posterior alone names c5 (the rule is what holds it back)
     without = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0), tuning=replace(T, pure_alpha=0.0))
     done = without.next(_obs(cs, vals))
@@ -289,16 +315,18 @@ def test_a_pair_measured_many_times_is_held_to_a_stricter_look():
     # 0.3%/16.9, past the knee of ten looks): a pair re-measured that often is held to the stricter level
     pat = [1, -1] * 4
     vals = {j: [(0.0 if j < 5 else -9.0) + 5.0 * pat[k] for k in range(8 if j in (4, 5) else 4)] for j in range(9)}
-    data = pol._regroup(_obs(cs, vals))
-    assert pol._pure_error(data)[1] == 35
+    data = _regroup(pol, _obs(cs, vals))
+    assert kernel.pure_error(data)[1] == 35
     from perfbisect.engine.effects import located_step
 
-    post = pol._posterior(data)
+    post = kernel.fit(data, pol.fit_params)
     st = located_step(post, (5,), 5, 4, [len(v) for v in data.values])
-    assert pol._pure_alpha(data, st) == pytest.approx(T.pure_alpha / (13 * 13 / T.pure_look_knee))
+    confirm = _gate(pol, gates.PairChecks).confirm
+    assert confirm.pure_level(data, st) == pytest.approx(T.pure_alpha / (13 * 13 / T.pure_look_knee))
     act = pol.next(_obs(cs, vals))
     assert isinstance(act, Measure) and act.commit in (cs[4], cs[5])
-    assert "spread of repeated trials of one build" in act.reason
+    assert act.why.code == "confirm.pair" and act.why["what"].code == "pure"
+    assert "spread of repeated trials of one build" in words.measure_text(act)
     # looked at once (no spending over looks), the same trials name c5
     once = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0), tuning=replace(T, pure_look_power=0.0))
     done = once.next(_obs(cs, vals))
@@ -313,15 +341,16 @@ def test_the_pure_test_spends_its_level_harmonically_up_to_the_knee_then_as_one_
 
     cs = commits(9)
     pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    confirm = _gate(pol, gates.PairChecks).confirm
 
     def level(pair_trials: int) -> float:
         half = pair_trials // 2
         vals = {j: [(0.0 if j < 5 else -9.0) + (1.0 if k % 2 else -1.0) for k in range(half if j in (4, 5) else 2)]
                 for j in range(9)}
         vals[5] += [-9.0] * (pair_trials - 2 * half)
-        data = pol._regroup(_obs(cs, vals))
-        post = pol._posterior(data)
-        return pol._pure_alpha(data, located_step(post, (5,), 5, 4, [len(v) for v in data.values]))
+        data = _regroup(pol, _obs(cs, vals))
+        post = kernel.fit(data, pol.fit_params)
+        return confirm.pure_level(data, located_step(post, (5,), 5, 4, [len(v) for v in data.values]))
 
     knee = int(T.pure_look_knee)
     assert level(4) == pytest.approx(T.pure_alpha)  # look 1: the pair's first four trials
@@ -370,17 +399,17 @@ def test_an_endpoint_off_the_level_next_to_the_change_makes_the_probe_look_harde
     pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(3.0))
     # −10% at c4, and the bad end a further 6% down (a second change somewhere in c5..c16)
     vals = {0: [0.0, 0.5, -0.5], 3: [0.2, -0.2], 4: [-10.0, -10.3, -9.7], 9: [-10.0], 16: [-16.0, -15.5, -16.5]}
-    data = pol._regroup(_obs(cs, vals))
-    post = pol._posterior(data)
+    data = _regroup(pol, _obs(cs, vals))
+    post = kernel.fit(data, pol.fit_params)
     st = located_step(post, (4,), 4, 3, [len(v) for v in data.values])
-    gap, pair = pol._residual_gap(data, post, st)
+    gap, pair = residual_gap(side_gaps(data, post, st), st)
     assert gap >= T.residual_gap_z and pair == (4, 16)  # the culprit against the bad end
     # the same data with the bad end on the culprit's level: no gap
     flat = {**vals, 16: [-10.0, -9.5, -10.5]}
-    d2 = pol._regroup(_obs(cs, flat))
-    p2 = pol._posterior(d2)
+    d2 = _regroup(pol, _obs(cs, flat))
+    p2 = kernel.fit(d2, pol.fit_params)
     st2 = located_step(p2, (4,), 4, 3, [len(v) for v in d2.values])
-    assert pol._residual_gap(d2, p2, st2)[0] < 1.0
+    assert residual_gap(side_gaps(d2, p2, st2), st2)[0] < 1.0
 
 
 def test_a_gap_of_one_to_two_standard_errors_is_measured_again_before_one_change_is_accepted():
@@ -392,11 +421,13 @@ def test_a_gap_of_one_to_two_standard_errors_is_measured_again_before_one_change
 
     cs = commits(17)
     pol = SearchPolicy(cs, StatsConfig(), _noise(3.0, 1.0))
+    second = _gate(pol, gates.OneChange).second
 
     def probe(vals):
         data, post, st = _located(pol, cs, vals, 4)
-        gap, pair = pol._residual_gap(data, post, st)
-        again = pol._gap_recheck(data, post, st)
+        gaps = side_gaps(data, post, st)
+        gap, pair = residual_gap(gaps, st)
+        again = second.gap_recheck(data, gaps)
         assert again is None or again[1] == gap
         return gap, pair, (again[0] if again else None), post
 
@@ -432,11 +463,13 @@ def test_each_side_of_the_change_has_its_gap_measured_again_the_larger_first():
 
     cs = commits(17)
     pol = SearchPolicy(cs, StatsConfig(), _noise(3.0, 1.0))
+    second = _gate(pol, gates.OneChange).second
 
     def look(vals):
         data, post, st = _located(pol, cs, vals, 8)
-        gaps = dict((pair, gap) for gap, pair in pol._side_gaps(data, post, st))
-        return gaps, pol._gap_recheck(data, post, st), pol._residual_gap(data, post, st)
+        sides = side_gaps(data, post, st)
+        gaps = dict((pair, gap) for gap, pair in sides)
+        return gaps, second.gap_recheck(data, sides), residual_gap(sides, st)
 
     many = [-10.0 + 3.0 * (-1) ** k for k in range(T.residual_confirm_max)]
     bad_side = {8: many, 16: [v - 3.0 for v in many]}
@@ -460,20 +493,27 @@ def test_segments_whose_repeats_spread_differently_are_weighed_by_their_own_spre
     noisy = {0: [8.0, -8.0, 8.0], 4: [8.0, -8.0, 8.0, -8.0]}
     quiet = {j: [-14.3, -13.7, -14.3] for j in (5, 6, 8)}
     vals = {**noisy, **quiet, 2: [0.0]}
-    data = pol._regroup(_obs(cs, vals))
-    ev = data.evidence(9)
-    post = pol._fit(ev, data)
-    assert post.answer()[0] == (5,)
-    scale = pol._side_scale(data, ev, post)
-    assert scale is not None
-    before, after = scale[ev.commit < 5], scale[ev.commit >= 5]
-    assert after.min() == 1.0 and after.max() == 1.0 and before.min() > 100  # (8 / 0.3)² ≈ 700, capped at 400
-    # the same spread on both sides: nothing to scale
+    data = _regroup(pol, _obs(cs, vals))
+    params = pol.fit_params
+    one = kernel.fit(data, replace(params, side_scale_alpha=0.0))  # one spread for the whole range
+    assert one.answer()[0] == (5,)
+    sides = kernel.side_spreads(data, (5,), params.side_scale_alpha)
+    assert sides is not None and all(v is not None for v in sides)
+    (before, _), (after, _) = sides
+    # each trial is weighed by its side's repeat variance over the quietest side's, at most side_scale_max: the
+    # quiet side by exactly 1, the noisy one by more than 100 ((8 / 0.3)² ≈ 700, capped at 400)
+    assert after == min(before, after) and min(before / after, params.side_scale_max) > 100
+    # ...and the search's fit is weighed so: its σ is the quiet side's, not one spread over both
+    own = kernel.fit(data, params)
+    assert own.answer()[0] == (5,) and own.sigma_top < one.sigma_top / 2
+    # the same spread on both sides: nothing to scale, the fit is the one-spread fit
     even = {j: [v + 0.3 * s for v, s in zip(vs, [1, -1, 1, -1])] for j, vs in
             {0: [0.0] * 3, 4: [0.0] * 4, 5: [-14.0] * 3, 6: [-14.0] * 3, 8: [-14.0] * 3}.items()}
-    data = pol._regroup(_obs(cs, even))
-    ev = data.evidence(9)
-    assert pol._side_scale(data, ev, pol._fit(ev, data)) is None
+    data = _regroup(pol, _obs(cs, even))
+    post = kernel.fit(data, params)
+    assert kernel.side_spreads(data, post.answer()[0], params.side_scale_alpha) is None
+    flat = kernel.fit(data, replace(params, side_scale_alpha=0.0))
+    assert np.array_equal(post.w, flat.w) and post.sigma_top == flat.sigma_top
 
 
 @pytest.mark.parametrize("seed, told_apart", [(2, False), (3, True), (4, True)])
@@ -647,14 +687,16 @@ def test_the_hopeful_count_is_what_no_difference_at_the_low_end_of_the_noise_wou
 
     cs = commits(9)
     pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    endings = _gate(pol, gates.SettleEndpoints).endings
+    assert endings.tol == 5.0
     alt = [1, -1] * 5
     for shift in (0.0, -4.0, +3.0):  # the bad end measured as-is, 4% slower, 3% faster
-        data = pol._regroup(_obs(cs, {0: [12.0 * a for a in alt], 8: [shift + 12.0 * a for a in alt]}))
-        post = pol._posterior(data)
-        ends, _ = endpoint_comparison(post, [len(v) for v in data.values], pol._level_prior_ratio(data),
-                                      pol.settings, True)
-        hopeful = pol._trials_to_rule_out(data, post, ends, 5.0, hopeful=True)
-        dof = pol._own_dof(post, data)
+        data = _regroup(pol, _obs(cs, {0: [12.0 * a for a in alt], 8: [shift + 12.0 * a for a in alt]}))
+        post = kernel.fit(data, pol.fit_params)
+        ends, _ = endpoint_comparison(post, [len(v) for v in data.values],
+                                      kernel.level_prior_ratio(data, pol.fit_params.sigma0), pol.settings, True)
+        hopeful = endings.trials_to_rule_out(data, post, ends, hopeful=True)
+        dof = kernel.own_dof(post, data)
         sigma_lo = post.sigma_top * math.sqrt(dof / sst.chi2.ppf(1 - T.futility_sigma_q, dof))
         z = sst.norm.ppf(1 - pol.settings.alpha * T.same_alpha_share)
         at_none = next(k for k in range(0, 10_000, 2) if z * sigma_lo * math.sqrt(2 / (10 + k / 2)) < math.log(1.05))
@@ -672,14 +714,16 @@ def test_the_stated_price_dilutes_a_difference_the_posterior_reads_as_noise():
 
     cs = commits(9)
     pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
+    endings = _gate(pol, gates.SettleEndpoints).endings
+    assert endings.tol == 5.0
     alt = [1, -1] * 5
 
     def price_parts(shift: float, spread: float):
-        data = pol._regroup(_obs(cs, {0: [spread * a for a in alt], 8: [shift + spread * a for a in alt]}))
-        post = pol._posterior(data)
-        ends, _ = endpoint_comparison(post, [len(v) for v in data.values], pol._level_prior_ratio(data),
-                                      pol.settings, True)
-        return data, post, ends, pol._trials_to_rule_out(data, post, ends, 5.0)
+        data = _regroup(pol, _obs(cs, {0: [spread * a for a in alt], 8: [shift + spread * a for a in alt]}))
+        post = kernel.fit(data, pol.fit_params)
+        ends, _ = endpoint_comparison(post, [len(v) for v in data.values],
+                                      kernel.level_prior_ratio(data, pol.fit_params.sigma0), pol.settings, True)
+        return data, post, ends, endings.trials_to_rule_out(data, post, ends)
 
     data, post, ends, price = price_parts(-4.0, 12.0)
     d = math.log1p(ends.effect_pct / 100)
@@ -689,7 +733,7 @@ def test_the_stated_price_dilutes_a_difference_the_posterior_reads_as_noise():
         seg = int(8 >= post.b1[h]) + int(8 >= post.b2[h])
         ahead += float(post.w[h]) * float(post.beta[h][seg] - post.beta[h][0])
     assert d < ahead < 0.0  # shrunk toward "no change", not all the way
-    z = sst.t.ppf(1 - pol.settings.alpha * T.same_alpha_share, pol._own_dof(post, data))
+    z = sst.t.ppf(1 - pol.settings.alpha * T.same_alpha_share, kernel.own_dof(post, data))
     sigma, tol = post.sigma_top, math.log(1.05)
     expected = next(k for k in range(2, 100_000, 2)
                     if z * sigma * math.sqrt(2 / (10 + k / 2)) < tol + (10 * d + k / 2 * ahead) / (10 + k / 2))
@@ -721,8 +765,8 @@ def test_every_trial_after_the_first_posterior_names_the_best_answer_for_progres
     assert [a.phase for a in acts[:2]] == ["endpoints", "endpoints"] and not acts[0].best
     confirming = [a for a in acts if a.phase == "confirming"]
     assert confirming, [a.phase for a in acts]
-    assert all(a.best and a.p is not None for a in acts[2:])
-    assert all(a.best.startswith(cs[5][:10]) and a.p >= StatsConfig().confidence for a in confirming)
+    assert all(words.best_text(a) and a.p is not None for a in acts[2:])
+    assert all(words.best_text(a).startswith(cs[5][:10]) and a.p >= StatsConfig().confidence for a in confirming)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

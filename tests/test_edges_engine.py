@@ -13,17 +13,18 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from perfbisect.engine import cost
+from perfbisect.engine import cost, kernel
 from perfbisect.engine.bisect import SearchPolicy
 from perfbisect.engine.observations import Done, Measure
 from perfbisect.engine.covariates import covariate_notes
 from perfbisect.engine.stats import NoiseModel, compare
 from perfbisect.model import Observation, Verdict
+from perfbisect.report import words
 from perfbisect.report.render import comparison_line, format_comparison, format_outcome, outcome_json
 from perfbisect.settings import StatsConfig
 
-from .test_bisect import LOG82, SimulatedTarget, commits, drive
-from .test_decisive import _obs
+from .test_bisect import LOG82, SimulatedTarget, commits
+from .test_decisive import _obs, drive
 
 # --- shared targets ---------------------------------------------------------------------------------
 
@@ -48,7 +49,7 @@ def _heavy_tailed_run(seed: int, max_total: int = 120, higher_is_better: bool = 
     while True:
         act = pol.next(obs)
         if isinstance(act, Done):
-            return act.outcome, obs, acts, cs
+            return words.explained(act.outcome), obs, acts, cs
         acts.append(act)
         j = cs.index(act.commit)
         obs.append(Observation(act.commit, LOG82 + (step if j >= 9 else 0.0) + float(rng.standard_t(2)) * 0.04,
@@ -65,7 +66,7 @@ def test_out_of_budget_with_the_parent_check_open_is_inconclusive_with_the_answe
     pol = SearchPolicy(cs, StatsConfig(max_trials_total=len(obs)), NoiseModel.prior(5.0))
     done = pol.next(obs)
     assert isinstance(done, Done)
-    out = done.outcome
+    out = words.explained(done.outcome)
     # it was `regressed` with budget_exhausted false and stopped_by null: the check was skipped, not passed
     assert out.verdict is Verdict.INCONCLUSIVE and out.culprit is None
     assert out.budget_exhausted and out.stopped_by and f"stats.max_trials_total = {len(obs)}" in out.stopped_by
@@ -105,10 +106,15 @@ def test_every_confirming_trial_says_which_check_is_open_and_where_it_stands(see
     confirming = [a for a in acts if a.phase == "confirming"]
     assert len(confirming) >= 10
     for a in confirming:
-        assert (re.search(r"z -?\d+\.\d+ against \d+\.\d+ needed", a.reason)
-                or re.search(r"\d+ of \d+ trials", a.reason)), a.reason
-    pure = [a for a in confirming if "spread of repeated trials of one build" in a.reason]
-    assert pure and all(re.search(r"more trials?\b", a.reason) for a in pure), [a.reason for a in pure]
+        text = words.measure_text(a)
+        assert (re.search(r"z -?\d+\.\d+ against \d+\.\d+ needed", text)
+                or re.search(r"\d+ of \d+ trials", text)), text
+        # where the open check stands, as numbers: its z against the one needed, or the trials each side carries
+        where = a.why.get("where")
+        assert where is not None and where.code in ("z", "counts", "end_count"), a.why
+    pure = [words.measure_text(a) for a in confirming if a.why.code == "confirm.pair" and a.why["what"].code == "pure"]
+    assert pure == [t for t in map(words.measure_text, confirming) if "spread of repeated trials of one build" in t]
+    assert pure and all(re.search(r"more trials?\b", t) for t in pure), pure
 
 
 def test_a_check_the_rest_of_the_budget_cannot_settle_stops_at_once_with_its_price():
@@ -119,7 +125,7 @@ def test_a_check_the_rest_of_the_budget_cannot_settle_stops_at_once_with_its_pri
     # it asked for the pair again though one more trial cannot carry the pure test across its threshold (z 3.3
     # against 4.1: at the difference and noise measured it takes about four)
     assert isinstance(done, Done), done
-    out = done.outcome
+    out = words.explained(done.outcome)
     assert out.verdict is Verdict.INCONCLUSIVE and out.culprit is None and not out.budget_exhausted
     assert (out.stopped_by or "").startswith("confirmation")
     assert out.best_answer == (cs[5],) and out.answer_probability >= 0.99
@@ -208,11 +214,12 @@ def test_best_never_names_an_untestable_commit(n, at, skipped):
         if isinstance(act, Done):
             break
         untestable = {o.commit[:10] for o in obs if o.value is None}
-        for text in (act.best, act.reason):
+        best = words.best_text(act)
+        for text in (best, words.measure_text(act)):
             assert not any(u in text for u in untestable), (text, sorted(untestable)[:3])
-        if act.best.startswith(cs[at][:10]):
+        if best.startswith(cs[at][:10]):
             named += 1
-            assert f"{len(skipped)} untestable" in act.best or "untestable" in act.best, act.best
+            assert f"{len(skipped)} untestable" in best or "untestable" in best, best
         obs.append(Observation(act.commit, target.trial(cs.index(act.commit), len(obs)), seq=len(obs)))
     out = act.outcome
     assert named and out.verdict is Verdict.REGRESSED and out.culprit == cs[at]
@@ -280,7 +287,7 @@ def test_the_bisection_says_why_it_did_not_adjust():
         j = (0, 8)[k % 2]
         e = float(rng.normal(0, 0.03))
         obs.append(Observation(cs[j], LOG82 + e, {"other_load": 2.0 + 20.0 * e}, seq=k))
-    data = pol._regroup(obs)
+    data = kernel.regroup(obs, pol.index, alpha=pol.settings.alpha, higher_is_better=pol.higher_is_better)
     assert data.values[0] == [o.value for o in obs if o.commit == cs[0]]
     assert data.values[8] == [o.value for o in obs if o.commit == cs[8]]
     assert data.notes and "not adjusted" in data.notes[0] and "implausible" in data.notes[0], data.notes
@@ -315,7 +322,7 @@ def test_one_noise_figure_per_verdict_in_the_text_and_in_json(steps, seed):
         j = cs.index(act.commit)
         level = sum(v for k, v in target_step.items() if j >= k)
         obs.append(Observation(act.commit, LOG82 + level + float(rng.normal(0, 0.04)), seq=len(obs)))
-    out = act.outcome
+    out = words.explained(act.outcome)
     lines = format_outcome(_result(out))
     shown = _noise_figures(lines)
     assert len(shown) == 1, lines

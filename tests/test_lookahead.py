@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from perfbisect.engine import kernel
 from perfbisect.engine.bisect import SearchPolicy
 from perfbisect.model import Observation
 from perfbisect.engine.lookahead import best_trial
@@ -23,8 +24,9 @@ def _posterior():
     cs = commits(9)
     pol = SearchPolicy(cs, StatsConfig(), NoiseModel.prior(5.0))
     obs = [Observation(cs[j], LOG82 + math.log1p(v / 100), seq=k) for k, (j, v) in enumerate(SEED74)]
-    data = pol._regroup(obs)
-    return pol._posterior(data), float(data.spent)
+    # the posterior the search decides on, and the run-order position of the next trial (trials spent so far)
+    data = kernel.regroup(obs, pol.index, alpha=pol.settings.alpha, higher_is_better=pol.higher_is_better)
+    return pol.posterior(obs), float(data.spent)
 
 
 def test_a_gain_does_not_depend_on_which_other_commits_are_candidates():
@@ -49,20 +51,26 @@ def test_the_heavily_measured_commit_is_not_the_next_trial():
 
 def test_the_gain_is_the_expected_drop_in_answer_entropy_written_out_point_by_point():
     # the fast path sums each answer's hypotheses row by row; here the definition, one grid point at a time:
-    # the posterior over hypotheses after that outcome, its answer entropy, weighted by the outcome's probability
+    # the posterior over hypotheses after that outcome, its answer entropy, weighted by the outcome's probability.
+    # Over the hypotheses best_trial keeps (by mass, all but 1e-6 of it, at most MAX_HYPOTHESES) and on each
+    # candidate's own grid (LOOKAHEAD_GRID points spanning ±4.5 predictive scales around every hypothesis' mean)
     import numpy as np
 
     from perfbisect.engine import lookahead as la
 
     post, t = _posterior()
     order = np.argsort(-post.w, kind="stable")
-    keep = order[:40]
+    csum = np.cumsum(post.w[order])
+    keep = order[: max(1, min(la.MAX_HYPOTHESES, int(np.searchsorted(csum, 1 - 1e-6)) + 1))]
     w = post.w[keep] / post.w[keep].sum()
     cand = np.arange(9)
     loc, scale = post.predict(keep, cand, t)
     onehots = la.answer_groups(post, keep)
-    fast = la._gain(post.dof, w, loc, scale, onehots)
-    y = la._grid(loc, scale)
+    # each candidate scored alone: its expected gain, in nats
+    fast = np.array([best_trial(post, [j], t)[1] * math.log(2) for j in cand])
+    lo = (loc - 4.5 * scale).min(axis=0)
+    hi = (loc + 4.5 * scale).max(axis=0)
+    y = lo[:, None] + (hi - lo)[:, None] * np.linspace(0.0, 1.0, la.LOOKAHEAD_GRID)[None, :]
 
     def entropy(p):
         total = 0.0
@@ -71,9 +79,13 @@ def test_the_gain_is_the_expected_drop_in_answer_entropy_written_out_point_by_po
             total -= sum(x * math.log(x) for x in g if x > 0)
         return total
 
+    def t_logpdf(v, m, s, nu):  # Student-t, up to its constant (it cancels)
+        z = (v - m) / s
+        return -0.5 * (nu + 1.0) * np.log1p(z * z / nu) - np.log(s)
+
     h0 = entropy(w)
     for j in cand:
-        dens = np.exp(la._t_logpdf(y[j][None, :], loc[:, j][:, None], scale[:, j][:, None], post.dof))  # (H, G)
+        dens = np.exp(t_logpdf(y[j][None, :], loc[:, j][:, None], scale[:, j][:, None], post.dof))  # (H, G)
         joint = w[:, None] * dens
         py = joint.sum(axis=0)
         expected = sum(py[g] * entropy(joint[:, g] / py[g]) for g in range(len(py))) / py.sum()

@@ -15,13 +15,13 @@ accepted while the two-change hypotheses whose *both* steps reach that floor kee
 posterior — per hypothesis P(|δ1| ≥ F)·P(|δ2| ≥ F) over P(|δ1| ≥ 3%)·P(|δ2| ≥ 3%) (the weights already carry the 3%
 truncation), δ normal with the hypothesis's own level step and standard error, F from the located step and σ of
 the best one-change hypothesis — while the look-ahead's trial is expected to remove ``min_gain_bits``. This is an
-exploration: ``DecisionSteps._second_change_doubt`` is replaced in the worker processes only; nothing of the product
-changes. Seeds are paired: each variant sees the same targets.
+exploration: each variant's policy runs ``FloorDoubt`` in place of its ``gates.SecondChangeDoubt`` (``policy.gates``
+is the tuple the policy runs, the supported way to try a variant rule); nothing of the product changes, and no
+engine name is patched. Seeds are paired: each variant sees the same targets.
 """
 import json
 import sys
-from dataclasses import replace
-from functools import partialmethod
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,14 +30,15 @@ import strategies as S  # noqa: E402
 from bayes_two import _outside  # noqa: E402
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 import paired  # noqa: E402
-from perfbisect.engine import decision  # noqa: E402
+from perfbisect.engine import gates  # noqa: E402
 from perfbisect.engine.change_posterior import level_step  # noqa: E402
 from perfbisect.engine.effects import located_step  # noqa: E402
+from perfbisect.engine.observations import Done  # noqa: E402
+from perfbisect.engine.pair_checks import SecondChange  # noqa: E402
 from perfbisect.engine.stats import log_of_pct  # noqa: E402
 from perfbisect.engine.tuning import DEFAULT_TUNING  # noqa: E402
+from perfbisect.engine.view import Range, View  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
-
-_ORIGINAL = decision.DecisionSteps._second_change_doubt
 
 
 def p_two_floor(post, floor: float, min_step: float, own: tuple[float, float, float] | None = None) -> float:
@@ -58,24 +59,50 @@ def p_two_floor(post, floor: float, min_step: float, own: tuple[float, float, fl
     return float((post.w[two] * np.minimum(ratio, 1.0)).sum())
 
 
-def _floor_doubt(self, look, own_floor: bool = False):
-    """``DecisionSteps._second_change_doubt`` asked about two changes beyond the floor: the probe's size
-    (``_second_change_sizes``), or each hypothesis's own (``own_floor``)."""
-    if len(look.top_key) != 1:
+@dataclass(frozen=True)
+class FloorDoubt:
+    """``gates.SecondChangeDoubt`` asked about two changes beyond the floor: the probe's size (``SecondChange.sizes``),
+    or each hypothesis's own (``own``: floor's fixed part, share of the larger step, σ multiple). Runs where the
+    engine's gate runs, with its look-ahead (``search``), its doubt and its ``min_gain_bits``."""
+
+    doubt_gate: gates.SecondChangeDoubt  # the engine's gate this one stands in for
+    second: SecondChange  # the probe's sizes (the policy's own, from its OneChange gate)
+    range: Range
+    min_step: float  # log of stats.min_effect_pct: the truncation the posterior's weights carry
+    own: tuple[float, float, float] | None = None
+
+    def check(self, view: View):
+        if len(view.top_key) != 1:
+            return None
+        b = view.top_key[0]
+        st = located_step(view.post, view.top_key, b, self.range.parent(b, view.data), list(view.counts))
+        _, floor = self.second.sizes(view.post, st)
+        p_two = p_two_floor(view.post, floor, self.min_step, self.own)
+        g = self.doubt_gate
+        if p_two >= g.doubt:
+            step = g.search.step(view, "second-change check")
+            if isinstance(step, Done) or step.gain_bits >= g.min_gain_bits:
+                return step
+            return replace(view, doubt=p_two)  # the doubt is kept: the verdict says it
         return None
-    b = look.top_key[0]
-    st = located_step(look.post, look.top_key, b, self._parent(b, look.data), look.counts)
-    t = self.tuning
-    _, floor = self._second_change_sizes(look.post, st)
-    own = (log_of_pct(t.second_change_pct), t.second_change_share, t.second_change_sigmas) if own_floor else None
-    p_two = p_two_floor(look.post, floor, log_of_pct(self.settings.min_effect_pct), own)
-    if p_two >= t.second_change_doubt:
-        step = self._search_step(look.data, look.post, look.top_key, look.top_p, look.ends, look.ruled_out,
-                                 phase="second-change check", host=look.host)
-        if isinstance(step, decision.Done) or step.gain_bits >= t.min_gain_bits:
-            return step
-        look.doubt = p_two
-    return None
+
+
+def floor_doubt(policy, own_floor: bool = False) -> None:
+    """Run ``FloorDoubt`` in ``policy`` in place of its ``gates.SecondChangeDoubt`` (the rest of its gates as they are)."""
+    second = next(g for g in policy.gates if isinstance(g, gates.OneChange)).second
+    own = (log_of_pct(second.floor_pct), second.share, second.floor_sigmas) if own_floor else None
+    min_step = log_of_pct(policy.settings.min_effect_pct)
+    policy.gates = tuple(FloorDoubt(g, second, policy.range, min_step, own) if isinstance(g, gates.SecondChangeDoubt)
+                         else g for g in policy.gates)
+
+
+def variant_of(name: str):
+    """What ``run_perfbisect`` does to a fresh policy for variant ``name`` (None: the engine as it is)."""
+    floor = VARIANTS[name][0]
+    if not floor:
+        return None
+    own = floor == "own"
+    return lambda policy: floor_doubt(policy, own_floor=own)
 
 
 PROBE_OFF = {"second_change_z": 0.0}
@@ -97,12 +124,11 @@ VARIANTS = {
 
 def one(args):
     variant, cell, seed = args
-    floor, tv, sv = VARIANTS[variant]
-    decision.DecisionSteps._second_change_doubt = (
-        partialmethod(_floor_doubt, own_floor=floor == "own") if floor else _ORIGINAL)
+    _, tv, sv = VARIANTS[variant]
     t = S.make_target(S.SCENARIOS[cell], seed)
     t.seed = seed
-    row = S.score(t, S.run_perfbisect(t, settings=replace(StatsConfig(), **sv), tuning=replace(DEFAULT_TUNING, **tv)))
+    row = S.score(t, S.run_perfbisect(t, settings=replace(StatsConfig(), **sv), tuning=replace(DEFAULT_TUNING, **tv),
+                                      variant=variant_of(variant)))
     return variant, cell, {k: row[k] for k in ("correct", "false_blame", "trials", "wrong_first", "extra_named",
                                                "budget_exhausted")}
 

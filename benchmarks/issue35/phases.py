@@ -10,6 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import strategies as S  # noqa: E402
+from perfbisect.report import words  # noqa: E402
 
 
 def main(cell: str, reps: int, base: int) -> None:

@@ -15,7 +15,8 @@ from types import SimpleNamespace
 from scipy import stats
 
 from perfbisect.engine.observations import Done
-from perfbisect.engine.search_replay import observations_of, policy_for, replay, stored_start
+from perfbisect.engine.search_start import observations_of, policy_for
+from perfbisect.report.replay import replay, stored_start
 
 for path in sys.argv[1:]:
     con = sqlite3.connect(path)

@@ -401,7 +401,8 @@ def format_duration(seconds: float | None) -> str:
 
 @dataclass(frozen=True)
 class SearchStatus:
-    """Where a bisection stands before its next trial: what the progress display and heartbeat show."""
+    """Where a bisection stands before its next trial: what the progress display and heartbeat show (worded by
+    ``report.costs.search_status_line`` and ``search_status_compact``)."""
 
     bisection_id: int
     trial: int  # the trial about to run, 1-based, as the budget counts them (untestable commits are not trials)
@@ -438,64 +439,7 @@ class SearchStatus:
         one), or at its last trial: the ETA is at least this, not about this."""
         return self.trial >= self.expected or self.phase in ("confirming", "second-change check")
 
-    def eta_text(self) -> str:
-        """The best statement the numbers allow, in minutes (a trial's time varies more than seconds): "~4m" (the
-        estimate, still ahead), "≥ 12m" (a floor: the trials the open check needs, or the estimate's rest in a phase
-        that adds trials), "≤ 2h10m" (a ceiling: the budget left, where no floor reaches a minute), "< 1m"; "?" only
-        before any trial's time is known."""
-        if self.trial_s is None:
-            return "?"
-        floors = [f for f in (self.eta_s if self.eta_is_lower_bound else None,
-                              self.needs * self.trial_s if self.needs else None) if f is not None]
-        if not self.eta_is_lower_bound and self.eta_s is not None:
-            eta = max([self.eta_s, *floors])
-            return "< 1m" if eta < 60 else "~" + _eta_duration(eta)
-        floor = max(floors, default=0.0)
-        if floor >= 60:
-            return "≥ " + _eta_duration(floor, rounding=math.floor)  # a floor rounded down stays a floor
-        ceiling = max(1, self.max_trials - self.trial + 1) * self.trial_s
-        return "< 1m" if ceiling < 60 else "≤ " + _eta_duration(ceiling, rounding=math.ceil)  # a ceiling, up
-
-    def _budget(self) -> str:
-        left = f"trial {self.trial} of at most {self.max_trials}"
-        if self.untestable:
-            left += f" (+{self.untestable} untestable, not counted)"
-        return left
-
-    def _best(self) -> str:
-        """The likeliest answer: "no change" where it outweighs the best commit (whose p is given a change)."""
-        if self.p_none is not None and self.p is not None and self.p_none >= self.p * (1.0 - self.p_none):
-            return f"likeliest: no change p={self.p_none:.2f}"
-        return f"best: {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
-
-    def _phase(self) -> str:
-        """The phase, what it checks and about how many trials that needs; why it stepped back, when it did."""
-        text = self.phase + (" again" if self.again else "")  # why: the "back to …" progress line says
-        if self.check:
-            more = f", ~{self.needs} more trial{'s' if self.needs != 1 else ''}" if self.needs else ""
-            text += f" ({self.check}{more})"
-        return text
-
-    def line(self) -> str:
-        best = f" · {self._best()}" if self._best() else ""
-        expected = f" (~{self.expected} expected)" if self.ahead else ""
-        return (
-            f"bisection #{self.bisection_id}: {self._budget()}{expected}"
-            f" · {self._phase()} · {self.commit}{best} · {format_duration(self.elapsed_s)} elapsed · ETA {self.eta_text()}"
-        )
-
-    def compact(self) -> str:
-        """The live line's short form, most telling first (a terminal of 80 columns cuts the tail)."""
-        best = f" · {self._best().replace(': ', ' ', 1)}" if self._best() else ""
-        of = f"~{self.expected}" if self.ahead else f"≤{self.max_trials}"
-        phase = self.phase + (f" ~{self.needs} more" if self.check and self.needs else "")
-        return (f"#{self.bisection_id} trial {self.trial}/{of} · {phase} · {self.commit} · "
-                f"ETA {self.eta_text()} · {format_duration(self.elapsed_s)}{best}")
-
-
-def _eta_duration(seconds: float, rounding=round) -> str:
-    """An ETA to the minute ("4m", "1h05m"): seconds would claim a precision no estimate of trials has. A floor is
-    rounded down and a ceiling up (``rounding``), so neither claims more than it knows."""
-    minutes = max(1, int(rounding(seconds / 60.0)))
-    h, m = divmod(minutes, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m"
+    @property
+    def no_change_likeliest(self) -> bool:
+        """Whether "no change at all" outweighs the best commit (whose ``p`` is given that something changed)."""
+        return self.p_none is not None and self.p is not None and self.p_none >= self.p * (1.0 - self.p_none)

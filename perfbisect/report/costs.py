@@ -1,0 +1,89 @@
+"""What a bisection costs, in words: the engine's cost values (``engine.cost``) written as the lines `plan`,
+`run`, `log` and the progress display print. The engine computes the numbers; every sentence about them is here,
+so a change of wording is a change of this module only (issue #51). It imports the engine only where a function
+needs its constants: `log` and the progress display stay free of numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ..engine.cost import format_duration
+
+if TYPE_CHECKING:
+    from ..engine.cost import SearchStatus
+
+
+def eta_text(status: SearchStatus) -> str:
+    """The best statement the numbers allow, in minutes (a trial's time varies more than seconds): "~4m" (the
+    estimate, still ahead), "≥ 12m" (a floor: the trials the open check needs, or the estimate's rest in a phase
+    that adds trials), "≤ 2h10m" (a ceiling: the budget left, where no floor reaches a minute), "< 1m"; "?" only
+    before any trial's time is known."""
+    if status.trial_s is None:
+        return "?"
+    lower = status.eta_is_lower_bound
+    floors = [f for f in (status.eta_s if lower else None,
+                          status.needs * status.trial_s if status.needs else None) if f is not None]
+    if not lower and status.eta_s is not None:
+        eta = max([status.eta_s, *floors])
+        return "< 1m" if eta < 60 else "~" + _eta_duration(eta)
+    floor = max(floors, default=0.0)
+    if floor >= 60:
+        return "≥ " + _eta_duration(floor, rounding=math.floor)  # a floor rounded down stays a floor
+    ceiling = max(1, status.max_trials - status.trial + 1) * status.trial_s
+    return "< 1m" if ceiling < 60 else "≤ " + _eta_duration(ceiling, rounding=math.ceil)  # a ceiling, up
+
+
+def _eta_duration(seconds: float, rounding=round) -> str:
+    """An ETA to the minute ("4m", "1h05m"): seconds would claim a precision no estimate of trials has. A floor is
+    rounded down and a ceiling up (``rounding``), so neither claims more than it knows."""
+    minutes = max(1, int(rounding(seconds / 60.0)))
+    h, m = divmod(minutes, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m"
+
+
+def _budget(status: SearchStatus) -> str:
+    left = f"trial {status.trial} of at most {status.max_trials}"
+    if status.untestable:
+        left += f" (+{status.untestable} untestable, not counted)"
+    return left
+
+
+def _best(status: SearchStatus) -> str:
+    """The likeliest answer: "no change" where it outweighs the best commit (whose p is given a change)."""
+    if status.no_change_likeliest:
+        return f"likeliest: no change p={status.p_none:.2f}"
+    return f"best: {status.best} p={status.p:.2f}" if status.best and status.p is not None else ""
+
+
+def _phase(status: SearchStatus) -> str:
+    """The phase, what it checks and about how many trials that needs; why it stepped back, when it did."""
+    text = status.phase + (" again" if status.again else "")  # why: the "back to …" progress line says
+    if status.check:
+        more = f", ~{status.needs} more trial{'s' if status.needs != 1 else ''}" if status.needs else ""
+        text += f" ({status.check}{more})"
+    return text
+
+
+def search_status_line(status: SearchStatus) -> str:
+    """Where a bisection stands, the progress line and heartbeat: "bisection #1: trial 5 of at most 120 (~9
+    expected) · locating · abc1234567 · best: … p=0.91 · 2m10s elapsed · ETA ~4m"."""
+    best = _best(status)
+    best = f" · {best}" if best else ""
+    expected = f" (~{status.expected} expected)" if status.ahead else ""
+    return (
+        f"bisection #{status.bisection_id}: {_budget(status)}{expected}"
+        f" · {_phase(status)} · {status.commit}{best} · {format_duration(status.elapsed_s)} elapsed"
+        f" · ETA {eta_text(status)}"
+    )
+
+
+def search_status_compact(status: SearchStatus) -> str:
+    """The live line's short form, most telling first (a terminal of 80 columns cuts the tail)."""
+    best = _best(status)
+    best = f" · {best.replace(': ', ' ', 1)}" if best else ""
+    of = f"~{status.expected}" if status.ahead else f"≤{status.max_trials}"
+    phase = status.phase + (f" ~{status.needs} more" if status.check and status.needs else "")
+    return (f"#{status.bisection_id} trial {status.trial}/{of} · {phase} · {status.commit} · "
+            f"ETA {eta_text(status)} · {format_duration(status.elapsed_s)}{best}")

@@ -20,6 +20,7 @@ from perfbisect.engine import cost
 from perfbisect.demo.target import make_demo_target
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel
+from perfbisect.report.costs import spent_line
 from perfbisect.report.markdown import md
 from tests.cli_runner import run_command
 
@@ -119,7 +120,7 @@ def test_spent_wall_time_leaves_out_a_pause():
     resumed = steady + [trial(steady[-1].finished_at + 7200 + 60 * i, steady[-1].finished_at + 7250 + 60 * i) for i in range(2)]
     r = cost.spent(resumed, gpus=2)
     assert r["wall_s"] == pytest.approx(230.0 + 110.0) and r["paused_s"] == pytest.approx(7200.0)
-    assert "paused, not counted" in cost.spent_line(r) and "paused" not in cost.spent_line(s)
+    assert "paused, not counted" in spent_line(r) and "paused" not in spent_line(s)
 
 
 def test_plan_without_any_trial_cost_says_it_is_unknown(demo, tmp_path):

@@ -31,9 +31,8 @@ def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, 
     started, every run failed): that is a measurement that broke (4), not evidence too weak to decide
     (3); ``report``, the HTML report's path and the short line that ends the text output; ``spent``.
     """
+    from ..report.costs import spent_line
     from ..report.render import format_outcome, outcome_json
-
-    from ..engine.cost import spent_line
 
     report, spent = finished.report, finished.spent
     if finished.broken:

@@ -32,7 +32,6 @@ from typing import Sequence
 
 import numpy as np
 
-from ..metrics import trials_text
 from ..model import Observation, median
 from ..settings import StatsConfig
 from .stats import NoiseModel, log_of_pct, pct
@@ -329,21 +328,6 @@ one trial takes here, ``app.planning.trial_time``).
     )
 
 
-def more_trials_line(cfg, timing: TrialTime, trials: int, what: str) -> str:
-    """"about N more trials (X of wall time, Y GPU-hours at ...)": what an inconclusive answer would cost to settle."""
-    modes = cfg.metric_modes
-    trial_s, source = timing.seconds, timing.source
-    n = trials * len(modes)
-    head = f"{what} would take about {n} more trial{'s' if n != 1 else ''}"
-    if trial_s is None:
-        return head + " at the noise measured so far (set [cost] trial_minutes to see the time it costs)"
-    hours = n * trial_s / 3600.0
-    gpus, unit = hours_unit(cfg)
-    per = f"; × {gpus} GPU{'s' if gpus != 1 else ''}, [cost] gpus" if unit == "GPU-hours" else ""
-    return (f"{head} at the noise measured so far: {format_duration(n * trial_s)} of the machine, "
-            f"{hours * gpus:.1f} {unit} ({format_duration(trial_s)} per trial, {source}{per})")
-
-
 def pauses(trials) -> list[tuple[float, float]]:
     """When nothing ran, as (from, to) times: gaps between trials longer than ``PAUSE_GAP_S`` and than a
     median trial, as when a bisection was interrupted and resumed later."""
@@ -372,18 +356,6 @@ def spent(trials, gpus: int, unit: str = "GPU-hours") -> dict:
     wall = (max(t.finished_at for t in timed) - timed[0].started_at - paused) if timed else 0.0
     return {"trials": len(trials), "wall_s": wall, "paused_s": paused, "gpu_hours": busy / 3600.0 * gpus, "gpus": gpus,
             "hours_unit": unit}
-
-
-def spent_line(s: dict, used: int | None = None) -> str:
-    """"spent: 17 trials (9 observations used by the search), 1m02s wall, 0.02 GPU-hours (…)"."""
-    run = trials_text(s["trials"], used)
-    unit = s.get("hours_unit", "GPU-hours")
-    per = (f" (trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)" if unit == "GPU-hours"
-           else " (trial time)")
-    return (
-        f"spent: {run}, {format_duration(s['wall_s'])} wall, {s['gpu_hours']:.2f} {unit}{per}"
-        + (f"; {format_duration(s['paused_s'])} paused, not counted" if s.get("paused_s") else "")
-    )
 
 
 def format_duration(seconds: float | None) -> str:

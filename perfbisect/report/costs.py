@@ -10,9 +10,10 @@ import math
 from typing import TYPE_CHECKING
 
 from ..engine.cost import format_duration
+from ..metrics import trials_text
 
 if TYPE_CHECKING:
-    from ..engine.cost import SearchStatus
+    from ..engine.cost import SearchStatus, TrialTime
 
 
 def eta_text(status: SearchStatus) -> str:
@@ -87,3 +88,33 @@ def search_status_compact(status: SearchStatus) -> str:
     phase = status.phase + (f" ~{status.needs} more" if status.check and status.needs else "")
     return (f"#{status.bisection_id} trial {status.trial}/{of} · {phase} · {status.commit} · "
             f"ETA {eta_text(status)} · {format_duration(status.elapsed_s)}{best}")
+
+
+def more_trials_line(cfg, timing: TrialTime, trials: int, what: str) -> str:
+    """"settling … would take about N more trials at the noise measured so far: X of the machine, Y GPU-hours (…)":
+    what an inconclusive answer would cost to settle (``trials`` steps of one trial per metric mode, at ``timing``)."""
+    from ..engine.cost import hours_unit
+
+    trial_s, source = timing.seconds, timing.source
+    n = trials * len(cfg.metric_modes)
+    head = f"{what} would take about {n} more trial{'s' if n != 1 else ''}"
+    if trial_s is None:
+        return head + " at the noise measured so far (set [cost] trial_minutes to see the time it costs)"
+    hours = n * trial_s / 3600.0
+    gpus, unit = hours_unit(cfg)
+    per = f"; × {gpus} GPU{'s' if gpus != 1 else ''}, [cost] gpus" if unit == "GPU-hours" else ""
+    return (f"{head} at the noise measured so far: {format_duration(n * trial_s)} of the machine, "
+            f"{hours * gpus:.1f} {unit} ({format_duration(trial_s)} per trial, {source}{per})")
+
+
+def spent_line(s: dict, used: int | None = None) -> str:
+    """"spent: 17 trials (9 observations used by the search), 1m02s wall, 0.02 GPU-hours (…)": what ``engine.cost.spent``
+    counted, its pauses said apart."""
+    run = trials_text(s["trials"], used)
+    unit = s.get("hours_unit", "GPU-hours")
+    per = (f" (trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)" if unit == "GPU-hours"
+           else " (trial time)")
+    return (
+        f"spent: {run}, {format_duration(s['wall_s'])} wall, {s['gpu_hours']:.2f} {unit}{per}"
+        + (f"; {format_duration(s['paused_s'])} paused, not counted" if s.get("paused_s") else "")
+    )

@@ -7,9 +7,10 @@ import math
 import time
 from pathlib import Path
 
-from ..engine.cost import format_duration, hours_unit, spent, spent_line
+from ..engine.cost import format_duration, hours_unit, spent
 from ..layout import FIXED
 from ..metrics import stored_or_described
+from .costs import spent_line
 from ..model import median
 
 # Layout ids listed per commit before the rest are counted: a commit measured ten times stays one line.

@@ -202,73 +202,30 @@ class Estimate:
     forecast: Forecast | None = None
     unit: str = "GPU-hours"  # "machine-hours" for a command target (cost.hours_unit)
 
-    def _hours(self, trials: int) -> float | None:
+    @property
+    def span(self) -> tuple[int, int]:
+        """The 10th and 90th percentile of the simulated counts (both the median where none were kept)."""
+        return self.low or self.trials, self.high or self.trials
+
+    def hours(self, trials: int) -> float | None:
+        """Hours (in ``unit``) of ``trials`` steps; None when a trial's time is unknown."""
         return None if self.trial_s is None else trials * self.modes * self.trial_s / 3600.0 * self.gpus
+
+    def wall(self, trials: int) -> float | None:
+        """Wall seconds of ``trials`` steps (one trial per metric mode each); None when a trial's time is unknown."""
+        return None if self.trial_s is None else trials * self.modes * self.trial_s
 
     @property
     def wall_s(self) -> float | None:
-        return None if self.trial_s is None else self.trials * self.modes * self.trial_s
+        return self.wall(self.trials)
 
     @property
     def gpu_hours(self) -> float | None:
-        return self._hours(self.trials)
+        return self.hours(self.trials)
 
     @property
     def max_gpu_hours(self) -> float | None:
-        return self._hours(self.max_trials)
-
-    def lines(self) -> list[str]:
-        """The estimate (trials, range, wall time, GPU-hours), then what it assumes."""
-        lo, hi = self.low or self.trials, self.high or self.trials
-        span = f" ({lo}–{hi} in 80% of simulated runs)" if hi > lo else ""
-        head = f"estimate: ~{self.trials} trials{span}" + (f" × {self.modes} modes" if self.modes > 1 else "")
-        head += f", at most {self.max_trials} (stats.max_trials_total)"
-        if self.trial_s is None:
-            head += "; time unknown: no trial stored on this host yet — set [cost] trial_minutes"
-        else:
-            wall = format_duration(self.wall_s)
-            hours = f"{self.gpu_hours:.2f}"
-            if hi > lo:
-                wall += f" ({format_duration(lo * self.modes * self.trial_s)}–{format_duration(hi * self.modes * self.trial_s)})"
-                hours += f" ({self._hours(lo):.2f}–{self._hours(hi):.2f})"
-            per = (f" × {self.gpus} GPU" + ("s" if self.gpus != 1 else "")) if self.unit == "GPU-hours" else ""
-            head += (
-                f"; {wall} wall, {hours} {self.unit} (at most {self.max_gpu_hours:.2f}) at "
-                f"{format_duration(self.trial_s)} per trial ({self.source}){per}"
-            )
-        out = [head]
-        f = self.forecast
-        if f is not None and not f.runs:
-            out.append(f"  how: {f.method}; it counts candidates only, not the regression or the noise")
-        elif f is not None:
-            out.append(
-                f"  how: {f.method}, each a {f.effect_pct:.1f}% regression ({f.effect_source}) under "
-                f"{f.noise_pct:.1f}% trial noise ({f.noise_source}); the cost grows as the regression nears the noise"
-            )
-        if f is not None and f.no_change is not None:
-            n = f.no_change
-            time_part = (f", {format_duration(n * self.modes * self.trial_s)} wall" if self.trial_s is not None else "")
-            out.append(f"  if nothing changed: ~{n} trial{'s' if n != 1 else ''}{time_part} (the search ends on "
-                       f"\"no regression\" once the endpoints rule it out)")
-        return out
-
-    def line(self) -> str:
-        return self.lines()[0]
-
-    def as_dict(self) -> dict:
-        f = self.forecast
-        return {
-            "candidates": self.candidates, "trials": self.trials, "trials_low": self.low or self.trials,
-            "trials_high": self.high or self.trials, "range": "10th-90th percentile of simulated runs",
-            "max_trials": self.max_trials, "modes": self.modes, "trial_s": self.trial_s, "trial_s_source": self.source,
-            "gpus": self.gpus, "hours_unit": self.unit, "wall_s": self.wall_s, "gpu_hours": self.gpu_hours, "max_gpu_hours": self.max_gpu_hours,
-            "gpu_hours_low": self._hours(self.low or self.trials), "gpu_hours_high": self._hours(self.high or self.trials),
-            "method": f.method if f else "formula", "simulated_trials": list(f.runs) if f else [],
-            "trials_if_no_change": f.no_change if f else None,
-            "effect_pct": f.effect_pct if f else None, "effect_source": f.effect_source if f else None,
-            "noise_pct": f.noise_pct if f else None, "noise_source": f.noise_source if f else None,
-            "seconds_to_estimate": f.elapsed_s if f else None, "cpu_seconds_to_estimate": f.cpu_s if f else None,
-        }
+        return self.hours(self.max_trials)
 
 
 @dataclass(frozen=True)

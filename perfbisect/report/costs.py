@@ -13,7 +13,7 @@ from ..engine.cost import format_duration
 from ..metrics import trials_text
 
 if TYPE_CHECKING:
-    from ..engine.cost import SearchStatus, TrialTime
+    from ..engine.cost import Estimate, SearchStatus, TrialTime
 
 
 def eta_text(status: SearchStatus) -> str:
@@ -118,3 +118,58 @@ def spent_line(s: dict, used: int | None = None) -> str:
         f"spent: {run}, {format_duration(s['wall_s'])} wall, {s['gpu_hours']:.2f} {unit}{per}"
         + (f"; {format_duration(s['paused_s'])} paused, not counted" if s.get("paused_s") else "")
     )
+
+
+def estimate_lines(est: Estimate) -> list[str]:
+    """`plan`'s estimate and `run`'s budget question: trials, their range, wall time and hours, then how it was
+    made (simulated or the formula, the regression and the noise it assumed) and what a range with no change costs."""
+    lo, hi = est.span
+    span = f" ({lo}–{hi} in 80% of simulated runs)" if hi > lo else ""
+    head = f"estimate: ~{est.trials} trials{span}" + (f" × {est.modes} modes" if est.modes > 1 else "")
+    head += f", at most {est.max_trials} (stats.max_trials_total)"
+    if est.trial_s is None:
+        head += "; time unknown: no trial stored on this host yet — set [cost] trial_minutes"
+    else:
+        wall = format_duration(est.wall_s)
+        hours = f"{est.gpu_hours:.2f}"
+        if hi > lo:
+            wall += f" ({format_duration(est.wall(lo))}–{format_duration(est.wall(hi))})"
+            hours += f" ({est.hours(lo):.2f}–{est.hours(hi):.2f})"
+        per = (f" × {est.gpus} GPU" + ("s" if est.gpus != 1 else "")) if est.unit == "GPU-hours" else ""
+        head += (
+            f"; {wall} wall, {hours} {est.unit} (at most {est.max_gpu_hours:.2f}) at "
+            f"{format_duration(est.trial_s)} per trial ({est.source}){per}"
+        )
+    out = [head]
+    f = est.forecast
+    if f is not None and not f.runs:
+        out.append(f"  how: {f.method}; it counts candidates only, not the regression or the noise")
+    elif f is not None:
+        out.append(
+            f"  how: {f.method}, each a {f.effect_pct:.1f}% regression ({f.effect_source}) under "
+            f"{f.noise_pct:.1f}% trial noise ({f.noise_source}); the cost grows as the regression nears the noise"
+        )
+    if f is not None and f.no_change is not None:
+        n = f.no_change
+        time_part = f", {format_duration(est.wall(n))} wall" if est.trial_s is not None else ""
+        out.append(f"  if nothing changed: ~{n} trial{'s' if n != 1 else ''}{time_part} (the search ends on "
+                   f"\"no regression\" once the endpoints rule it out)")
+    return out
+
+
+def estimate_json(est: Estimate) -> dict:
+    """The estimate in `plan --json`: its numbers, and where each assumption comes from in the words the text uses."""
+    f = est.forecast
+    lo, hi = est.span
+    return {
+        "candidates": est.candidates, "trials": est.trials, "trials_low": lo, "trials_high": hi,
+        "range": "10th-90th percentile of simulated runs",
+        "max_trials": est.max_trials, "modes": est.modes, "trial_s": est.trial_s, "trial_s_source": est.source,
+        "gpus": est.gpus, "hours_unit": est.unit, "wall_s": est.wall_s, "gpu_hours": est.gpu_hours,
+        "max_gpu_hours": est.max_gpu_hours, "gpu_hours_low": est.hours(lo), "gpu_hours_high": est.hours(hi),
+        "method": f.method if f else "formula", "simulated_trials": list(f.runs) if f else [],
+        "trials_if_no_change": f.no_change if f else None,
+        "effect_pct": f.effect_pct if f else None, "effect_source": f.effect_source if f else None,
+        "noise_pct": f.noise_pct if f else None, "noise_source": f.noise_source if f else None,
+        "seconds_to_estimate": f.elapsed_s if f else None, "cpu_seconds_to_estimate": f.cpu_s if f else None,
+    }

@@ -63,8 +63,7 @@ def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, 
 
 def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
     """Before a bisection starts: ask when its estimate exceeds [cost] budget_gpu_hours (never with --yes)."""
-    from ..engine.cost import format_duration
-    from ..report.costs import estimate_lines
+    from ..report.costs import estimate_lines, format_duration
 
     if yes:
         return

@@ -315,19 +315,6 @@ def spent(trials, gpus: int, unit: str = "GPU-hours") -> dict:
             "hours_unit": unit}
 
 
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = max(0, int(round(seconds)))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    if h:
-        return f"{h}h{m:02d}m"
-    if m:
-        return f"{m}m{s:02d}s"
-    return f"{s}s"
-
-
 @dataclass(frozen=True)
 class SearchStatus:
     """Where a bisection stands before its next trial: what the progress display and heartbeat show (worded by

@@ -9,11 +9,24 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ..engine.cost import format_duration
 from ..metrics import trials_text
 
 if TYPE_CHECKING:
     from ..engine.cost import Estimate, SearchStatus, TrialTime
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration as the terminal shows it: "7s", "1m02s", "2h05m"; "?" when unknown."""
+    if seconds is None:
+        return "?"
+    seconds = max(0, int(round(seconds)))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    if h:
+        return f"{h}h{m:02d}m"
+    if m:
+        return f"{m}m{s:02d}s"
+    return f"{s}s"
 
 
 def eta_text(status: SearchStatus) -> str:

@@ -7,10 +7,10 @@ import math
 import time
 from pathlib import Path
 
-from ..engine.cost import format_duration, hours_unit, spent
+from ..engine.cost import hours_unit, spent
 from ..layout import FIXED
 from ..metrics import stored_or_described
-from .costs import spent_line
+from .costs import format_duration, spent_line
 from ..model import median
 
 # Layout ids listed per commit before the rest are counted: a commit measured ten times stays one line.

@@ -194,13 +194,17 @@ class Estimate:
     trials: int  # trial steps (each one trial per metric mode): the forecast's median
     max_trials: int
     modes: int  # trials per step (metric modes)
-    trial_s: float | None  # seconds per trial (one mode), None when unknown
-    source: str  # where trial_s comes from
+    timing: TrialTime  # seconds per trial (one mode) and where that comes from
     gpus: int
     low: int = 0  # 10th percentile of the simulated counts (= trials for the formula)
     high: int = 0  # 90th percentile
     forecast: Forecast | None = None
     unit: str = "GPU-hours"  # "machine-hours" for a command target (cost.hours_unit)
+
+    @property
+    def trial_s(self) -> float | None:
+        """Seconds per trial (one mode), None when unknown."""
+        return self.timing.seconds
 
     @property
     def span(self) -> tuple[int, int]:
@@ -230,20 +234,22 @@ class Estimate:
 
 @dataclass(frozen=True)
 class TrialTime:
-    """Seconds one trial takes here, and where that figure comes from (None: unknown)."""
+    """Seconds one trial takes here (None: unknown), and where that figure comes from: ``source`` "stored" (the
+    median of ``trials`` stored trials on this host), "configured" (``[cost] trial_minutes``) or "unknown"
+    (``report.costs.trial_time_source`` words it)."""
 
     seconds: float | None
     source: str = "unknown"
+    trials: int = 0  # "stored": how many stored trials the median is of
 
 
 def trial_time(durations: Sequence[float], config) -> TrialTime:
     """From the durations of the trials stored on this host for the same modes and workload (the caller reads
     them: ``app.planning.trial_time``), else ``[cost] trial_minutes``, else unknown."""
     if durations:
-        n = len(durations)
-        return TrialTime(median(list(durations)), f"median of {n} stored trial{'s' if n != 1 else ''} on this host")
+        return TrialTime(median(list(durations)), "stored", trials=len(durations))
     if config.cost.trial_minutes > 0:
-        return TrialTime(config.cost.trial_minutes * 60.0, "[cost] trial_minutes")
+        return TrialTime(config.cost.trial_minutes * 60.0, "configured")
     return TrialTime(None, "unknown")
 
 
@@ -272,7 +278,6 @@ one trial takes here, ``app.planning.trial_time``).
     ``effect``: (percent, where it comes from), else ``default_effect``.
     """
     modes = cfg.metric_modes
-    trial_s, source = timing.seconds, timing.source
     cap = cfg.stats.max_trials_total
     noise = noise or NoiseModel.prior(cfg.stats.prior_sigma_pct)
     effect_pct, effect_source = effect or default_effect(cfg.stats)
@@ -281,7 +286,7 @@ one trial takes here, ``app.planning.trial_time``).
     gpus, unit = hours_unit(cfg)
     return Estimate(
         candidates=candidates, trials=f.trials, max_trials=cap, modes=len(modes),
-        trial_s=trial_s, source=source, gpus=gpus, low=f.low, high=f.high, forecast=f, unit=unit,
+        timing=timing, gpus=gpus, low=f.low, high=f.high, forecast=f, unit=unit,
     )
 
 

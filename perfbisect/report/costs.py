@@ -103,12 +103,22 @@ def search_status_compact(status: SearchStatus) -> str:
             f"ETA {eta_text(status)} · {format_duration(status.elapsed_s)}{best}")
 
 
+def trial_time_source(timing: TrialTime) -> str:
+    """Where a trial's time comes from: "median of 3 stored trials on this host", "[cost] trial_minutes", "unknown"."""
+    if timing.source == "stored":
+        n = timing.trials
+        return f"median of {n} stored trial{'s' if n != 1 else ''} on this host"
+    if timing.source == "configured":
+        return "[cost] trial_minutes"
+    return timing.source
+
+
 def more_trials_line(cfg, timing: TrialTime, trials: int, what: str) -> str:
     """"settling … would take about N more trials at the noise measured so far: X of the machine, Y GPU-hours (…)":
     what an inconclusive answer would cost to settle (``trials`` steps of one trial per metric mode, at ``timing``)."""
     from ..engine.cost import hours_unit
 
-    trial_s, source = timing.seconds, timing.source
+    trial_s, source = timing.seconds, trial_time_source(timing)
     n = trials * len(cfg.metric_modes)
     head = f"{what} would take about {n} more trial{'s' if n != 1 else ''}"
     if trial_s is None:
@@ -151,7 +161,7 @@ def estimate_lines(est: Estimate) -> list[str]:
         per = (f" × {est.gpus} GPU" + ("s" if est.gpus != 1 else "")) if est.unit == "GPU-hours" else ""
         head += (
             f"; {wall} wall, {hours} {est.unit} (at most {est.max_gpu_hours:.2f}) at "
-            f"{format_duration(est.trial_s)} per trial ({est.source}){per}"
+            f"{format_duration(est.trial_s)} per trial ({trial_time_source(est.timing)}){per}"
         )
     out = [head]
     f = est.forecast
@@ -177,7 +187,7 @@ def estimate_json(est: Estimate) -> dict:
     return {
         "candidates": est.candidates, "trials": est.trials, "trials_low": lo, "trials_high": hi,
         "range": "10th-90th percentile of simulated runs",
-        "max_trials": est.max_trials, "modes": est.modes, "trial_s": est.trial_s, "trial_s_source": est.source,
+        "max_trials": est.max_trials, "modes": est.modes, "trial_s": est.trial_s, "trial_s_source": trial_time_source(est.timing),
         "gpus": est.gpus, "hours_unit": est.unit, "wall_s": est.wall_s, "gpu_hours": est.gpu_hours,
         "max_gpu_hours": est.max_gpu_hours, "gpu_hours_low": est.hours(lo), "gpu_hours_high": est.hours(hi),
         "method": f.method if f else "formula", "simulated_trials": list(f.runs) if f else [],

@@ -98,13 +98,13 @@ def test_plan_estimates_from_config_and_counts_agree_with_rows(demo, tmp_path):
 
 def test_forecast_structure_and_the_formula_fallback():
     settings, noise = StatsConfig(), NoiseModel.prior(3.0)
-    a = cost.forecast_trials(6, settings, noise, 15.0, "given", budget_s=60.0, reps=5)
-    b = cost.forecast_trials(6, settings, noise, 15.0, "given", budget_s=60.0, reps=5)
+    a = cost.forecast_trials(6, settings, noise, cost.Effect(15.0, "given"), budget_s=60.0, reps=5)
+    b = cost.forecast_trials(6, settings, noise, cost.Effect(15.0, "given"), budget_s=60.0, reps=5)
     assert a.runs == b.runs and len(a.runs) == 5  # seeded: the same simulations every time
     assert a.low <= a.trials <= a.high and all(c >= 2 for c in a.runs)
-    far = cost.forecast_trials(100, settings, noise, 15.0, "given", budget_s=60.0, reps=3)
+    far = cost.forecast_trials(100, settings, noise, cost.Effect(15.0, "given"), budget_s=60.0, reps=3)
     assert "at 32 candidates" in far.method and len(far.runs) == 3
-    none = cost.forecast_trials(20, settings, noise, 15.0, "given", budget_s=0.0)
+    none = cost.forecast_trials(20, settings, noise, cost.Effect(15.0, "given"), budget_s=0.0)
     assert none.runs == () and none.method.startswith("fitted formula")
     assert none.trials == none.low == none.high == cost.expected_trials(20, settings.max_trials_total)
 

@@ -128,6 +128,21 @@ def _percentile(sorted_counts: Sequence[int], q: float) -> int:
 
 
 @dataclass(frozen=True)
+class Effect:
+    """The regression an estimate simulates, in percent (worse direction), and what says so: ``source`` "given"
+    (`plan --effect`), "endpoints" (the endpoints' stored trials on this host: ``good_trials`` and ``bad_trials``
+    of them, their medians ``gap_pct`` apart, signed) or "assumed" (``factor`` × stats.min_effect_pct,
+    ``default_effect``). ``report.costs.effect_source`` words it."""
+
+    pct: float
+    source: str
+    good_trials: int = 0
+    bad_trials: int = 0
+    gap_pct: float = 0.0
+    factor: float = 0.0
+
+
+@dataclass(frozen=True)
 class Forecast:
     """Trials a bisection is expected to take: the median of simulated runs with its 10th–90th range."""
 
@@ -136,21 +151,23 @@ class Forecast:
     high: int
     method: str  # "simulated" | "simulated at N candidates, extended by the fitted growth" | "formula"
     runs: tuple[int, ...]  # simulated counts (empty for the formula)
-    effect_pct: float  # the regression simulated (percent, worse direction)
-    effect_source: str
+    effect: Effect  # the regression simulated
     noise_pct: float
     noise_source: str
     elapsed_s: float  # wall seconds the forecast took
     cpu_s: float  # CPU seconds (what the budget counts)
     no_change: int | None = None  # median trials when nothing changed at all (simulated), None: not simulated
 
+    @property
+    def effect_pct(self) -> float:
+        return self.effect.pct
+
 
 def forecast_trials(
     candidates: int,
     settings: StatsConfig,
     noise: NoiseModel,
-    effect_pct: float,
-    effect_source: str,
+    effect: Effect,
     *,
     higher_is_better: bool = True,
     budget_s: float = SIM_BUDGET_S,
@@ -160,7 +177,7 @@ def forecast_trials(
     t0, c0 = time.monotonic(), time.process_time()
     n = max(int(candidates), 2)
     cap = settings.max_trials_total
-    step = log_of_pct(-effect_pct if higher_is_better else effect_pct)
+    step = log_of_pct(-effect.pct if higher_is_better else effect.pct)
     sim_n = min(n, SIM_MAX_CANDIDATES)
     runs = simulate_trials(sim_n, settings, noise, step, reps=reps, budget_s=budget_s) if budget_s > 0 else []
     if runs:
@@ -182,8 +199,8 @@ def forecast_trials(
     flat = simulate_trials(sim_n, settings, noise, 0.0, reps=NO_CHANGE_REPS, budget_s=left) if left > 0 else []
     no_change = min(cap, int(round(median(flat)))) if flat else None
     return Forecast(
-        trials=trials, low=low, high=high, method=method, runs=tuple(counts), effect_pct=effect_pct,
-        effect_source=effect_source, noise_pct=pct(noise.sigma_b), noise_source=noise.source,
+        trials=trials, low=low, high=high, method=method, runs=tuple(counts), effect=effect,
+        noise_pct=pct(noise.sigma_b), noise_source=noise.source,
         elapsed_s=time.monotonic() - t0, cpu_s=time.process_time() - c0, no_change=no_change,
     )
 
@@ -253,12 +270,9 @@ def trial_time(durations: Sequence[float], config) -> TrialTime:
     return TrialTime(None, "unknown")
 
 
-def default_effect(settings: StatsConfig) -> tuple[float, str]:
+def default_effect(settings: StatsConfig) -> Effect:
     """The regression assumed when nothing says how big it is."""
-    return (
-        DEFAULT_EFFECT_FACTOR * settings.min_effect_pct,
-        f"assumed: {DEFAULT_EFFECT_FACTOR:g} × stats.min_effect_pct; `plan --effect PCT` if you know it",
-    )
+    return Effect(DEFAULT_EFFECT_FACTOR * settings.min_effect_pct, "assumed", factor=DEFAULT_EFFECT_FACTOR)
 
 
 def estimate(
@@ -266,7 +280,7 @@ def estimate(
     timing: TrialTime,
     candidates: int,
     noise: NoiseModel | None = None,
-    effect: tuple[float, str] | None = None,
+    effect: Effect | None = None,
     *,
     higher_is_better: bool = True,
     budget_s: float = SIM_BUDGET_S,
@@ -275,13 +289,12 @@ def estimate(
 one trial takes here, ``app.planning.trial_time``).
 
     ``noise``: the model `run` would start from (``app.calibration.noise_model``), else the configured prior;
-    ``effect``: (percent, where it comes from), else ``default_effect``.
+    ``effect``: the regression to simulate (``Effect``), else ``default_effect``.
     """
     modes = cfg.metric_modes
     cap = cfg.stats.max_trials_total
     noise = noise or NoiseModel.prior(cfg.stats.prior_sigma_pct)
-    effect_pct, effect_source = effect or default_effect(cfg.stats)
-    f = forecast_trials(candidates, cfg.stats, noise, effect_pct, effect_source,
+    f = forecast_trials(candidates, cfg.stats, noise, effect or default_effect(cfg.stats),
                         higher_is_better=higher_is_better, budget_s=budget_s)
     gpus, unit = hours_unit(cfg)
     return Estimate(

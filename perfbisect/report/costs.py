@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..metrics import trials_text
 
 if TYPE_CHECKING:
-    from ..engine.cost import Estimate, SearchStatus, TrialTime
+    from ..engine.cost import Effect, Estimate, SearchStatus, TrialTime
 
 
 def format_duration(seconds: float | None) -> str:
@@ -103,6 +103,19 @@ def search_status_compact(status: SearchStatus) -> str:
             f"ETA {eta_text(status)} · {format_duration(status.elapsed_s)}{best}")
 
 
+def effect_source(effect: Effect) -> str:
+    """What says how big the simulated regression is: "given: --effect", "the endpoints' stored trials on this host:
+    3 good, 3 bad, -21.4%", "assumed: 5 × stats.min_effect_pct; …"."""
+    if effect.source == "given":
+        return "given: --effect"
+    if effect.source == "endpoints":
+        return (f"the endpoints' stored trials on this host: {effect.good_trials} good, {effect.bad_trials} bad, "
+                f"{effect.gap_pct:+.1f}%")
+    if effect.source == "assumed":
+        return f"assumed: {effect.factor:g} × stats.min_effect_pct; `plan --effect PCT` if you know it"
+    return effect.source
+
+
 def trial_time_source(timing: TrialTime) -> str:
     """Where a trial's time comes from: "median of 3 stored trials on this host", "[cost] trial_minutes", "unknown"."""
     if timing.source == "stored":
@@ -169,7 +182,7 @@ def estimate_lines(est: Estimate) -> list[str]:
         out.append(f"  how: {f.method}; it counts candidates only, not the regression or the noise")
     elif f is not None:
         out.append(
-            f"  how: {f.method}, each a {f.effect_pct:.1f}% regression ({f.effect_source}) under "
+            f"  how: {f.method}, each a {f.effect_pct:.1f}% regression ({effect_source(f.effect)}) under "
             f"{f.noise_pct:.1f}% trial noise ({f.noise_source}); the cost grows as the regression nears the noise"
         )
     if f is not None and f.no_change is not None:
@@ -192,7 +205,7 @@ def estimate_json(est: Estimate) -> dict:
         "max_gpu_hours": est.max_gpu_hours, "gpu_hours_low": est.hours(lo), "gpu_hours_high": est.hours(hi),
         "method": f.method if f else "formula", "simulated_trials": list(f.runs) if f else [],
         "trials_if_no_change": f.no_change if f else None,
-        "effect_pct": f.effect_pct if f else None, "effect_source": f.effect_source if f else None,
+        "effect_pct": f.effect_pct if f else None, "effect_source": effect_source(f.effect) if f else None,
         "noise_pct": f.noise_pct if f else None, "noise_source": f.noise_source if f else None,
         "seconds_to_estimate": f.elapsed_s if f else None, "cpu_seconds_to_estimate": f.cpu_s if f else None,
     }

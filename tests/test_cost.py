@@ -20,7 +20,7 @@ from perfbisect.engine import cost
 from perfbisect.demo.target import make_demo_target
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel
-from perfbisect.report.costs import spent_line
+from perfbisect.report.costs import forecast_method, spent_line
 from perfbisect.report.markdown import md
 from tests.cli_runner import run_command
 
@@ -103,9 +103,10 @@ def test_forecast_structure_and_the_formula_fallback():
     assert a.runs == b.runs and len(a.runs) == 5  # seeded: the same simulations every time
     assert a.low <= a.trials <= a.high and all(c >= 2 for c in a.runs)
     far = cost.forecast_trials(100, settings, noise, cost.Effect(15.0, "given"), budget_s=60.0, reps=3)
-    assert "at 32 candidates" in far.method and len(far.runs) == 3
+    assert far.simulated_at == 32 and far.extended_by > 0 and len(far.runs) == 3
+    assert "at 32 candidates" in forecast_method(far)
     none = cost.forecast_trials(20, settings, noise, cost.Effect(15.0, "given"), budget_s=0.0)
-    assert none.runs == () and none.method.startswith("fitted formula")
+    assert none.runs == () and forecast_method(none).startswith("fitted formula")
     assert none.trials == none.low == none.high == cost.expected_trials(20, settings.max_trials_total)
 
 

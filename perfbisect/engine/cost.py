@@ -149,8 +149,11 @@ class Forecast:
     trials: int
     low: int
     high: int
-    method: str  # "simulated" | "simulated at N candidates, extended by the fitted growth" | "formula"
-    runs: tuple[int, ...]  # simulated counts (empty for the formula)
+    runs: tuple[int, ...]  # simulated counts (empty: none finished within budget_s, the fitted formula's count)
+    candidates: int  # the range's commits (at least 2)
+    simulated_at: int  # the length the simulations ran at: candidates, or SIM_MAX_CANDIDATES for a longer range
+    extended_by: float  # trials the fitted growth added to each simulated count for the longer range (else 0)
+    budget_s: float  # CPU seconds the simulations were given
     effect: Effect  # the regression simulated
     noise_pct: float
     noise_source: str
@@ -183,23 +186,20 @@ def forecast_trials(
     if runs:
         extra = _formula(n) - _formula(sim_n)
         counts = sorted(min(cap, int(round(c + extra))) for c in runs)
-        method = (f"median of {len(runs)} simulated runs of the search" if sim_n == n else
-                  f"median of {len(runs)} simulated runs of the search at {sim_n} candidates, "
-                  f"+{extra:.1f} for the longer range by the fitted growth")
         trials, low, high = int(round(median(counts))), _percentile(counts, 0.1), _percentile(counts, 0.9)
     else:
         trials = expected_trials(n, cap)
         low = high = trials
         counts = []
-        method = (f"fitted formula 2 + 2 + {SEARCH_COEF} × log2({n - 1})^{SEARCH_POWER} (no simulation "
-                  f"finished within {budget_s:g} CPU seconds)")
+        extra = 0.0
     # The other outcome a range can have: no regression at all (the endpoints decide it, or the tolerance
     # takes its trials to rule out). Simulated the same way, with no step, on what budget is left.
     left = budget_s - (time.process_time() - c0)
     flat = simulate_trials(sim_n, settings, noise, 0.0, reps=NO_CHANGE_REPS, budget_s=left) if left > 0 else []
     no_change = min(cap, int(round(median(flat)))) if flat else None
     return Forecast(
-        trials=trials, low=low, high=high, method=method, runs=tuple(counts), effect=effect,
+        trials=trials, low=low, high=high, runs=tuple(counts), candidates=n, simulated_at=sim_n, extended_by=extra,
+        budget_s=budget_s, effect=effect,
         noise_pct=pct(noise.sigma_b), noise_source=noise.source,
         elapsed_s=time.monotonic() - t0, cpu_s=time.process_time() - c0, no_change=no_change,
     )

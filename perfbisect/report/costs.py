@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..metrics import trials_text
 
 if TYPE_CHECKING:
-    from ..engine.cost import Effect, Estimate, SearchStatus, TrialTime
+    from ..engine.cost import Effect, Estimate, Forecast, SearchStatus, TrialTime
 
 
 def format_duration(seconds: float | None) -> str:
@@ -103,6 +103,20 @@ def search_status_compact(status: SearchStatus) -> str:
             f"ETA {eta_text(status)} · {format_duration(status.elapsed_s)}{best}")
 
 
+def forecast_method(f: Forecast) -> str:
+    """How the trial count was made: "median of 11 simulated runs of the search" (at the range's length, or at
+    fewer candidates plus the fitted growth), or the fitted formula when no simulation finished in time."""
+    if not f.runs:
+        from ..engine.cost import SEARCH_COEF, SEARCH_POWER
+
+        return (f"fitted formula 2 + 2 + {SEARCH_COEF} × log2({f.candidates - 1})^{SEARCH_POWER} (no simulation "
+                f"finished within {f.budget_s:g} CPU seconds)")
+    if f.simulated_at == f.candidates:
+        return f"median of {len(f.runs)} simulated runs of the search"
+    return (f"median of {len(f.runs)} simulated runs of the search at {f.simulated_at} candidates, "
+            f"+{f.extended_by:.1f} for the longer range by the fitted growth")
+
+
 def effect_source(effect: Effect) -> str:
     """What says how big the simulated regression is: "given: --effect", "the endpoints' stored trials on this host:
     3 good, 3 bad, -21.4%", "assumed: 5 × stats.min_effect_pct; …"."""
@@ -179,10 +193,10 @@ def estimate_lines(est: Estimate) -> list[str]:
     out = [head]
     f = est.forecast
     if f is not None and not f.runs:
-        out.append(f"  how: {f.method}; it counts candidates only, not the regression or the noise")
+        out.append(f"  how: {forecast_method(f)}; it counts candidates only, not the regression or the noise")
     elif f is not None:
         out.append(
-            f"  how: {f.method}, each a {f.effect_pct:.1f}% regression ({effect_source(f.effect)}) under "
+            f"  how: {forecast_method(f)}, each a {f.effect_pct:.1f}% regression ({effect_source(f.effect)}) under "
             f"{f.noise_pct:.1f}% trial noise ({f.noise_source}); the cost grows as the regression nears the noise"
         )
     if f is not None and f.no_change is not None:
@@ -203,7 +217,7 @@ def estimate_json(est: Estimate) -> dict:
         "max_trials": est.max_trials, "modes": est.modes, "trial_s": est.trial_s, "trial_s_source": trial_time_source(est.timing),
         "gpus": est.gpus, "hours_unit": est.unit, "wall_s": est.wall_s, "gpu_hours": est.gpu_hours,
         "max_gpu_hours": est.max_gpu_hours, "gpu_hours_low": est.hours(lo), "gpu_hours_high": est.hours(hi),
-        "method": f.method if f else "formula", "simulated_trials": list(f.runs) if f else [],
+        "method": forecast_method(f) if f else "formula", "simulated_trials": list(f.runs) if f else [],
         "trials_if_no_change": f.no_change if f else None,
         "effect_pct": f.effect_pct if f else None, "effect_source": effect_source(f.effect) if f else None,
         "noise_pct": f.noise_pct if f else None, "noise_source": f.noise_source if f else None,

@@ -21,6 +21,9 @@ real runs). With several metric modes (``ratio:``), each step runs one trial per
 Minutes per trial (``TrialTime``, read by the caller: the engine never opens the store): the median duration of
 the trials stored on this host for the same mode and workload (``Workspace.noise_key``: start to finish, build and
 server start included), else ``[cost] trial_minutes``, else unknown. GPU-hours = trial hours × ``[cost] gpus``.
+
+Numbers and values only: where a figure comes from is a code with the numbers behind it (``TrialTime.source``,
+``Effect.source``, ``Forecast.simulated_at``), and ``report/costs.py`` writes every sentence about them (issue #51).
 """
 
 from __future__ import annotations
@@ -207,6 +210,9 @@ def forecast_trials(
 
 @dataclass(frozen=True)
 class Estimate:
+    """What bisecting a range would cost here: the forecast's trial steps and the hours and wall time they take at
+    ``timing`` (``report.costs.estimate_lines`` and ``estimate_json`` say it)."""
+
     candidates: int
     trials: int  # trial steps (each one trial per metric mode): the forecast's median
     max_trials: int

@@ -10,8 +10,8 @@ from pathlib import Path
 from ..engine.cost import hours_unit, spent
 from ..layout import FIXED
 from ..metrics import stored_or_described
-from .costs import format_duration, spent_line
 from ..model import median
+from .costs import format_duration, spent_line
 
 # Layout ids listed per commit before the rest are counted: a commit measured ten times stays one line.
 LAYOUTS_SHOWN = 6

@@ -33,7 +33,7 @@ def main() -> None:
         for r in (0, reps):
             cost.NO_CHANGE_REPS = r
             c0 = time.process_time()
-            f = cost.forecast_trials(n, settings, noise, args.effect, "benchmark", budget_s=60.0)
+            f = cost.forecast_trials(n, settings, noise, cost.Effect(args.effect, "given"), budget_s=60.0)
             cpu.append(time.process_time() - c0)
         print(f"{n:>10}  {cpu[0]:>13.2f}  {cpu[1]:>10.2f}  {f.trials:>19}  {f.no_change!s:>18}")
     cost.NO_CHANGE_REPS = reps

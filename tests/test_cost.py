@@ -20,6 +20,7 @@ from perfbisect.engine import cost
 from perfbisect.demo.target import make_demo_target
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel
+from perfbisect.report.costs import forecast_method, spent_line
 from perfbisect.report.markdown import md
 from tests.cli_runner import run_command
 
@@ -97,14 +98,15 @@ def test_plan_estimates_from_config_and_counts_agree_with_rows(demo, tmp_path):
 
 def test_forecast_structure_and_the_formula_fallback():
     settings, noise = StatsConfig(), NoiseModel.prior(3.0)
-    a = cost.forecast_trials(6, settings, noise, 15.0, "given", budget_s=60.0, reps=5)
-    b = cost.forecast_trials(6, settings, noise, 15.0, "given", budget_s=60.0, reps=5)
+    a = cost.forecast_trials(6, settings, noise, cost.Effect(15.0, "given"), budget_s=60.0, reps=5)
+    b = cost.forecast_trials(6, settings, noise, cost.Effect(15.0, "given"), budget_s=60.0, reps=5)
     assert a.runs == b.runs and len(a.runs) == 5  # seeded: the same simulations every time
     assert a.low <= a.trials <= a.high and all(c >= 2 for c in a.runs)
-    far = cost.forecast_trials(100, settings, noise, 15.0, "given", budget_s=60.0, reps=3)
-    assert "at 32 candidates" in far.method and len(far.runs) == 3
-    none = cost.forecast_trials(20, settings, noise, 15.0, "given", budget_s=0.0)
-    assert none.runs == () and none.method.startswith("fitted formula")
+    far = cost.forecast_trials(100, settings, noise, cost.Effect(15.0, "given"), budget_s=60.0, reps=3)
+    assert far.simulated_at == 32 and far.extended_by > 0 and len(far.runs) == 3
+    assert "at 32 candidates" in forecast_method(far)
+    none = cost.forecast_trials(20, settings, noise, cost.Effect(15.0, "given"), budget_s=0.0)
+    assert none.runs == () and forecast_method(none).startswith("fitted formula")
     assert none.trials == none.low == none.high == cost.expected_trials(20, settings.max_trials_total)
 
 
@@ -119,7 +121,7 @@ def test_spent_wall_time_leaves_out_a_pause():
     resumed = steady + [trial(steady[-1].finished_at + 7200 + 60 * i, steady[-1].finished_at + 7250 + 60 * i) for i in range(2)]
     r = cost.spent(resumed, gpus=2)
     assert r["wall_s"] == pytest.approx(230.0 + 110.0) and r["paused_s"] == pytest.approx(7200.0)
-    assert "paused, not counted" in cost.spent_line(r) and "paused" not in cost.spent_line(s)
+    assert "paused, not counted" in spent_line(r) and "paused" not in spent_line(s)
 
 
 def test_plan_without_any_trial_cost_says_it_is_unknown(demo, tmp_path):

@@ -20,6 +20,7 @@ from perfbisect.engine.covariates import covariate_notes
 from perfbisect.engine.stats import NoiseModel, compare
 from perfbisect.model import Observation, Verdict
 from perfbisect.report import words
+from perfbisect.report.costs import search_status_compact, search_status_line
 from perfbisect.report.render import comparison_line, format_comparison, format_outcome, outcome_json
 from perfbisect.settings import StatsConfig
 
@@ -152,7 +153,7 @@ def _status(**kw) -> cost.SearchStatus:
 @pytest.mark.parametrize("trial, expected", [(9, 9), (12, 9), (120, 14)])
 def test_the_expected_total_is_never_at_or_below_the_current_trial(trial, expected):
     st = _status(trial=trial, expected=expected)
-    for text in (st.line(), st.compact()):
+    for text in (search_status_line(st), search_status_compact(st)):
         for m in re.finditer(r"~(\d+)", text):
             assert int(m.group(1)) > trial, text
 
@@ -161,16 +162,16 @@ def test_the_expected_total_is_never_at_or_below_the_current_trial(trial, expect
                                                     ("locating", 8, 9)])
 def test_no_eta_is_stated_in_seconds_under_a_minute(phase, trial, expected):
     st = _status(phase=phase, trial=trial, expected=expected, trial_s=1.0)
-    for text in (st.line(), st.compact()):
+    for text in (search_status_line(st), search_status_compact(st)):
         assert not re.search(r"ETA [≥~]?\s*\d+s", text), text
 
 
 def test_a_long_eta_is_rounded_and_a_floor_stays_a_floor():
     st = _status(phase="confirming", trial=5, expected=9, trial_s=250.0)
     # 5 × 250 s = 20.8 minutes: a floor is rounded down (issue #49), an estimate to the nearest minute
-    assert "ETA ≥ 20m" in st.line() and "ETA ≥ 20m" in st.compact()
+    assert "ETA ≥ 20m" in search_status_line(st) and "ETA ≥ 20m" in search_status_compact(st)
     about = _status(phase="locating", trial=5, expected=9, trial_s=250.0)
-    assert "ETA ~21m" in about.line()
+    assert "ETA ~21m" in search_status_line(about)
 
 
 def test_the_trial_on_the_progress_line_is_the_one_the_budget_counts():
@@ -189,8 +190,8 @@ def test_the_trial_on_the_progress_line_is_the_one_the_budget_counts():
         if isinstance(act, Done):
             break
         status = search_status(7, act, len(obs), settings, expected=5, elapsed_s=10.0, step_s=60.0)
-        lines.append(status.line())
-        assert 1 <= status.trial <= settings.max_trials_total, status.line()
+        lines.append(search_status_line(status))
+        assert 1 <= status.trial <= settings.max_trials_total, lines[-1]
         j = cs.index(act.commit)
         obs.append(Observation(act.commit, LOG82 + (math.log(0.9) if j >= 5 else 0.0) + float(rng.normal(0, 0.02)),
                                seq=len(obs)))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.report import words
+from perfbisect.report.costs import search_status_line
 
 from .cli_runner import run_cli, run_command
 from .repo_factory import RepoFactory, command_config
@@ -219,15 +220,15 @@ def test_the_status_line_says_what_a_check_checks_how_many_trials_it_needs_and_w
     checks = [(a, s) for a, s in statuses if a.phase in ("second-change check", "confirming")]
     assert checks
     for act, status in checks:
-        assert words.check_text(act) and words.check_text(act) in status.line()
+        assert words.check_text(act) and words.check_text(act) in search_status_line(status)
         if act.needs:
-            assert f"~{act.needs} more trial" in status.line()
+            assert f"~{act.needs} more trial" in search_status_line(status)
     assert any(a.needs for a, _ in checks)  # at least one check could say how many trials it needs
     from perfbisect.app.bisection import PHASES
 
     for (before, _), (act, status) in zip(statuses, statuses[1:]):
         if PHASES.index(act.phase) < PHASES.index(before.phase):
-            assert status.again and f"{act.phase} again" in status.line()
+            assert status.again and f"{act.phase} again" in search_status_line(status)
         else:
             assert not status.again
 
@@ -237,7 +238,7 @@ def test_no_best_commit_is_shown_while_no_change_is_likeliest():
     early = [s for a, s in statuses if a.p_none is not None and a.p is not None and a.p_none >= a.p * (1 - a.p_none)]
     assert early
     for status in early:
-        assert "likeliest: no change" in status.line() and "best:" not in status.line()
+        assert "likeliest: no change" in search_status_line(status) and "best:" not in search_status_line(status)
 
 
 def test_the_eta_is_a_floor_a_ceiling_or_an_estimate_and_never_a_question_once_a_trial_is_timed():
@@ -248,12 +249,12 @@ def test_the_eta_is_a_floor_a_ceiling_or_an_estimate_and_never_a_question_once_a
                     commit="abc1234567", best="abc1234567", p=0.99, elapsed_s=600.0, trial_s=120.0)
         return cost.SearchStatus(**{**base, **kw})
 
-    assert "ETA ≥ 12m" in status(needs=6).line()  # the check's trials: a floor
-    assert "ETA ≤ 3h02m" in status().line()  # past the estimate, nothing to floor it: the budget's ceiling
-    assert "ETA ~" in status(phase="locating", trial=5).line()
-    assert "ETA ?" in status(trial_s=None).line()  # before any trial is timed
+    assert "ETA ≥ 12m" in search_status_line(status(needs=6))  # the check's trials: a floor
+    assert "ETA ≤ 3h02m" in search_status_line(status())  # past the estimate, nothing to floor it: the budget's ceiling
+    assert "ETA ~" in search_status_line(status(phase="locating", trial=5))
+    assert "ETA ?" in search_status_line(status(trial_s=None))  # before any trial is timed
     for kw in ({}, {"needs": 1}, {"trial": 119}, {"phase": "locating", "trial": 19}):
-        assert "ETA ?" not in status(**kw).line()
+        assert "ETA ?" not in search_status_line(status(**kw))
 
 
 def test_lower_is_better_is_said_and_times_read_in_their_unit(tmp_path):

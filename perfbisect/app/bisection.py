@@ -35,6 +35,7 @@ from ..measure.workspace import Progress, Workspace, preflight
 from ..metrics import DECODE, Metric, describe as describe_metric
 from ..metrics import stored_or_described
 from ..model import BisectOutcome, Commit, Observation, Verdict, log_of_pct
+from ..report.costs import more_trials_line
 from ..report.render import state_lines
 from ..settings import Config, StatsConfig
 from ..store import BisectionRecord, Store
@@ -220,7 +221,7 @@ def _finish(ws: Workspace, bisection_id: int, outcome: BisectOutcome, span: _Ran
     trials = store.trials(bisection_id=bisection_id, status=None)
     more = None
     if outcome.more_trials:  # what it would settle: the tolerance, or a check on the best answer left open
-        more = cost.more_trials_line(cfg, trial_time(ws), outcome.more_trials, settles(outcome))
+        more = more_trials_line(cfg, trial_time(ws), outcome.more_trials, settles(outcome))
     return BisectResult(
         bisection_id=bisection_id, outcome=outcome, commits=span.by_sha, filtered=span.filtered, db_path=ws.db_path,
         state=state_lines(trials, gpu_target=kind_of(cfg.workload).serves), more=more, metric=metric.as_json(),

@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..engine import cost
 from ..engine.stats import PRIOR_DOF_CAP, NoiseModel, min_detectable_effect
 from ..errors import UsageError
 from ..measure.noise_figures import StartingNoise, disagreement_line, noise_model_for_key, run_logs, starting_noise
@@ -29,6 +28,7 @@ from ..measure.trials import TrialRunner
 from ..measure.workspace import Progress, Workspace, preflight
 from ..metrics import describe as describe_metric
 from ..model import Commit, TrialResult, pct
+from ..report.costs import format_duration
 from ..report.render import attribution_line
 from ..store import NoiseEstimate
 
@@ -207,7 +207,7 @@ def calibrate(
         due = began + n * spread_minutes * 60.0 / max(len(schedule) - 1, 1)
         pause = due - time.monotonic()
         if pause > 0:
-            progress.info(f"pausing {cost.format_duration(pause)} before session {n + 1} of {len(schedule)} (--spread-minutes {spread_minutes:g})")
+            progress.info(f"pausing {format_duration(pause)} before session {n + 1} of {len(schedule)} (--spread-minutes {spread_minutes:g})")
             sleep(pause)
         done.append(runner.trial(commit, mode, purpose="calibrate"))
     spread_s = time.monotonic() - began
@@ -216,7 +216,7 @@ def calibrate(
         keep_noise(
             ws, [mode], measured.sigma_b_pct, measured.dof,
             f"calibrate: {'+'.join(map(str, measured.trials))} trials of {a.short} and {b.short} interleaved over "
-            f"{cost.format_duration(spread_s)}",
+            f"{format_duration(spread_s)}",
             sigma_w=measured.sigma_w,
         )
     start = starting_noise_for(ws, mode)
@@ -224,7 +224,7 @@ def calibrate(
     cfg = ws.config
     lines = [
         f"{a.short} (A) and {b.short} (B) [{mode}]: {len(done)} sessions interleaved A B B A over "
-        f"{cost.format_duration(spread_s)}, each a bisection's trial (checkout, patch stack, build, server, "
+        f"{format_duration(spread_s)}, each a bisection's trial (checkout, patch stack, build, server, "
         f"{cfg.workload.warmup} warm-up, runs)"
     ]
     lines += calibration_lines(measured, start, next_noise, budget_trials=cfg.stats.max_trials_per_commit or cfg.stats.max_trials_total // 2, alpha=cfg.stats.alpha)

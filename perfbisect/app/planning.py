@@ -218,9 +218,9 @@ def long_range_warning(plan: Plan, max_trials: int) -> PlanWarning | None:
     )
 
 
-def endpoint_effect(ws: Workspace, good: str, bad: str, *, besides: int | None = None) -> tuple[float, str] | None:
-    """The regression the endpoints' stored trials on this host show (percent, worse direction, with a
-    sentence saying so), or None when either has none (or the metric is a ratio of modes). ``besides``:
+def endpoint_effect(ws: Workspace, good: str, bad: str, *, besides: int | None = None) -> cost.Effect | None:
+    """The regression the endpoints' stored trials on this host show (percent, worse direction, with the trial
+    counts and gap behind it), or None when either has none (or the metric is a ratio of modes). ``besides``:
     a bisection whose own trials are left out (a resumed one's estimate is the one it started with)."""
     cfg = ws.config
     if len(cfg.metric_modes) != 1:
@@ -237,7 +237,7 @@ def endpoint_effect(ws: Workspace, good: str, bad: str, *, besides: int | None =
         values.append((float(median(vs)), len(vs)))
     gap = pct(values[1][0] - values[0][0])
     worse = -gap if describe_metric(cfg).higher_is_better else gap
-    return worse, f"the endpoints' stored trials on this host: {values[0][1]} good, {values[1][1]} bad, {gap:+.1f}%"
+    return cost.Effect(worse, "endpoints", good_trials=values[0][1], bad_trials=values[1][1], gap_pct=gap)
 
 
 def check_effect(cfg: Config, effect_pct: float | None) -> bool:
@@ -269,7 +269,7 @@ def plan_estimate(ws: Workspace, plan: Plan, effect_pct: float | None = None, bu
     """`plan`'s estimate: the search simulated with the noise `run` would start from and the
     regression the user states, else the one the endpoints' stored trials show, else the default."""
     higher = check_effect(ws.config, effect_pct)
-    effect = (effect_pct, "given: --effect") if effect_pct is not None else endpoint_effect(ws, plan.good.sha, plan.bad.sha)
+    effect = cost.Effect(effect_pct, "given") if effect_pct is not None else endpoint_effect(ws, plan.good.sha, plan.bad.sha)
     return cost.estimate(
         ws.config, trial_time(ws), plan_candidates(plan), noise_model(ws, ws.config.metric_modes), effect,
         higher_is_better=higher, budget_s=budget_s,

@@ -31,9 +31,8 @@ def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, 
     started, every run failed): that is a measurement that broke (4), not evidence too weak to decide
     (3); ``report``, the HTML report's path and the short line that ends the text output; ``spent``.
     """
+    from ..report.costs import spent_line
     from ..report.render import format_outcome, outcome_json
-
-    from ..engine.cost import spent_line
 
     report, spent = finished.report, finished.spent
     if finished.broken:
@@ -64,7 +63,7 @@ def _show_bisection(result, finished, json_out: bool, fail_on_regression: bool, 
 
 def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
     """Before a bisection starts: ask when its estimate exceeds [cost] budget_gpu_hours (never with --yes)."""
-    from ..engine.cost import format_duration
+    from ..report.costs import estimate_lines, format_duration
 
     if yes:
         return
@@ -81,7 +80,7 @@ def _confirm_budget(ws, good: str, bad: str, yes: bool) -> None:
             f"{sentence} stdin is not a terminal, so perfbisect cannot ask: pass --yes to start anyway, raise the "
             f"budget, or narrow good..bad (`perfbisect plan` shows the estimate)."
         )
-    for line in est.lines():
+    for line in estimate_lines(est):
         err_console.print(show(line))
     if not typer.confirm(f"{sentence} Start anyway?", default=False, err=True):
         print_error(f"{sentence} Not started (answered no); pass --yes to skip this question.")
@@ -257,6 +256,7 @@ def plan(
 
     Example:  perfbisect plan good=bba2fc4 bad=v0.5.18 --prepare   # install every environment now
     """
+    from ..report.costs import estimate_json, estimate_lines
     from ..report.render import format_environment_preparation, format_plan, json_value
 
     g, b = parse_revs(revs or [], good, bad)
@@ -273,12 +273,12 @@ def plan(
         finally:
             progress.done()
     if json_out:
-        data = {**json_value(planned.plan), "estimate": planned.estimate.as_dict()}
+        data = {**json_value(planned.plan), "estimate": estimate_json(planned.estimate)}
         if prepared is not None:
             data["prepared"] = [{"commits": list(group.commits), "outcome": outcome} for group, outcome in prepared]
         print_json(data)
     else:
-        print_lines(format_plan(planned.plan) + planned.estimate.lines()
+        print_lines(format_plan(planned.plan) + estimate_lines(planned.estimate)
                     + (format_environment_preparation(prepared) if prepared is not None else []))
     if planned.conflict:  # `run` refuses this range: say so, and exit as it would
         print_error(planned.conflict)

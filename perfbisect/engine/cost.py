@@ -21,6 +21,9 @@ real runs). With several metric modes (``ratio:``), each step runs one trial per
 Minutes per trial (``TrialTime``, read by the caller: the engine never opens the store): the median duration of
 the trials stored on this host for the same mode and workload (``Workspace.noise_key``: start to finish, build and
 server start included), else ``[cost] trial_minutes``, else unknown. GPU-hours = trial hours × ``[cost] gpus``.
+
+Numbers and values only: where a figure comes from is a code with the numbers behind it (``TrialTime.source``,
+``Effect.source``, ``Forecast.simulated_at``), and ``report/costs.py`` writes every sentence about them (issue #51).
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from typing import Sequence
 
 import numpy as np
 
-from ..metrics import trials_text
 from ..model import Observation, median
 from ..settings import StatsConfig
 from .stats import NoiseModel, log_of_pct, pct
@@ -129,29 +131,49 @@ def _percentile(sorted_counts: Sequence[int], q: float) -> int:
 
 
 @dataclass(frozen=True)
+class Effect:
+    """The regression an estimate simulates, in percent (worse direction), and what says so: ``source`` "given"
+    (`plan --effect`), "endpoints" (the endpoints' stored trials on this host: ``good_trials`` and ``bad_trials``
+    of them, their medians ``gap_pct`` apart, signed) or "assumed" (``factor`` × stats.min_effect_pct,
+    ``default_effect``). ``report.costs.effect_source`` words it."""
+
+    pct: float
+    source: str
+    good_trials: int = 0
+    bad_trials: int = 0
+    gap_pct: float = 0.0
+    factor: float = 0.0
+
+
+@dataclass(frozen=True)
 class Forecast:
     """Trials a bisection is expected to take: the median of simulated runs with its 10th–90th range."""
 
     trials: int
     low: int
     high: int
-    method: str  # "simulated" | "simulated at N candidates, extended by the fitted growth" | "formula"
-    runs: tuple[int, ...]  # simulated counts (empty for the formula)
-    effect_pct: float  # the regression simulated (percent, worse direction)
-    effect_source: str
+    runs: tuple[int, ...]  # simulated counts (empty: none finished within budget_s, the fitted formula's count)
+    candidates: int  # the range's commits (at least 2)
+    simulated_at: int  # the length the simulations ran at: candidates, or SIM_MAX_CANDIDATES for a longer range
+    extended_by: float  # trials the fitted growth added to each simulated count for the longer range (else 0)
+    budget_s: float  # CPU seconds the simulations were given
+    effect: Effect  # the regression simulated
     noise_pct: float
     noise_source: str
     elapsed_s: float  # wall seconds the forecast took
     cpu_s: float  # CPU seconds (what the budget counts)
     no_change: int | None = None  # median trials when nothing changed at all (simulated), None: not simulated
 
+    @property
+    def effect_pct(self) -> float:
+        return self.effect.pct
+
 
 def forecast_trials(
     candidates: int,
     settings: StatsConfig,
     noise: NoiseModel,
-    effect_pct: float,
-    effect_source: str,
+    effect: Effect,
     *,
     higher_is_better: bool = True,
     budget_s: float = SIM_BUDGET_S,
@@ -161,142 +183,102 @@ def forecast_trials(
     t0, c0 = time.monotonic(), time.process_time()
     n = max(int(candidates), 2)
     cap = settings.max_trials_total
-    step = log_of_pct(-effect_pct if higher_is_better else effect_pct)
+    step = log_of_pct(-effect.pct if higher_is_better else effect.pct)
     sim_n = min(n, SIM_MAX_CANDIDATES)
     runs = simulate_trials(sim_n, settings, noise, step, reps=reps, budget_s=budget_s) if budget_s > 0 else []
     if runs:
         extra = _formula(n) - _formula(sim_n)
         counts = sorted(min(cap, int(round(c + extra))) for c in runs)
-        method = (f"median of {len(runs)} simulated runs of the search" if sim_n == n else
-                  f"median of {len(runs)} simulated runs of the search at {sim_n} candidates, "
-                  f"+{extra:.1f} for the longer range by the fitted growth")
         trials, low, high = int(round(median(counts))), _percentile(counts, 0.1), _percentile(counts, 0.9)
     else:
         trials = expected_trials(n, cap)
         low = high = trials
         counts = []
-        method = (f"fitted formula 2 + 2 + {SEARCH_COEF} × log2({n - 1})^{SEARCH_POWER} (no simulation "
-                  f"finished within {budget_s:g} CPU seconds)")
+        extra = 0.0
     # The other outcome a range can have: no regression at all (the endpoints decide it, or the tolerance
     # takes its trials to rule out). Simulated the same way, with no step, on what budget is left.
     left = budget_s - (time.process_time() - c0)
     flat = simulate_trials(sim_n, settings, noise, 0.0, reps=NO_CHANGE_REPS, budget_s=left) if left > 0 else []
     no_change = min(cap, int(round(median(flat)))) if flat else None
     return Forecast(
-        trials=trials, low=low, high=high, method=method, runs=tuple(counts), effect_pct=effect_pct,
-        effect_source=effect_source, noise_pct=pct(noise.sigma_b), noise_source=noise.source,
+        trials=trials, low=low, high=high, runs=tuple(counts), candidates=n, simulated_at=sim_n, extended_by=extra,
+        budget_s=budget_s, effect=effect,
+        noise_pct=pct(noise.sigma_b), noise_source=noise.source,
         elapsed_s=time.monotonic() - t0, cpu_s=time.process_time() - c0, no_change=no_change,
     )
 
 
 @dataclass(frozen=True)
 class Estimate:
+    """What bisecting a range would cost here: the forecast's trial steps and the hours and wall time they take at
+    ``timing`` (``report.costs.estimate_lines`` and ``estimate_json`` say it)."""
+
     candidates: int
     trials: int  # trial steps (each one trial per metric mode): the forecast's median
     max_trials: int
     modes: int  # trials per step (metric modes)
-    trial_s: float | None  # seconds per trial (one mode), None when unknown
-    source: str  # where trial_s comes from
+    timing: TrialTime  # seconds per trial (one mode) and where that comes from
     gpus: int
     low: int = 0  # 10th percentile of the simulated counts (= trials for the formula)
     high: int = 0  # 90th percentile
     forecast: Forecast | None = None
     unit: str = "GPU-hours"  # "machine-hours" for a command target (cost.hours_unit)
 
-    def _hours(self, trials: int) -> float | None:
+    @property
+    def trial_s(self) -> float | None:
+        """Seconds per trial (one mode), None when unknown."""
+        return self.timing.seconds
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """The 10th and 90th percentile of the simulated counts (both the median where none were kept)."""
+        return self.low or self.trials, self.high or self.trials
+
+    def hours(self, trials: int) -> float | None:
+        """Hours (in ``unit``) of ``trials`` steps; None when a trial's time is unknown."""
         return None if self.trial_s is None else trials * self.modes * self.trial_s / 3600.0 * self.gpus
+
+    def wall(self, trials: int) -> float | None:
+        """Wall seconds of ``trials`` steps (one trial per metric mode each); None when a trial's time is unknown."""
+        return None if self.trial_s is None else trials * self.modes * self.trial_s
 
     @property
     def wall_s(self) -> float | None:
-        return None if self.trial_s is None else self.trials * self.modes * self.trial_s
+        return self.wall(self.trials)
 
     @property
     def gpu_hours(self) -> float | None:
-        return self._hours(self.trials)
+        return self.hours(self.trials)
 
     @property
     def max_gpu_hours(self) -> float | None:
-        return self._hours(self.max_trials)
-
-    def lines(self) -> list[str]:
-        """The estimate (trials, range, wall time, GPU-hours), then what it assumes."""
-        lo, hi = self.low or self.trials, self.high or self.trials
-        span = f" ({lo}–{hi} in 80% of simulated runs)" if hi > lo else ""
-        head = f"estimate: ~{self.trials} trials{span}" + (f" × {self.modes} modes" if self.modes > 1 else "")
-        head += f", at most {self.max_trials} (stats.max_trials_total)"
-        if self.trial_s is None:
-            head += "; time unknown: no trial stored on this host yet — set [cost] trial_minutes"
-        else:
-            wall = format_duration(self.wall_s)
-            hours = f"{self.gpu_hours:.2f}"
-            if hi > lo:
-                wall += f" ({format_duration(lo * self.modes * self.trial_s)}–{format_duration(hi * self.modes * self.trial_s)})"
-                hours += f" ({self._hours(lo):.2f}–{self._hours(hi):.2f})"
-            per = (f" × {self.gpus} GPU" + ("s" if self.gpus != 1 else "")) if self.unit == "GPU-hours" else ""
-            head += (
-                f"; {wall} wall, {hours} {self.unit} (at most {self.max_gpu_hours:.2f}) at "
-                f"{format_duration(self.trial_s)} per trial ({self.source}){per}"
-            )
-        out = [head]
-        f = self.forecast
-        if f is not None and not f.runs:
-            out.append(f"  how: {f.method}; it counts candidates only, not the regression or the noise")
-        elif f is not None:
-            out.append(
-                f"  how: {f.method}, each a {f.effect_pct:.1f}% regression ({f.effect_source}) under "
-                f"{f.noise_pct:.1f}% trial noise ({f.noise_source}); the cost grows as the regression nears the noise"
-            )
-        if f is not None and f.no_change is not None:
-            n = f.no_change
-            time_part = (f", {format_duration(n * self.modes * self.trial_s)} wall" if self.trial_s is not None else "")
-            out.append(f"  if nothing changed: ~{n} trial{'s' if n != 1 else ''}{time_part} (the search ends on "
-                       f"\"no regression\" once the endpoints rule it out)")
-        return out
-
-    def line(self) -> str:
-        return self.lines()[0]
-
-    def as_dict(self) -> dict:
-        f = self.forecast
-        return {
-            "candidates": self.candidates, "trials": self.trials, "trials_low": self.low or self.trials,
-            "trials_high": self.high or self.trials, "range": "10th-90th percentile of simulated runs",
-            "max_trials": self.max_trials, "modes": self.modes, "trial_s": self.trial_s, "trial_s_source": self.source,
-            "gpus": self.gpus, "hours_unit": self.unit, "wall_s": self.wall_s, "gpu_hours": self.gpu_hours, "max_gpu_hours": self.max_gpu_hours,
-            "gpu_hours_low": self._hours(self.low or self.trials), "gpu_hours_high": self._hours(self.high or self.trials),
-            "method": f.method if f else "formula", "simulated_trials": list(f.runs) if f else [],
-            "trials_if_no_change": f.no_change if f else None,
-            "effect_pct": f.effect_pct if f else None, "effect_source": f.effect_source if f else None,
-            "noise_pct": f.noise_pct if f else None, "noise_source": f.noise_source if f else None,
-            "seconds_to_estimate": f.elapsed_s if f else None, "cpu_seconds_to_estimate": f.cpu_s if f else None,
-        }
+        return self.hours(self.max_trials)
 
 
 @dataclass(frozen=True)
 class TrialTime:
-    """Seconds one trial takes here, and where that figure comes from (None: unknown)."""
+    """Seconds one trial takes here (None: unknown), and where that figure comes from: ``source`` "stored" (the
+    median of ``trials`` stored trials on this host), "configured" (``[cost] trial_minutes``) or "unknown"
+    (``report.costs.trial_time_source`` words it)."""
 
     seconds: float | None
     source: str = "unknown"
+    trials: int = 0  # "stored": how many stored trials the median is of
 
 
 def trial_time(durations: Sequence[float], config) -> TrialTime:
     """From the durations of the trials stored on this host for the same modes and workload (the caller reads
     them: ``app.planning.trial_time``), else ``[cost] trial_minutes``, else unknown."""
     if durations:
-        n = len(durations)
-        return TrialTime(median(list(durations)), f"median of {n} stored trial{'s' if n != 1 else ''} on this host")
+        return TrialTime(median(list(durations)), "stored", trials=len(durations))
     if config.cost.trial_minutes > 0:
-        return TrialTime(config.cost.trial_minutes * 60.0, "[cost] trial_minutes")
+        return TrialTime(config.cost.trial_minutes * 60.0, "configured")
     return TrialTime(None, "unknown")
 
 
-def default_effect(settings: StatsConfig) -> tuple[float, str]:
+def default_effect(settings: StatsConfig) -> Effect:
     """The regression assumed when nothing says how big it is."""
-    return (
-        DEFAULT_EFFECT_FACTOR * settings.min_effect_pct,
-        f"assumed: {DEFAULT_EFFECT_FACTOR:g} × stats.min_effect_pct; `plan --effect PCT` if you know it",
-    )
+    return Effect(DEFAULT_EFFECT_FACTOR * settings.min_effect_pct, "assumed", factor=DEFAULT_EFFECT_FACTOR)
 
 
 def estimate(
@@ -304,7 +286,7 @@ def estimate(
     timing: TrialTime,
     candidates: int,
     noise: NoiseModel | None = None,
-    effect: tuple[float, str] | None = None,
+    effect: Effect | None = None,
     *,
     higher_is_better: bool = True,
     budget_s: float = SIM_BUDGET_S,
@@ -313,35 +295,18 @@ def estimate(
 one trial takes here, ``app.planning.trial_time``).
 
     ``noise``: the model `run` would start from (``app.calibration.noise_model``), else the configured prior;
-    ``effect``: (percent, where it comes from), else ``default_effect``.
+    ``effect``: the regression to simulate (``Effect``), else ``default_effect``.
     """
     modes = cfg.metric_modes
-    trial_s, source = timing.seconds, timing.source
     cap = cfg.stats.max_trials_total
     noise = noise or NoiseModel.prior(cfg.stats.prior_sigma_pct)
-    effect_pct, effect_source = effect or default_effect(cfg.stats)
-    f = forecast_trials(candidates, cfg.stats, noise, effect_pct, effect_source,
+    f = forecast_trials(candidates, cfg.stats, noise, effect or default_effect(cfg.stats),
                         higher_is_better=higher_is_better, budget_s=budget_s)
     gpus, unit = hours_unit(cfg)
     return Estimate(
         candidates=candidates, trials=f.trials, max_trials=cap, modes=len(modes),
-        trial_s=trial_s, source=source, gpus=gpus, low=f.low, high=f.high, forecast=f, unit=unit,
+        timing=timing, gpus=gpus, low=f.low, high=f.high, forecast=f, unit=unit,
     )
-
-
-def more_trials_line(cfg, timing: TrialTime, trials: int, what: str) -> str:
-    """"about N more trials (X of wall time, Y GPU-hours at ...)": what an inconclusive answer would cost to settle."""
-    modes = cfg.metric_modes
-    trial_s, source = timing.seconds, timing.source
-    n = trials * len(modes)
-    head = f"{what} would take about {n} more trial{'s' if n != 1 else ''}"
-    if trial_s is None:
-        return head + " at the noise measured so far (set [cost] trial_minutes to see the time it costs)"
-    hours = n * trial_s / 3600.0
-    gpus, unit = hours_unit(cfg)
-    per = f"; × {gpus} GPU{'s' if gpus != 1 else ''}, [cost] gpus" if unit == "GPU-hours" else ""
-    return (f"{head} at the noise measured so far: {format_duration(n * trial_s)} of the machine, "
-            f"{hours * gpus:.1f} {unit} ({format_duration(trial_s)} per trial, {source}{per})")
 
 
 def pauses(trials) -> list[tuple[float, float]]:
@@ -374,34 +339,10 @@ def spent(trials, gpus: int, unit: str = "GPU-hours") -> dict:
             "hours_unit": unit}
 
 
-def spent_line(s: dict, used: int | None = None) -> str:
-    """"spent: 17 trials (9 observations used by the search), 1m02s wall, 0.02 GPU-hours (…)"."""
-    run = trials_text(s["trials"], used)
-    unit = s.get("hours_unit", "GPU-hours")
-    per = (f" (trial time × {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''}, [cost] gpus)" if unit == "GPU-hours"
-           else " (trial time)")
-    return (
-        f"spent: {run}, {format_duration(s['wall_s'])} wall, {s['gpu_hours']:.2f} {unit}{per}"
-        + (f"; {format_duration(s['paused_s'])} paused, not counted" if s.get("paused_s") else "")
-    )
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = max(0, int(round(seconds)))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    if h:
-        return f"{h}h{m:02d}m"
-    if m:
-        return f"{m}m{s:02d}s"
-    return f"{s}s"
-
-
 @dataclass(frozen=True)
 class SearchStatus:
-    """Where a bisection stands before its next trial: what the progress display and heartbeat show."""
+    """Where a bisection stands before its next trial: what the progress display and heartbeat show (worded by
+    ``report.costs.search_status_line`` and ``search_status_compact``)."""
 
     bisection_id: int
     trial: int  # the trial about to run, 1-based, as the budget counts them (untestable commits are not trials)
@@ -438,64 +379,7 @@ class SearchStatus:
         one), or at its last trial: the ETA is at least this, not about this."""
         return self.trial >= self.expected or self.phase in ("confirming", "second-change check")
 
-    def eta_text(self) -> str:
-        """The best statement the numbers allow, in minutes (a trial's time varies more than seconds): "~4m" (the
-        estimate, still ahead), "≥ 12m" (a floor: the trials the open check needs, or the estimate's rest in a phase
-        that adds trials), "≤ 2h10m" (a ceiling: the budget left, where no floor reaches a minute), "< 1m"; "?" only
-        before any trial's time is known."""
-        if self.trial_s is None:
-            return "?"
-        floors = [f for f in (self.eta_s if self.eta_is_lower_bound else None,
-                              self.needs * self.trial_s if self.needs else None) if f is not None]
-        if not self.eta_is_lower_bound and self.eta_s is not None:
-            eta = max([self.eta_s, *floors])
-            return "< 1m" if eta < 60 else "~" + _eta_duration(eta)
-        floor = max(floors, default=0.0)
-        if floor >= 60:
-            return "≥ " + _eta_duration(floor, rounding=math.floor)  # a floor rounded down stays a floor
-        ceiling = max(1, self.max_trials - self.trial + 1) * self.trial_s
-        return "< 1m" if ceiling < 60 else "≤ " + _eta_duration(ceiling, rounding=math.ceil)  # a ceiling, up
-
-    def _budget(self) -> str:
-        left = f"trial {self.trial} of at most {self.max_trials}"
-        if self.untestable:
-            left += f" (+{self.untestable} untestable, not counted)"
-        return left
-
-    def _best(self) -> str:
-        """The likeliest answer: "no change" where it outweighs the best commit (whose p is given a change)."""
-        if self.p_none is not None and self.p is not None and self.p_none >= self.p * (1.0 - self.p_none):
-            return f"likeliest: no change p={self.p_none:.2f}"
-        return f"best: {self.best} p={self.p:.2f}" if self.best and self.p is not None else ""
-
-    def _phase(self) -> str:
-        """The phase, what it checks and about how many trials that needs; why it stepped back, when it did."""
-        text = self.phase + (" again" if self.again else "")  # why: the "back to …" progress line says
-        if self.check:
-            more = f", ~{self.needs} more trial{'s' if self.needs != 1 else ''}" if self.needs else ""
-            text += f" ({self.check}{more})"
-        return text
-
-    def line(self) -> str:
-        best = f" · {self._best()}" if self._best() else ""
-        expected = f" (~{self.expected} expected)" if self.ahead else ""
-        return (
-            f"bisection #{self.bisection_id}: {self._budget()}{expected}"
-            f" · {self._phase()} · {self.commit}{best} · {format_duration(self.elapsed_s)} elapsed · ETA {self.eta_text()}"
-        )
-
-    def compact(self) -> str:
-        """The live line's short form, most telling first (a terminal of 80 columns cuts the tail)."""
-        best = f" · {self._best().replace(': ', ' ', 1)}" if self._best() else ""
-        of = f"~{self.expected}" if self.ahead else f"≤{self.max_trials}"
-        phase = self.phase + (f" ~{self.needs} more" if self.check and self.needs else "")
-        return (f"#{self.bisection_id} trial {self.trial}/{of} · {phase} · {self.commit} · "
-                f"ETA {self.eta_text()} · {format_duration(self.elapsed_s)}{best}")
-
-
-def _eta_duration(seconds: float, rounding=round) -> str:
-    """An ETA to the minute ("4m", "1h05m"): seconds would claim a precision no estimate of trials has. A floor is
-    rounded down and a ceiling up (``rounding``), so neither claims more than it knows."""
-    minutes = max(1, int(rounding(seconds / 60.0)))
-    h, m = divmod(minutes, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m"
+    @property
+    def no_change_likeliest(self) -> bool:
+        """Whether "no change at all" outweighs the best commit (whose ``p`` is given that something changed)."""
+        return self.p_none is not None and self.p is not None and self.p_none >= self.p * (1.0 - self.p_none)

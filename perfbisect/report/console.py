@@ -79,18 +79,24 @@ class ConsoleProgress:
         import dataclasses
         import time
 
+        from .costs import search_status_line
+
         status, at = self._status
-        return dataclasses.replace(status, elapsed_s=status.elapsed_s + time.monotonic() - at).line()
+        return search_status_line(dataclasses.replace(status, elapsed_s=status.elapsed_s + time.monotonic() - at))
 
     def _compact(self) -> str:
         import dataclasses
         import time
 
+        from .costs import search_status_compact
+
         status, at = self._status
-        return dataclasses.replace(status, elapsed_s=status.elapsed_s + time.monotonic() - at).compact()
+        return search_status_compact(dataclasses.replace(status, elapsed_s=status.elapsed_s + time.monotonic() - at))
 
     def search(self, status) -> None:
         import time
+
+        from .costs import search_status_line
 
         self._status = (status, time.monotonic())
         self._last_detail = ""
@@ -99,7 +105,7 @@ class ConsoleProgress:
         elif err_console.is_terminal:
             self._start_live()
         else:
-            err_console.print(show(status.line()))
+            err_console.print(show(search_status_line(status)))
 
     def _start_live(self) -> None:
         if self._live is not None:

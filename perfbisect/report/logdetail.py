@@ -7,10 +7,11 @@ import math
 import time
 from pathlib import Path
 
-from ..engine.cost import format_duration, hours_unit, spent, spent_line
+from ..engine.cost import hours_unit, spent
 from ..layout import FIXED
 from ..metrics import stored_or_described
 from ..model import median
+from .costs import format_duration, spent_line
 
 # Layout ids listed per commit before the rest are counted: a commit measured ten times stays one line.
 LAYOUTS_SHOWN = 6

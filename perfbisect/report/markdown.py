@@ -96,7 +96,7 @@ _ICON = {"regressed": "🔴", "improved": "🟢", "same": "⚪", "inconclusive":
 
 def bisection_markdown(result: Any, report: Path | None, spent: dict | None) -> str:
     """A finished bisection (``app.bisection.BisectResult``)."""
-    from ..engine.cost import format_duration
+    from .costs import format_duration
     from ..metrics import trials_text
 
     out = result.outcome

@@ -28,7 +28,7 @@ from perfbisect.demo.target import make_demo_target
 from perfbisect.engine.search_replay import decision_json, observations_of, policy_for, stored_start
 from perfbisect.measure.sysstate import collectors
 from perfbisect.measure.sysstate.readings import CpuReading
-from perfbisect.measure.workspace import Workspace
+from perfbisect.app.workspace import Workspace
 from perfbisect.store import open_store
 from tests.cli_runner import run_cli
 

@@ -21,7 +21,8 @@ from ..git.targets import active_filters
 from ..measure import rust_extensions
 from ..measure.versions import check_target_python
 from ..measure.workload_files import file_warnings
-from ..measure.workspace import Progress, Workspace
+from ..runtime.progress import Progress
+from .workspace import Workspace
 from ..metrics import describe as describe_metric
 from ..model import Commit, median, pct
 from ..settings import Config

@@ -26,7 +26,7 @@ from ..engine.observations import Done, Measure
 from ..model import Observation
 from ..engine.search_replay import decision_json
 from ..errors import InfrastructureError
-from ..measure.workspace import Progress
+from ..runtime.progress import Progress
 from ..store.database import Store
 
 

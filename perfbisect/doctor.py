@@ -40,7 +40,7 @@ class Finding:
 
 
 def _config(ctx: dict) -> list[Finding]:
-    from .config import load_config
+    from .config import deprecations, load_config
 
     try:
         cfg = load_config(ctx["config_path"])
@@ -51,6 +51,7 @@ def _config(ctx: dict) -> list[Finding]:
     out = [Finding("config", "ok", f"{cfg.path}: {target_name(cfg)} target; modes {modes}; metric {cfg.stats.metric}; {_trial_shape(cfg)}")]
     if not kind_of(cfg.workload).serves and cfg.server.command:
         out.append(Finding("config", "info", "server.command is not used: a command workload starts what it measures (the [server] table can go)"))
+    out.extend(Finding("config", "warn", text) for text in deprecations(cfg))
     return out
 
 

@@ -236,8 +236,8 @@ class WorkloadConfig:
             if data[name] == default:
                 del data[name]
         if self.kind == "bench_serving" and self.dataset_path is None:
-            # Its prompts became random token ids (`random-ids`) where they were ShareGPT-sampled
-            # (`random`): trials of one must not pool with trials of the other.
+            # Without a dataset its prompts are random token ids (`random-ids`); trials stored with ShareGPT-sampled
+            # prompts (`random`) hashed without this entry, and the two must not pool.
             data["bench_serving_dataset"] = "random-ids"
         return content_hash(data)
 

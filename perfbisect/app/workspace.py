@@ -90,7 +90,7 @@ class Workspace:
         if self._pool is None:
             layout = self.config.layout
             # One slot per path length a trial's layout may draw (perfbisect/layout.py); a fixed
-            # layout always uses slot 0, the one worktree perfbisect has always kept.
+            # layout uses slot 0 only (git/worktrees.py slot_name: the path of trials stored without a layout).
             slots = layout.path_slots if layout.randomize else 1
             self._pool = WorktreePool(self.repo, self.config.cache_dir, size=slots)
         return self._pool

@@ -507,6 +507,22 @@ def _workload(sec: _Section, base: Path) -> WorkloadConfig:
     return replace(workload, higher_is_better=metrics.describe_workload(workload).higher_is_better)
 
 
+# Removal of the compatibility keys: each is listed in CHANGELOG.md's "Deprecations" with this version.
+REMOVED_IN = "perfbisect 0.3"
+
+
+def deprecations(cfg: Config) -> list[str]:
+    """What ``cfg`` sets through a key kept only so that older configs load: each with its replacement and the release
+    that stops reading it (``plan``, ``run`` and ``doctor`` say it)."""
+    out = []
+    if cfg.stats.stop_when_ruled_out_pct > 0:
+        out.append(
+            f"{cfg.path}: stats.stop_when_ruled_out_pct is the older name of stats.tolerance_pct, removed in "
+            f"{REMOVED_IN}: write tolerance_pct = {cfg.stats.stop_when_ruled_out_pct:g} instead (it sets that tolerance now)."
+        )
+    return out
+
+
 def _stats(sec: _Section, base: Path) -> StatsConfig:
     path = sec.file
     stats = StatsConfig(**_read_fields(sec, StatsConfig, "stats", base))
@@ -515,7 +531,7 @@ def _stats(sec: _Section, base: Path) -> StatsConfig:
     if stats.stop_when_ruled_out_pct < 0:
         raise ConfigError(
             f"{path}: key 'stats.stop_when_ruled_out_pct' must be 0 (off) or a positive percent, got "
-            f"{stats.stop_when_ruled_out_pct}; it is the older name of stats.tolerance_pct."
+            f"{stats.stop_when_ruled_out_pct}; it is the older name of stats.tolerance_pct, removed in {REMOVED_IN}."
         )
     for key in ("tolerance_pct", "layout_check_pct"):
         value = getattr(stats, key)

@@ -10,7 +10,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .measure.host import gpu_busy_processes
 from .report.render import format_snapshot
@@ -19,6 +19,9 @@ from .measure.versions import target_versions
 from .errors import ConfigError, GitError, PatchError, PerfbisectError, StoreError, Untestable
 from .git.targets import is_sglang_target, target_name
 from .workload_kinds import kind_of
+
+if TYPE_CHECKING:
+    from .settings import Config
 
 # Which check a failure to open the workspace belongs to.
 _OPENING: tuple[tuple[type, str], ...] = (
@@ -37,7 +40,7 @@ class Finding:
 
 
 def _config(ctx: dict) -> list[Finding]:
-    from .config import load_config
+    from .config import deprecations, load_config
 
     try:
         cfg = load_config(ctx["config_path"])
@@ -48,6 +51,7 @@ def _config(ctx: dict) -> list[Finding]:
     out = [Finding("config", "ok", f"{cfg.path}: {target_name(cfg)} target; modes {modes}; metric {cfg.stats.metric}; {_trial_shape(cfg)}")]
     if not kind_of(cfg.workload).serves and cfg.server.command:
         out.append(Finding("config", "info", "server.command is not used: a command workload starts what it measures (the [server] table can go)"))
+    out.extend(Finding("config", "warn", text) for text in deprecations(cfg))
     return out
 
 
@@ -65,10 +69,8 @@ def _trial_shape(cfg) -> str:
 
 def _workspace(ctx: dict) -> list[Finding]:
     """Open what every command opens: repository, cache directory, patch stack, results database."""
-    from .measure.workspace import Workspace
-
     try:
-        ctx["ws"] = Workspace.open(ctx["config"], ctx.get("db"))
+        ctx["ws"] = ctx["open_workspace"](ctx["config"], ctx.get("db"))
     except PerfbisectError as exc:
         check = next((name for kind, name in _OPENING if isinstance(exc, kind)), "workspace")
         return [Finding(check, "error", str(exc))]
@@ -301,7 +303,6 @@ def _launch(ctx: dict) -> list[Finding]:
     from .measure.served import fallback_refusal
     from .measure.server import mode_not_applied
     from .measure.launch_checks import launch_check
-    from .measure.workspace import exclusive
     from .placeholders import expand
 
     ws = ctx["ws"]
@@ -311,7 +312,7 @@ def _launch(ctx: dict) -> list[Finding]:
         return _command_runs(ctx)
     try:
         # The same locks as a trial: a launch next to a running bisection would disturb its numbers.
-        with exclusive(ws):
+        with ws.exclusive():
             seconds, checks, served = launch_check(ws, mode)
     except PerfbisectError as exc:
         return [Finding("server launch", "error", str(exc))]
@@ -339,14 +340,14 @@ def _launch(ctx: dict) -> list[Finding]:
 def _command_runs(ctx: dict) -> list[Finding]:
     """A command workload starts no server: run workload.command once where a trial would (HEAD, and both
     endpoints of ``--range``) and show the metric it parsed; a missing key, 0, a crash, a timeout are errors."""
+    from .measure.launch_checks import preflight
     from .measure.trials import TrialRunner
-    from .measure.workspace import exclusive, preflight
     from .metrics import describe_workload
 
     ws = ctx["ws"]
     cfg = ws.config
     try:
-        preflight(ws)
+        preflight(cfg)
     except PerfbisectError as exc:
         return [Finding("workload command", "error", str(exc))]
     mode = cfg.modes.get("baseline") or next(iter(cfg.modes.values()))
@@ -354,7 +355,7 @@ def _command_runs(ctx: dict) -> list[Finding]:
     wanted = [("HEAD", "HEAD")] + ([("good endpoint", ctx["range"][0]), ("bad endpoint", ctx["range"][1])] if ctx["range"] else [])
     out, seen = [], set()
     try:
-        with exclusive(ws):  # the same locks as a trial: a run beside a bisection would disturb its numbers
+        with ws.exclusive():  # the same locks as a trial: a run beside a bisection would disturb its numbers
             runner = TrialRunner(ws)
             for label, rev in wanted:
                 commit = ws.repo.resolve(rev)
@@ -397,13 +398,14 @@ CHECKS: list[tuple[str, Callable[[dict], list[Finding]], tuple[str, ...]]] = [
 
 
 def run_doctor(config_path: Path, db: Path | None = None, launch: bool = False,
-               range_: tuple[str, str] | None = None) -> list[Finding]:
+               range_: tuple[str, str] | None = None, *, open_workspace: Callable[[Config, Path | None], Any]) -> list[Finding]:
     """Run every check whose prerequisites passed; a failed check never stops the others.
 
-    The repository, patch stack and results database are the ``Workspace`` every command opens;
-    what fails to open is a finding, and the checks that need it are left out.
+    The repository, patch stack and results database are the ``Workspace`` every command opens, opened by
+    ``open_workspace`` (``perfbisect.app.workspace.Workspace.open``: the use case hands it over, as these checks stand
+    beneath the use cases); what fails to open is a finding, and the checks that need it are left out.
     """
-    ctx: dict = {"config_path": config_path, "db": db, "range": range_}
+    ctx: dict = {"config_path": config_path, "db": db, "range": range_, "open_workspace": open_workspace}
     findings: list[Finding] = []
     checks = list(CHECKS) + ([("launch", _launch, ("ws",))] if launch else [])
     try:

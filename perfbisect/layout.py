@@ -49,14 +49,14 @@ class Layout:
 
     @property
     def fixed(self) -> bool:
-        """True for the layout every trial had before layouts were drawn (``[layout] randomize = false``)."""
+        """True for the fixed layout (``[layout] randomize = false``): slot 0, no padding, the hash seed left alone."""
         return self == FIXED
 
     def env(self) -> dict[str, str]:
         """The variables this layout adds to the server's and the workload command's environment.
 
         The padding is ``env_pad`` bytes of one character in ``PERFBISECT_LAYOUT_PAD``; the fixed
-        layout adds nothing at all, so it is exactly what a trial got before layouts existed.
+        layout adds nothing at all, so its trials run exactly as trials stored without a layout ran.
         """
         env = {}
         if self.env_pad:
@@ -112,7 +112,8 @@ def choose(settings: LayoutSettings, *, commit: str, mode: str, counter: int, ha
     if not settings.randomize and not vary:
         return FIXED
     digest = hashlib.sha256(f"{_DRAW_VERSION}\0{commit}\0{mode}\0{counter}".encode()).digest()
-    # bytes 8-15 draw the padding, 16-23 the hash seed (bytes 0-7 drew the slot before it rotated)
+    # bytes 8-15 draw the padding, 16-23 the hash seed; 0-7 go unused (the slot rotates from its own start, below),
+    # so that every draw under this _DRAW_VERSION keeps its padding and seed
     pad_word, seed_word = (int.from_bytes(digest[i : i + 8], "big") for i in (8, 16))
     seed = 1 + seed_word % HASH_SEED_MAX if settings.hash_seed and not hash_seed_pinned else None
     if not settings.randomize:  # a re-check with layouts held fixed: vary what needs no second worktree

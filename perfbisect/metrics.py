@@ -4,8 +4,8 @@ Every place that prints or reports a value asks ``describe(config)`` (or ``descr
 instead of assuming decode tok/s, so a ``seconds`` metric prints seconds and a lower-is-better
 metric's rise is a regression. ``workload.metric`` names the metric:
 
-- built-in streaming client (``sglang``, ``openai-*``): one of ``QUANTITIES`` (``tok_s``, the old
-  default, is ``decode_tok_s``); each run's value is that field of its ``RunResult``;
+- built-in streaming client (``sglang``, ``openai-*``): one of ``QUANTITIES`` (``tok_s``, the
+  default of ``workload.metric``, is ``decode_tok_s``); each run's value is that field of its ``RunResult``;
 - ``bench_serving``: a key of ``sglang.bench_serving``'s JSON output (``BENCH_SERVING_KEYS``);
 - ``command``: the JSON key the command prints; its direction is ``workload.higher_is_better`` and
   its unit is read off the key's suffix (``_ms``, ``_s``/``seconds``, ``tok_s``...).
@@ -94,7 +94,8 @@ QUANTITIES: dict[str, tuple[Metric, Callable[[RunResult], float | None]]] = {
     "cycle_time_ms": (Metric("cycle_time_ms", "speculative verify cycle time", "ms", False, _ms),
                       lambda r: r.cycle_time_ms),
 }
-ALIASES = {"tok_s": "decode_tok_s"}  # the default of workload.metric before it chose a quantity
+# workload.metric's default: decode tok/s for the streaming client (bench_serving reads it as its own default key)
+ALIASES = {"tok_s": "decode_tok_s"}
 
 # Keys of `python -m sglang.bench_serving --output-file` (one JSON object per line) worth bisecting on.
 BENCH_SERVING_KEYS: dict[str, Metric] = {

@@ -125,7 +125,7 @@ class BuildConfig:
 
 
 # Keys [build] held before environments were resolved by uv ([environment]); a file that still has one is told
-# what replaced it.
+# what replaced it. A compatibility message only: removed in perfbisect 0.3, when these become unknown keys like any other.
 RETIRED_BUILD_KEYS = ("pinned_packages", "package_aliases", "companions", "pin_files", "wheel_dir", "index_url")
 
 # How unpinned requirements are resolved in time (uv --exclude-newer): "bad" the bad endpoint's commit date
@@ -236,8 +236,8 @@ class WorkloadConfig:
             if data[name] == default:
                 del data[name]
         if self.kind == "bench_serving" and self.dataset_path is None:
-            # Its prompts became random token ids (`random-ids`) where they were ShareGPT-sampled
-            # (`random`): trials of one must not pool with trials of the other.
+            # Without a dataset its prompts are random token ids (`random-ids`); trials stored with ShareGPT-sampled
+            # prompts (`random`) hashed without this entry, and the two must not pool.
             data["bench_serving_dataset"] = "random-ids"
         return content_hash(data)
 
@@ -253,7 +253,9 @@ class StatsConfig:
     max_trials_total: int = 120  # at the H200's session noise a 5% tolerance takes ~80 (docs/archive/benchmarks-notebook.md, round 6)
     prior_sigma_pct: float = 5.0  # between-trial noise assumed before any is measured
     drift_check: bool = True  # model the machine's drift over the run order (and say when it moved)
-    stop_when_ruled_out_pct: float = 0.0  # older name of tolerance_pct: > 0 overrides it
+    # The older name of tolerance_pct, still read so that configs written for 0.1 load: > 0 overrides it (the engine
+    # reads `stop_when_ruled_out_pct or tolerance_pct`). Removed in perfbisect 0.3; config.deprecations says so.
+    stop_when_ruled_out_pct: float = 0.0
     layout_check_pct: float = 10.0  # a change smaller than this must survive a change of layout before it is blamed
     tolerance_pct: float = 5.0  # `same` = no regression this big (one-sided, 1 − alpha); 0: only "no change at all"
     second_change_z: float = 2.0  # how hard to look for a second change (3: thorough, 0: off)

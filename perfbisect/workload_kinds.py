@@ -1,11 +1,11 @@
 """The workload kinds: what each ``[workload] kind`` is, in one registry (a value module: the standard library only).
 
-Every layer used to compare ``workload.kind`` with a string ("command" has no server, so no GPU lock, no port
-check and no run-count choice; "bench_serving" needs a dataset or random ids, and names its own metrics; ...).
-Each kind is now one ``WorkloadKind`` with the traits those places ask about, and ``kind_of(workload)`` is the
-one way to get it. A new kind is one more entry in ``KINDS`` (its request format, if it streams HTTP requests of
-a new shape, is ``measure.workload``'s ``_payload``/``_on_event``; a client of its own is a module in
-``measure/`` like ``external_workloads``).
+Every layer acts on a kind's traits ("command" has no server, so no GPU lock, no port check and no run-count
+choice; "bench_serving" needs a dataset or random ids, and names its own metrics; ...). Each kind is one
+``WorkloadKind`` with the traits those places ask about, and ``kind_of(workload)`` is the one way to get it, so
+no layer compares ``workload.kind`` with a string. A new kind is one more entry in ``KINDS`` (its request format,
+if it streams HTTP requests of a new shape, is ``measure.workload``'s ``_payload``/``_on_event``; a client of its
+own is a module in ``measure/`` like ``external_workloads``).
 """
 
 from __future__ import annotations

@@ -329,7 +329,7 @@ def test_a_step_with_sources_follows_the_kernel_sources_where_they_moved_and_is_
 
 def test_plan_shows_where_a_step_with_sources_builds_and_warns_of_an_uncached_compiled_step(tmp_path):
     from perfbisect.app.planning import plan
-    from perfbisect.measure.workspace import Workspace
+    from perfbisect.app.workspace import Workspace
     from perfbisect.config import parse_config
     from perfbisect.report.render import format_plan, json_value
 

@@ -21,7 +21,7 @@ from perfbisect.demo.target import make_demo_target
 from perfbisect.model import NoiseKey
 from perfbisect.engine.stats import variance_ratio_test
 from perfbisect.store import NoiseEstimate
-from perfbisect.measure.workspace import Workspace
+from perfbisect.app.workspace import Workspace
 from tests.cli_runner import run_command
 
 KEY = NoiseKey("host-a", "baseline", "m1", "w1")

@@ -251,3 +251,16 @@ def test_the_sglang_template_resolves_each_commits_pyproject(tmp_path):
     uncommented = text.replace(block, "\n".join(line[2:] for line in block.splitlines()))
     kernel = next(s for s in load_config(write(tmp_path, uncommented)).build.steps if s.name == "kernel")
     assert kernel.sources == ("python/sglang/kernels/aot", "sgl-kernel") and kernel.artifacts == (".perfbisect/kernel-site",)
+
+
+def test_the_older_name_of_tolerance_pct_still_loads_and_is_said_to_go_in_0_3(tmp_path):
+    """stats.stop_when_ruled_out_pct is a compatibility key: it still sets the tolerance, and plan, run and doctor
+    say it is removed in perfbisect 0.3 and what to write instead; a negative one is refused with the same news."""
+    assert config_module.deprecations(load_config(write(tmp_path, MINIMAL))) == []
+    cfg = load_config(write(tmp_path, MINIMAL + "\n[stats]\nstop_when_ruled_out_pct = 7\n"))
+    assert cfg.stats.stop_when_ruled_out_pct == 7
+    (said,) = config_module.deprecations(cfg)
+    assert "stats.stop_when_ruled_out_pct" in said and "removed in perfbisect 0.3" in said
+    assert "tolerance_pct = 7" in said and str(cfg.path) in said
+    with pytest.raises(ConfigError, match="older name of stats.tolerance_pct, removed in perfbisect 0.3"):
+        load_config(write(tmp_path, MINIMAL + "\n[stats]\nstop_when_ruled_out_pct = -1\n"))

@@ -78,7 +78,7 @@ def _owner_of_a_live_process() -> tuple[subprocess.Popen, str]:
 
 def test_reaping_spares_a_server_whose_perfbisect_lives_and_kills_it_once_that_one_is_dead(tmp_path, sleepers):
     from perfbisect.measure.server_pidfiles import reap_leftover_servers
-    from perfbisect.measure.workspace import Progress
+    from perfbisect.runtime.progress import Progress
 
     server = sleepers()
     owner_proc, owner = _owner_of_a_live_process()

@@ -17,7 +17,7 @@ from perfbisect.errors import ConfigError, EnvironmentBuildError
 from perfbisect.git.requirements import read_requirements
 from perfbisect.measure.environments import moves
 from perfbisect.measure.resolver import parse_lock, resolution_date
-from perfbisect.measure.workspace import Workspace
+from perfbisect.app.workspace import Workspace
 from perfbisect.app import planning
 from tests.cli_runner import run_command
 from tests.repo_factory import RepoFactory, target_table

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.app.housekeeping import patches_check
-from perfbisect.measure.workspace import Workspace
+from perfbisect.app.workspace import Workspace
 from perfbisect.config import load_config
 from perfbisect.settings import SGLANG_IGNORE_PATHS, PatchesConfig, PatchVariant
 from perfbisect.errors import ConfigError, GitError, InfrastructureError, PatchError

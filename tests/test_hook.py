@@ -440,3 +440,19 @@ def test_hook_status_reads_back_a_config_path_holding_a_newline(tmp_path):
     text = (hook.hooks_dir(setup.clone) / "post-merge").read_text()
     out = subprocess.run(["sh", "-c", text.split("\norig=")[0] + '\nprintf "%s" "$PB_CONFIG"'], capture_output=True, text=True)
     assert out.stdout == str(config)  # and the shell reads the same path
+
+
+def test_hook_status_names_a_hook_that_still_starts_the_worker_by_its_older_path(tmp_path):
+    """A hook written before the package layout reaches the worker through the perfbisect.hookworker shim, which is
+    removed in perfbisect 0.3: `hook status` says so, and that installing again fixes it."""
+    setup = make_pull_setup(tmp_path)
+    hook.install(setup.clone, setup.config, python=sys.executable)
+    path = hook.hooks_dir(setup.clone) / "post-merge"
+    text = path.read_text()
+    assert "-m perfbisect.hook.hookworker" in text
+    path.write_text(text.replace("-m perfbisect.hook.hookworker", "-m perfbisect.hookworker"))
+    problems = hook.status(setup.clone)["problems"]
+    old = [p for p in problems if p.startswith("post-merge ")]
+    assert len(old) == 1 and "python -m perfbisect.hookworker, removed in perfbisect 0.3" in old[0], problems
+    assert "run `perfbisect hook install` again" in old[0]
+    assert not any("post-rewrite" in p and "0.3" in p for p in problems)  # the current one is not named

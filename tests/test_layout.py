@@ -20,7 +20,8 @@ from perfbisect.config import load_config
 from perfbisect.layout import FIXED, HASH_SEED_MAX, PAD_VAR, Layout, choose, joined
 from perfbisect.settings import LayoutConfig
 from perfbisect.store import open_store
-from perfbisect.measure.workspace import Progress, Workspace
+from perfbisect.app.workspace import Workspace
+from perfbisect.runtime.progress import Progress
 from perfbisect.git.worktrees import slot_name
 from tests.repo_factory import RepoFactory
 from tests.cli_runner import run_cli

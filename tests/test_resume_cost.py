@@ -29,7 +29,7 @@ from perfbisect.engine.search_start import observations_of, policy_for
 from perfbisect.report.replay import decision_json, stored_start
 from perfbisect.measure.sysstate import collectors
 from perfbisect.measure.sysstate.readings import CpuReading
-from perfbisect.measure.workspace import Workspace
+from perfbisect.app.workspace import Workspace
 from perfbisect.store import open_store
 from tests.cli_runner import run_cli
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from perfbisect.measure.trials import TrialRunner
-from perfbisect.measure.workspace import Workspace
+from perfbisect.app.workspace import Workspace
 from perfbisect.config import load_config
 from perfbisect.demo.target import make_demo_target
 

@@ -21,7 +21,7 @@ from perfbisect.measure.run_allocation import (
     optimal_runs,
     runs_advice,
 )
-from perfbisect.measure.workspace import Workspace
+from perfbisect.app.workspace import Workspace
 from tests.cli_runner import run_command
 
 

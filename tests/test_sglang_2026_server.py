@@ -36,7 +36,8 @@ from perfbisect.measure.workload import (
     server_info,
     server_info_warnings,
 )
-from perfbisect.measure.workspace import Progress, Workspace
+from perfbisect.app.workspace import Workspace
+from perfbisect.runtime.progress import Progress
 from perfbisect.model import TrialStatus
 from perfbisect.settings import ModeConfig, ServerConfig
 

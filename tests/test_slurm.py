@@ -420,7 +420,7 @@ def test_executor_config_keys_are_checked(tmp_path):
 
 def test_a_store_password_reaches_the_job_through_its_environment_never_its_command_line(tmp_path, monkeypatch):
     from perfbisect.store import locate
-    from perfbisect.executors import slurmjob
+    from perfbisect.app import slurmjob
 
     url = "postgresql+psycopg://perf:s3cr3t@db.internal:5432/results"
     arg, env = job_db_argument(locate(url))

@@ -23,11 +23,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import psutil
 import pytest
 
 from perfbisect.measure import sysstate
 from perfbisect.errors import ConfigError, MachineBusy
 from perfbisect.measure.host import (
+    _process_name,
     gpu_busy_processes,
     gpu_memory_released,
     gpu_memory_used_mib,
@@ -447,7 +449,15 @@ def test_live_sampler_run_on_the_h200_saw_the_power_cap():
 
 
 # ---------------------------------------------------------------------------------------------
-# /proc and degradation
+# CPU load and frequency, and degradation
+
+
+def _raise(exc: BaseException) -> Any:
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise exc
+
+    return fail
+
 
 
 def test_proc_collector_reads_this_machine():
@@ -455,20 +465,47 @@ def test_proc_collector_reads_this_machine():
     assert collector.available()
     reading = collector.collect()
     assert reading.load_avg_1m is not None and reading.load_avg_1m >= 0
-    cpuinfo = Path("/proc/cpuinfo").read_text()
-    if "cpu MHz" in cpuinfo:
+    if any(f.current > 0 for f in psutil.cpu_freq(percpu=True) or ()):
         assert reading.cpu_mhz is not None and reading.cpu_mhz > 0
+    else:
+        assert reading.cpu_mhz is None and len(collector.notes) == 1
     snap = sysstate.collect_snapshot([sysstate.ProcCollector()])
     assert snap.source == "proc" and snap.gpus == ()
 
 
-def test_proc_collector_without_cpu_mhz_notes_it_once(tmp_path: Path):
-    (tmp_path / "loadavg").write_text("0.50 0.40 0.30 1/100 123\n")
-    (tmp_path / "cpuinfo").write_text("processor\t: 0\nBogoMIPS\t: 50.00\n")
-    collector = sysstate.ProcCollector(proc_root=tmp_path)
+def test_proc_collector_averages_the_online_cores(monkeypatch):
+    freq = lambda current, low, high: SimpleNamespace(current=current, min=low, max=high)  # noqa: E731
+    monkeypatch.setattr(psutil, "getloadavg", lambda: (0.5, 0.4, 0.3))
+    # The third core is offline: psutil reads it as 0.0, and it is left out of the mean.
+    monkeypatch.setattr(psutil, "cpu_freq", lambda percpu=False: [freq(2000.0, 0, 0), freq(3000.0, 0, 0), freq(0.0, 0, 0)])
+    collector = sysstate.ProcCollector()
+    assert collector.collect() == sysstate.CpuReading(load_avg_1m=0.5, cpu_mhz=2500.0)
+    assert collector.notes == []
+
+
+@pytest.mark.parametrize(
+    "cpu_freq, said",
+    [
+        (lambda percpu=False: [], "reports no CPU frequency"),
+        (lambda percpu=False: None, "reports no CPU frequency"),
+        (_raise(NotImplementedError("can't find current frequency file")), "unreadable (NotImplementedError)"),
+    ],
+)
+def test_proc_collector_without_a_frequency_notes_it_once(monkeypatch, cpu_freq, said):
+    monkeypatch.setattr(psutil, "getloadavg", lambda: (0.5, 0.4, 0.3))
+    monkeypatch.setattr(psutil, "cpu_freq", cpu_freq)
+    collector = sysstate.ProcCollector()
     readings = [collector.collect() for _ in range(3)]
-    assert readings[0] == sysstate.CpuReading(load_avg_1m=0.5, cpu_mhz=None)
-    assert len(collector.notes) == 1 and "cpu MHz" in collector.notes[0]
+    assert readings == [sysstate.CpuReading(load_avg_1m=0.5, cpu_mhz=None)] * 3
+    assert len(collector.notes) == 1 and said in collector.notes[0] and "CPU frequency not recorded" in collector.notes[0]
+
+
+def test_proc_collector_without_a_load_average_is_unavailable_with_the_reason(monkeypatch):
+    monkeypatch.setattr(psutil, "getloadavg", _raise(OSError("getloadavg failed")))
+    cset = sysstate.CollectorSet([sysstate.ProcCollector()])
+    assert cset.cpu is None
+    assert any("proc unavailable (the load average is unreadable (OSError: getloadavg failed))" in n
+               and "CPU load not recorded" in n for n in cset.notes)
 
 
 class BrokenNvml:
@@ -638,36 +675,68 @@ def test_compact_of_the_real_capture_round_trips():
 # Busy machine, teardown, fingerprint
 
 
-def test_busy_processes_from_the_nvml_capture(tmp_path: Path):
+@pytest.fixture
+def processes_here(monkeypatch):
+    """psutil's view of this machine's processes, edited: ``{pid: name}`` runs, ``{pid: None}`` is gone.
+
+    The captures' pids are another machine's; here they may be gone or an unrelated process.
+    """
+    here: dict[int, str | None] = {}
+    real = psutil.Process
+
+    def process(pid: int | None = None) -> Any:
+        if pid not in here:
+            return real(pid)
+        if here[pid] is None:
+            raise psutil.NoSuchProcess(pid)
+        return SimpleNamespace(pid=pid, name=lambda: here[pid])
+
+    monkeypatch.setattr(psutil, "Process", process)
+    return here
+
+
+def test_busy_processes_from_the_nvml_capture(processes_here):
     load = phase_indices("load")[0]
-    busy = gpu_busy_processes(collectors=[nvml_at(load)], proc_root=tmp_path)
+    processes_here[LIVE["load_pid"]] = None
+    busy = gpu_busy_processes(collectors=[nvml_at(load)])
     assert (0, LIVE["load_pid"], "") in busy
-    others = gpu_busy_processes(exclude_pids=[LIVE["load_pid"]], collectors=[nvml_at(load)], proc_root=tmp_path)
+    others = gpu_busy_processes(exclude_pids=[LIVE["load_pid"]], collectors=[nvml_at(load)])
     assert LIVE["load_pid"] not in {pid for _, pid, _ in others}
 
 
-def test_busy_process_names_come_from_proc_or_nvidia_smi(fake_smi, tmp_path: Path):
+def test_busy_process_names_come_from_psutil_or_nvidia_smi(fake_smi, processes_here):
     load = phase_indices("load")[0]
     pid = LIVE["load_pid"]
-    busy = gpu_busy_processes(collectors=[sysstate.NvidiaSmiCollector(fake_smi(load))], proc_root=tmp_path / "proc")
+    processes_here[pid] = None
+    busy = gpu_busy_processes(collectors=[sysstate.NvidiaSmiCollector(fake_smi(load))])
     smi_name = next(p.name for p in sysstate.parse_smi_apps_csv(
         SMI_DUMP["samples"][load]["apps"]["stdout"],
         {r.uuid: r.sample.index for r in sysstate.parse_smi_gpu_csv(SMI_DUMP["samples"][load]["gpu"]["stdout"])},
     ) if p.pid == pid)
     assert (0, pid, smi_name) in busy
-    (tmp_path / "proc" / str(pid)).mkdir(parents=True)
-    (tmp_path / "proc" / str(pid) / "comm").write_text("sglang-worker\n")
-    busy = gpu_busy_processes(collectors=[nvml_at(load)], proc_root=tmp_path / "proc")
+    processes_here[pid] = "sglang-worker"
+    busy = gpu_busy_processes(collectors=[nvml_at(load)])
     assert (0, pid, "sglang-worker") in busy
 
 
-def test_wait_until_idle_refuses_a_busy_gpu_with_the_fix(tmp_path: Path):
+def test_process_names_are_this_machines():
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert _process_name(child.pid) == "sleep"
+    finally:
+        child.kill()
+        child.wait()
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text()) if Path("/proc/sys/kernel/pid_max").exists() else 2**22
+    assert _process_name(pid_max + 1) == ""  # no such process: no name, no error
+
+
+def test_wait_until_idle_refuses_a_busy_gpu_with_the_fix():
     load = phase_indices("load")[0]
     seen: list[Any] = []
     with pytest.raises(MachineBusy) as err:
         wait_until_idle(
             timeout_s=0.25, poll_s=0.1, progress=lambda busy, waited: seen.append((busy, waited)),
-            collectors=[nvml_at(load)], proc_root=tmp_path,
+            collectors=[nvml_at(load)],
         )
     message = str(err.value)
     assert f"pid {LIVE['load_pid']}" in message and "GPU 0" in message
@@ -675,10 +744,10 @@ def test_wait_until_idle_refuses_a_busy_gpu_with_the_fix(tmp_path: Path):
     assert len(seen) >= 2 and seen[0][0][0][1] == LIVE["load_pid"]
 
 
-def test_wait_until_idle_returns_at_once_on_an_idle_gpu(tmp_path: Path):
+def test_wait_until_idle_returns_at_once_on_an_idle_gpu():
     # The idle capture shows no compute process (the load starts after it).
     idle = phase_indices("idle")[0]
-    assert gpu_busy_processes(collectors=[nvml_at(idle)], proc_root=tmp_path) == []
+    assert gpu_busy_processes(collectors=[nvml_at(idle)]) == []
     busy_reports: list[Any] = []
     waited = wait_until_idle(timeout_s=5, poll_s=1, progress=lambda *a: busy_reports.append(a), collectors=[nvml_at(idle)])
     assert busy_reports == [] and waited >= 0  # one check, found idle: never reported busy, never slept

@@ -190,7 +190,7 @@ def test_a_bisection_keeps_the_benchmark_it_started_with(tmp_path):
     """Its hash is stored with the bisection: `resume` and its cluster jobs run that copy, never the working tree's
     of today; a copy gone from the cache is refused, not replaced."""
     from perfbisect.errors import ConfigError
-    from perfbisect.measure.workspace import Workspace
+    from perfbisect.app.workspace import Workspace
 
     r, shas = _project(tmp_path / "proj")
     (r.path / "bench.py").write_text(BENCH.replace("SCALE", "1.0"))

@@ -31,7 +31,9 @@ from ..engine.stats import NoiseModel
 from ..executors.chosen import ModesMeasurer, measures_here, search_executor
 from ..executors.loop import SearchLoop
 from ..measure.search_trials import measured_trials
-from ..measure.workspace import Progress, Workspace, preflight
+from ..runtime.progress import Progress
+from ..measure.launch_checks import preflight
+from .workspace import Workspace
 from ..metrics import DECODE, Metric, describe as describe_metric
 from ..metrics import stored_or_described
 from ..model import BisectOutcome, Commit, Observation, Verdict, log_of_pct
@@ -134,7 +136,7 @@ def _candidates(ws: Workspace, good: str, bad: str, progress: Progress) -> _Rang
     """good..bad resolved and planned (the machine ready, the patch stack applying at both endpoints), and
     what the search takes of it; the plan's warnings and its counts said."""
     good_c, bad_c, commits = range_of(ws, good, bad)
-    preflight(ws)
+    preflight(ws.config)
     check_endpoints(ws, good_c, bad_c, progress)
     plan = plan_between(ws, good_c, bad_c, progress=progress)
     for warning in plan.warnings:

@@ -25,7 +25,9 @@ from ..measure.noise_figures import StartingNoise, disagreement_line, noise_mode
 from ..measure.run_allocation import RunsAdvice, runs_advice
 from ..measure.search_trials import interleaved
 from ..measure.trials import TrialRunner
-from ..measure.workspace import Progress, Workspace, preflight
+from ..runtime.progress import Progress
+from ..measure.launch_checks import preflight
+from .workspace import Workspace
 from ..metrics import describe as describe_metric
 from ..model import Commit, TrialResult, pct
 from ..report.costs import format_duration
@@ -194,7 +196,7 @@ def calibrate(
     b = _calibration_partner(ws, a, rev, against)
     if ws.environments is not None:  # both builds resolve as of one date: the later one's
         ws.environments.anchor(a if ws.repo.is_ancestor(b.sha, a.sha) else b)
-    preflight(ws)
+    preflight(ws.config)
     runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=a.sha)
     schedule = [c for i in range(trials) for c in interleaved([a, b], i)]
     progress.info(

@@ -19,7 +19,8 @@ from ..errors import UsageError
 from ..git import carry as carrying
 from ..git.gitrepo import run_git
 from ..git.patches import PatchStack
-from ..measure.workspace import Progress, Workspace
+from ..runtime.progress import Progress
+from .workspace import Workspace
 from ..model import Commit
 from .planning import range_of
 

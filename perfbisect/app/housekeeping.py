@@ -15,7 +15,7 @@ from ..errors import UsageError
 from ..git.gitrepo import TargetRepo
 from ..git.patches import PatchCheck, check_patches
 from ..git.skips import Skip, SkipList, skipped_commits
-from ..measure.workspace import Workspace
+from .workspace import Workspace
 from ..model import Commit
 from ..settings import Config
 from .planning import range_of
@@ -73,5 +73,5 @@ def doctor(config_path: Path, db: Path | None = None, launch: bool = False,
     The config and the ``Workspace`` are opened as every command opens them (what fails to open is
     itself a finding); ``launch`` also starts the server once under the locks a trial holds.
     """
-    return run_doctor(config_path, db, launch=launch, range_=range_)
+    return run_doctor(config_path, db, launch=launch, range_=range_, open_workspace=Workspace.open)
 

@@ -11,7 +11,9 @@ from ..engine.stats import compare, compare_sequential
 from ..errors import UsageError, WorkloadError
 from ..measure.search_trials import interleaved
 from ..measure.trials import TrialRunner
-from ..measure.workspace import Progress, Workspace, preflight
+from ..runtime.progress import Progress
+from ..measure.launch_checks import preflight
+from .workspace import Workspace
 from ..metrics import describe as describe_metric
 from ..metrics import describe_workload
 from ..model import Commit, Comparison, TrialResult, Verdict
@@ -52,7 +54,7 @@ def measure(
     commit = ws.repo.resolve(rev)
     for m in modes:
         ws.config.mode(m)
-    preflight(ws)
+    preflight(ws.config)
     runner = TrialRunner(ws, progress, wait_idle_s=wait_idle_s, client_rev=commit.sha)
     out: dict[str, list[TrialResult]] = {m: [] for m in modes}
     for i in range(trials):
@@ -102,7 +104,7 @@ def compare_commits(
             f"--env-from {env_from} runs both commits in one commit's environment, but the config has no [environment] "
             f"table: every commit already runs in target.python as it is. Drop --env-from, or add [environment]."
         )
-    preflight(ws)
+    preflight(ws.config)
     max_trials = max_trials or cfg.stats.max_trials_per_commit or max(cfg.stats.max_trials_total // 2, min_trials)
     noise = noise_model(ws, [mode])
     progress.info(f"noise model: {noise.describe()}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..config import deprecations
 from ..engine import cost
 from ..engine.changepoint import SPARSE_ABOVE, sparse_footprint
 from ..errors import EnvironmentBuildError, UsageError
@@ -21,7 +22,8 @@ from ..git.targets import active_filters
 from ..measure import rust_extensions
 from ..measure.versions import check_target_python
 from ..measure.workload_files import file_warnings
-from ..measure.workspace import Progress, Workspace
+from ..runtime.progress import Progress
+from .workspace import Workspace
 from ..metrics import describe as describe_metric
 from ..model import Commit, median, pct
 from ..settings import Config
@@ -118,9 +120,10 @@ def plan_between(ws: Workspace, good_c: Commit, bad_c: Commit, check_patches: bo
     active = active_filters(ws.config)
     result = plan_range(ws.repo, good_c.sha, bad_c.sha, ws.filters, ws.stack, check_patches=check_patches, skipped=skips)
     long = long_range_warning(result, ws.config.stats.max_trials_total)
+    retiring = tuple(PlanWarning("deprecated-key", text) for text in deprecations(ws.config))
     result = replace(result, default_filters=active.defaults, default_filters_of=active.defaults_of,
                      user_filters=active.user, filters_note=active.note,
-                     warnings=result.warnings + ((long,) if long else ()))
+                     warnings=result.warnings + ((long,) if long else ()) + retiring)
     result = _with_build_steps(ws, result)
     result = _with_rust_extensions(ws, result)
     result = _with_workload_files(ws, result, good_c, bad_c)

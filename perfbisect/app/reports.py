@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Callable
 
 from ..report.replay import INDEX_REPLAY_WORK
 from ..errors import UsageError
-from ..measure.workspace import Progress, Workspace
+from ..runtime.progress import Progress
+from .workspace import Workspace
 from ..settings import Config
 from ..store import Store, StoreLocation, locate, open_store
 

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from ..engine.search_start import stats_over
 from ..errors import UsageError
-from ..measure.workspace import Workspace
+from .workspace import Workspace
 from ..model import TrialResult, TrialStatus
 from ..settings import Config, StatsConfig
 from ..store import BisectionRecord, ObservationRecord, Store, TrialPurpose, is_unfinished

@@ -116,7 +116,7 @@ def run(
         _confirm_budget(ws, g, b, yes)
         # Slurm jobs take their own node's lock; the controller holds only the repository's.
         gpu = measures_here(cfg)
-        with workspace.exclusive(ws, progress, wait=wait, gpu=gpu), interruptible(ws, resumable=True, options=resume_options(config, db), json_out=json_out):
+        with ws.exclusive(progress, wait=wait, gpu=gpu), interruptible(ws, resumable=True, options=resume_options(config, db), json_out=json_out):
             result = app_bisection.run_bisection(ws, g, b, progress, wait_idle_s=wait_idle)
             finished = app_bisection.finished_bisection(ws, result, progress)
     _show_bisection(result, finished, json_out, fail_on_regression, fmt, hint=try_once_hint(cfg, g, b))
@@ -146,7 +146,7 @@ def resume(
 
     cfg = load(config)
     progress = ConsoleProgress(quiet)
-    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait, gpu=measures_here(cfg)):
+    with workspace.Workspace.open(cfg, db) as ws, ws.exclusive(progress, wait=wait, gpu=measures_here(cfg)):
         bid = bisection if bisection is not None else app_resume.latest_unfinished(ws)
         with interruptible(ws, resume_id=bid, resumable=True, options=resume_options(config, db), json_out=json_out):
             result = app_bisection.run_bisection(ws, "", "", progress, wait_idle_s=wait_idle, resume_id=bid)
@@ -343,7 +343,7 @@ def patches_carry(
         raise UsageError("--continue, --abort and --status each do one thing: give one of them.")
     cfg = load(config)
     progress = ConsoleProgress(quiet)
-    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, gpu=False):
+    with workspace.Workspace.open(cfg, db) as ws, ws.exclusive(progress, gpu=False):
         if abort:
             print_lines([carrying.abort(ws)])
             return

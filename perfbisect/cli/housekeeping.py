@@ -147,6 +147,6 @@ def gc(
 
     Example:  perfbisect gc --build-cache
     """
-    with workspace.Workspace.open(load(config), db) as ws, workspace.exclusive(ws, gpu=False):
+    with workspace.Workspace.open(load(config), db) as ws, ws.exclusive(gpu=False):
         removed = app_housekeeping.gc(ws, build_cache=build_cache)
     print_lines([f"removed {r}" for r in removed] or ["nothing to remove"])

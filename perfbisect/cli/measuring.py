@@ -43,7 +43,7 @@ def measure(
     cfg = load(config)
     modes = mode or list(cfg.modes)
     progress = ConsoleProgress(quiet)
-    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
+    with workspace.Workspace.open(cfg, db) as ws, ws.exclusive(progress, wait=wait), interruptible(ws, json_out=json_out):
         result = app_measuring.measure(ws, rev, modes, trials, progress, wait_idle_s=wait_idle)
     if json_out:
         from ..metrics import describe_workload
@@ -94,7 +94,7 @@ def compare_cmd(
     fmt = output_format(fmt, json_out)
     cfg = load(config)
     progress = ConsoleProgress(quiet)
-    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
+    with workspace.Workspace.open(cfg, db) as ws, ws.exclusive(progress, wait=wait), interruptible(ws, json_out=json_out):
         result = app_measuring.compare_commits(ws, a, b, mode or cfg.metric_modes[-1], progress, max_trials=trials,
                                                wait_idle_s=wait_idle, env_from=env_from)
         report = app_reports.report_quietly(progress, lambda: app_reports.report(ws.store, f"c{result.comparison_id}", config=cfg)[0])
@@ -150,7 +150,7 @@ def calibrate(
     """
     cfg = load(config)
     progress = ConsoleProgress(quiet)
-    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
+    with workspace.Workspace.open(cfg, db) as ws, ws.exclusive(progress, wait=wait), interruptible(ws, json_out=json_out):
         result = app_calibration.calibrate(ws, rev, mode or cfg.metric_modes[-1], trials, progress, against=against,
                                spread_minutes=spread_minutes, wait_idle_s=wait_idle)
         report = app_reports.report_quietly(progress, lambda: app_reports.calibration_report(ws, result))

@@ -44,8 +44,8 @@ app_measuring = _import_lazily("perfbisect.app.measuring")
 app_planning = _import_lazily("perfbisect.app.planning")
 app_reports = _import_lazily("perfbisect.app.reports")
 app_resume = _import_lazily("perfbisect.app.resume")
-# What a command opens (``Workspace``), its locks (``exclusive``) and its progress sink.
-workspace = _import_lazily("perfbisect.measure.workspace")
+# What a command opens (``Workspace``) and its locks (``Workspace.exclusive``).
+workspace = _import_lazily("perfbisect.app.workspace")
 
 
 # The options several commands share, defined once (one spelling, one help text, one check).

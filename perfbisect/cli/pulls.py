@@ -13,6 +13,7 @@ import typer
 from ..errors import EXIT_OK, EXIT_RUNTIME, UsageError
 from ..interrupts import interruptible
 from ..report.console import ConsoleProgress, out_console, print_json, print_lines
+from ..runtime.progress import Progress
 from ..settings import DEFAULT_WAIT_IDLE_S
 from .options import (
     ConfigOpt, DbOpt, FailOnRegressionOpt, FormatOpt, JsonOpt, LimitOpt, QuietOpt, WaitIdleOpt, WaitOpt, config_path,
@@ -98,9 +99,9 @@ def check_cmd(
         print_lines([f"queued {old[:10]}..{new[:10]}; progress in {log}, `perfbisect status` shows it"])
         raise typer.Exit(code=EXIT_OK)
     progress = ConsoleProgress(quiet)
-    with workspace.Workspace.open(cfg, db) as ws, workspace.exclusive(ws, progress, wait=wait), interruptible(ws, json_out=json_out):
+    with workspace.Workspace.open(cfg, db) as ws, ws.exclusive(progress, wait=wait), interruptible(ws, json_out=json_out):
         result = check.run_check(ws, words[0], words[1], progress, action=action, wait_idle_s=wait_idle)
-    line = check.finish(cfg, CheckQueue(hook_dir(cfg.cache_dir)), result, workspace.Progress())
+    line = check.finish(cfg, CheckQueue(hook_dir(cfg.cache_dir)), result, Progress())
     if json_out:
         print_json({**result, "line": line})
     elif fmt == "markdown":

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..app import bisection, planning, reports
 from ..config import load_config
-from ..measure.workspace import Progress, Workspace, exclusive
+from ..app.workspace import Workspace
+from ..runtime.progress import Progress
 from ..store import open_store
 from .target import ATTN_NEW, ATTN_VERSION, DEMO_ATTN, DEMO_KERNEL_NEW, KERNEL_NEW, KERNEL_OLD, DemoTarget, make_demo_target
 from .wheels import DEMO_KERNEL
@@ -46,7 +47,7 @@ def run_demo(
     progress.info(f"demo repository: {target.commits} commits, {what}; patch stack of 3; "
                   + ("measured: seeded calculation of the emulator's speed" if seeded else "server: SGLang emulator"))
     config = load_config(target.config)
-    with Workspace.open(config, db or target.root / "results.sqlite") as ws, exclusive(ws, progress):
+    with Workspace.open(config, db or target.root / "results.sqlite") as ws, ws.exclusive(progress):
         result = bisection.run_bisection(ws, target.good, target.bad, progress)
     return result, target
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # the command line asks ``measures_here`` before anything heavy is loaded
-    from ..measure.workspace import Progress, Workspace
+    from ..runtime.progress import Progress
     from ..model import Commit, TrialResult
     from .loop import Executor
+    from .slurm import JobContext
 
 
 def measures_here(config) -> bool:
@@ -20,7 +21,7 @@ def measures_here(config) -> bool:
     return config.executor.kind == "local"
 
 
-def search_executor(ws: Workspace, bisection_id: int, progress: Progress, *, by_sha: dict[str, Commit],
+def search_executor(ws: JobContext, bisection_id: int, progress: Progress, *, by_sha: dict[str, Commit],
                     client_rev: str, wait_idle_s: float = 0.0) -> Executor:
     """The executor of a bisection's search: trials on this host one at a time, or Slurm jobs up to
     ``executor.nodes`` at once (``client_rev``: the revision whose benchmark client measures every trial)."""
@@ -40,7 +41,7 @@ class ModesMeasurer:
     interleaved — on this host (one runner kept across rounds), or as one Slurm job on one node (a level offset
     between nodes cannot then pass for the path that regressed)."""
 
-    def __init__(self, ws: Workspace, bisection_id: int, progress: Progress, wait_idle_s: float = 0.0):
+    def __init__(self, ws: JobContext, bisection_id: int, progress: Progress, wait_idle_s: float = 0.0):
         self.ws, self.bisection_id, self.progress, self.wait_idle_s = ws, bisection_id, progress, wait_idle_s
         self._runner = None
 

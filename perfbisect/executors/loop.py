@@ -27,7 +27,7 @@ from ..model import Observation
 from ..report import words
 from ..report.replay import decision_json
 from ..errors import InfrastructureError
-from ..measure.workspace import Progress
+from ..runtime.progress import Progress
 from ..store.database import Store
 
 

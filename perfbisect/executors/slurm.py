@@ -3,8 +3,8 @@
 The search loop (``executors.loop.SearchLoop``, run by ``app.bisection.run_bisection`` with this executor when
 ``[executor] kind = "slurm"``) asks the policy for up to k measurements (``SearchPolicy.next_batch``); the
 executor stores a ``jobs`` row for each, with the decision that asked for it, and submits it with ``sbatch --parsable --exclusive`` (argument lists only: the fixed script
-``slurm_job.sh`` execs ``python -m perfbisect.executors.slurmjob`` with its arguments). It then polls: a job
-stores its own result in the results database (``perfbisect.executors.slurmjob``), which the controller turns
+``slurm_job.sh`` execs ``python -m perfbisect.app.slurmjob`` with its arguments). It then polls: a job
+stores its own result in the results database (``perfbisect.app.slurmjob``), which the controller turns
 into the next observation (``seq`` = completion order, ``host`` = the node); a job Slurm reports
 ended (``scontrol show job``) without a result was lost by the cluster (cancelled, preempted, node
 failure, time limit, failed to start): an infrastructure failure, stored as such on the job and its
@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from ..engine.observations import Measure
 from ..model import Commit, Observation
@@ -32,11 +32,12 @@ from ..errors import InfrastructureError, UsageError
 from ..settings import ExecutorConfig
 from ..store.location import StoreLocation
 from ..store.jobs import OBSERVED, RESULT, SUBMITTED, JobRecord
-from ..measure.workspace import Progress, Workspace
+from ..measure.trial_context import TrialContext
+from ..runtime.progress import Progress
 from .loop import Landed
 
 SCRIPT = Path(__file__).with_name("slurm_job.sh")
-JOB_MODULE = "perfbisect.executors.slurmjob"
+JOB_MODULE = "perfbisect.app.slurmjob"
 DB_ENV = "PERFBISECT_JOB_DB"  # the store URL with its password, for the job (never on its command line)
 COMMAND_TIMEOUT_S = 120.0
 CANCEL_WAIT_S = 120.0  # scancel: SIGTERM, then SIGKILL after the cluster's KillWait (30 s by default)
@@ -196,6 +197,13 @@ def cancel(job_ids: Sequence[str]) -> None:
         _slurm(["scancel", *job_ids], "cancel jobs")
 
 
+class JobContext(TrialContext, Protocol):
+    """A command's workspace as the Slurm executor reads it: what a trial needs, and where the results store is
+    (``db_path``), which each job is handed to open it on its node."""
+
+    db_path: StoreLocation
+
+
 # ------------------------------------------------------------------------------------------------
 # The controller
 
@@ -206,7 +214,7 @@ class SlurmExecutor:
 
     what = "Slurm jobs"
 
-    def __init__(self, ws: Workspace, bisection_id: int, progress: Progress):
+    def __init__(self, ws: JobContext, bisection_id: int, progress: Progress):
         if ws.config.path is None:
             raise UsageError(
                 "[executor] kind = \"slurm\" needs the config as a file its jobs can read: pass -c perfbisect.toml."
@@ -443,11 +451,11 @@ def is_modes_job(job: JobRecord) -> bool:
 
 
 def modes_arguments(pair: Sequence[Commit], modes: Sequence[str], target: int) -> list[str]:
-    """The arguments a which-path job gets after ``--row`` (``perfbisect.executors.slurmjob``)."""
+    """The arguments a which-path job gets after ``--row`` (``perfbisect.app.slurmjob``)."""
     return ["--pair", pair[0].sha, pair[1].sha, "--target", str(target), *(f"--mode={m}" for m in modes)]
 
 
-def measure_modes(ws: Workspace, bisection_id: int, pair: Sequence[Commit], modes: Sequence[str], target: int,
+def measure_modes(ws: JobContext, bisection_id: int, pair: Sequence[Commit], modes: Sequence[str], target: int,
                   progress: Progress) -> int:
     """The which-path step's trials as one Slurm job: ``modes`` at the commit before the culprit and
     the culprit, up to ``target`` measured trials each, interleaved on one node (a level offset

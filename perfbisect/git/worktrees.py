@@ -26,8 +26,8 @@ SLOT_NAME_STEP = 29
 def slot_name(index: int) -> str:
     """The directory name of slot ``index``: "wt0", then "wt1-xxx…" 29 characters longer per slot.
 
-    Slot 0 keeps the name every worktree had before slots differed in length, so a fixed layout
-    checks out exactly where it always did. Eight slots stay far below a file name's 255 bytes.
+    Slot 0 is "wt0", the path trials stored without a layout ran at, so a fixed layout checks out
+    exactly where they did. Eight slots stay far below a file name's 255 bytes.
     """
     if index == 0:
         return "wt0"

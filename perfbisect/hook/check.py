@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..measure.host import DEFAULT_WAIT_IDLE_S, FAKE_BUSY_ENV, describe_busy, gpu_busy_processes  # noqa: F401
-from ..measure.workspace import Progress, Workspace, exclusive
+from ..app.workspace import Workspace
+from ..runtime.progress import Progress
 from .checkqueue import LOG, WORKER_LOCK, CheckQueue, Job, WorkerLock, entry_dict, hook_dir
 from ..config import load_config
 from ..settings import Config
@@ -255,7 +256,7 @@ def run_job(config: Config, queue: CheckQueue, job: Job, progress: Progress) -> 
     what = f"{job.old[:10]}..{job.new[:10]}" + (f" ({job.coalesced} pulls coalesced)" if job.coalesced > 1 else "")
     progress.info(f"check {what}")
     try:
-        # A command target runs no server and holds no GPU (exclusive() takes no GPU lock for it either):
+        # A command target runs no server and holds no GPU (ws.exclusive() takes no GPU lock for it either):
         # waiting for the GPUs to be free for idle_s would only delay its check, by idle_s on every pull.
         gpu_target = kind_of(config.workload).serves
         with Workspace.open(config) as ws, ExitStack() as held:
@@ -263,7 +264,7 @@ def run_job(config: Config, queue: CheckQueue, job: Job, progress: Progress) -> 
                 if gpu_target:
                     wait_for_idle(config.hook.idle_s, lambda why: (queue.set_phase("waiting", why, job), progress.info(f"waiting: {why}")))
                 try:
-                    held.enter_context(exclusive(ws, progress))
+                    held.enter_context(ws.exclusive(progress))
                     break
                 except LockHeld as exc:
                     why = f"another perfbisect holds the repository or GPU node: {one_line(str(exc)).split(': ', 1)[-1][:160]}"

@@ -91,6 +91,18 @@ class HookState:
     current: bool  # ours matches what this perfbisect would write
 
 
+def _old_worker_path(path: Path) -> str:
+    """", which starts the worker by its older path, removed in perfbisect 0.3" for a hook that does (it reaches the
+    worker through the ``perfbisect.hookworker`` shim until then), else ""."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    if "-m perfbisect.hookworker" not in text:
+        return ""
+    return ", which starts the worker by its older path (python -m perfbisect.hookworker, removed in perfbisect 0.3)"
+
+
 def _settings(path: Path) -> dict[str, str]:
     """PB_* values of an installed hook of ours."""
     out: dict[str, str] = {}
@@ -203,7 +215,8 @@ def status(repo: Path) -> dict:
             if not h.installed:
                 problems.append(f"{h.name} is missing or replaced ({h.path}): run `perfbisect hook install` again")
             elif not h.current:
-                problems.append(f"{h.name} was written by another perfbisect version: run `perfbisect hook install` again")
+                problems.append(f"{h.name} was written by another perfbisect version{_old_worker_path(h.path)}: "
+                                f"run `perfbisect hook install` again")
             if h.chained is not None and not os.access(h.chained, os.X_OK):
                 problems.append(f"{h.chained} is not executable, so it is not run (git would not run it either)")
         python = settings.get("PB_PYTHON", "")

@@ -267,7 +267,7 @@ def step_key(step: BuildStep, worktree: Path, applied_stack_hash: str, python: s
     """Cache key of a step: patched content of its paths (under the commit's source directory, for a
     step with ``sources``) + applied stack + command + interpreter."""
     tree = worktree_tree_hash(worktree, step.key_paths(source))
-    extra = [source] if source is not None else []  # a step without sources keeps the key it always had
+    extra = [source] if source is not None else []  # none without sources: their cached artefacts keep their key
     return content_hash(_KEY_VERSION, tree, applied_stack_hash or "", list(step.command), python, list(step.artifacts),
                         *extra)
 

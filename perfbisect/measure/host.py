@@ -28,6 +28,11 @@ from .sysstate import CollectorSet, ExcludePids, GpuProcess, collect_snapshot, r
 
 
 def _cpu_model(proc_root: Path = Path("/proc")) -> str:
+    """The CPU's marketing name, e.g. "AMD EPYC 9654 96-Core Processor" (part of the no-GPU fingerprint).
+
+    Read from /proc/cpuinfo's "model name" because psutil has no API for the CPU model; elsewhere
+    platform.processor() (often empty on Linux) or the machine type stands in.
+    """
     try:
         for line in (proc_root / "cpuinfo").read_text(errors="replace").splitlines():
             if line.startswith("model name"):
@@ -66,10 +71,13 @@ def host_fingerprint(collectors: Sequence[Any] | None = None) -> str:
     return f"nogpu-{_slug(cpu)}-{digest}"
 
 
-def _process_name(pid: int, proc_root: Path) -> str:
+def _process_name(pid: int) -> str:
+    """The name of process ``pid`` ("" when it is gone or not ours to read)."""
+    import psutil  # when first asked, not at import, as perfbisect.runtime.liveness does
+
     try:
-        return (proc_root / str(pid) / "comm").read_text().strip()
-    except OSError:
+        return psutil.Process(pid).name()
+    except (psutil.Error, OSError):
         return ""
 
 
@@ -91,9 +99,7 @@ def _simulated_busy() -> list[GpuProcess] | None:
             for w in words] or [GpuProcess(gpu_index=0, pid=0, name="simulated", used_mib=None)]
 
 
-def _busy(
-    exclude_pids: ExcludePids, collectors: Sequence[Any] | None, proc_root: Path
-) -> tuple[list[GpuProcess], bool]:
+def _busy(exclude_pids: ExcludePids, collectors: Sequence[Any] | None) -> tuple[list[GpuProcess], bool]:
     """Processes holding GPUs other than the excluded ones, and whether GPUs could be checked."""
     simulated = _simulated_busy() if collectors is None else None
     if simulated is not None:
@@ -110,7 +116,7 @@ def _busy(
     for p in procs:
         if p.pid in own:
             continue
-        name = _process_name(p.pid, proc_root) or p.name
+        name = _process_name(p.pid) or p.name
         out.append(replace(p, name=name))
     return sorted(out, key=lambda p: (p.gpu_index, p.pid)), True
 
@@ -118,10 +124,9 @@ def _busy(
 def gpu_busy_processes(
     exclude_pids: ExcludePids = (),
     collectors: Sequence[Any] | None = None,
-    proc_root: Path | str = "/proc",
 ) -> list[tuple[int, int, str]]:
     """(gpu index, pid, process name or "") of every other process holding a GPU."""
-    procs, _ = _busy(exclude_pids, collectors, Path(proc_root))
+    procs, _ = _busy(exclude_pids, collectors)
     return [(p.gpu_index, p.pid, p.name) for p in procs]
 
 
@@ -144,7 +149,6 @@ def wait_until_idle(
     progress: Callable[[list[tuple[int, int, str]], float], None] | None = None,
     exclude_pids: ExcludePids = (),
     collectors: Sequence[Any] | None = None,
-    proc_root: Path | str = "/proc",
 ) -> float:
     """Wait until no other process holds a GPU; return the seconds waited, or raise MachineBusy.
 
@@ -154,7 +158,7 @@ def wait_until_idle(
     waited = 0.0
 
     def idle() -> bool:
-        procs, checked = _busy(exclude_pids, collectors, Path(proc_root))
+        procs, checked = _busy(exclude_pids, collectors)
         busy[:] = procs if checked else []
         return not busy
 

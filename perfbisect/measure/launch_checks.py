@@ -7,27 +7,59 @@ env would import from outside the worktree although that env puts the worktree o
 the installed package's, so only the import location tells); and a variable of the mode's own env
 that the server's workers do not run with (``server.mode_not_applied``). ``launch_check`` is
 ``perfbisect doctor --launch``'s one server start: readiness, the env checks, which implementation served.
+``preflight`` is what every measuring command checks before its first trial, to fail at once rather than at
+every trial.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 
+from ..errors import ConfigError
 from ..model import EnvCheck
-from ..settings import ModeConfig
+from ..placeholders import expand
+from ..settings import Config, ModeConfig
+from ..workload_kinds import kind_of
 from .served import Served, served_from_log
-from .server import ServerSession
+from .server import ServerSession, port_holders, port_in_use
+from .trial_context import TrialContext
 from .trial_session import Prepared
-from .workspace import Workspace
+from .versions import check_target_python
 
 
-def launch_check(ws: Workspace, mode: ModeConfig) -> tuple[float, tuple[EnvCheck, ...], Served]:
+def preflight(cfg: Config) -> None:
+    """Fail fast on what would break every trial: a server command that does not exist, a busy fixed port, a target
+    interpreter too old to be read."""
+    check_target_python(cfg.target.python)
+    if not kind_of(cfg.workload).serves:
+        argv = expand(cfg.workload.command, python=cfg.target.python, worktree=str(cfg.target.repo))
+        what = "workload.command"
+    else:
+        argv = expand(cfg.server.command, python=cfg.target.python, port="0", worktree=str(cfg.target.repo), host=cfg.server.host)
+        what = "server.command"
+    exe = argv[0]
+    if not (shutil.which(exe) or (os.sep in exe and os.access(exe, os.X_OK))):
+        raise ConfigError(
+            f"{cfg.path}: {what} starts with '{exe}', which is not an executable on PATH or a path to one. "
+            f"Fix {what} (for SGLang: [\"{{python}}\", \"-m\", \"sglang.launch_server\", ...]) or target.python."
+        )
+    if kind_of(cfg.workload).serves and cfg.server.port and port_in_use(cfg.server.host, cfg.server.port):
+        holders = port_holders(cfg.server.port)
+        who = f" (held by pid {', '.join(map(str, holders))})" if holders else ""
+        raise ConfigError(
+            f"Port {cfg.server.port} on {cfg.server.host} is already in use{who}, so no trial could start its server. "
+            f"Stop the process holding it, or set server.port = 0 in {cfg.path} to pick a free port per trial."
+        )
+
+
+def launch_check(ws: TrialContext, mode: ModeConfig) -> tuple[float, tuple[EnvCheck, ...], Served]:
     """Start the server of ``mode`` once in the target checkout as it is, wait until it is ready and
     check the configured env reached every process of its group (``perfbisect doctor --launch``).
 
     Seconds to readiness, the env checks, and which implementation served (its log, ``served``); the
     server is torn down before this returns. The caller holds the locks a trial holds
-    (``workspace.exclusive``).
+    (``Workspace.exclusive``).
     """
     cfg = ws.config
     log = cfg.cache_dir / "logs" / "doctor-server.log"

@@ -33,7 +33,7 @@ from ..engine.stats import NoiseModel, variance_ratio_test
 from ..store import NoiseEstimate, TrialPurpose
 
 if TYPE_CHECKING:  # the workspace is only passed through
-    from .workspace import Workspace
+    from .trial_context import TrialContext
 
 # A learned noise level counts as this many pseudo-observations at most: it stays a prior that
 # today's own trials can overrule when the machine has changed.
@@ -169,7 +169,7 @@ def disagreement_line(start: StartingNoise) -> str:
     )
 
 
-def noise_model_for_key(ws: "Workspace", key: NoiseKey) -> tuple[NoiseModel, str | None]:
+def noise_model_for_key(ws: "TrialContext", key: NoiseKey) -> tuple[NoiseModel, str | None]:
     """Between-trial noise under one noise key (a mode's, or one of its workload's siblings) — the stored
     figure the module's rule picks, pooled with stored A/A trials of identical builds, else the stated
     prior — and a note when the figures disagree or were measured on another host

@@ -45,7 +45,7 @@ from ..model import NoiseKey, TrialResult, TrialStatus, pct
 from ..workload_kinds import kind_of
 
 if TYPE_CHECKING:  # the workspace is only passed through
-    from .workspace import Workspace
+    from .trial_context import TrialContext
 
 MIN_RUNS, MAX_RUNS = 3, 30  # what auto may choose: fewer leaves no median, more is one session's luck
 FALLBACK_RUNS = 5  # auto's choice before anything is measured on this host (the user's protocol)
@@ -180,7 +180,7 @@ def _seconds(s: float) -> str:
     return f"{s:.0f} s" if s >= 10 else f"{s:.2g} s"
 
 
-def sibling_keys(ws: "Workspace", mode_name: str) -> dict[str, NoiseKey]:
+def sibling_keys(ws: "TrialContext", mode_name: str) -> dict[str, NoiseKey]:
     """Workload hash -> noise key, for this host and mode and the configured workload at every run
     count auto may choose (and the configured one): trials that differ only in how many runs they held."""
     cfg = ws.config
@@ -194,7 +194,7 @@ def sibling_keys(ws: "Workspace", mode_name: str) -> dict[str, NoiseKey]:
     return keys
 
 
-def runs_advice(ws: "Workspace", mode_name: str) -> RunsAdvice:
+def runs_advice(ws: "TrialContext", mode_name: str) -> RunsAdvice:
     """The run count a trial of ``mode_name`` runs (auto resolved) and the cheapest one, with its basis."""
     cfg = ws.config
     w = cfg.workload

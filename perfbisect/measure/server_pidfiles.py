@@ -16,7 +16,7 @@ from pathlib import Path
 from ..runtime.children import signal_group
 from ..runtime.liveness import owner_alive, process_owner
 from .server import ServerSession, process_cmdline
-from .workspace import Progress
+from ..runtime.progress import Progress
 
 _PIDFILE_OWNER = "owner "
 

@@ -20,7 +20,7 @@ from ..store import Store
 from .served import Served
 from .server import ServerSession
 from .sysstate import Sampler
-from .workspace import Progress
+from ..runtime.progress import Progress
 
 
 @dataclass

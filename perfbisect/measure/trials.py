@@ -43,13 +43,14 @@ from .server_pidfiles import reap_leftover_servers, remember_server
 from .trial_session import Prepared, TrialSession, with_start_state
 from .versions import target_versions
 from .workload import avg_spec_accept_length, read_server_info, run_workload, server_info_warnings
-from .workspace import Progress, Workspace
+from ..runtime.progress import Progress
+from .trial_context import TrialContext
 
 
 class TrialRunner:
     """Runs trials: one server session per (commit, mode), every run stored as it lands."""
 
-    def __init__(self, ws: Workspace, progress: Progress | None = None, wait_idle_s: float = 0.0,
+    def __init__(self, ws: TrialContext, progress: Progress | None = None, wait_idle_s: float = 0.0,
                  client_rev: str | None = None):
         self.ws = ws
         self.progress = progress or Progress()

@@ -4,8 +4,8 @@ Every process perfbisect starts (server groups, ``command`` workloads, build ste
 process group of its own, so one signal stops it and whatever it spawned. An orderly exit (a
 finished trial, Ctrl-C, SIGTERM) tears the group down through the ``with`` blocks; this module
 covers the disorderly one. On Linux the child asks the kernel, before it execs, for SIGKILL the
-moment perfbisect dies (``PR_SET_PDEATHSIG``), so a ``kill -9`` of perfbisect no longer leaves a
-server holding the GPUs or a benchmark still running. Grandchildren are not covered by that (the
+moment perfbisect dies (``PR_SET_PDEATHSIG``), so a ``kill -9`` of perfbisect leaves no server
+holding the GPUs and no benchmark still running. Grandchildren are not covered by that (the
 signal goes to the direct child only): SGLang's schedulers ask for the same signal themselves, and
 the pidfiles under ``<cache_dir>/servers`` let the next perfbisect reap what is left.
 

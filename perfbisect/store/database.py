@@ -140,7 +140,7 @@ class Store:
         # Whether the process that wrote an owner string still runs: /proc here, the owner lock when shared.
         self.owner_alive = shared.owner_checker(engine, self.owner) if self.shared else owner_alive
         self.recovered: tuple[list[int], list[int]] = ([], [])
-        # Set by a cluster job (perfbisect.executors.slurmjob): every trial it begins records its job and node.
+        # Set by a cluster job (perfbisect.app.slurmjob): every trial it begins records its job and node.
         self.job_id: str | None = None
         self.node: str | None = None
 

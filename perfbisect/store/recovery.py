@@ -37,8 +37,8 @@ def recover_interrupted(
     trial_ids: list[int] = []
     # FOR UPDATE (PostgreSQL; a SQLite write transaction holds the whole file already): a writer that
     # finishes a trial between this read and the liveness check below would otherwise have its `ok`
-    # overwritten with "interrupted" once it exits — a lost update seen under load. Its finish now
-    # waits for this transaction, and it stays alive (its owner lock held) until then.
+    # overwritten with "interrupted" once it exits — a lost update seen under load. With the rows locked, its
+    # finish waits for this transaction, and it stays alive (its owner lock held) until then.
     running = session.scalars(
         select(TrialRow)
         .options(selectinload(TrialRow.runs))

@@ -1,8 +1,9 @@
 """System state: what the GPUs and CPUs were doing while a trial ran.
 
 - :mod:`.collectors`: :class:`NvmlCollector` (``pynvml``, imported lazily inside the collector so
-  that importing perfbisect never loads the NVIDIA library), :class:`ProcCollector` (``/proc``),
-  and :class:`CollectorSet`, which picks the first available GPU collector and the CPU one;
+  that importing perfbisect never loads the NVIDIA library), :class:`ProcCollector` (CPU load and
+  frequency, through psutil), and :class:`CollectorSet`, which picks the first available GPU
+  collector and the CPU one;
 - :mod:`.nvidia_smi`: :class:`NvidiaSmiCollector`, ``nvidia-smi --query-gpu`` (an argument list,
   never a shell string) where NVML is missing, and its CSV parsers;
 - :mod:`.sampler`: :class:`Sampler` samples in a daemon thread before, during (about 1 Hz) and after

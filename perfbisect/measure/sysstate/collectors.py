@@ -4,14 +4,13 @@ and the :class:`CollectorSet` that picks the best available GPU and CPU ones.
 - :class:`NvmlCollector` reads NVML through ``pynvml`` (package ``nvidia-ml-py``), imported lazily
   inside the collector so that importing perfbisect never loads the NVIDIA library;
 - :class:`~perfbisect.measure.sysstate.nvidia_smi.NvidiaSmiCollector` (its own module) where NVML is missing;
-- :class:`ProcCollector` reads the CPU load and frequency from ``/proc``.
+- :class:`ProcCollector` reads the CPU load and frequency through psutil.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...model import GpuSample, SystemSnapshot
@@ -23,43 +22,52 @@ from .readings import CpuReading, GpuProcess
 
 
 class ProcCollector:
-    """CPU load (``/proc/loadavg``) and mean core frequency (``/proc/cpuinfo`` "cpu MHz")."""
+    """CPU load (``psutil.getloadavg``) and mean core frequency (``psutil.cpu_freq(percpu=True)``).
+
+    Named ``proc`` because snapshots already stored say ``source: "...+proc"``; psutil reads the
+    same kernel files (``/proc/loadavg``, cpufreq in sysfs or ``/proc/cpuinfo`` "cpu MHz") on Linux.
+    """
 
     name = "proc"
     kind = "cpu"
 
-    def __init__(self, proc_root: Path | str = "/proc") -> None:
-        self.proc_root = Path(proc_root)
+    def __init__(self) -> None:
         self.unavailable_reason = ""
         self.notes: list[str] = []
 
     def available(self) -> bool:
-        """True when /proc/loadavg can be read."""
-        if (self.proc_root / "loadavg").is_file():
-            return True
-        self.unavailable_reason = f"{self.proc_root / 'loadavg'} does not exist (not Linux?)"
-        return False
+        """True when the load average can be read."""
+        import psutil  # when first read, not at import, as perfbisect.runtime.liveness does
+
+        try:
+            psutil.getloadavg()
+        except (OSError, AttributeError) as exc:
+            self.unavailable_reason = f"the load average is unreadable ({type(exc).__name__}: {exc})"
+            return False
+        return True
 
     def collect(self) -> CpuReading:
-        """Read the 1-minute load average and the mean "cpu MHz" over cores."""
+        """Read the 1-minute load average and the mean current frequency over online cores."""
+        import psutil
+
         load = None
         try:
-            load = float((self.proc_root / "loadavg").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
+            load = float(psutil.getloadavg()[0])
+        except (OSError, AttributeError):
             pass
         mhz = None
         try:
-            values = []
-            with open(self.proc_root / "cpuinfo", encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    if line.startswith("cpu MHz"):
-                        values.append(float(line.split(":", 1)[1]))
+            # An offline core reads 0.0: it is left out, as /proc/cpuinfo leaves it out.
+            values = [f.current for f in psutil.cpu_freq(percpu=True) or () if f.current > 0]
+        except (OSError, AttributeError, NotImplementedError, ValueError) as exc:
+            # AttributeError: a platform where psutil has no cpu_freq; NotImplementedError: Linux
+            # without a readable current-frequency file.
+            self._note_once(f"proc: CPU frequency unreadable ({type(exc).__name__}); CPU frequency not recorded")
+        else:
             if values:
                 mhz = sum(values) / len(values)
             else:
-                self._note_once("proc: /proc/cpuinfo has no 'cpu MHz' lines; CPU frequency not recorded")
-        except (OSError, ValueError):
-            self._note_once("proc: /proc/cpuinfo unreadable; CPU frequency not recorded")
+                self._note_once("proc: the system reports no CPU frequency; CPU frequency not recorded")
         return CpuReading(load_avg_1m=load, cpu_mhz=mhz)
 
     def _note_once(self, note: str) -> None:
@@ -278,7 +286,7 @@ def _num(value: Any) -> float | None:
 
 
 def default_collectors() -> list[Any]:
-    """NVML, then nvidia-smi, then /proc: the first available GPU collector wins."""
+    """NVML, then nvidia-smi, then the CPU's load and frequency: the first available GPU collector wins."""
     return [NvmlCollector(), NvidiaSmiCollector(), ProcCollector()]
 
 

@@ -1,59 +1,38 @@
-"""What every command opens once, and the checks it makes before it touches a worktree or a GPU.
+"""What every command opens once: the composition root of a use case.
 
-``Workspace`` holds the config, the target repository, the results store, the patch stack and the
-caches; ``Progress`` is where long work reports what it is doing; ``preflight`` and ``exclusive``
-fail fast (a missing server executable, a busy port) and hold the repository's and the GPU node's
-locks. Nothing here runs a trial (``perfbisect.measure.trials``) or decides anything (``perfbisect.app``).
+``Workspace.open`` wires the config, the target repository, the results store, the patch stack, the worktree pool and
+the caches; ``Workspace.exclusive`` holds the repository's and the GPU node's locks while a command uses worktrees
+and servers. Measuring reads a workspace as a ``perfbisect.measure.trial_context.TrialContext`` and never imports this
+module; what fails fast before a trial (``preflight``) is ``perfbisect.measure.launch_checks``'s, and where long work
+reports (``Progress``) is ``perfbisect.runtime.progress``'s. Nothing here runs a trial or decides anything.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..runtime import locks
-from .build import BuildCache
-from .envs import EnvCache
-from .environments import Environments
-from .resolver import Resolver
-from ..placeholders import expand
-from ..settings import Config, ModeConfig
 from ..errors import ConfigError
 from ..git.gitrepo import TargetRepo
-from .host import host_fingerprint
 from ..git.pathfilter import PathFilter
 from ..git.patches import PatchStack
 from ..git.requirements import RequirementReader
-from ..git.worktrees import WorktreePool
-from ..model import NoiseKey
-from .server import port_holders, port_in_use
-from ..store import Store, StoreLocation, locate, open_store
 from ..git.targets import active_filters
-from .versions import check_target_python
-from .workload_files import Snapshot, kept, snapshot
+from ..git.worktrees import WorktreePool
+from ..measure.build import BuildCache
+from ..measure.environments import Environments
+from ..measure.envs import EnvCache
+from ..measure.host import host_fingerprint
+from ..measure.resolver import Resolver
+from ..measure.workload_files import Snapshot, kept, snapshot
+from ..model import NoiseKey
+from ..runtime import locks
+from ..runtime.progress import Progress
+from ..settings import Config, ModeConfig
+from ..store import Store, StoreLocation, locate, open_store
 from ..workload_kinds import kind_of
-
-
-class Progress:
-    """Where long work reports what it is doing. The default sink drops everything."""
-
-    def info(self, message: str) -> None:  # a step of the work
-        pass
-
-    def detail(self, message: str) -> None:  # a finer step (a run, a readiness poll)
-        pass
-
-    def warn(self, message: str) -> None:  # something the user should know and may act on
-        pass
-
-    def search(self, status) -> None:  # where a bisection stands (a cost.SearchStatus), before each trial
-        pass
-
-    def done(self) -> None:  # the long work is over (stop any live display or heartbeat)
-        pass
 
 
 @dataclass
@@ -111,7 +90,7 @@ class Workspace:
         if self._pool is None:
             layout = self.config.layout
             # One slot per path length a trial's layout may draw (perfbisect/layout.py); a fixed
-            # layout always uses slot 0, the one worktree perfbisect has always kept.
+            # layout uses slot 0 only (git/worktrees.py slot_name: the path of trials stored without a layout).
             slots = layout.path_slots if layout.randomize else 1
             self._pool = WorktreePool(self.repo, self.config.cache_dir, size=slots)
         return self._pool
@@ -134,6 +113,23 @@ class Workspace:
     def noise_key(self, mode: ModeConfig) -> NoiseKey:
         """The key trials of ``mode`` on this host with this workload share their noise under."""
         return NoiseKey(self.host, mode.name, mode.config_hash(self.config.server), self.config.workload.config_hash())
+
+    def exclusive(self, progress: Progress | None = None, *, wait: bool = False, gpu: bool = True):
+        """Hold the repository's lock (and the GPU node's) while a command uses worktrees and servers.
+        With a shared store the node is locked in the database too, where every user of it sees the holder."""
+        progress = progress or Progress()
+        cfg = self.config
+        gpu = gpu and kind_of(cfg.workload).serves  # no server, no GPU: its repository's lock is all it needs
+        shared_lock = self.store.node_lock() if gpu else None
+        return locks.exclusive(
+            cfg.cache_dir,
+            repo=str(cfg.target.repo),
+            gpu=gpu,
+            gpus=locks.gpus_of([cfg.server.env, *(m.env for m in cfg.modes.values())]),
+            wait=wait,
+            on_wait=lambda what, holder: progress.info(f"waiting for {holder.describe()} to release the {what} ..."),
+            node_locks=(shared_lock,) if shared_lock is not None else (),
+        )
 
     def close(self) -> None:
         try:
@@ -165,47 +161,3 @@ def check_cache_dir(config: Config) -> None:
             f"{config.path}: {key} is {cache}, which cannot be used: {exc.strerror or exc}. perfbisect keeps "
             f"its worktrees, build cache, logs and locks there: set target.cache_dir to a writable directory."
         ) from None
-
-
-def preflight(ws: Workspace) -> None:
-    """Fail fast on what would break every trial: a server command that does not exist, a busy fixed port, a target
-    interpreter too old to be read."""
-    cfg = ws.config
-    check_target_python(cfg.target.python)
-    if not kind_of(cfg.workload).serves:
-        argv = expand(cfg.workload.command, python=cfg.target.python, worktree=str(cfg.target.repo))
-        what = "workload.command"
-    else:
-        argv = expand(cfg.server.command, python=cfg.target.python, port="0", worktree=str(cfg.target.repo), host=cfg.server.host)
-        what = "server.command"
-    exe = argv[0]
-    if not (shutil.which(exe) or (os.sep in exe and os.access(exe, os.X_OK))):
-        raise ConfigError(
-            f"{cfg.path}: {what} starts with '{exe}', which is not an executable on PATH or a path to one. "
-            f"Fix {what} (for SGLang: [\"{{python}}\", \"-m\", \"sglang.launch_server\", ...]) or target.python."
-        )
-    if kind_of(cfg.workload).serves and cfg.server.port and port_in_use(cfg.server.host, cfg.server.port):
-        holders = port_holders(cfg.server.port)
-        who = f" (held by pid {', '.join(map(str, holders))})" if holders else ""
-        raise ConfigError(
-            f"Port {cfg.server.port} on {cfg.server.host} is already in use{who}, so no trial could start its server. "
-            f"Stop the process holding it, or set server.port = 0 in {cfg.path} to pick a free port per trial."
-        )
-
-
-def exclusive(ws: Workspace, progress: Progress | None = None, *, wait: bool = False, gpu: bool = True):
-    """Hold the repository's lock (and the GPU node's) while a command uses worktrees and servers.
-    With a shared store the node is locked in the database too, where every user of it sees the holder."""
-    progress = progress or Progress()
-    cfg = ws.config
-    gpu = gpu and kind_of(cfg.workload).serves  # no server, no GPU: its repository's lock is all it needs
-    shared_lock = ws.store.node_lock() if gpu else None
-    return locks.exclusive(
-        cfg.cache_dir,
-        repo=str(cfg.target.repo),
-        gpu=gpu,
-        gpus=locks.gpus_of([cfg.server.env, *(m.env for m in cfg.modes.values())]),
-        wait=wait,
-        on_wait=lambda what, holder: progress.info(f"waiting for {holder.describe()} to release the {what} ..."),
-        node_locks=(shared_lock,) if shared_lock is not None else (),
-    )

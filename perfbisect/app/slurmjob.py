@@ -1,4 +1,4 @@
-"""One Slurm job of a bisection, on its node: ``python -m perfbisect.executors.slurmjob --config C --db D --row N``.
+"""One Slurm job of a bisection, on its node: ``python -m perfbisect.app.slurmjob --config C --db D --row N``.
 
 A which-path job (``--pair BEFORE CULPRIT --target N --mode=M ...``, from ``slurm.measure_modes``) measures
 those modes at both commits instead (``search_trials.measure_modes``) and stores the trials it ran on the row.
@@ -11,6 +11,9 @@ sampling), every trial stored with this job's id and node, and stores the result
 for the controller to turn into an observation. Stopped by Slurm (scancel, time limit: SIGTERM), it
 tears the server down, marks the trial interrupted and the row with why; the controller decides
 what that means (an infrastructure failure, never the commit's).
+
+It stands among the use cases, not with the Slurm executor that submits it, because it is a process's entry point
+that opens a ``Workspace``, as a command does: the executors below are handed one.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from ..interrupts import install_signal_handlers, signal_name
 from ..engine.search_start import stats_over
 from ..measure.search_trials import measure_modes, observe
 from ..measure.trials import TrialRunner
-from ..measure.workspace import Workspace, exclusive
+from .workspace import Workspace
 
 
 def node_name() -> str:
@@ -39,7 +42,7 @@ def node_name() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfbisect.executors.slurmjob", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m perfbisect.app.slurmjob", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="the perfbisect.toml of the bisection")
     parser.add_argument("--db", required=True, help="the results database, as the controller named it")
     parser.add_argument("--row", required=True, type=int, help="the jobs row this job measures")
@@ -83,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
             record = store.bisection(job.bisection_id) if job.bisection_id else None
             if record is not None:  # the benchmark the bisection started with, not the working tree's of today
                 ws.keep_workload_files(record.search_start, record.id)
-            with exclusive(ws, progress, wait=True):
+            with ws.exclusive(progress, wait=True):
                 if args.pair:  # the which-path step: every mode at the pair, interleaved on this node
                     pair = [ws.repo.resolve(sha) for sha in args.pair]
                     runner = TrialRunner(ws, progress)  # as the step runs them locally (perfbisect.app.bisection.which_path)

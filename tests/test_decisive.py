@@ -7,7 +7,9 @@ small, one wild session, a layout that moves one commit, a regression as big as 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +23,10 @@ from perfbisect.model import Observation, Verdict
 from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel, compare, compare_sequential
 
-from .test_bisect import LOG82, SimulatedTarget, commits, drive, drive_with
+from .test_bisect import commits, drive, drive_with
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from simulated_target import LOG82, SimulatedTarget, search  # noqa: E402
 
 
 def _noise(pct: float, dof: float, source: str = "calibrate: 5 back-to-back sessions") -> NoiseModel:
@@ -192,13 +197,9 @@ def _layout_target(cs, step_pct, layout_pct, fixed, seed):
 
 
 def _drive_layouts(pol, cs, observe, limit=200):
-    obs: list[Observation] = []
-    for _ in range(limit):
-        act = pol.next(obs)
-        if isinstance(act, Done):
-            return act.outcome, obs
-        obs.append(observe(cs.index(act.commit), len(obs), act.commit, vary=act.vary_layout))
-    raise AssertionError("the policy did not finish")
+    """``drive_with``, telling ``observe`` when the search asked for a layout its commit has not had yet."""
+    return search(pol, lambda act, obs: obs.append(observe(cs.index(act.commit), len(obs), act.commit,
+                                                          vary=act.vary_layout)), limit)
 
 
 @pytest.mark.parametrize("seed", [41, 42, 43])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from perfbisect.engine.bisect import SearchPolicy
-from perfbisect.engine.observations import Done, Measure
+from perfbisect.engine.observations import Measure
 from perfbisect.settings import StatsConfig
 from perfbisect.errors import UsageError
 from perfbisect.model import Observation, Verdict

@@ -20,6 +20,7 @@ examples:
   python -m benchmarks.validation prepare issue34 --batch busy --workdir /tmp/i34 \\
       --source packaging=/work/.mirror/pypa+packaging/repo --source tomli=/work/.mirror/hukkin+tomli/repo
   python -m benchmarks.validation run issue34 --batch busy --workdir /tmp/i34 --background
+  python -m benchmarks.validation run issue34 --batch busy --workdir /tmp/i34 --only reg-1 tomli-1   # some of them
   python -m benchmarks.validation summarize issue34 --batch busy --workdir /tmp/i34
   python -m benchmarks.validation check-gates /tmp/i34/db/*.sqlite
   # a simulation table again (its stdout into --out, never over the kept record):
@@ -114,7 +115,7 @@ def cmd_prepare(args) -> int:
 
 def cmd_run(args) -> int:
     rnd = load(args.round)
-    return driver.run_batch(rnd, rnd.batch(args.batch), args.workdir, args.perfbisect, args.names, args.background)
+    return driver.run_batch(rnd, rnd.batch(args.batch), args.workdir, args.perfbisect, args.only, args.background)
 
 
 def cmd_summarize(args) -> int:
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_prepare)
     p = sub.add_parser("run", help="the batch's runs, one after another, each with a fresh database")
     with_batch(p)
-    p.add_argument("names", nargs="*", help="only these runs (default: all, in order)")
+    p.add_argument("--only", nargs="+", default=[], metavar="RUN", help="only these runs (default: all, in order)")
     p.add_argument("--perfbisect", default=driver.default_perfbisect(), help="the perfbisect command to run")
     p.add_argument("--background", action="store_true",
                    help="start the batch's background load first (its own processes, stopped at the end)")

@@ -108,6 +108,8 @@ def replay(policy: SearchPolicy, obs: Sequence[Observation], live: Sequence[Mapp
 
 def check(path: Path) -> str:
     """The line of one database."""
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such results database")
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     commits, settings, start, outcome, verdict, culprit = con.execute(
         "select commits, settings, search_start, outcome, verdict, culprit from bisections order by id desc limit 1"

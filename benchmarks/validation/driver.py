@@ -66,7 +66,8 @@ def prepare(rnd: Round, batch: dict[str, Any], workdir: Path | None, python: str
             print(f"{dest}: there already, left as it is")
             continue
         source = sources.get(key) or rnd.projects[key]["url"]
-        subprocess.run(["git", "clone", "-q", source, str(dest)], check=True)
+        if subprocess.run(["git", "clone", "-q", source, str(dest)]).returncode != 0:
+            raise SystemExit(f"could not clone {key} from {source}: pass --source {key}=PATH (a local clone or mirror)")
         print(f"{dest}: cloned from {source}")
     for run in rnd.runs(batch):
         path = top / "cfg" / f"{run.name}.toml"

@@ -8,6 +8,8 @@ from pathlib import Path
 
 
 def lines(out: Path) -> list[str]:
+    if not (out / "runs.jsonl").is_file():
+        raise SystemExit(f"{out / 'runs.jsonl'} is missing: no run of this batch has ended there yet")
     recs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines() if line.strip()]
     rows = []
     for r in recs:

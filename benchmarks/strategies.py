@@ -50,7 +50,6 @@ from scipy import stats as sps
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfbisect.engine.bisect import SearchPolicy  # noqa: E402
-from perfbisect.engine.observations import Done  # noqa: E402
 from perfbisect.model import Observation  # noqa: E402
 from perfbisect.settings import StatsConfig  # noqa: E402
 from perfbisect.engine.stats import NoiseModel, compare  # noqa: E402
@@ -58,6 +57,7 @@ from perfbisect.engine.tuning import DEFAULT_TUNING, Tuning  # noqa: E402
 
 import bayes_reference  # noqa: E402  (benchmarks/, beside this file)
 import bayes_two  # noqa: E402
+from simulated_target import LOG82, search, search_on_nodes, step_levels  # noqa: E402  (shared with the tests)
 
 START_MIN = 5.5 + 2 * 25 / 60  # a session's fixed part: start, readiness, 2 warm-up runs
 RUN_MIN = 25 / 60  # one measured run
@@ -482,9 +482,7 @@ def make_target(scn: Scenario, seed: int) -> Target:
         changes = (int(rng.integers(1, n)),)
     else:
         changes = ()
-    levels = np.full(n, math.log(82.0))
-    for k, step in zip(changes, scn.steps_pct):
-        levels[k:] += math.log1p(step / 100)
+    levels = step_levels(n, zip(changes, scn.steps_pct), LOG82)
     untestable: set[int] = set()
     if scn.untestable_frac:
         pool = [j for j in range(1, n - 1) if j not in changes]
@@ -589,6 +587,14 @@ def stored_noise(t: Target) -> NoiseModel | None:
                       f"calibrate: quiet back-to-back sessions (simulated, {k:.1f}× too small)", n_trials=int(t.scn.stored_dof) + 1)
 
 
+def _named(o) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The commit indices an outcome names (the culprit, then any further change) and its culprit set."""
+    named: tuple[int, ...] = ()
+    if o.culprit is not None:
+        named = (int(o.culprit[1:]), *(int(c[1:]) for c in o.extra_changes))
+    return named, tuple(int(c[1:]) for c in o.culprit_set) or named[:1]
+
+
 def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsConfig | None = None,
                    tuning: Tuning | None = None, on_measure: Callable[[Any], None] | None = None,
                    on_outcome: Callable[[Any], None] | None = None,
@@ -600,25 +606,15 @@ def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsCo
     commits, settings, policy = _policy(t, settings, noise or stored_noise(t), tuning)
     if variant is not None:
         variant(policy)
-    obs: list[Observation] = []
-    for _ in range(1000):
-        act = policy.next(obs)
-        if on_measure is not None and not isinstance(act, Done):
+
+    def measure(act, obs: list[Observation]) -> None:
+        if on_measure is not None:
             on_measure(act)
-        if isinstance(act, Done):
-            o = act.outcome
-            if on_outcome is not None:
-                on_outcome(o)
-            named = ()
-            if o.culprit is not None:
-                named = (int(o.culprit[1:]), *(int(c[1:]) for c in o.extra_changes))
-            cset = tuple(int(c[1:]) for c in o.culprit_set) or named[:1]
-            return {"changes": named, "set": cset, **_outcome_fields(o, settings)}
         j = int(act.commit[1:])
         t.vary_layout = act.vary_layout
         if not t.try_build(j):
             obs.append(Observation(act.commit, None, seq=len(obs), at=t.clock))
-            continue
+            return
         # the runner re-runs a flagged trial; the policy sees the flagged one too (and must exclude it)
         for _ in range(MAX_RERUNS + 1):
             tr = t.raw_trial(j)
@@ -626,7 +622,12 @@ def run_perfbisect(t: Target, noise: NoiseModel | None = None, settings: StatsCo
                                    layout=_layout_id(tr)))
             if tr.flag is None:
                 break
-    raise RuntimeError("policy did not finish in 1000 steps")
+
+    o, _ = search(policy, measure, 1000)
+    if on_outcome is not None:
+        on_outcome(o)
+    named, cset = _named(o)
+    return {"changes": named, "set": cset, **_outcome_fields(o, settings)}
 
 
 def _layout_id(tr: Trial) -> str:
@@ -695,61 +696,33 @@ def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, setting
     model cannot see the offsets: what perfbisect did before host offsets were modelled). ``on_batch`` sees each
     batch the policy asked for (a list of Measures, maybe empty) before it is started.
     """
-    import heapq
-
-    n = t.scn.n
     commits, settings, policy = _policy(t, settings)
     seed = getattr(t, "seed", 0)
     offsets = node_offsets(nodes, offset_pct)
     names = [f"node{k}" for k in range(nodes)]
     sims = [Target(t.scn, t.levels, t.changes, t.untestable, np.random.default_rng([seed, 2, 1000 + k]),
                    SessionNoise(t.scn, np.random.default_rng([seed, 3, 1000 + k]))) for k in range(nodes)]
-    free = list(range(nodes))
-    inflight: dict[int, tuple[str, str]] = {}
-    events: list = []
-    obs: list[Observation] = []
-    now = T0_UNIX
-    for _ in range(4000):
-        if free:
-            act = policy.next_batch(obs, len(free), pending=list(inflight.values()), hosts=[names[k] for k in free])
-            if on_batch is not None and not isinstance(act, Done):
-                on_batch(act)
-            if isinstance(act, Done):
-                assert not inflight, "Done with trials in flight"
-                o = act.outcome
-                named = ()
-                if o.culprit is not None:
-                    named = (int(o.culprit[1:]), *(int(c[1:]) for c in o.extra_changes))
-                cset = tuple(int(c[1:]) for c in o.culprit_set) or named[:1]
-                return {"changes": named, "set": cset, **_outcome_fields(o, settings),
-                        "trials": sum(x.trials for x in sims), "gpu_hours": sum(x.gpu_hours for x in sims),
-                        "wall_hours": (now - T0_UNIX) / 3600.0}
-            for m in act:
-                k = names.index(m.host)
-                free.remove(k)
-                x = sims[k]
-                x.clock = now
-                j = int(m.commit[1:])
-                results = []
-                if not x.try_build(j):
-                    results.append((m.commit, None, {}, x.clock, None))
-                else:
-                    for _ in range(MAX_RERUNS + 1):
-                        tr = x.raw_trial(j)
-                        results.append((m.commit, tr.value + offsets[k], tr.cov, tr.at, tr.flag))
-                        if tr.flag is None:
-                            break
-                inflight[k] = (m.commit, m.host)
-                heapq.heappush(events, (x.clock, k, results))
-        if not events:
-            raise RuntimeError("the policy asked to wait with nothing in flight")
-        now, k, results = heapq.heappop(events)
-        for commit, value, cov, at, flag in results:
-            obs.append(Observation(commit, value, cov, seq=len(obs), at=at, flag=flag,
-                                   host=None if blind else names[k]))
-        del inflight[k]
-        free.append(k)
-    raise RuntimeError("policy did not finish in 4000 events")
+
+    def run(k: int, m, now: float) -> tuple[float, list[dict]]:
+        x = sims[k]
+        x.clock = now
+        j = int(m.commit[1:])
+        if not x.try_build(j):
+            return x.clock, [{"commit": m.commit, "value": None, "at": x.clock}]
+        rows = []
+        for _ in range(MAX_RERUNS + 1):
+            tr = x.raw_trial(j)
+            rows.append({"commit": m.commit, "value": tr.value + offsets[k], "covariates": tr.cov, "at": tr.at,
+                         "flag": tr.flag})
+            if tr.flag is None:
+                break
+        return x.clock, rows
+
+    o, _, now = search_on_nodes(policy, names, run, start=T0_UNIX, limit=4000, named=not blind, on_batch=on_batch)
+    named, cset = _named(o)
+    return {"changes": named, "set": cset, **_outcome_fields(o, settings),
+            "trials": sum(x.trials for x in sims), "gpu_hours": sum(x.gpu_hours for x in sims),
+            "wall_hours": (now - T0_UNIX) / 3600.0}
 
 
 def _bisect_with(t: Target, lo: int, hi: int, is_bad) -> tuple[int, tuple[int, ...]]:

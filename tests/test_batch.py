@@ -5,9 +5,10 @@ Seeded simulated targets (no git, no servers); every assertion is about decision
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +21,10 @@ from perfbisect.settings import StatsConfig
 from perfbisect.engine.stats import NoiseModel
 from perfbisect.report import words
 
-from .test_bisect import LOG82, SimulatedTarget, commits
+from .test_bisect import commits
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from simulated_target import LOG82, SimulatedTarget, search_on_nodes  # noqa: E402
 
 
 def policy(n: int) -> SearchPolicy:
@@ -35,25 +39,13 @@ def run_nodes(pol: SearchPolicy, cs: list[str], levels: np.ndarray, offsets: lis
     rng = np.random.default_rng(seed)
     names = [f"node{k}" for k in range(len(offsets))]
     durations = durations or [1.0 + 0.37 * k for k in range(len(offsets))]
-    free, inflight, events, obs, now = list(range(len(offsets))), {}, [], list(initial), 0.0
-    for _ in range(limit):
-        if free:
-            act = pol.next_batch(obs, len(free), pending=list(inflight.values()), hosts=[names[k] for k in free])
-            if isinstance(act, Done):
-                assert not inflight
-                return act.outcome, obs
-            for m in act:
-                k = names.index(m.host)
-                free.remove(k)
-                value = float(levels[cs.index(m.commit)] + offsets[k] + rng.normal(0.0, sigma))
-                inflight[k] = (m.commit, m.host)
-                heapq.heappush(events, (now + durations[k], k, m.commit, value))
-        assert events, "the policy asked to wait with nothing in flight"
-        now, k, commit, value = heapq.heappop(events)
-        obs.append(Observation(commit, value, seq=len(obs), host=names[k]))
-        del inflight[k]
-        free.append(k)
-    raise AssertionError("the policy did not finish")
+
+    def run(k: int, m, now: float):
+        value = float(levels[cs.index(m.commit)] + offsets[k] + rng.normal(0.0, sigma))
+        return now + durations[k], [{"commit": m.commit, "value": value}]
+
+    outcome, obs, _ = search_on_nodes(pol, names, run, limit=limit, initial=initial)
+    return outcome, obs
 
 
 def step_observations(n: int, at: int, pct: float, per_end: int = 2, seed: int = 0) -> list[Observation]:

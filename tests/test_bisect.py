@@ -3,45 +3,27 @@
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from perfbisect.engine.bisect import SearchPolicy
-from perfbisect.engine.observations import Done, Measure
+from perfbisect.engine.observations import Measure
 from perfbisect.settings import StatsConfig
 from perfbisect.errors import UsageError
 from perfbisect.model import Observation, Verdict
 from perfbisect.engine.stats import NoiseModel
 from perfbisect.report import words
 
-LOG82 = math.log(82.0)
+# The simulated target (levels with planted steps, seeded noise) and the search loop are shared with the benchmarks.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from simulated_target import LOG82, SimulatedTarget, search  # noqa: E402
 
 
 def commits(n: int) -> list[str]:
     return [f"{j:02d}" + "ab" * 19 for j in range(n)]
-
-
-class SimulatedTarget:
-    """A fake GPU node: per-commit levels, per-session drift, optional untestable commits."""
-
-    def __init__(self, steps: dict[int, float], n: int, sigma_pct: float, seed: int,
-                 untestable: frozenset[int] = frozenset(), shift_good_after: int | None = None):
-        self.levels = np.full(n, LOG82)
-        for k, pct in steps.items():
-            self.levels[k:] += math.log1p(pct / 100)
-        self.sigma = sigma_pct / 100
-        self.rng = np.random.default_rng(seed)
-        self.untestable = untestable
-        self.shift_good_after = shift_good_after
-
-    def trial(self, j: int, seq: int) -> float | None:
-        if j in self.untestable:
-            return None
-        level = self.levels[j]
-        if self.shift_good_after is not None and seq >= self.shift_good_after:
-            level += math.log(0.85)  # the whole machine slows down: same code, different state
-        return float(level + self.rng.normal(0.0, self.sigma))
 
 
 def drive(policy: SearchPolicy, target: SimulatedTarget, cs: list[str], limit: int = 400):
@@ -50,14 +32,11 @@ def drive(policy: SearchPolicy, target: SimulatedTarget, cs: list[str], limit: i
 
 def drive_with(pol: SearchPolicy, cs: list[str], observe, limit: int = 200):
     """Run the policy to the end; ``observe(j, seq, commit)`` makes each trial's Observation."""
-    obs: list[Observation] = []
-    for _ in range(limit):
-        act = pol.next(obs)
-        if isinstance(act, Done):
-            return words.explained(act.outcome), obs
+    def measure(act, obs):
         assert isinstance(act, Measure) and words.measure_text(act)
         obs.append(observe(cs.index(act.commit), len(obs), act.commit))
-    raise AssertionError("the policy did not finish")
+    outcome, obs = search(pol, measure, limit)
+    return words.explained(outcome), obs
 
 
 def policy(cs, **kw) -> SearchPolicy:

@@ -7,7 +7,9 @@ small, one wild session, a layout that moves one commit, a regression as big as 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +27,10 @@ from perfbisect.engine.stats import NoiseModel, compare, compare_sequential
 from perfbisect.report import words
 
 from . import test_bisect
-from .test_bisect import LOG82, SimulatedTarget, commits
+from .test_bisect import commits
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from simulated_target import LOG82, SimulatedTarget, search  # noqa: E402
 
 
 def drive(policy: SearchPolicy, target: SimulatedTarget, cs: list[str], limit: int = 400):
@@ -217,13 +222,10 @@ def _layout_target(cs, step_pct, layout_pct, fixed, seed):
 
 
 def _drive_layouts(pol, cs, observe, limit=200):
-    obs: list[Observation] = []
-    for _ in range(limit):
-        act = pol.next(obs)
-        if isinstance(act, Done):
-            return words.explained(act.outcome), obs
-        obs.append(observe(cs.index(act.commit), len(obs), act.commit, vary=act.vary_layout))
-    raise AssertionError("the policy did not finish")
+    """``drive_with``, telling ``observe`` when the search asked for a layout its commit has not had yet."""
+    outcome, obs = search(pol, lambda act, obs: obs.append(observe(cs.index(act.commit), len(obs), act.commit,
+                                                                   vary=act.vary_layout)), limit)
+    return words.explained(outcome), obs
 
 
 @pytest.mark.parametrize("seed", [41, 42, 43])

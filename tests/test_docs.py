@@ -110,9 +110,11 @@ def _anchors(document: Path) -> set[str]:
 
 
 def test_every_repository_path_the_documents_name_exists() -> None:
-    """README.md and docs/*.md name no file, and link no file or heading, that the repository does not have
+    """README.md, docs/*.md and the validation records (docs/validation/*.md, which link the round files of
+    benchmarks/validation/) name no file, and link no file or heading, that the repository does not have
     (docs/archive/ is a notebook, kept as written)."""
-    documents = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+                 *sorted((ROOT / "docs" / "validation").glob("*.md"))]
     missing = []
     for document in documents:
         prose = _prose(document.read_text(encoding="utf-8"))

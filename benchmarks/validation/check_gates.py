@@ -33,6 +33,7 @@ from perfbisect.engine.stats import NoiseModel
 from perfbisect.errors import PerfbisectError
 from perfbisect.model import Observation
 from perfbisect.settings import StatsConfig
+from perfbisect.report import words
 
 REPLAY_FAILS = (PerfbisectError, ValueError, FloatingPointError, np.linalg.LinAlgError)
 
@@ -59,7 +60,7 @@ def decision(action: Measure | Done) -> dict[str, str]:
     """A decision as the store keeps it beside the observation it asked for."""
     if isinstance(action, Done):
         return {"commit": action.outcome.culprit or "", "phase": "done", "reason": action.outcome.verdict.value}
-    return {"commit": action.commit, "phase": action.phase, "reason": action.reason}
+    return {"commit": action.commit, "phase": action.phase, "reason": words.measure_text(action)}
 
 
 def same_decision(live: Mapping[str, Any], action: Measure | Done) -> bool:

@@ -8,8 +8,8 @@ The engine's look-ahead scores a trial by the information it gives about "where 
 many changes" while one change is likelier (``lookahead.answer_groups``); ``bayes-learner-2`` scores it by the
 information about the pair (k1, k2) itself, whose entropy also holds where a second change would be. Variant
 "pair": the engine's look-ahead with the whole answer as its target at every step (the rest of the engine as it
-is). This is an exploration: the variant replaces ``answer_groups`` in the worker processes only; nothing of the
-product changes. Seeds are paired: each variant sees the same targets.
+is). This is an exploration: the variant is the look-ahead's ``groups`` in its own policy's ``Locate`` and
+``SecondChangeDoubt`` gates (``gates.Search.groups``); nothing of the product changes. Seeds are paired: each variant sees the same targets.
 """
 import json
 import sys
@@ -20,9 +20,19 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]
 import strategies as S  # noqa: E402
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 import paired  # noqa: E402
-from perfbisect.engine import lookahead  # noqa: E402
+from dataclasses import replace  # noqa: E402
+
+from perfbisect.engine import gates, lookahead  # noqa: E402
 
 _ORIGINAL = lookahead.answer_groups
+
+
+def _looking_at(groups):
+    """A variant: the search's look-ahead scores trials by the information they give about ``groups``."""
+    def variant(policy):
+        policy.gates = tuple(replace(g, search=replace(g.search, groups=groups))
+                             if isinstance(g, (gates.Locate, gates.SecondChangeDoubt)) else g for g in policy.gates)
+    return variant
 
 
 def _pair_groups(post, keep):
@@ -40,10 +50,9 @@ VARIANTS = {"default": _ORIGINAL, "pair": _pair_groups}
 
 def one(args):
     variant, cell, seed = args
-    lookahead.answer_groups = VARIANTS[variant]
     t = S.make_target(S.SCENARIOS[cell], seed)
     t.seed = seed
-    row = S.score(t, S.run_perfbisect(t))
+    row = S.score(t, S.run_perfbisect(t, variant=_looking_at(VARIANTS[variant])))
     return variant, cell, {k: row[k] for k in ("correct", "false_blame", "trials", "wrong_first", "extra_named")}
 
 

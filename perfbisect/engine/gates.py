@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Callable, Protocol
 
 from .change_posterior import ChangePosterior
 from .effects import Step, endpoint_comparison, is_regression, located_step, step_comparison
@@ -91,6 +91,7 @@ class Search:
     endings: Endings
     confidence: float
     locate_min_gain_bits: float
+    groups: Callable | None = None  # what a trial's gain is information about (lookahead.answer_groups when None)
 
     def step(self, view: View, phase: str) -> Measure | Done:
         r, data, post, top_key, top_p = self.range, view.data, view.post, view.top_key, view.top_p
@@ -110,13 +111,14 @@ class Search:
             return self.endings.exhausted(data, post, Reason("best_holds", {"p": top_p}), top_key=top_key,
                                           top_p=top_p, ends=view.ends, ruled_out=view.ruled_out)
         if not data.pending and view.host is None:
-            j, bits = best_trial(post, cand, float(data.spent))
+            j, bits = best_trial(post, cand, float(data.spent), groups=self.groups)
         else:
             hosts_on = post.host_ratio > 0.0
             hid = data.host_index(view.host) if hosts_on and view.host is not None else None
             inflight = [(i, float(data.spent + q), data.host_index(h) if hosts_on and h is not None else None)
                         for q, (i, h) in enumerate(data.pending)]
-            j, bits = best_trial(post, cand, float(data.spent + len(data.pending)), host=hid, pending=inflight)
+            j, bits = best_trial(post, cand, float(data.spent + len(data.pending)), host=hid, pending=inflight,
+                                 groups=self.groups)
         named = r.named(top_key, data)
         decisive = [b for k in top_key for b in (k, r.parent(k, data))]
         if phase == "locating" and bits < self.locate_min_gain_bits and decisive and not any(

@@ -9,7 +9,7 @@ expected information gain. ``bisect.SearchPolicy`` measures the commit with the 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -32,14 +32,16 @@ CHUNK_FLOATS = 1 << 20
 
 
 def best_trial(post: ChangePosterior, candidates: Sequence[int], t_new: float, host: int | None = None,
-               pending: Sequence[tuple[int, float, int | None]] = ()) -> tuple[int, float]:
+               pending: Sequence[tuple[int, float, int | None]] = (),
+               groups: "Callable[[ChangePosterior, np.ndarray], list[np.ndarray]] | None" = None) -> tuple[int, float]:
     """The candidate commit whose trial at run-order position ``t_new`` removes the most uncertainty.
 
     Returns (commit index, expected gain in bits). ``candidates`` must not be empty. ``host``: the
     node the trial runs on, when host offsets are modelled. ``pending``: trials already started
     whose results are not in yet, as (commit index, run-order position, host); the gain is then the
     one *given* their results, averaged over their joint predictive (``conditional_gain``), so a
-    batch does not spend two nodes on what one of them will already tell.
+    batch does not spend two nodes on what one of them will already tell. ``groups``: what the gain is
+    information about (``answer_groups``, the default), for a variant look-ahead to replace.
     """
     order = np.argsort(-post.w, kind="stable")
     csum = np.cumsum(post.w[order])
@@ -49,7 +51,7 @@ def best_trial(post: ChangePosterior, candidates: Sequence[int], t_new: float, h
     # Every candidate is scored, settled ones too: re-measuring a commit whose segment is certain pins
     # that segment's level (or the drift), which is what makes the uncertain commits' trials decisive.
     loc, scale = post.predict(keep, J, t_new, host) if host is not None else post.predict(keep, J, t_new)
-    onehots = answer_groups(post, keep)
+    onehots = (groups or answer_groups)(post, keep)
     if pending:
         # the hypotheses holding all but 1e-4 of the mass (at most PENDING_HYPOTHESES) carry it
         few = max(1, min(PENDING_HYPOTHESES, int(np.searchsorted(np.cumsum(w), 1 - 1e-4)) + 1, len(keep)))

@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
+import numpy as np
+
 from .change_posterior import ChangePosterior
 from .effects import Step, endpoint_comparison, is_regression, located_step, step_comparison
 from .endings import Endings
@@ -34,11 +36,12 @@ from .pair_checks import Located, OpenCheck, PairConfirm, SecondChange, side_gap
 from .stats import log_of_pct, pct
 from .view import Range, View
 from ..model import Comparison, Reason, Verdict
-
-Answer = "Measure | Done | View | None"
+from ..settings import StatsConfig
 
 
 class Gate(Protocol):
+    """One gate: pass (None), pass knowing more (a View), a trial that can settle it (Measure), or the end (Done)."""
+
     def check(self, view: View) -> Measure | Done | View | None: ...
 
 
@@ -467,8 +470,6 @@ class LayoutRecheck:
         ``min_distinct`` layouts; then, for every layout, the culprit-minus-parent contrast of the trials of the
         other layouts must keep the step's sign and at least ``keep`` of its size. (True, None) when no trial
         recorded a layout (nothing to check)."""
-        import numpy as np
-
         lp, lc = data.layouts[st.parent], data.layouts[st.at]
         if not any(x is not None for x in (*lp, *lc)):
             return True, None
@@ -500,7 +501,7 @@ class Naming:
 
     range: Range
     endings: Endings
-    settings: object  # StatsConfig: the comparisons' level and minimum effect
+    settings: StatsConfig  # the comparisons' level and minimum effect
     higher_is_better: bool
     side_scale_alpha: float
     min_gain_bits: float

@@ -96,17 +96,17 @@ def _what(r: Reason) -> str:
     raise KeyError(r.code)
 
 
+_WHERE: dict[str, Callable[[Reason], str]] = {
+    "counts": lambda r: f"the parent has {r['parent']} and the commit {r['commit']} of {r['need']:g} trials each",
+    "no_repeat": lambda r: "no build has a repeated trial yet",
+    "z": lambda r: f"z {r['z']:.2f} against {r['need']:.2f} needed",
+    "end_count": lambda r: f"the {r['side']} endpoint has {r['count']} of {r['n']} trials",
+}
+
+
 def _where(r: Reason) -> str:
     r = _r(r)
-    if r.code == "counts":
-        return f"the parent has {r['parent']} and the commit {r['commit']} of {r['need']:g} trials each"
-    if r.code == "no_repeat":
-        return "no build has a repeated trial yet"
-    if r.code == "z":
-        return f"z {r['z']:.2f} against {r['need']:.2f} needed"
-    if r.code == "end_count":
-        return f"the {r['side']} endpoint has {r['count']} of {r['n']} trials"
-    raise KeyError(r.code)
+    return _WHERE[r.code](r)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -165,22 +165,21 @@ def measure_text(measure) -> str:
     return _MEASURE[measure.why.code](measure.why)
 
 
+_CHECK: dict[str, Callable[[Reason], str]] = {
+    "search": lambda r: ("whether a second change hides beside the located one"
+                         if r["phase"] == "second-change check" else ""),
+    "second_change.gap": lambda r: f"the {r['side']} endpoint against the commit beside the change",
+    "second_change.probe": lambda r: "that a second step on either side of the change would show",
+    "confirm.pair": lambda r: f"the change at {r['commit'][:10]} against its parent",
+    "confirm.endpoint": lambda r: f"both endpoints' trials ({r['n']} each) before a small change is named",
+    "confirm.layout": lambda r: f"the change at {r['commit'][:10]} under another layout",
+}
+
+
 def check_text(measure) -> str:
     """What a check phase is checking, in a few words (the status line); "" outside a check."""
     r = measure.why
-    if r.code == "search":
-        return "whether a second change hides beside the located one" if r["phase"] == "second-change check" else ""
-    if r.code == "second_change.gap":
-        return f"the {r['side']} endpoint against the commit beside the change"
-    if r.code == "second_change.probe":
-        return "that a second step on either side of the change would show"
-    if r.code == "confirm.pair":
-        return f"the change at {r['commit'][:10]} against its parent"
-    if r.code == "confirm.endpoint":
-        return f"both endpoints' trials ({r['n']} each) before a small change is named"
-    if r.code == "confirm.layout":
-        return f"the change at {r['commit'][:10]} under another layout"
-    return ""
+    return _CHECK[r.code](r) if r.code in _CHECK else ""
 
 
 # ----------------------------------------------------------------------------------------------------------------

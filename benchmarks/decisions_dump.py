@@ -47,7 +47,14 @@ def _outcome(res: dict) -> dict:
     return {k: _exact(v) for k, v in res.items()}
 
 
-def dump(seeds: int, seed_base: int, cells: list[str] | None = None) -> dict:
+def dump(seeds: int, seed_base: int, cells: list[str] | None = None, *, tuning=None, settings=None, nodes: int = 1,
+         offset_pct: float = 0.0) -> dict:
+    """Every decision and the outcome of ``seeds`` runs of each cell (``cells``: only these), keyed "CELL/SEED".
+
+    ``tuning``, ``settings``: the policy's constants and its StatsConfig (the defaults unless given). ``nodes`` > 1:
+    each run goes through ``strategies.run_perfbisect_nodes`` (that many nodes at once through ``next_batch``, each
+    offset ±``offset_pct``, the target's seed naming the nodes' noise streams as ``strategies.run_cell`` does); a
+    decision is then one trial of a batch, in the order the batches asked for them."""
     out: dict = {}
     for name, scn in strategies.SCENARIOS.items():
         if cells and name not in cells:
@@ -55,7 +62,13 @@ def dump(seeds: int, seed_base: int, cells: list[str] | None = None) -> dict:
         for seed in range(seed_base, seed_base + seeds):
             target = strategies.make_target(scn, seed)
             decisions: list = []
-            res = strategies.run_perfbisect(target, on_measure=lambda act: decisions.append(_decision(act)))
+            record = lambda act: decisions.append(_decision(act))  # noqa: E731
+            if nodes > 1:
+                target.seed = seed
+                res = strategies.run_perfbisect_nodes(target, nodes, offset_pct, settings=settings, tuning=tuning,
+                                                     on_measure=record)
+            else:
+                res = strategies.run_perfbisect(target, settings=settings, tuning=tuning, on_measure=record)
             out[f"{name}/{seed}"] = {"decisions": decisions, "outcome": _outcome(res)}
     return out
 

@@ -675,7 +675,8 @@ def node_offsets(nodes: int, offset_pct: float) -> list[float]:
 
 
 def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, settings: StatsConfig | None = None,
-                         blind: bool = False) -> dict:
+                         blind: bool = False, tuning: Tuning | None = None,
+                         on_measure: Callable[[Any], None] | None = None) -> dict:
     """perfbisect on ``nodes`` nodes at once: an event-driven clock, SearchPolicy.next_batch per free slot.
 
     Each node has its own fixed level offset (``node_offsets``), its own session-noise stream and its
@@ -683,12 +684,13 @@ def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, setting
     order) and the policy is asked for every free node given the trials still in flight; an empty batch
     leaves the node idle until the next result. Wall time ends at the verdict; GPU-hours sum every
     node's trials and builds. ``blind``: the stored observations do not say which node ran them (the
-    model cannot see the offsets: what perfbisect did before host offsets were modelled).
+    model cannot see the offsets: what perfbisect did before host offsets were modelled). ``tuning``: the policy's
+    constants (``DEFAULT_TUNING`` unless given); ``on_measure`` sees each trial of a batch before it is carried out.
     """
     import heapq
 
     n = t.scn.n
-    commits, settings, policy = _policy(t, settings)
+    commits, settings, policy = _policy(t, settings, tuning=tuning)
     seed = getattr(t, "seed", 0)
     offsets = node_offsets(nodes, offset_pct)
     names = [f"node{k}" for k in range(nodes)]
@@ -713,6 +715,8 @@ def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, setting
                         "trials": sum(x.trials for x in sims), "gpu_hours": sum(x.gpu_hours for x in sims),
                         "wall_hours": (now - T0_UNIX) / 3600.0}
             for m in act:
+                if on_measure is not None:
+                    on_measure(m)
                 k = names.index(m.host)
                 free.remove(k)
                 x = sims[k]

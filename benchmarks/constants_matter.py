@@ -25,8 +25,9 @@ recomputes everything; so does every run that changes a constant those two compu
 
 Some rules no default cell reaches: ``--under`` holds a constant or a Tuning field at another value for every run of
 the command, ``--settings`` a StatsConfig field (locate_min_gain_bits acts only under a per-commit cap), and
-``--cells`` may name the probe cells of PROBE_CELLS (an improvement, IM; a regression between min_effect_pct and the
-tolerance, SM), which join strategies.SCENARIOS in this process only.
+``--cells`` may name the probe cells of PROBE_CELLS (an improvement, IM; a regression of min_effect_pct, under the
+tolerance, SM), which join strategies.SCENARIOS in this process only; ``--fixed-layout`` keeps every trial on one layout
+unless the search asks for another (LY's rotating layouts never make the layout re-check measure again).
 
     python benchmarks/constants_matter.py                                   # every Tuning field, 1 seed a cell
     python benchmarks/constants_matter.py --fields layout_keep,layout_extra_trials --cells LY,LY-AA --seeds 3
@@ -36,6 +37,10 @@ tolerance, SM), which join strategies.SCENARIOS in this process only.
     python benchmarks/constants_matter.py --fields local_z --under pure_alpha=0 --cells R1,R2 --seeds 3
     python benchmarks/constants_matter.py --fields locate_min_gain_bits --settings max_trials_per_commit=6 --cells R1
     python benchmarks/constants_matter.py --fields improved_min_per_side --cells IM --seeds 3
+    python benchmarks/constants_matter.py --fields layout_extra_trials --cells LY,LY-AA --seeds 4 --fixed-layout
+
+The records hold exact floats, which depend on the BLAS thread count: docs/benchmarks.md's figures ("Constants: what
+moves when each is changed") were made with OMP_NUM_THREADS=1.
 """
 
 from __future__ import annotations
@@ -106,8 +111,9 @@ def _pending_z(samples: int):
 PROBE_CELLS = {
     "IM": strategies.Scenario("IM", "9 commits, a +8% step (the bad end faster: `improved`), σ_b 3%, σ_w 1%", 9, 3.0,
                               1.0, (8.0,)),
-    "SM": strategies.Scenario("SM", "9 commits, a −3.5% step (above min_effect_pct 3, under tolerance_pct 5), σ_b 3%, "
-                              "σ_w 1%", 9, 3.0, 1.0, (-3.5,)),
+    "SM": strategies.Scenario("SM", "9 commits, a −3% step (min_effect_pct, under tolerance_pct 5: `same` by the "
+                              "tolerance is at stake while no change stays uncertain), σ_b 1%, σ_w 1%", 9, 1.0, 1.0,
+                              (-3.0,)),
 }
 
 
@@ -134,7 +140,8 @@ def _half_double(v):
 
 
 MODULE_CONSTANTS = [
-    ModuleConstant("changepoint", "RHO_GRID", (("×0.5", lambda v: _scaled(v, 0.5)), ("×2", lambda v: _scaled(v, 2.0))),
+    ModuleConstant("changepoint", "RHO_GRID",
+                   (("×0.5", lambda v: _scaled(v, 0.5)), ("×2", lambda v: _scaled(v, 2.0))),
                    "each drift scale ρ halved / doubled"),
     ModuleConstant("changepoint", "RHO_PRIOR", (("drift×0.5", lambda v: _drift_mass(v, 0.5)),
                                                 ("drift×2", lambda v: _drift_mass(v, 2.0))),
@@ -337,8 +344,8 @@ def _named(rec: dict) -> tuple:
 
 
 def run_cell(cell: str, seeds: int, seed_base: int, perturbations: list[Perturbation], *, nodes: int,
-             offset_pct: float, under: dict[str, Any], base_tuning: Tuning, settings, memo: Memo | None
-             ) -> tuple[dict, dict[int, dict]]:
+             offset_pct: float, under: dict[str, Any], base_tuning: Tuning, settings, fixed_layout: bool,
+             memo: Memo | None) -> tuple[dict, dict[int, dict]]:
     """The default runs of one cell and each perturbation's, as decisions_dump.dump records them. ``under``: module
     constants held for all of them; ``base_tuning``: the Tuning each perturbation changes one field of."""
     def one(p: Perturbation | None) -> dict:
@@ -347,7 +354,7 @@ def run_cell(cell: str, seeds: int, seed_base: int, perturbations: list[Perturba
             tuning = replace(base_tuning, **{p.name: p.value})
         with Patched(under), Patched(p.patch if p else None):
             return decisions_dump.dump(seeds, seed_base, [cell], tuning=tuning, settings=settings, nodes=nodes,
-                                       offset_pct=offset_pct)
+                                       offset_pct=offset_pct, fixed_layout=fixed_layout)
 
     if memo is not None:
         memo.clear()
@@ -422,6 +429,9 @@ def main(argv=None) -> int:
                          "and every perturbation, e.g. SPARSE_ABOVE=32 or pure_alpha=0 (repeatable)")
     ap.add_argument("--settings", action="append", default=[], metavar="KEY=VALUE",
                     help="a StatsConfig field for every run, e.g. max_trials_per_commit=6 (repeatable)")
+    ap.add_argument("--fixed-layout", action="store_true",
+                    help="every trial on layout 0 unless the search asks for another (the layout re-check's "
+                         "re-measure)")
     ap.add_argument("--no-memo", action="store_true", help="recompute every posterior and look-ahead pick")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--show", type=Path, metavar="JSON", help="print the table of an earlier --json document and stop")
@@ -487,7 +497,7 @@ def main(argv=None) -> int:
         t0 = time.process_time()
         base, runs = run_cell(cell, args.seeds, args.seed_base, perturbations, nodes=args.nodes,
                               offset_pct=args.host_offset, under=under, base_tuning=base_tuning, settings=settings,
-                              memo=memo)
+                              fixed_layout=args.fixed_layout, memo=memo)
         base_all.update(base)
         for k, r in runs.items():
             if "error" in r:
@@ -505,11 +515,13 @@ def main(argv=None) -> int:
         "command": "python benchmarks/constants_matter.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "cells": cells, "seeds": args.seeds, "seed_base": args.seed_base, "nodes": args.nodes,
         "host_offset_pct": args.host_offset,
-        "under": {k: repr(v) for k, v in (under | under_tuning).items()}, "settings": {k: repr(v) for k, v in stats.items()},
+        "under": {k: repr(v) for k, v in (under | under_tuning).items()},
+        "settings": {k: repr(v) for k, v in stats.items()},
+        "fixed_layout": args.fixed_layout,
         "runs_per_perturbation": len(base_all), "default_trials": sum(len(v["decisions"]) for v in base_all.values()),
         "default_digest": decisions_dump.digest(base_all), "cpu_s": round(cpu, 1),
         "memo": None if memo is None else {"hits": memo.hits, "misses": memo.misses},
-        "rows": rows, "not_run": dict(not_run), "modules": args.modules, "skipped": SKIPPED,
+        "rows": rows, "not_run": dict(not_run), "modules": bool(consts), "skipped": SKIPPED,
     }
     if args.json:
         print(json.dumps(doc, indent=1))
@@ -522,6 +534,8 @@ def print_table(doc: dict) -> None:
     """The table of one run's document (``--json``'s, or ``--show``'s file)."""
     rows, seeds, nodes = doc["rows"], doc["seeds"], doc["nodes"]
     where = f", {nodes} nodes ±{doc['host_offset_pct']:g}%" if nodes > 1 else ""
+    if doc.get("fixed_layout"):
+        where += ", fixed layout"
     if doc["under"] or doc.get("settings"):
         where += ", under " + ", ".join(f"{k}={v}" for k, v in (doc["under"] | doc.get("settings", {})).items())
     print(f"{doc['runs_per_perturbation']} runs per perturbation ({len(doc['cells'])} cells × {seeds} "

@@ -48,19 +48,22 @@ def _outcome(res: dict) -> dict:
 
 
 def dump(seeds: int, seed_base: int, cells: list[str] | None = None, *, tuning=None, settings=None, nodes: int = 1,
-         offset_pct: float = 0.0) -> dict:
+         offset_pct: float = 0.0, fixed_layout: bool = False) -> dict:
     """Every decision and the outcome of ``seeds`` runs of each cell (``cells``: only these), keyed "CELL/SEED".
 
     ``tuning``, ``settings``: the policy's constants and its StatsConfig (the defaults unless given). ``nodes`` > 1:
     each run goes through ``strategies.run_perfbisect_nodes`` (that many nodes at once through ``next_batch``, each
     offset ±``offset_pct``, the target's seed naming the nodes' noise streams as ``strategies.run_cell`` does); a
-    decision is then one trial of a batch, in the order the batches asked for them."""
+    decision is then one trial of a batch, in the order the batches asked for them. ``fixed_layout``: every trial keeps
+    layout 0 unless the search asks for another (strategies.run_perfbisect_fixed_layout: the layout re-check's
+    re-measure runs only then in LY)."""
     out: dict = {}
     for name, scn in strategies.SCENARIOS.items():
         if cells and name not in cells:
             continue
         for seed in range(seed_base, seed_base + seeds):
             target = strategies.make_target(scn, seed)
+            target.randomize_layout = not fixed_layout
             decisions: list = []
             record = lambda act: decisions.append(_decision(act))  # noqa: E731
             if nodes > 1:

@@ -55,15 +55,31 @@ def _outcome(res: dict) -> dict:
     return {k: _exact(v) for k, v in res.items()}
 
 
-def dump(seeds: int, seed_base: int, cells: list[str] | None = None) -> dict:
+def dump(seeds: int, seed_base: int, cells: list[str] | None = None, *, tuning=None, settings=None, nodes: int = 1,
+         offset_pct: float = 0.0, fixed_layout: bool = False) -> dict:
+    """Every decision and the outcome of ``seeds`` runs of each cell (``cells``: only these), keyed "CELL/SEED".
+
+    ``tuning``, ``settings``: the policy's constants and its StatsConfig (the defaults unless given). ``nodes`` > 1:
+    each run goes through ``strategies.run_perfbisect_nodes`` (that many nodes at once through ``next_batch``, each
+    offset ±``offset_pct``, the target's seed naming the nodes' noise streams as ``strategies.run_cell`` does); a
+    decision is then one trial of a batch, in the order the batches asked for them. ``fixed_layout``: every trial keeps
+    layout 0 unless the search asks for another (strategies.run_perfbisect_fixed_layout: the layout re-check's
+    re-measure runs only then in LY)."""
     out: dict = {}
     for name, scn in strategies.SCENARIOS.items():
         if cells and name not in cells:
             continue
         for seed in range(seed_base, seed_base + seeds):
             target = strategies.make_target(scn, seed)
+            target.randomize_layout = not fixed_layout
             decisions: list = []
-            res = strategies.run_perfbisect(target, on_measure=lambda act: decisions.append(_decision(act)))
+            record = lambda act: decisions.append(_decision(act))  # noqa: E731
+            if nodes > 1:
+                target.seed = seed
+                res = strategies.run_perfbisect_nodes(target, nodes, offset_pct, settings=settings, tuning=tuning,
+                                                     on_measure=record)
+            else:
+                res = strategies.run_perfbisect(target, settings=settings, tuning=tuning, on_measure=record)
             out[f"{name}/{seed}"] = {"decisions": decisions, "outcome": _outcome(res)}
     for name in NODE_CELLS:
         if cells and name not in cells:
@@ -71,8 +87,9 @@ def dump(seeds: int, seed_base: int, cells: list[str] | None = None) -> dict:
         for seed in range(2):
             target = strategies.make_target(strategies.SCENARIOS[name], seed)
             target.seed = seed
+            target.randomize_layout = not fixed_layout
             batches: list = []
-            res = strategies.run_perfbisect_nodes(target, 3, 2.0,
+            res = strategies.run_perfbisect_nodes(target, 3, 2.0, settings=settings, tuning=tuning,
                                                   on_batch=lambda acts: batches.append([_decision(a) for a in acts]))
             out[f"nodes:{name}/{seed}"] = {"decisions": batches, "outcome": _outcome(res)}
     return out

@@ -685,7 +685,8 @@ def node_offsets(nodes: int, offset_pct: float) -> list[float]:
 
 
 def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, settings: StatsConfig | None = None,
-                         blind: bool = False, on_batch: Callable[[Any], None] | None = None) -> dict:
+                         blind: bool = False, on_batch: Callable[[Any], None] | None = None, tuning: Tuning | None = None,
+                         on_measure: Callable[[Any], None] | None = None) -> dict:
     """perfbisect on ``nodes`` nodes at once: an event-driven clock, SearchPolicy.next_batch per free slot.
 
     Each node has its own fixed level offset (``node_offsets``), its own session-noise stream and its
@@ -694,9 +695,10 @@ def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, setting
     leaves the node idle until the next result. Wall time ends at the verdict; GPU-hours sum every
     node's trials and builds. ``blind``: the stored observations do not say which node ran them (the
     model cannot see the offsets: what perfbisect did before host offsets were modelled). ``on_batch`` sees each
-    batch the policy asked for (a list of Measures, maybe empty) before it is started.
+    batch the policy asked for (a list of Measures, maybe empty) before it is started, ``on_measure`` each trial of
+    it before it is carried out; ``tuning``: the policy's constants (``DEFAULT_TUNING`` unless given).
     """
-    commits, settings, policy = _policy(t, settings)
+    commits, settings, policy = _policy(t, settings, tuning=tuning)
     seed = getattr(t, "seed", 0)
     offsets = node_offsets(nodes, offset_pct)
     names = [f"node{k}" for k in range(nodes)]
@@ -704,6 +706,8 @@ def run_perfbisect_nodes(t: Target, nodes: int, offset_pct: float = 0.0, setting
                    SessionNoise(t.scn, np.random.default_rng([seed, 3, 1000 + k]))) for k in range(nodes)]
 
     def run(k: int, m, now: float) -> tuple[float, list[dict]]:
+        if on_measure is not None:
+            on_measure(m)
         x = sims[k]
         x.clock = now
         j = int(m.commit[1:])

@@ -34,7 +34,7 @@ unless the search asks for another (LY's rotating layouts never make the layout 
     python benchmarks/constants_matter.py --modules --fields none           # the module constants only
     python benchmarks/constants_matter.py --fields host_offset_prior_pct --nodes 2 --host-offset 3 --cells S2,S2-AA
     python benchmarks/constants_matter.py --fields EDGE_GRID --under SPARSE_ABOVE=32 --cells S2
-    python benchmarks/constants_matter.py --fields local_z --under pure_alpha=0 --cells R1,R2 --seeds 3
+    python benchmarks/constants_matter.py --fields change_trials_z --under pure_alpha=0 --cells R1,R2 --seeds 3
     python benchmarks/constants_matter.py --fields locate_min_gain_bits --settings max_trials_per_commit=6 --cells R1
     python benchmarks/constants_matter.py --fields improved_min_per_side --cells IM --seeds 3
     python benchmarks/constants_matter.py --fields layout_extra_trials --cells LY,LY-AA --seeds 4 --fixed-layout
@@ -69,7 +69,6 @@ OFF_AT_ZERO = {
     "pure_look_power": "tuning.py: 0 = one look",
     "side_scale_alpha": "kernel.fit: refitted only when > 0",
     "small_step_sigmas": "gates.PairChecks: a step is small only when > 0",
-    "local_z": "pair_checks.PairConfirm.local: ≤ 0 passes",
     "pure_alpha": "pair_checks.PairConfirm.pure: ≤ 0 passes",
     "residual_gap_z": "pair_checks.SecondChange.need: looked at only when > 0",
     "suspected_change_z": "pair_checks.SecondChange.need: looked at only when > 0",

@@ -327,3 +327,24 @@ def test_a_change_that_passed_its_checks_is_named_when_a_later_one_cannot_be_set
     assert commits == (f"c{later:03d}",) and step_pct < 0
     assert f"A later change was also located, c{later:03d}" in outcome.explanation
     assert "is not named" in outcome.explanation and "the first bad commit stands" in outcome.explanation
+
+
+def test_the_trials_each_side_of_a_change_carries_grow_as_its_step_shrinks_against_the_noise_up_to_a_cap():
+    """tuning.max_trials_at_change binds only for a step under σ·change_trials_z/√8 (about 1.06 σ): no simulated
+    cell locates one that small (benchmarks/constants_matter.py moves nothing with it), so this pins what it does."""
+    from types import SimpleNamespace
+
+    from perfbisect.engine.effects import Step
+    from perfbisect.engine.pair_checks import trials_at_change
+    from perfbisect.engine.tuning import DEFAULT_TUNING as T
+
+    post = SimpleNamespace(sigma_top=0.03)
+
+    def need(step: float) -> int:
+        st = Step(at=5, parent=4, step=step, se=0.01, dof=20.0, n_before=6, n_after=6, sigma=0.03)
+        return trials_at_change(post, st, T.change_trials_z, T.min_trials_at_change, T.max_trials_at_change)
+
+    assert need(-0.20) == T.min_trials_at_change  # a big step: two trials a side
+    assert need(-0.06) == 3  # (3 · 0.03 / 0.06)² = 2.25, rounded up
+    assert need(-0.035) == 7  # (3 · 0.03 / 0.035)² = 6.6
+    assert need(-0.02) == need(-0.005) == T.max_trials_at_change == 8  # 20.25 and 324, capped

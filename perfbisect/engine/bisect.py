@@ -114,7 +114,7 @@ class SearchPolicy:
                           t.futility_min_per_end, t.futility_sigma_q, t.side_scale_alpha)
         ends = gates.EndpointTrials(r, endings)
         search = Search(r, endings, s.confidence, t.locate_min_gain_bits)
-        confirm = PairConfirm(r, endings, s.confidence, noise.sigma_b, t.local_z, t.pure_alpha, t.pure_look_knee,
+        confirm = PairConfirm(r, endings, s.confidence, noise.sigma_b, t.pure_alpha, t.pure_look_knee,
                               t.pure_look_power, t.min_trials_at_change, t.futility_sigma_q)
         second = SecondChange(r, s.second_change_z, t.second_change_pct, t.second_change_sigmas, t.second_change_share,
                               t.residual_gap_z, t.residual_probe_z, t.suspected_change_z, t.second_change_doubt,
@@ -124,7 +124,7 @@ class SearchPolicy:
         self.gates: tuple[gates.Gate, ...] = (
             gates.EndpointVerdict(endings, ends, s.confidence, s.alpha, s.min_effect_pct, t.same_alpha_share,
                                   t.improved_min_per_side, t.same_no_change, higher_is_better),
-            gates.SettleEndpoints(endings, ends, higher_is_better),
+            gates.SettleEndpoints(endings, ends, higher_is_better, t.same_no_change),
             gates.Locate(search, s.confidence, t.no_change_doubt),
             gates.SecondChangeDoubt(search, t.second_change_doubt, t.min_gain_bits),
             gates.Sized(r),

@@ -224,14 +224,14 @@ class EndpointVerdict:
 
 @dataclass(frozen=True)
 class SettleEndpoints:
-    """While no change is the likeliest story (p_none ≥ ``likeliest``), or the bad end is if anything faster (no
+    """While no change is the likelier story (p_none ≥ ``likeliest``, the threshold `same` by tolerance reads too), or the bad end is if anything faster (no
     regression to locate: the question is whether one as big as the tolerance is ruled out), the endpoints settle
     it, interleaved — unless even a hopeful reading says the budget cannot (``Endings.futile``)."""
 
     endings: Endings
     endpoint_trials: EndpointTrials
     higher_is_better: bool
-    likeliest: float = 0.5  # "likeliest" among two stories: no change, or some change
+    likeliest: float  # tuning.same_no_change: "no change" is the likelier story from this posterior on
 
     def check(self, view: View) -> Measure | Done | None:
         post, ends, tol = view.post, view.ends, view.tol
@@ -405,7 +405,7 @@ class PairChecks:
         # The change must also show between its own commit and its parent, not only between the segments around
         # it: sessions that happened to fall on the same side of the noise cannot carry it then.
         for st in steps:
-            open_ = self.confirm.local(data, post, st) or self.confirm.pure(data, st, pure)
+            open_ = self.confirm.pure(data, st, pure)
             if open_ is not None:
                 return st, open_
         return None

@@ -3,8 +3,8 @@
 Two services the gates (gates.py) share:
 
 - ``PairConfirm``: a located change's pair (its commit and its parent) against an open check (``OpenCheck``: the
-  step's direction, the trials each side carries, the pair's own contrast at ``local_z``, the same beyond the spread
-  of repeats of one build at a t level spent over the looks). ``confirm`` asks for a trial of the pair only while
+  step's direction, the trials each side carries, the pair's own contrast beyond the spread of repeats of one build
+  at a t level spent over the looks). ``confirm`` asks for a trial of the pair only while
   one within the budget can still settle the check, even on a hopeful reading (``projected``, ``settles_in``);
   else the search ends `inconclusive` with the best answer and the price of settling it.
 - ``SecondChange``: before one change is accepted, each side of it measured densely enough that a second level
@@ -34,7 +34,7 @@ from ..model import Comparison, Reason, Verdict
 class OpenCheck:
     """One check a located change has not passed yet, as it stands now."""
 
-    kind: str  # direction | trials | local | pure
+    kind: str  # direction | trials | pure
     what: Reason  # what must hold
     z: float | None  # where it stands (standard errors); None for a count of trials
     need: float  # its threshold: the z it must reach, or the trials each side must carry
@@ -58,7 +58,6 @@ class PairConfirm:
     endings: Endings
     confidence: float  # stats.confidence: the direction's t level
     sigma_prior: float  # the stated σ (the noise model's), standing in before any build is repeated
-    local_z: float
     pure_alpha: float
     pure_look_knee: float
     pure_look_power: float
@@ -74,15 +73,6 @@ class PairConfirm:
         need = t_quantile(self.confidence, st.dof)
         if st.se > 0 and t_cdf(-z, st.dof) > 1.0 - self.confidence:
             return OpenCheck("direction", Reason("direction"), z, need)
-        return None
-
-    def local(self, data: SearchData, post: ChangePosterior, st: Step) -> OpenCheck | None:
-        """Open while the commit and its parent differ by less than ``local_z`` standard errors on their own trials."""
-        if self.local_z <= 0:
-            return None
-        z = step_z(data, st, post.sigma_top)
-        if z < self.local_z:
-            return OpenCheck("local", Reason("local", {"z": self.local_z}), z, self.local_z)
         return None
 
     def pure(self, data: SearchData, st: Step, pure: tuple[float, float]) -> OpenCheck | None:
@@ -163,7 +153,7 @@ class PairConfirm:
         vc, vp = data.values[st.at], data.values[st.parent]
         if not vc or not vp:
             return 0.0, math.inf
-        sigma, dof = (post.sigma_top, post.dof) if check.kind == "local" else pure
+        sigma, dof = pure
         if dof < 1:  # no build repeated yet: the first repeats will start the spread; the stated σ stands in
             sigma = max(sigma, self.sigma_prior)
         # trials in flight count as new ones: they are not in the means yet
@@ -172,8 +162,6 @@ class PairConfirm:
         m = xp + xc
         d = float(np.mean(vc) - np.mean(vp)) * (1.0 if st.step > 0 else -1.0) + luck * shift(sigma, len(vc), len(vp))
         z = d / max(noise_after(sigma, dof) * math.sqrt(1.0 / (len(vc) + xc) + 1.0 / (len(vp) + xp)), 1e-12)
-        if check.kind == "local":
-            return z, self.local_z
         dof_m = dof + m
         if dof_m < 1:
             return z, math.inf

@@ -72,8 +72,9 @@ class Tuning:
     improved_min_per_side: int = 4
     # Trials before wild sessions are looked for (changepoint.outlier_scale): below it nothing is an outlier yet.
     robust_min_trials: int = 5
-    # `same` by tolerance needs "no change" to be at least this likely: a regression the search can see is
-    # located, not waved through because it is smaller than the tolerance.
+    # "No change" is the likelier story from this posterior on: the endpoints settle it (interleaved) rather than a
+    # search locate a change, and `same` by tolerance needs it (a regression the search can see is located, not
+    # waved through because it is smaller than the tolerance).
     same_no_change: float = 0.5
     # The share of alpha one look may spend on "no regression ≥ X%" and on "the bad end is faster": both are
     # checked after every trial, and a fixed-level bound checked that often crosses by chance.
@@ -82,8 +83,6 @@ class Tuning:
     # under at least layout_min_distinct layouts, and with any one layout's trials left out the step keeps
     # layout_keep of its size; up to layout_extra_trials trials beyond min_trials_at_change each go to it.
     layout_min_distinct: int = 2
-    # A named change's own commit and its parent differ by at least this many standard errors on their own trials.
-    local_z: float = 2.0
     # Trials of a named change's commit and of its parent: enough that their own contrast would show the
     # step at change_trials_z standard errors (at least min_trials_at_change, at most max_trials_at_change).
     change_trials_z: float = 3.0

@@ -81,8 +81,6 @@ def _what(r: Reason) -> str:
     r = _r(r)
     if r.code == "direction":
         return "its direction is not certain yet"
-    if r.code == "local":
-        return f"the commit and its parent must differ by {r['z']:g} standard errors on their own trials"
     if r.code == "pure":
         return ("the commit and its parent must differ on their own trials beyond the spread of repeated trials of "
                 "one build")

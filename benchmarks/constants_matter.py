@@ -310,7 +310,9 @@ class Memo:
             self.posts[key] = post
         return post
 
-    def _best_trial(self, post, candidates, t_new, host=None, pending=None):
+    def _best_trial(self, post, candidates, t_new, host=None, pending=None, groups=None):
+        if groups is not None:  # a variant look-ahead: not the default run's picks
+            return self.best_trial(post, candidates, t_new, host=host, pending=pending, groups=groups)
         key = (id(post), tuple(candidates), t_new, host, repr(pending))
         hit = self.picks.get(key)
         if hit is not None and hit[0] is post:

@@ -17,6 +17,7 @@ import pytest
 from benchmarks.validation import __main__ as cli
 from benchmarks.validation import check_gates, configs, driver, summarize
 from benchmarks.validation.rounds import PACKAGE, ROOT, Round, all_rounds, load, problems
+from perfbisect.report.replay import decision_json
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from simulated_target import SimulatedTarget, search  # noqa: E402
@@ -167,14 +168,14 @@ def _seeded_search(seed: int = 3):
     policy = check_gates.policy_of(cs, settings, start)
 
     def measure(act, obs):
-        live.append({**check_gates.decision(act), "after": len(obs), "pending": [], "host": None})
+        live.append({**decision_json(act), "after": len(obs), "pending": [], "host": None})
         from perfbisect.model import Observation
         obs.append(Observation(act.commit, target.trial(cs.index(act.commit), len(obs)), seq=len(obs)))
 
     outcome, obs = search(policy, measure, 200)
     # the same policy built directly from the constructor decides the same
     direct = SearchPolicy(cs, StatsConfig(max_trials_total=60), NoiseModel(0.05, 3.0, "prior: 5.0% assumed"))
-    assert check_gates.decision(direct.next(obs)) == check_gates.decision(policy.next(obs))
+    assert decision_json(direct.next(obs)) == decision_json(policy.next(obs))
     return cs, settings, start, outcome, obs, live
 
 
@@ -193,10 +194,11 @@ def test_the_replay_makes_every_stored_decision_again_and_finds_one_that_differs
 
 
 def test_the_drivers_and_the_simulated_target_use_only_the_engines_public_api() -> None:
-    """From perfbisect.engine they import only SearchPolicy, Measure, Done and the constructor's NoiseModel, and
+    """From perfbisect.engine they import only SearchPolicy, Measure, Done, the constructor's NoiseModel and the policy a
+    stored bisection built (search_start.policy_for), and
     call no underscore method on anything."""
     allowed = {"perfbisect.engine.bisect": {"SearchPolicy"}, "perfbisect.engine.observations": {"Measure", "Done"},
-               "perfbisect.engine.stats": {"NoiseModel"}}
+               "perfbisect.engine.stats": {"NoiseModel"}, "perfbisect.engine.search_start": {"policy_for"}}
     files = sorted(PACKAGE.rglob("*.py")) + [ROOT / "benchmarks" / "simulated_target.py"]
     for path in files:
         if path.parent.name == "workloads":

@@ -9,68 +9,41 @@ trials in flight), and the last answer, on all of them, must be the stored verdi
 culprit's and its parent's own stored trials and Welch's t-test between them (one-sided, scipy), with the pooled
 effect in percent.
 
-Only the engine's public API: the ``SearchPolicy`` constructor and its ``next``/``next_batch``, the value types
-``Measure``/``Done`` and ``model.Observation`` (and the constructor's own argument types, ``settings.StatsConfig``
-and ``engine.stats.NoiseModel``). The database is read with sqlite3, as the rows are stored.
+Only the engine's public API: the policy a stored bisection built (``engine.search_start.policy_for``) and its
+``next``/``next_batch``; the stored decisions are compared as the report's replay compares them
+(``report.replay``: ``decision_json``, ``same_decision``, ``decided_here``). The database is read with sqlite3, as
+the rows are stored.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import sqlite3
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
 
 from perfbisect.engine.bisect import SearchPolicy
-from perfbisect.engine.observations import Done, Measure
-from perfbisect.engine.stats import NoiseModel
+from perfbisect.engine.observations import Done
+from perfbisect.engine.search_start import policy_for
 from perfbisect.errors import PerfbisectError
 from perfbisect.model import Observation
-from perfbisect.settings import StatsConfig
-from perfbisect.report import words
+from perfbisect.report.replay import decided_here, same_decision, stored_start
 
 REPLAY_FAILS = (PerfbisectError, ValueError, FloatingPointError, np.linalg.LinAlgError)
 
 
-def _known(cls, data: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of ``data`` that the dataclass ``cls`` has (a database written by another version may hold more)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in dict(data or {}).items() if k in names}
-
-
 def policy_of(commits: Sequence[str], settings: Mapping[str, Any], start: Mapping[str, Any] | None) -> SearchPolicy:
-    """The search policy as the bisection built it: its commits and [stats], and the noise model, endpoint
-    history and direction it stored as its start (a bisection stored before it kept them: the prior of its
-    settings, no history, higher is better)."""
-    config = StatsConfig(**_known(StatsConfig, settings))
-    if not start:
-        return SearchPolicy(list(commits), config, NoiseModel.prior(config.prior_sigma_pct))
-    history = [Observation(commit=h["commit"], value=h["value"], day=h.get("day", "")) for h in start.get("history") or ()]
-    return SearchPolicy(list(commits), config, NoiseModel(**_known(NoiseModel, start["noise"])), history=history,
-                        higher_is_better=bool(start.get("higher_is_better", True)))
-
-
-def decision(action: Measure | Done) -> dict[str, str]:
-    """A decision as the store keeps it beside the observation it asked for."""
-    if isinstance(action, Done):
-        return {"commit": action.outcome.culprit or "", "phase": "done", "reason": action.outcome.verdict.value}
-    return {"commit": action.commit, "phase": action.phase, "reason": words.measure_text(action)}
-
-
-def same_decision(live: Mapping[str, Any], action: Measure | Done) -> bool:
-    return {k: live.get(k) for k in ("commit", "phase", "reason")} == decision(action)
-
-
-def decided_alone(live: Mapping[str, Any], seq: int) -> bool:
-    """The stored decision was made on the ``seq`` observations before its own, nothing in flight, no node asked
-    for: what ``next`` recomputes (one stored without that context is taken as such)."""
-    return live.get("after", seq) == seq and not live.get("pending") and live.get("host") is None
+    """The search policy as the bisection built it, from its stored rows: its commits and [stats], and the noise
+    model, endpoint history and direction it stored as its start (``report.replay.stored_start``: one stored before
+    it kept them gets the prior of its settings, no history, higher is better)."""
+    record = SimpleNamespace(commits=list(commits), settings=settings, search_start=start)
+    return policy_for(record, stored_start(record)[0])
 
 
 def replay(policy: SearchPolicy, obs: Sequence[Observation], live: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:
@@ -89,11 +62,11 @@ def replay(policy: SearchPolicy, obs: Sequence[Observation], live: Sequence[Mapp
         if k == n:
             final = action
         d = live[k] if k < n else None
-        if d and decided_alone(d, k):
+        if d and decided_here(d, k):
             compared += 1
             mismatches += 0 if same_decision(d, action) else 1
     for seq, d in enumerate(live):  # decisions made with other results landed first or trials in flight
-        if not d or decided_alone(d, seq):
+        if not d or decided_here(d, seq):
             continue
         after = int(d.get("after", seq))
         pending = [(str(c), h) for c, h in d.get("pending") or ()]

@@ -46,19 +46,17 @@ def named_text(named) -> str:
         elif skipped:
             name += f" (or one of the {skipped} untestable commits before it)"
         parts.append(name)
-    if len(parts) == 2:
-        return f"two changes: at {parts[0]} and at {parts[1]}"
-    return " and ".join(parts) or "no change"
+    return _answer(parts) or "no change"
 
 
 def sets_text(sets) -> str:
     """"abc", "one of {a, b}" (skipped neighbours), or "two changes: at a and at b" (a pair is one answer)."""
-    parts = []
-    for commits in sets:
-        if len(commits) > 1:
-            parts.append("one of {" + ", ".join(c[:10] for c in commits) + "}")
-        else:
-            parts.append(commits[0][:10])
+    return _answer(["one of {" + ", ".join(c[:10] for c in commits) + "}" if len(commits) > 1 else commits[0][:10]
+                    for commits in sets])
+
+
+def _answer(parts: list[str]) -> str:
+    """One answer's changes named: a pair is "two changes: at a and at b"."""
     if len(parts) == 2:
         return f"two changes: at {parts[0]} and at {parts[1]}"
     return " and ".join(parts)

@@ -134,7 +134,7 @@ class SearchPolicy:
                              higher_is_better),
             gates.LayoutRecheck(r, endings, s.layout_check_pct, t.min_trials_at_change, t.layout_extra_trials,
                                 t.layout_min_distinct, t.layout_keep),
-            gates.Naming(r, endings, s, higher_is_better, t.side_scale_alpha, t.min_gain_bits),
+            gates.Naming(r, endings, s, higher_is_better, t.min_gain_bits),
         )
 
     @property

@@ -503,7 +503,6 @@ class Naming:
     endings: Endings
     settings: StatsConfig  # the comparisons' level and minimum effect
     higher_is_better: bool
-    side_scale_alpha: float
     min_gain_bits: float
 
     def check(self, view: View) -> Done:
@@ -536,7 +535,7 @@ class Naming:
         own), else the step's own σ."""
         s, data, post, counts, top_key = self.settings, view.data, view.post, list(view.counts), view.top_key
         cmp = step_comparison(first, Verdict.REGRESSED, s)
-        sides = side_spreads(data, top_key, self.side_scale_alpha) if len(top_key) == 1 else None
+        sides = side_spreads(data, top_key, self.endings.side_scale_alpha) if len(top_key) == 1 else None
         if sides is not None and all(v is not None for v in sides):
             # the sides' repeats spread differently and each is weighed by its own: say both, not the quieter one
             before, after = (pct(math.sqrt(v[0])) for v in sides)
